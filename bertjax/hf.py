@@ -1,0 +1,287 @@
+"""Hugging Face interop: read and write `BertForPreTraining` directories (config.json + safetensors).
+
+One table (`_NAME_TABLE`) maps Hugging Face tensor names to bertjax parameter paths, with the layout
+change between them; both directions use it. Weights are only ever read from safetensors: a
+`pytorch_model.bin` is a pickle, and unpickling runs arbitrary code.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+from typing import Any, Callable, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from safetensors import safe_open
+from safetensors.numpy import save_file
+
+from bertjax import model as model_lib
+
+log = logging.getLogger(__name__)
+
+CONFIG_NAME = "config.json"
+WEIGHTS_NAME = "model.safetensors"
+WEIGHTS_INDEX_NAME = "model.safetensors.index.json"
+PICKLED_WEIGHTS = ("pytorch_model.bin", "pytorch_model.bin.index.json", "tf_model.h5", "flax_model.msgpack")
+
+
+# --- Layout changes: (to_bertjax, to_hf), each f(array, config) -> array. HF Linear weights are [out, in].
+
+def _transpose(w, c):
+    return w.T
+
+
+def _qkv_kernel_to_jax(w, c):  # [heads*kv, embed] -> [embed, heads, kv]
+    return w.T.reshape(c.hidden_size, c.num_attention_heads, c.head_dim)
+
+
+def _merge_heads_to_hf(k, c):
+    return k.reshape(c.hidden_size, c.hidden_size).T
+
+
+def _qkv_bias_to_jax(b, c):  # [heads*kv] -> [heads, kv]
+    return b.reshape(c.num_attention_heads, c.head_dim)
+
+
+def _flatten(b, c):
+    return b.reshape(-1)
+
+
+def _attn_out_to_jax(w, c):  # [embed, heads*kv] -> [heads, kv, embed]
+    return w.T.reshape(c.num_attention_heads, c.head_dim, c.hidden_size)
+
+
+def _identity(x, c):
+    return x
+
+
+IDENTITY = (_identity, _identity)
+DENSE = (_transpose, _transpose)
+QKV_KERNEL = (_qkv_kernel_to_jax, _merge_heads_to_hf)
+QKV_BIAS = (_qkv_bias_to_jax, _flatten)
+ATTN_OUT_KERNEL = (_attn_out_to_jax, _merge_heads_to_hf)
+
+# (Hugging Face name, bertjax path, layout change). "{i}" is the layer index.
+_NAME_TABLE: list[tuple[str, str, tuple[Callable, Callable]]] = [
+    ("bert.embeddings.word_embeddings.weight", "bert/embeddings/word_embeddings/embedding", IDENTITY),
+    ("bert.embeddings.position_embeddings.weight", "bert/embeddings/position_embeddings/embedding", IDENTITY),
+    ("bert.embeddings.token_type_embeddings.weight", "bert/embeddings/token_type_embeddings/embedding", IDENTITY),
+    ("bert.embeddings.LayerNorm.weight", "bert/embeddings/LayerNorm/scale", IDENTITY),
+    ("bert.embeddings.LayerNorm.bias", "bert/embeddings/LayerNorm/bias", IDENTITY),
+    *[(f"bert.encoder.layer.{{i}}.attention.self.{n}.weight", f"bert/encoder/layer_{{i}}/{n}/kernel", QKV_KERNEL)
+      for n in ("query", "key", "value")],
+    *[(f"bert.encoder.layer.{{i}}.attention.self.{n}.bias", f"bert/encoder/layer_{{i}}/{n}/bias", QKV_BIAS)
+      for n in ("query", "key", "value")],
+    ("bert.encoder.layer.{i}.attention.output.dense.weight", "bert/encoder/layer_{i}/attention_output/kernel",
+     ATTN_OUT_KERNEL),
+    ("bert.encoder.layer.{i}.attention.output.dense.bias", "bert/encoder/layer_{i}/attention_output/bias", IDENTITY),
+    ("bert.encoder.layer.{i}.attention.output.LayerNorm.weight",
+     "bert/encoder/layer_{i}/attention_layer_norm/scale", IDENTITY),
+    ("bert.encoder.layer.{i}.attention.output.LayerNorm.bias",
+     "bert/encoder/layer_{i}/attention_layer_norm/bias", IDENTITY),
+    ("bert.encoder.layer.{i}.intermediate.dense.weight", "bert/encoder/layer_{i}/intermediate/kernel", DENSE),
+    ("bert.encoder.layer.{i}.intermediate.dense.bias", "bert/encoder/layer_{i}/intermediate/bias", IDENTITY),
+    ("bert.encoder.layer.{i}.output.dense.weight", "bert/encoder/layer_{i}/output/kernel", DENSE),
+    ("bert.encoder.layer.{i}.output.dense.bias", "bert/encoder/layer_{i}/output/bias", IDENTITY),
+    ("bert.encoder.layer.{i}.output.LayerNorm.weight", "bert/encoder/layer_{i}/output_layer_norm/scale", IDENTITY),
+    ("bert.encoder.layer.{i}.output.LayerNorm.bias", "bert/encoder/layer_{i}/output_layer_norm/bias", IDENTITY),
+    ("bert.pooler.dense.weight", "bert/pooler/kernel", DENSE),
+    ("bert.pooler.dense.bias", "bert/pooler/bias", IDENTITY),
+    ("cls.predictions.transform.dense.weight", "transform/kernel", DENSE),
+    ("cls.predictions.transform.dense.bias", "transform/bias", IDENTITY),
+    ("cls.predictions.transform.LayerNorm.weight", "transform_layer_norm/scale", IDENTITY),
+    ("cls.predictions.transform.LayerNorm.bias", "transform_layer_norm/bias", IDENTITY),
+    ("cls.predictions.bias", "mlm_bias", IDENTITY),
+    ("cls.seq_relationship.weight", "nsp/kernel", DENSE),
+    ("cls.seq_relationship.bias", "nsp/bias", IDENTITY),
+]
+
+# Parts a checkpoint may lack (a plain BertModel, a BertForMaskedLM): initialised fresh, and logged.
+_OPTIONAL_PREFIXES = ("bert.pooler.", "cls.predictions.", "cls.seq_relationship.")
+# Tensors HF stores that carry no information of their own: buffers, and the tied decoder.
+_REDUNDANT = ("bert.embeddings.position_ids", "cls.predictions.decoder.weight", "cls.predictions.decoder.bias")
+
+
+def _expand_table(config: model_lib.BertConfig) -> list[tuple[str, tuple[str, ...], tuple[Callable, Callable]]]:
+    rows = []
+    for hf_name, path, fns in _NAME_TABLE:
+        layers = range(config.num_hidden_layers) if "{i}" in hf_name else [None]
+        for i in layers:
+            rows.append((hf_name.format(i=i), tuple(path.format(i=i).split("/")), fns))
+    return rows
+
+
+def _get(tree: dict, path: tuple[str, ...]) -> Any:
+    for key in path:
+        tree = tree[key]
+    return tree
+
+
+def _set(tree: dict, path: tuple[str, ...], value: Any) -> None:
+    for key in path[:-1]:
+        tree = tree.setdefault(key, {})
+    tree[path[-1]] = value
+
+
+# --- Export ---------------------------------------------------------------------------------------
+
+def to_hf_state_dict(config: model_lib.BertConfig, params: dict) -> dict[str, np.ndarray]:
+    """bertjax params (loop or scan layout) → `BertForPreTraining` state dict (tied decoder omitted)."""
+    params = model_lib.unstack_layers(params)
+    return {name: np.ascontiguousarray(to_hf(np.asarray(_get(params, path), np.float32), config))
+            for name, path, (_, to_hf) in _expand_table(config)}
+
+
+def hf_config_dict(config: model_lib.BertConfig) -> dict:
+    return {
+        "architectures": ["BertForPreTraining"], "model_type": "bert", **config.to_dict(),
+        "pad_token_id": 0, "position_embedding_type": "absolute", "torch_dtype": "float32",
+    }
+
+
+def save_pretrained(path: str, model: model_lib.BertForPreTraining, params: dict,
+                    vocab_file: Optional[str] = None, do_lower_case: bool = True) -> None:
+    """Writes a directory that `transformers.BertForPreTraining.from_pretrained(path)` loads as is."""
+    os.makedirs(path, exist_ok=True)
+    config = model.config
+    params = jax.device_get(params)
+    with open(os.path.join(path, CONFIG_NAME), "w") as f:
+        json.dump(hf_config_dict(config), f, indent=2, sort_keys=True)
+    save_file(to_hf_state_dict(config, params), os.path.join(path, WEIGHTS_NAME), metadata={"format": "pt"})
+    if vocab_file is not None:
+        if not os.path.isfile(vocab_file):
+            raise FileNotFoundError(f"vocab_file {vocab_file} does not exist; pass the vocab.txt used for training.")
+        shutil.copyfile(vocab_file, os.path.join(path, "vocab.txt"))
+        tokenizer_config = {
+            "tokenizer_class": "BertTokenizer", "do_lower_case": do_lower_case,
+            "model_max_length": config.max_position_embeddings, "unk_token": "[UNK]", "sep_token": "[SEP]",
+            "pad_token": "[PAD]", "cls_token": "[CLS]", "mask_token": "[MASK]",
+        }
+        with open(os.path.join(path, "tokenizer_config.json"), "w") as f:
+            json.dump(tokenizer_config, f, indent=2)
+
+
+# --- Import ---------------------------------------------------------------------------------------
+
+def _weight_files(path: str) -> list[str]:
+    index = os.path.join(path, WEIGHTS_INDEX_NAME)
+    if os.path.isfile(index):
+        with open(index) as f:
+            shards = sorted(set(json.load(f)["weight_map"].values()))
+        missing = [s for s in shards if not os.path.isfile(os.path.join(path, s))]
+        if missing:
+            raise FileNotFoundError(f"{index} names shard(s) {missing} that are not in {path}; copy them there.")
+        return [os.path.join(path, s) for s in shards]
+    single = os.path.join(path, WEIGHTS_NAME)
+    if os.path.isfile(single):
+        return [single]
+    pickled = [n for n in PICKLED_WEIGHTS if os.path.exists(os.path.join(path, n))]
+    if pickled:
+        raise FileNotFoundError(
+            f"{path} holds only {pickled[0]}, which bertjax will not read (pickled weights can run arbitrary "
+            f"code); convert it once with transformers: `BertForPreTraining.from_pretrained(path)"
+            f".save_pretrained(path, safe_serialization=True)`.")
+    raise FileNotFoundError(f"{path} has no {WEIGHTS_NAME} (or {WEIGHTS_INDEX_NAME}); point at a directory written "
+                            "by save_pretrained.")
+
+
+def _read_safetensors(files: list[str]) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+    tensors, origin = {}, {}
+    for file in files:
+        try:
+            with safe_open(file, framework="np") as f:
+                for key in f.keys():
+                    tensors[key] = f.get_tensor(key)
+                    origin[key] = file
+        except Exception as e:  # safetensors raises its own error types for truncated/corrupt files
+            raise ValueError(f"{file} is not a readable safetensors file ({e}); re-export or re-download it.") from None
+    return tensors, origin
+
+
+def _canonical_names(tensors: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Names as in `BertForPreTraining`: add the `bert.` prefix of a bare BertModel, old gamma/beta names."""
+    bare = not any(k.startswith("bert.") for k in tensors)
+    out = {}
+    for key, value in tensors.items():
+        if bare and not key.startswith("cls."):
+            key = "bert." + key
+        if "LayerNorm." in key:
+            key = key.replace("LayerNorm.gamma", "LayerNorm.weight").replace("LayerNorm.beta", "LayerNorm.bias")
+        out[key] = value
+    return out
+
+
+def from_hf_state_dict(config: model_lib.BertConfig, tensors: dict[str, np.ndarray], rng: jax.Array,
+                       source: str = "the checkpoint", origin: Optional[dict[str, str]] = None) -> dict:
+    """HF tensors → bertjax params (loop layout). Heads missing from the checkpoint are initialised fresh."""
+    tensors = _canonical_names(tensors)
+    origin = _canonical_names(origin) if origin else {}
+    model = model_lib.BertForPreTraining(config)
+    shapes = jax.eval_shape(lambda: model_lib.init_params(model, rng))
+    fresh = None  # a full init costs seconds on large models: only when something must be initialised
+    params: dict = {}
+    used, initialised, missing = set(), [], []
+    for name, path, (to_jax, to_hf) in _expand_table(config):
+        expected = _get(shapes, path)
+        if name not in tensors:
+            (initialised if name.startswith(_OPTIONAL_PREFIXES) else missing).append(name)
+            fresh = model_lib.init_params(model, rng) if fresh is None else fresh
+            _set(params, path, _get(fresh, path))
+            continue
+        hf_shape = to_hf(np.zeros(expected.shape, np.float32), config).shape
+        value = tensors[name]
+        if tuple(value.shape) != tuple(hf_shape):
+            raise ValueError(
+                f"{origin.get(name, source)}: '{name}' has shape {tuple(value.shape)} but config.json implies "
+                f"{tuple(hf_shape)}; the weights and config.json come from different models.")
+        _set(params, path, jnp.asarray(to_jax(value.astype(np.float32), config)))
+        used.add(name)
+    if missing:
+        raise ValueError(f"{source} lacks {len(missing)} encoder tensor(s), e.g. {missing[:3]}; it is not a BERT "
+                         f"checkpoint with num_hidden_layers={config.num_hidden_layers}.")
+    _check_tied_decoder(tensors, params, source)
+    unexpected = sorted(set(tensors) - used - set(_REDUNDANT))
+    if unexpected:
+        log.warning("%s: ignored %d tensor(s) that BertForPreTraining has no place for: %s", source,
+                    len(unexpected), ", ".join(unexpected[:8]) + (" …" if len(unexpected) > 8 else ""))
+    if initialised:
+        heads = sorted({n.rsplit(".", 1)[0] for n in initialised})
+        log.warning("%s: initialised fresh (not in the checkpoint): %s", source, ", ".join(heads))
+    return params
+
+
+def _check_tied_decoder(tensors: dict[str, np.ndarray], params: dict, source: str) -> None:
+    decoder = tensors.get("cls.predictions.decoder.weight")
+    if decoder is None:
+        return
+    embedding = np.asarray(params["bert"]["embeddings"]["word_embeddings"]["embedding"])
+    if decoder.shape != embedding.shape or not np.array_equal(decoder.astype(np.float32), embedding):
+        raise ValueError(f"{source}: cls.predictions.decoder.weight differs from the word embeddings; bertjax ties "
+                         "them as BERT does, so an untied checkpoint cannot be loaded faithfully.")
+
+
+def load_config(path: str) -> model_lib.BertConfig:
+    config_file = os.path.join(path, CONFIG_NAME)
+    if not os.path.isfile(config_file):
+        raise FileNotFoundError(f"{path} has no {CONFIG_NAME}; point at a Hugging Face BERT directory "
+                                "(config.json + model.safetensors).")
+    return model_lib.BertConfig.from_json_file(config_file)
+
+
+def from_pretrained(path: str, *, dtype: Any = jnp.float32, scan_layers: bool = False,
+                    remat_policy: str = "none", seed: int = 0) -> tuple[model_lib.BertForPreTraining, dict]:
+    """Loads a Hugging Face BERT directory (safetensors) into a bertjax model and its params."""
+    if not os.path.isdir(path):
+        raise FileNotFoundError(f"{path} is not a directory; point at a Hugging Face BERT directory.")
+    config = load_config(path)
+    files = _weight_files(path)
+    tensors, origin = _read_safetensors(files)
+    params = from_hf_state_dict(config, tensors, jax.random.PRNGKey(seed), source=path, origin=origin)
+    model = model_lib.BertForPreTraining(config, dtype=dtype, scan_layers=scan_layers, remat_policy=remat_policy)
+    if scan_layers:
+        params = model_lib.stack_layers(params, config.num_hidden_layers)
+    return model, params

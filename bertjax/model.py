@@ -1,0 +1,363 @@
+"""BERT in Flax linen, exactly as google-research/bert and Hugging Face's `BertForPreTraining` define it.
+
+Post-LayerNorm encoder, absolute learned positions, exact (erf) GELU, MLM decoder tied to the word
+embeddings. Every parameter carries logical axis names (batch, length, embed, heads, kv, mlp, vocab,
+layers); only `sharding.py` decides how those map onto a device mesh.
+
+Implementation choices that leave fp32 numerics unchanged are constructor arguments, not config:
+layers as a Python loop or `nn.scan`, rematerialisation policy, compute dtype.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+from typing import Any, Callable, Optional
+
+import flax
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+Array = jax.Array
+Dtype = Any
+
+# Fields of google-research/bert's bert_config.json (and of Hugging Face's BertConfig).
+CONFIG_FIELDS = (
+    "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+    "hidden_act", "hidden_dropout_prob", "attention_probs_dropout_prob", "max_position_embeddings",
+    "type_vocab_size", "initializer_range", "layer_norm_eps",
+)
+
+ACTIVATIONS: dict[str, Callable[[Array], Array]] = {
+    "gelu": functools.partial(jax.nn.gelu, approximate=False),
+    "gelu_new": functools.partial(jax.nn.gelu, approximate=True),
+    "gelu_pytorch_tanh": functools.partial(jax.nn.gelu, approximate=True),
+    "relu": jax.nn.relu,
+    "silu": jax.nn.silu,
+    "swish": jax.nn.silu,
+    "tanh": jnp.tanh,
+}
+
+# Named rematerialisation policies: which intermediates a layer keeps for the backward pass.
+REMAT_POLICIES: dict[str, Optional[Callable[..., bool]]] = {
+    "none": None,  # no remat: keep everything
+    "full": jax.checkpoint_policies.nothing_saveable,  # recompute the whole layer
+    "dots": jax.checkpoint_policies.checkpoint_dots,  # keep matmul outputs
+    "dots_no_batch": jax.checkpoint_policies.checkpoint_dots_with_no_batch_dims,  # keep weight matmuls
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class BertConfig:
+    """The architecture; field names are those of bert_config.json."""
+
+    vocab_size: int = 30522
+    hidden_size: int = 768
+    num_hidden_layers: int = 12
+    num_attention_heads: int = 12
+    intermediate_size: int = 3072
+    hidden_act: str = "gelu"
+    hidden_dropout_prob: float = 0.1
+    attention_probs_dropout_prob: float = 0.1
+    max_position_embeddings: int = 512
+    type_vocab_size: int = 2
+    initializer_range: float = 0.02
+    layer_norm_eps: float = 1e-12
+
+    def __post_init__(self):
+        self.validate()
+
+    def validate(self, source: str = "the model config") -> None:
+        """Raises one clear ValueError for an architecture that cannot be built."""
+        for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                     "intermediate_size", "max_position_embeddings", "type_vocab_size"):
+            if int(getattr(self, name)) < 1:
+                raise ValueError(f"{source}: {name}={getattr(self, name)} must be a positive integer.")
+        if self.hidden_size % self.num_attention_heads:
+            raise ValueError(
+                f"{source}: hidden_size={self.hidden_size} is not divisible by "
+                f"num_attention_heads={self.num_attention_heads}; choose a head count that divides it.")
+        if self.hidden_act not in ACTIVATIONS:
+            raise ValueError(f"{source}: hidden_act={self.hidden_act!r} is not one of {sorted(ACTIVATIONS)}.")
+        for name in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise ValueError(f"{source}: {name}={getattr(self, name)} must be in [0, 1).")
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_attention_heads
+
+    @classmethod
+    def from_dict(cls, d: dict, source: str = "the model config") -> "BertConfig":
+        """Builds from a bert_config.json / HF config.json dict, ignoring fields BERT does not use."""
+        missing = [f for f in CONFIG_FIELDS if f not in d and f != "layer_norm_eps"]
+        if missing:
+            raise ValueError(f"{source}: missing BERT config field(s) {missing}.")
+        try:
+            return cls(**{f: d[f] for f in CONFIG_FIELDS if f in d})
+        except ValueError as e:  # validate() names the field; say which file it came from
+            raise ValueError(str(e).replace("the model config", source, 1)) from None
+
+    @classmethod
+    def from_json_file(cls, path: str) -> "BertConfig":
+        with open(path) as f:
+            d = json.load(f)
+        if d.get("position_embedding_type", "absolute") != "absolute":
+            raise ValueError(f"{path}: position_embedding_type={d['position_embedding_type']!r} is not "
+                             "supported; bertjax implements BERT's absolute learned positions only.")
+        return cls.from_dict(d, source=path)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+# Model sizes from the BERT paper and the "Well-Read Students" compact models.
+SIZES: dict[str, tuple[int, int, int]] = {  # name: (layers, hidden, heads)
+    "tiny": (2, 128, 2),
+    "mini": (4, 256, 4),
+    "small": (4, 512, 8),
+    "medium": (8, 512, 8),
+    "base": (12, 768, 12),
+    "large": (24, 1024, 16),
+}
+
+
+def config_for_size(size: str, **overrides) -> BertConfig:
+    """BERT of a named size: intermediate = 4 × hidden, vocab 30522, 512 positions, 2 token types."""
+    if size not in SIZES:
+        raise ValueError(f"model size {size!r} is not one of {list(SIZES)}.")
+    layers, hidden, heads = SIZES[size]
+    fields = dict(num_hidden_layers=layers, hidden_size=hidden, num_attention_heads=heads,
+                  intermediate_size=4 * hidden)
+    fields.update(overrides)
+    return BertConfig(**fields)
+
+
+@flax.struct.dataclass
+class BertOutput:
+    mlm_logits: Array  # [batch, predictions or length, vocab], float32
+    nsp_logits: Array  # [batch, 2], float32
+    sequence_output: Array  # [batch, length, hidden]
+    pooled_output: Array  # [batch, hidden]
+
+
+def _init(config: BertConfig, names: tuple[Optional[str], ...]):
+    return nn.with_logical_partitioning(nn.initializers.truncated_normal(config.initializer_range), names)
+
+
+def _zeros(names: tuple[Optional[str], ...]):
+    return nn.with_logical_partitioning(nn.initializers.zeros_init(), names)
+
+
+def _layer_norm(config: BertConfig, dtype: Dtype, name: str) -> nn.LayerNorm:
+    # use_fast_variance=False: E[(x-mean)^2], as PyTorch computes it, for reference-exact outputs.
+    return nn.LayerNorm(epsilon=config.layer_norm_eps, dtype=dtype, use_fast_variance=False,
+                        scale_init=nn.with_logical_partitioning(nn.initializers.ones_init(), ("embed",)),
+                        bias_init=_zeros(("embed",)), name=name)
+
+
+def _dense(config: BertConfig, features: int, names: tuple[str, str], dtype: Dtype, name: str) -> nn.Dense:
+    return nn.Dense(features, dtype=dtype, kernel_init=_init(config, names), bias_init=_zeros(names[1:]),
+                    name=name)
+
+
+class BertEmbeddings(nn.Module):
+    config: BertConfig
+    dtype: Dtype = jnp.float32
+
+    def setup(self):
+        cfg = self.config
+        embed = functools.partial(nn.Embed, features=cfg.hidden_size, dtype=self.dtype)
+        self.word_embeddings = embed(cfg.vocab_size, embedding_init=_init(cfg, ("vocab", "embed")))
+        self.position_embeddings = embed(cfg.max_position_embeddings, embedding_init=_init(cfg, (None, "embed")))
+        self.token_type_embeddings = embed(cfg.type_vocab_size, embedding_init=_init(cfg, (None, "embed")))
+        self.layer_norm = _layer_norm(cfg, self.dtype, "LayerNorm")
+        self.dropout = nn.Dropout(cfg.hidden_dropout_prob)
+
+    def __call__(self, input_ids: Array, segment_ids: Array, deterministic: bool) -> Array:
+        positions = jnp.arange(input_ids.shape[-1])[None, :]
+        x = self.word_embeddings(input_ids) + self.position_embeddings(positions)
+        x = x + self.token_type_embeddings(segment_ids)
+        x = self.layer_norm(x)
+        x = nn.with_logical_constraint(x, ("batch", "length", "embed"))
+        return self.dropout(x, deterministic=deterministic)
+
+
+class BertLayer(nn.Module):
+    """One post-LayerNorm transformer layer. Signature `(x, bias) -> (x, None)` so `nn.scan` can carry x."""
+
+    config: BertConfig
+    dtype: Dtype = jnp.float32
+    deterministic: bool = True
+
+    @nn.compact
+    def __call__(self, x: Array, attention_bias: Array) -> tuple[Array, None]:
+        cfg = self.config
+        heads, head_dim = cfg.num_attention_heads, cfg.head_dim
+        act = ACTIVATIONS[cfg.hidden_act]
+
+        def projection(name: str) -> Array:
+            y = nn.DenseGeneral((heads, head_dim), dtype=self.dtype, name=name,
+                                kernel_init=_init(cfg, ("embed", "heads", "kv")),
+                                bias_init=_zeros(("heads", "kv")))(x)
+            return nn.with_logical_constraint(y, ("batch", "length", "heads", "kv"))
+
+        q, k, v = projection("query"), projection("key"), projection("value")
+        # Scores and softmax in float32 whatever the compute dtype.
+        scores = jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=jnp.float32)
+        scores = scores / np.sqrt(head_dim).astype(np.float32) + attention_bias
+        probs = jax.nn.softmax(scores, axis=-1)
+        probs = nn.Dropout(cfg.attention_probs_dropout_prob)(probs, deterministic=self.deterministic)
+        context = jnp.einsum("bhqk,bkhd->bqhd", probs.astype(self.dtype), v)
+        attn = nn.DenseGeneral(cfg.hidden_size, axis=(-2, -1), dtype=self.dtype, name="attention_output",
+                               kernel_init=_init(cfg, ("heads", "kv", "embed")),
+                               bias_init=_zeros(("embed",)))(context)
+        attn = nn.Dropout(cfg.hidden_dropout_prob)(attn, deterministic=self.deterministic)
+        x = _layer_norm(cfg, self.dtype, "attention_layer_norm")(x + attn)
+
+        h = act(_dense(cfg, cfg.intermediate_size, ("embed", "mlp"), self.dtype, "intermediate")(x))
+        h = nn.with_logical_constraint(h, ("batch", "length", "mlp"))
+        h = _dense(cfg, cfg.hidden_size, ("mlp", "embed"), self.dtype, "output")(h)
+        h = nn.Dropout(cfg.hidden_dropout_prob)(h, deterministic=self.deterministic)
+        x = _layer_norm(cfg, self.dtype, "output_layer_norm")(x + h)
+        return nn.with_logical_constraint(x, ("batch", "length", "embed")), None
+
+
+class BertEncoder(nn.Module):
+    config: BertConfig
+    dtype: Dtype = jnp.float32
+    scan_layers: bool = False
+    remat_policy: str = "none"
+
+    @nn.compact
+    def __call__(self, x: Array, attention_bias: Array, deterministic: bool) -> Array:
+        layer_cls = BertLayer
+        if self.remat_policy != "none":
+            layer_cls = nn.remat(BertLayer, policy=REMAT_POLICIES[self.remat_policy],
+                                 prevent_cse=not self.scan_layers)
+        if self.scan_layers:
+            stack = nn.scan(layer_cls, variable_axes={"params": 0}, split_rngs={"params": True, "dropout": True},
+                            in_axes=nn.broadcast, length=self.config.num_hidden_layers,
+                            metadata_params={nn.PARTITION_NAME: "layers"})
+            x, _ = stack(self.config, self.dtype, deterministic, name="layers")(x, attention_bias)
+            return x
+        for i in range(self.config.num_hidden_layers):
+            x, _ = layer_cls(self.config, self.dtype, deterministic, name=f"layer_{i}")(x, attention_bias)
+        return x
+
+
+class BertModel(nn.Module):
+    """Embeddings, encoder and pooler: Hugging Face's `BertModel`."""
+
+    config: BertConfig
+    dtype: Dtype = jnp.float32
+    scan_layers: bool = False
+    remat_policy: str = "none"
+
+    def setup(self):
+        cfg = self.config
+        self.embeddings = BertEmbeddings(cfg, self.dtype)
+        self.encoder = BertEncoder(cfg, self.dtype, self.scan_layers, self.remat_policy)
+        self.pooler = _dense(cfg, cfg.hidden_size, ("embed", "mlp"), self.dtype, "pooler")
+
+    def __call__(self, input_ids: Array, segment_ids: Array, input_mask: Array,
+                 deterministic: bool = True) -> tuple[Array, Array]:
+        x = self.embeddings(input_ids, segment_ids, deterministic)
+        # Key padding mask as an additive bias, [batch, 1, 1, keys], as BERT and HF build it.
+        attention_bias = jnp.where(input_mask[:, None, None, :] > 0, 0.0, jnp.finfo(jnp.float32).min)
+        x = self.encoder(x, attention_bias.astype(jnp.float32), deterministic)
+        pooled = jnp.tanh(self.pooler(x[:, 0]))
+        return x, pooled
+
+
+class BertForPreTraining(nn.Module):
+    """BERT with its masked-LM head (decoder tied to the word embeddings) and next-sentence head."""
+
+    config: BertConfig
+    dtype: Dtype = jnp.float32  # compute dtype; parameters stay float32
+    scan_layers: bool = False  # nn.scan over layers: one compiled layer, params stacked on "layers"
+    remat_policy: str = "none"  # one of REMAT_POLICIES
+
+    def setup(self):
+        cfg = self.config
+        if self.remat_policy not in REMAT_POLICIES:
+            raise ValueError(f"remat_policy={self.remat_policy!r} is not one of {list(REMAT_POLICIES)}.")
+        self.bert = BertModel(cfg, self.dtype, self.scan_layers, self.remat_policy)
+        self.transform = _dense(cfg, cfg.hidden_size, ("embed", "mlp"), self.dtype, "transform")
+        self.transform_layer_norm = _layer_norm(cfg, self.dtype, "transform_layer_norm")
+        self.mlm_bias = self.param("mlm_bias", _zeros(("vocab",)), (cfg.vocab_size,))
+        self.nsp = _dense(cfg, 2, ("embed", None), self.dtype, "nsp")
+
+    def __call__(self, input_ids: Array, segment_ids: Array, input_mask: Array,
+                 masked_lm_positions: Optional[Array] = None, deterministic: bool = True) -> BertOutput:
+        sequence, pooled = self.bert(input_ids, segment_ids, input_mask, deterministic)
+        hidden = sequence
+        if masked_lm_positions is not None:
+            # Gather first so the vocabulary projection only runs on predicted positions.
+            hidden = jnp.take_along_axis(sequence, masked_lm_positions[..., None].astype(jnp.int32), axis=1)
+        hidden = ACTIVATIONS[self.config.hidden_act](self.transform(hidden))
+        hidden = self.transform_layer_norm(hidden)
+        logits = self.bert.embeddings.word_embeddings.attend(hidden)
+        mlm_logits = logits.astype(jnp.float32) + self.mlm_bias
+        nsp_logits = self.nsp(pooled).astype(jnp.float32)
+        return BertOutput(mlm_logits=mlm_logits, nsp_logits=nsp_logits, sequence_output=sequence,
+                          pooled_output=pooled)
+
+
+def dummy_inputs(batch: int = 1, seq_len: int = 8) -> dict[str, Array]:
+    """Shapes-only inputs for `init` and `eval_shape`."""
+    ids = jnp.zeros((batch, seq_len), jnp.int32)
+    return dict(input_ids=ids, segment_ids=ids, input_mask=jnp.ones_like(ids))
+
+
+def init_params(model: BertForPreTraining, rng: Array, seq_len: int = 8) -> dict:
+    """Unboxed float32 parameters (logical-axis metadata stripped)."""
+    variables = model.init(rng, **dummy_inputs(1, seq_len))
+    return nn.meta.unbox(variables["params"])
+
+
+def param_count(params: Any) -> int:
+    return int(sum(np.prod(x.shape) for x in jax.tree.leaves(params)))
+
+
+# --- Loop ⇄ scan layouts. Checkpoints and HF conversion speak the loop layout (one subtree per layer).
+
+def stack_layers(params: dict, num_layers: int) -> dict:
+    """`encoder/layer_{i}/...` → `encoder/layers/...` with a leading layer axis (for scan_layers=True)."""
+    params = flax.core.unfreeze(params)
+    encoder = params["bert"]["encoder"]
+    if "layers" in encoder:
+        return params
+    layers = [encoder.pop(f"layer_{i}") for i in range(num_layers)]
+    encoder["layers"] = jax.tree.map(lambda *xs: jnp.stack(xs), *layers)
+    return params
+
+
+def unstack_layers(params: dict) -> dict:
+    """Inverse of `stack_layers`."""
+    params = flax.core.unfreeze(params)
+    encoder = params["bert"]["encoder"]
+    if "layers" not in encoder:
+        return params
+    stacked = encoder.pop("layers")
+    n = jax.tree.leaves(stacked)[0].shape[0]
+    for i in range(n):
+        encoder[f"layer_{i}"] = jax.tree.map(lambda x: x[i], stacked)
+    return params
+
+
+DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+
+
+def from_config(cfg: Any) -> BertForPreTraining:
+    """The `model` section of a ConfigDict → a model: the one place model config becomes code."""
+    if cfg.dtype not in DTYPES:
+        raise ValueError(f"config.model.dtype={cfg.dtype!r} is not one of {list(DTYPES)}.")
+    if cfg.remat_policy not in REMAT_POLICIES:
+        raise ValueError(f"config.model.remat_policy={cfg.remat_policy!r} is not one of {list(REMAT_POLICIES)}.")
+    arch = BertConfig.from_dict(dict(cfg), source="config.model")
+    return BertForPreTraining(arch, dtype=DTYPES[cfg.dtype], scan_layers=cfg.scan_layers,
+                              remat_policy=cfg.remat_policy)

@@ -1,0 +1,77 @@
+"""Prints a model's size, memory and cost, then runs one real forward pass.
+
+    python -m bertjax.summary --config=configs/large.py [--batch_size=2]
+
+Use it before launching a job: it builds the model exactly as training will (same config section),
+initialises its parameters, and checks that a batch of the configured shape goes through.
+"""
+
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from absl import app, flags
+from ml_collections import config_flags
+
+from bertjax import model as model_lib
+
+_CONFIG = config_flags.DEFINE_config_file("config", None, "Config file, e.g. configs/tiny.py.", lock_config=True)
+_BATCH = flags.DEFINE_integer("batch_size", 2, "Sequences in the forward pass.")
+
+
+def module_param_counts(params: dict) -> list[tuple[str, int]]:
+    """Parameter count per module, encoder layers folded into one row."""
+    params = model_lib.unstack_layers(params)
+    encoder = params["bert"]["encoder"]
+    rows = [("bert/embeddings", model_lib.param_count(params["bert"]["embeddings"])),
+            (f"bert/encoder ({len(encoder)} layers × {model_lib.param_count(encoder['layer_0']):,})",
+             model_lib.param_count(encoder)),
+            ("bert/pooler", model_lib.param_count(params["bert"]["pooler"]))]
+    heads = {k: v for k, v in params.items() if k != "bert"}
+    rows.append(("heads (mlm transform + bias, nsp; decoder tied)", model_lib.param_count(heads)))
+    return rows
+
+
+def main(argv):
+    del argv
+    config = _CONFIG.value
+    model = model_lib.from_config(config.model)
+    seq_len, predictions = config.data.max_seq_length, config.data.max_predictions_per_seq
+    params = jax.jit(lambda rng: model_lib.init_params(model, rng))(jax.random.PRNGKey(config.seed))
+    total = model_lib.param_count(params)
+    print(f"model {config.model.size}: {model.config}")
+    for name, count in module_param_counts(params):
+        print(f"  {name:<58} {count:>13,}")
+    print(f"  {'total':<58} {total:>13,}")
+    print(f"  fp32 params {total * 4 / 2**20:,.1f} MiB; with AdamW state {total * 12 / 2**20:,.1f} MiB")
+    # Training FLOPs per sequence: 6 × (non-embedding params) × tokens + attention scores.
+    cfg = model.config
+    dense_params = total - cfg.vocab_size * cfg.hidden_size - cfg.max_position_embeddings * cfg.hidden_size
+    flops = 6 * dense_params * seq_len + 12 * cfg.num_hidden_layers * cfg.hidden_size * seq_len**2
+    print(f"  ≈ {flops / 1e9:,.1f} GFLOPs per training sequence of {seq_len} tokens")
+
+    rng = np.random.default_rng(config.seed)
+    batch = dict(
+        input_ids=jnp.asarray(rng.integers(0, cfg.vocab_size, (_BATCH.value, seq_len)), jnp.int32),
+        segment_ids=jnp.asarray(np.repeat([[0] * (seq_len // 2) + [1] * (seq_len - seq_len // 2)], _BATCH.value, 0)),
+        input_mask=jnp.ones((_BATCH.value, seq_len), jnp.int32),
+        masked_lm_positions=jnp.asarray(rng.integers(0, seq_len, (_BATCH.value, predictions)), jnp.int32))
+    forward = jax.jit(lambda p, b: model.apply({"params": p}, **b))
+    start = time.perf_counter()
+    out = jax.block_until_ready(forward(params, batch))
+    compiled = time.perf_counter() - start
+    start = time.perf_counter()
+    out = jax.block_until_ready(forward(params, batch))
+    print(f"forward pass on {jax.devices()[0].platform}, batch {_BATCH.value}×{seq_len}: "
+          f"compile+run {compiled:.2f}s, run {time.perf_counter() - start:.3f}s")
+    for field in ("mlm_logits", "nsp_logits", "sequence_output", "pooled_output"):
+        value = getattr(out, field)
+        print(f"  {field:<16} {str(value.shape):<18} mean {float(jnp.mean(value)):+.4f} std {float(jnp.std(value)):.4f}")
+    probs = jax.nn.softmax(out.nsp_logits)
+    print("  untrained NSP P(is next) =", ", ".join(f"{p:.3f}" for p in np.asarray(probs[:, 0])))
+
+
+if __name__ == "__main__":
+    flags.mark_flag_as_required("config")
+    app.run(main)

@@ -1,0 +1,105 @@
+"""Every bertjax setting, commented, grouped by section. Other config files start from this one.
+
+Argument (after the colon): comma-separated `key=value` or flags, e.g.
+`configs/default.py:size=base,phase=2,runlocal`.
+  size      model size: tiny, mini, small, medium, base, large (default base)
+  phase     1 (seq 128, 90% of steps) or 2 (seq 512, from phase 1's final checkpoint)
+  runlocal  shrink batch and steps so the job runs on a laptop CPU in a minute
+"""
+
+import ml_collections
+
+from bertjax import model as model_lib
+
+
+def parse_arg(arg: str | None) -> dict[str, str]:
+    """`"size=large,runlocal"` → `{"size": "large", "runlocal": "True"}`."""
+    out = {}
+    for item in filter(None, (arg or "").split(",")):
+        key, _, value = item.partition("=")
+        out[key.strip()] = value.strip() if value else "True"
+    return out
+
+
+def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
+    args = parse_arg(arg)
+    size = args.get("size", "base")
+    c = ml_collections.ConfigDict()
+    c.seed = 0  # seeds parameter init, dropout and data order
+
+    # --- model: bert_config.json fields plus implementation choices that keep fp32 numerics identical.
+    c.model = ml_collections.ConfigDict(model_lib.config_for_size(size).to_dict())
+    c.model.size = size  # the name the fields above came from; informative only
+    c.model.dtype = "float32"  # compute dtype: float32 or bfloat16 (params, softmax and loss stay float32)
+    c.model.scan_layers = True  # nn.scan over layers: compile one layer, not num_hidden_layers of them
+    c.model.remat_policy = "none"  # none | full | dots | dots_no_batch: what a layer keeps for backprop
+
+    # --- data: pre-masked TFRecords made by `python -m bertjax.prepare` (or google-research/bert).
+    c.data = ml_collections.ConfigDict()
+    c.data.train_files = ""  # glob or comma list of training record shards
+    c.data.eval_files = ""  # glob or comma list of held-out record shards ("" = no eval)
+    c.data.vocab_file = ""  # vocab.txt / .model the records were made with (for export and the demo)
+    c.data.do_lower_case = True  # casing the records were made with (written into the export)
+    c.data.max_seq_length = 128  # must equal the records' max_seq_length
+    c.data.max_predictions_per_seq = 20  # must equal the records' max_predictions_per_seq
+    c.data.next_sentence_prediction = True  # False for MLM-only records (prepare --no_nsp)
+    c.data.shuffle_buffer = 10_000  # records held for shuffling, per process
+    c.data.dynamic_masking = False  # re-mask every epoch instead of using the stored masks
+
+    # --- train
+    c.train = ml_collections.ConfigDict()
+    c.train.global_batch_size = 256  # sequences per optimizer step, over all processes
+    c.train.micro_batches = 1  # gradient accumulation: split each step's batch into this many parts
+    c.train.num_train_steps = 1_000_000  # optimizer steps in this phase
+    c.train.log_every_steps = 100  # steps between metric lines in the log, TensorBoard and metrics.jsonl
+    c.train.init_from = ""  # weights only: a Hugging Face directory or a bertjax workdir ("" = fresh init)
+
+    # --- optim
+    c.optim = ml_collections.ConfigDict()
+    c.optim.name = "adamw"  # adamw (BERT's) or lamb
+    c.optim.learning_rate = 1e-4  # peak learning rate, reached at the end of warmup
+    c.optim.warmup_steps = 10_000  # linear warmup from 0
+    c.optim.decay = "linear"  # linear decay to 0 at num_train_steps
+    c.optim.weight_decay = 0.01  # decoupled; never on LayerNorm parameters or biases
+    c.optim.b1 = 0.9  # Adam β1
+    c.optim.b2 = 0.999  # Adam β2
+    c.optim.eps = 1e-6  # Adam ε, as in BERT
+    c.optim.max_grad_norm = 1.0  # global-norm clipping (0 = off)
+
+    # --- mesh: device axes; one of them -1 takes the remaining devices.
+    c.mesh = ml_collections.ConfigDict()
+    c.mesh.shape = (-1, 1, 1)  # (data, fsdp, tensor)
+    c.mesh.logical_axis_rules = (  # logical axis name → mesh axis (or None = replicated)
+        ("batch", ("data", "fsdp")),
+        ("embed", "fsdp"),
+        ("vocab", "tensor"),
+        ("heads", "tensor"),
+        ("mlp", "tensor"),
+        ("kv", None),
+        ("length", None),
+        ("layers", None),
+    )
+
+    # --- checkpoint
+    c.checkpoint = ml_collections.ConfigDict()
+    c.checkpoint.every_steps = 10_000  # steps between saves (and always at the end)
+    c.checkpoint.keep = 3  # most recent checkpoints kept
+    c.checkpoint.keep_every = 100_000  # also keep every checkpoint whose step is a multiple of this (0 = none)
+
+    # --- eval
+    c.eval = ml_collections.ConfigDict()
+    c.eval.every_steps = 10_000  # steps between held-out evaluations (and always at the end)
+    c.eval.num_batches = 100  # batches per evaluation (0 = the whole eval set once)
+
+    if args.get("phase", "1") == "2":
+        c.data.max_seq_length = 512
+        c.data.max_predictions_per_seq = 80
+    if "runlocal" in args:
+        c.train.global_batch_size = 8
+        c.train.num_train_steps = 20
+        c.train.log_every_steps = 5
+        c.optim.warmup_steps = 5
+        c.checkpoint.every_steps = 10
+        c.eval.every_steps = 10
+        c.eval.num_batches = 2
+    return c

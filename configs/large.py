@@ -1,0 +1,10 @@
+"""BERT-large (L24/H1024/A16). Same arguments as default.py, e.g. `configs/large.py:phase=2`."""
+
+import pathlib
+import runpy
+
+_default = runpy.run_path(str(pathlib.Path(__file__).with_name("default.py")))
+
+
+def get_config(arg: str | None = None):
+    return _default["get_config"](f"size=large,{arg or ''}")
