@@ -28,8 +28,21 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.seed = 0  # seeds parameter init, dropout and data order
 
     # --- model: bert_config.json fields plus implementation choices that keep fp32 numerics identical.
-    c.model = ml_collections.ConfigDict(model_lib.config_for_size(size).to_dict())
-    c.model.size = size  # the name the fields above came from; informative only
+    arch = model_lib.config_for_size(size)
+    c.model = ml_collections.ConfigDict()
+    c.model.size = size  # the name the fields below came from; informative only
+    c.model.vocab_size = arch.vocab_size  # must equal the vocab file's size (the records are checked)
+    c.model.hidden_size = arch.hidden_size  # width of embeddings and every layer
+    c.model.num_hidden_layers = arch.num_hidden_layers  # transformer layers
+    c.model.num_attention_heads = arch.num_attention_heads  # must divide hidden_size
+    c.model.intermediate_size = arch.intermediate_size  # feed-forward width, 4 × hidden in BERT
+    c.model.hidden_act = arch.hidden_act  # gelu = exact erf GELU, as BERT
+    c.model.hidden_dropout_prob = arch.hidden_dropout_prob  # dropout on embeddings and sub-layer outputs
+    c.model.attention_probs_dropout_prob = arch.attention_probs_dropout_prob  # dropout on attention weights
+    c.model.max_position_embeddings = arch.max_position_embeddings  # longest sequence the model can take
+    c.model.type_vocab_size = arch.type_vocab_size  # segment ids: 2 for sentence A/B
+    c.model.initializer_range = arch.initializer_range  # std of the truncated-normal init
+    c.model.layer_norm_eps = arch.layer_norm_eps  # LayerNorm epsilon, 1e-12 as in BERT
     c.model.dtype = "float32"  # compute dtype: float32 or bfloat16 (params, softmax and loss stay float32)
     c.model.scan_layers = True  # nn.scan over layers: compile one layer, not num_hidden_layers of them
     c.model.remat_policy = "none"  # none | full | dots | dots_no_batch: what a layer keeps for backprop

@@ -1,0 +1,120 @@
+"""Model options that must not change fp32 numerics, logical axes, dropout, dtype, config validation."""
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from bertjax import model as model_lib
+
+import reference
+
+CONFIG = model_lib.BertConfig(vocab_size=500, hidden_size=64, num_hidden_layers=3, num_attention_heads=4,
+                              intermediate_size=128, max_position_embeddings=64)
+
+
+def loss_and_grads(model, params, inputs):
+    def loss_fn(p):
+        out = model.apply({"params": p}, **inputs)
+        return jnp.mean(out.mlm_logits ** 2) + jnp.mean(out.nsp_logits ** 2)
+
+    return jax.jit(jax.value_and_grad(loss_fn))(params)
+
+
+def test_loop_scan_and_remat_are_numerically_identical():
+    inputs = reference.batch(CONFIG)
+    base = model_lib.BertForPreTraining(CONFIG)
+    params = reference.random_params(base)
+    base_loss, base_grads = loss_and_grads(base, params, inputs)
+    for scan in (False, True):
+        for policy in model_lib.REMAT_POLICIES:
+            model = model_lib.BertForPreTraining(CONFIG, scan_layers=scan, remat_policy=policy)
+            p = model_lib.stack_layers(params, CONFIG.num_hidden_layers) if scan else params
+            loss, grads = loss_and_grads(model, p, inputs)
+            grads = model_lib.unstack_layers(grads)
+            np.testing.assert_allclose(loss, base_loss, rtol=1e-6, err_msg=f"scan={scan} remat={policy}")
+            for g, h in zip(jax.tree.leaves(grads), jax.tree.leaves(base_grads)):
+                np.testing.assert_allclose(g, h, atol=1e-6, rtol=1e-5, err_msg=f"scan={scan} remat={policy}")
+
+
+def test_stack_unstack_round_trip():
+    params = reference.random_params(model_lib.BertForPreTraining(CONFIG))
+    stacked = model_lib.stack_layers(params, CONFIG.num_hidden_layers)
+    assert stacked["bert"]["encoder"]["layers"]["query"]["kernel"].shape == (3, 64, 4, 16)
+    back = model_lib.unstack_layers(stacked)
+    assert jax.tree.structure(back) == jax.tree.structure(params)
+    for a, b in zip(jax.tree.leaves(back), jax.tree.leaves(params)):
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("scan", [False, True])
+def test_every_parameter_has_logical_axes(scan):
+    model = model_lib.BertForPreTraining(CONFIG, scan_layers=scan)
+    boxed = jax.eval_shape(lambda: model.init(jax.random.PRNGKey(0), **model_lib.dummy_inputs()))["params"]
+    leaves = jax.tree.leaves(boxed, is_leaf=lambda x: isinstance(x, nn.LogicallyPartitioned))
+    assert leaves and all(isinstance(x, nn.LogicallyPartitioned) for x in leaves)
+    allowed = {"embed", "heads", "kv", "mlp", "vocab", "layers", None}
+    for leaf in leaves:
+        assert len(leaf.names) == leaf.value.ndim and set(leaf.names) <= allowed, leaf.names
+    names = {tuple(x.names) for x in leaves}
+    assert (("layers", "embed", "heads", "kv") in names) == scan
+    assert ("vocab", "embed") in names
+
+
+def test_dropout_is_active_only_when_not_deterministic():
+    model = model_lib.BertForPreTraining(CONFIG, scan_layers=True)
+    params = model_lib.init_params(model, jax.random.PRNGKey(0))
+    inputs = {k: v for k, v in reference.batch(CONFIG).items() if k != "masked_lm_positions"}
+
+    def run(seed, deterministic):
+        return model.apply({"params": params}, **inputs, deterministic=deterministic,
+                           rngs={"dropout": jax.random.PRNGKey(seed)}).sequence_output
+
+    np.testing.assert_array_equal(run(0, True), run(1, True))
+    np.testing.assert_array_equal(run(0, False), run(0, False))
+    assert not np.allclose(run(0, False), run(1, False))
+    assert not np.allclose(run(0, False), run(0, True))
+
+
+def test_bfloat16_compute_keeps_float32_params_and_logits():
+    model32 = model_lib.BertForPreTraining(CONFIG)
+    model16 = model_lib.BertForPreTraining(CONFIG, dtype=jnp.bfloat16)
+    params = model_lib.init_params(model16, jax.random.PRNGKey(0))
+    assert {x.dtype for x in jax.tree.leaves(params)} == {jnp.dtype(jnp.float32)}
+    inputs = reference.batch(CONFIG)
+    out16 = model16.apply({"params": params}, **inputs)
+    out32 = model32.apply({"params": params}, **inputs)
+    assert out16.mlm_logits.dtype == jnp.float32 and out16.nsp_logits.dtype == jnp.float32
+    assert out16.sequence_output.dtype == jnp.bfloat16
+    np.testing.assert_allclose(out16.mlm_logits, out32.mlm_logits, atol=0.1)
+    assert np.corrcoef(np.ravel(out16.mlm_logits), np.ravel(out32.mlm_logits))[0, 1] > 0.999
+
+
+def test_mlm_decoder_is_tied_to_word_embeddings():
+    model = model_lib.BertForPreTraining(CONFIG)
+    params = reference.random_params(model)
+    inputs = reference.batch(CONFIG)
+    bumped = jax.tree.map(lambda x: x, params)
+    table = bumped["bert"]["embeddings"]["word_embeddings"]["embedding"]
+    direction = jax.random.normal(jax.random.PRNGKey(3), table.shape[1:])
+    bumped["bert"]["embeddings"]["word_embeddings"]["embedding"] = table.at[7].add(direction)
+    h = model.apply({"params": params}, **inputs)
+    g = model.apply({"params": bumped}, **inputs)
+    # Token 7's logit moves at every position; no separate decoder matrix exists to absorb it.
+    assert np.all(np.abs(g.mlm_logits[..., 7] - h.mlm_logits[..., 7]) > 1e-3)
+    assert not any("decoder" in "/".join(map(str, path)) for path, _ in jax.tree_util.tree_leaves_with_path(params))
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("num_attention_heads", 5, "hidden_size=64 is not divisible by num_attention_heads=5"),
+    ("hidden_act", "gelu_fast", "hidden_act='gelu_fast' is not one of"),
+    ("hidden_dropout_prob", 1.5, r"hidden_dropout_prob=1.5 must be in \[0, 1\)"),
+    ("vocab_size", 0, "vocab_size=0 must be a positive integer"),
+])
+def test_bad_architecture_is_one_clear_error(field, value, message):
+    fields = {**CONFIG.to_dict(), field: value}
+    with pytest.raises(ValueError, match=message):
+        model_lib.BertConfig(**fields)
+    with pytest.raises(ValueError, match=f"my_config.json: {message}"):
+        model_lib.BertConfig.from_dict(fields, source="my_config.json")
