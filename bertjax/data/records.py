@@ -1,0 +1,238 @@
+"""Pre-training records: google-research/bert's TFRecord schema, a fast encoder, and metadata.json.
+
+Records made here train in google-research/bert and theirs train here: same feature names, dtypes and
+lengths. `encode_examples` writes the `tf.train.Example` wire format straight from numpy arrays, a
+whole block at a time; building the protos through the protobuf API costs more than everything else
+in record creation together (measured: ~45 µs vs ~4 µs per instance).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import os
+from typing import Iterable, Mapping, Optional, Sequence
+
+import numpy as np
+
+# Feature name → (dtype, length key). Lengths come from the schema: "seq" or "pred" or 1.
+FEATURES: dict[str, tuple[str, str | int]] = {
+    "input_ids": ("int64", "seq"),
+    "input_mask": ("int64", "seq"),
+    "segment_ids": ("int64", "seq"),
+    "masked_lm_positions": ("int64", "pred"),
+    "masked_lm_ids": ("int64", "pred"),
+    "masked_lm_weights": ("float32", "pred"),
+    "next_sentence_labels": ("int64", 1),
+}
+METADATA_NAME = "metadata.json"
+FORMAT_VERSION = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class RecordSchema:
+    max_seq_length: int
+    max_predictions_per_seq: int
+
+    def length(self, feature: str) -> int:
+        size = FEATURES[feature][1]
+        return {"seq": self.max_seq_length, "pred": self.max_predictions_per_seq}.get(size, size)
+
+    def feature_spec(self) -> dict:
+        """`tf.io.parse_example` spec."""
+        import tensorflow as tf
+
+        return {name: tf.io.FixedLenFeature([self.length(name)], tf.float32 if dtype == "float32" else tf.int64)
+                for name, (dtype, _) in FEATURES.items()}
+
+    def to_dict(self) -> dict:
+        return {"max_seq_length": self.max_seq_length, "max_predictions_per_seq": self.max_predictions_per_seq,
+                "features": {name: {"dtype": dtype, "shape": [self.length(name)]}
+                             for name, (dtype, _) in FEATURES.items()}}
+
+
+# --- Wire format ---------------------------------------------------------------------------------
+# Example{features=1: Features{feature=1: map<string, Feature>}}; a map entry is {key=1, value=2};
+# Feature{float_list=2 | int64_list=3}; each list is {value=1, packed}.
+
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+_SMALL_VARINTS = [_varint(n) for n in range(1 << 14)]
+
+
+def _len_prefix(n: int) -> bytes:
+    return _SMALL_VARINTS[n] if n < len(_SMALL_VARINTS) else _varint(n)
+
+
+def _packed_varints(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Rows of non-negative ints → (flat varint bytes, bytes per row), vectorised over the block."""
+    vmax = int(values.max()) if values.size else 0
+    width = max(1, (vmax.bit_length() + 6) // 7)  # bytes of the longest varint
+    if width == 1:  # masks, segment ids, labels: one byte per value
+        return values.astype(np.uint8).ravel(), np.full(len(values), values.shape[1], np.int64)
+    v = values.astype(np.uint32 if vmax < 2**32 else np.uint64)
+    nbytes = np.ones(v.shape, np.int64)
+    for k in range(1, width):
+        nbytes += v >= (1 << (7 * k))
+    position = np.arange(width)
+    groups = ((v[..., None] >> (7 * position).astype(v.dtype)) & 0x7F).astype(np.uint8)
+    groups |= np.where(position < nbytes[..., None] - 1, 0x80, 0).astype(np.uint8)
+    return groups[position < nbytes[..., None]], nbytes.sum(axis=-1)
+
+
+@functools.lru_cache(maxsize=4096)
+def _entry_header(name: str, payload_len: int, list_field: int) -> bytes:
+    """Map-entry bytes up to the packed payload: key, Feature, the list message and its value field."""
+    key = name.encode()
+    values = b"\x0a" + _len_prefix(payload_len)  # list.value, packed
+    feature = bytes([(list_field << 3) | 2]) + _len_prefix(len(values) + payload_len)
+    value = feature + values
+    entry = b"\x0a" + _len_prefix(len(key)) + key + b"\x12" + _len_prefix(len(value) + payload_len)
+    return b"\x0a" + _len_prefix(len(entry) + len(value) + payload_len) + entry + value
+
+
+def encode_examples(arrays: Mapping[str, np.ndarray]) -> list[bytes]:
+    """Serialised `tf.train.Example`s, one per row, from [rows, length] arrays (int → int64, float → float)."""
+    names = list(arrays)
+    rows = len(arrays[names[0]])
+    columns = []  # per feature: list of per-row byte strings
+    for name in names:
+        a = np.asarray(arrays[name]).reshape(rows, -1)
+        if np.issubdtype(a.dtype, np.floating):
+            payload = a.astype("<f4")
+            header = _entry_header(name, payload.shape[1] * 4, list_field=2)
+            columns.append([header + row.tobytes() for row in payload])
+            continue
+        if a.size and a.min() < 0:
+            raise ValueError(f"feature {name} has negative values; record ids and labels are never negative.")
+        flat, lengths = _packed_varints(a)
+        ends = np.cumsum(lengths)
+        data = flat.tobytes()
+        if np.all(lengths == lengths[0]):  # fixed width: one header for all rows
+            header, width = _entry_header(name, int(lengths[0]), 3), int(lengths[0])
+            columns.append([header + data[i * width:(i + 1) * width] for i in range(rows)])
+        else:
+            starts = (ends - lengths).tolist()
+            columns.append([_entry_header(name, n, 3) + data[s:s + n]
+                            for s, n in zip(starts, lengths.tolist())])
+    out = []
+    for parts in zip(*columns):
+        features = b"".join(parts)
+        out.append(b"\x0a" + _len_prefix(len(features)) + features)
+    return out
+
+
+class RecordWriter:
+    """Writes one shard; counts what it wrote."""
+
+    def __init__(self, path: str):
+        import tensorflow as tf
+
+        self.path = path
+        self.count = 0
+        self._writer = tf.io.TFRecordWriter(path)
+
+    def write_block(self, arrays: Mapping[str, np.ndarray], chunk: int = 2048) -> None:
+        rows = len(next(iter(arrays.values())))
+        for start in range(0, rows, chunk):  # chunks that stay in cache
+            for record in encode_examples({k: v[start:start + chunk] for k, v in arrays.items()}):
+                self._writer.write(record)
+        self.count += rows
+
+    def close(self) -> None:
+        self._writer.close()
+
+    def __enter__(self) -> "RecordWriter":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+# --- Metadata ------------------------------------------------------------------------------------
+
+def write_metadata(output_dir: str, schema: RecordSchema, **fields) -> str:
+    import tensorflow as tf
+
+    path = os.path.join(output_dir, METADATA_NAME)
+    with tf.io.gfile.GFile(path, "w") as f:
+        json.dump({"format_version": FORMAT_VERSION, "schema": schema.to_dict(), **fields}, f, indent=2,
+                  sort_keys=True)
+    return path
+
+
+def read_metadata(files: Sequence[str]) -> Optional[dict]:
+    """metadata.json beside the first shard, if there is one (google-research/bert writes none)."""
+    import tensorflow as tf
+
+    path = os.path.join(os.path.dirname(files[0]), METADATA_NAME)
+    if not tf.io.gfile.exists(path):
+        return None
+    with tf.io.gfile.GFile(path) as f:
+        return json.load(f)
+
+
+def infer_schema(files: Sequence[str]) -> tuple[RecordSchema, Optional[dict]]:
+    """The schema from metadata.json, else from the first record (as for the original's records)."""
+    metadata = read_metadata(files)
+    if metadata is not None:
+        s = metadata["schema"]
+        return RecordSchema(s["max_seq_length"], s["max_predictions_per_seq"]), metadata
+    import tensorflow as tf
+
+    for first in tf.data.TFRecordDataset(files[0]).take(1):
+        example = tf.train.Example.FromString(first.numpy())
+        break
+    else:
+        raise ValueError(f"{files[0]} holds no records; re-run prepare or drop it from the file list.")
+    feature = example.features.feature
+    missing = [name for name in FEATURES if name not in feature]
+    if missing:
+        raise ValueError(f"{files[0]}: records lack feature(s) {missing}; they are not BERT pre-training records.")
+    return RecordSchema(len(feature["input_ids"].int64_list.value),
+                        len(feature["masked_lm_ids"].int64_list.value)), None
+
+
+def check_schema(files: Sequence[str], max_seq_length: int, max_predictions_per_seq: int,
+                 vocab_size: Optional[int] = None) -> Optional[dict]:
+    """Raises one clear error when the records disagree with the config; returns their metadata."""
+    schema, metadata = infer_schema(files)
+    where = os.path.join(os.path.dirname(files[0]), METADATA_NAME) if metadata else files[0]
+    if schema.max_seq_length != max_seq_length:
+        raise ValueError(f"{where}: records have max_seq_length={schema.max_seq_length} but config.data."
+                         f"max_seq_length={max_seq_length}; set the config to match or re-run prepare.")
+    if schema.max_predictions_per_seq != max_predictions_per_seq:
+        raise ValueError(f"{where}: records have max_predictions_per_seq={schema.max_predictions_per_seq} but "
+                         f"config.data.max_predictions_per_seq={max_predictions_per_seq}; set the config to "
+                         "match or re-run prepare.")
+    if vocab_size is not None and metadata and metadata.get("vocab_size") not in (None, vocab_size):
+        raise ValueError(f"{where}: records were made with a vocabulary of {metadata['vocab_size']} tokens but "
+                         f"config.model.vocab_size={vocab_size}; set the config to match or re-run prepare.")
+    return metadata
+
+
+def expand_patterns(patterns: str | Iterable[str], what: str = "input") -> list[str]:
+    """Globs / comma lists → sorted files; a pattern that matches nothing is an error naming it."""
+    import tensorflow as tf
+
+    if isinstance(patterns, str):
+        patterns = [p for p in patterns.split(",") if p.strip()]
+    files = []
+    for pattern in patterns:
+        matched = sorted(tf.io.gfile.glob(pattern.strip()))
+        if not matched:
+            raise FileNotFoundError(f"{what} pattern {pattern!r} matches no file; check the path or glob.")
+        files.extend(matched)
+    if not files:
+        raise FileNotFoundError(f"no {what} files given.")
+    return files
