@@ -1,0 +1,1 @@
+"""Data layer: tokenizers, corpus sources, masked instances, TFRecords and the input pipeline."""

@@ -1,0 +1,342 @@
+"""WordPiece (BERT vocab.txt, run by HF `tokenizers`) and SentencePiece (.model): load and train behind one interface.
+
+WordPiece output must equal google-research/bert's `FullTokenizer` (BasicTokenizer + WordpieceTokenizer) token for
+token, so that records made here and by create_pretraining_data.py agree. The stock `BertNormalizer` +
+`BertPreTokenizer` of `tokenizers` differ from that Python code on rare characters: their Unicode tables are older
+than Python's `unicodedata` (new punctuation, marks, controls), they keep unassigned code points that Python drops as
+category Cn, they miss CJK code points U+2B820..U+2B91F, and they lower-case Σ without Python's final-sigma rule. So the
+pipeline below is composed from `tokenizers` parts whose character classes are computed from Python's `unicodedata`,
+the same tables the reference uses; it still runs in Rust and batches across threads.
+"""
+
+import abc
+import functools
+import hashlib
+import os
+import pathlib
+import sys
+import unicodedata
+from collections.abc import Iterable, Iterator
+
+import numpy as np
+import sentencepiece as spm
+import tokenizers
+from tokenizers import Regex, decoders, normalizers, pre_tokenizers, trainers
+
+PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
+SPECIAL_TOKENS = (PAD, UNK, CLS, SEP, MASK)
+WORDPIECE_PREFIX = "##"
+SENTENCEPIECE_SPACE = "\u2581"
+MAX_INPUT_CHARS_PER_WORD = 100  # BERT's WordpieceTokenizer default: longer words become [UNK].
+VOCAB_FILE = "vocab.txt"
+SPM_PREFIX = "spm"
+
+# BERT's _is_chinese_char ranges (CJK ideographs, not Hangul or kana).
+_CJK_RANGES = ((0x4E00, 0x9FFF), (0x3400, 0x4DBF), (0x20000, 0x2A6DF), (0x2A700, 0x2B73F), (0x2B740, 0x2B81F),
+               (0x2B820, 0x2CEAF), (0xF900, 0xFAFF), (0x2F800, 0x2FA1F))
+
+
+class Tokenizer(abc.ABC):
+    """Text → pieces → ids, with BERT's special ids as attributes; the contract `prepare` and masking rely on."""
+
+    path: pathlib.Path
+    do_lower_case: bool
+    vocab: list[str]
+    pad_id: int
+    unk_id: int
+    cls_id: int
+    sep_id: int
+    mask_id: int
+
+    def _set_vocab(self, vocab: list[str]) -> None:
+        """Validates the vocab once so every later failure is impossible, then records the special ids."""
+        if not vocab:
+            raise ValueError(f"Vocabulary file {self.path} is empty; point to a real vocab or train one with "
+                             "`python -m bertjax.tokenizer`.")
+        seen: dict[str, int] = {}
+        for i, token in enumerate(vocab):
+            if token in seen:
+                raise ValueError(f"Vocabulary file {self.path} lists {token!r} twice (entries {seen[token]} and {i}); "
+                                 "remove the duplicate so every token has one id.")
+            seen[token] = i
+        missing = [t for t in SPECIAL_TOKENS if t not in seen]
+        if missing:
+            raise ValueError(f"Vocabulary file {self.path} lacks the special token(s) {' '.join(missing)}; add them "
+                             f"(BERT's vocab.txt has [PAD] at 0 and [UNK] [CLS] [SEP] [MASK] at 100-103) or retrain "
+                             "with `python -m bertjax.tokenizer`.")
+        self.vocab = vocab
+        self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id = (seen[t] for t in SPECIAL_TOKENS)
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.vocab)
+
+    @property
+    def special_ids(self) -> tuple[int, ...]:
+        return (self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id)
+
+    @abc.abstractmethod
+    def tokenize(self, text: str) -> list[str]:
+        """Pieces of `text`, without [CLS]/[SEP]."""
+
+    @abc.abstractmethod
+    def encode(self, text: str) -> list[int]:
+        """Ids of `text`, without [CLS]/[SEP]; instance creation adds those itself."""
+
+    @abc.abstractmethod
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        """Ids of many texts at once, using the engine's threads; the fast path for corpus preparation."""
+
+    @abc.abstractmethod
+    def decode(self, ids: Iterable[int]) -> str:
+        """Readable text for ids (lower-cased / accent-stripped text stays so); for logs and debugging."""
+
+    @abc.abstractmethod
+    def is_continuation_token(self, token: str) -> bool:
+        """True for a piece that continues the previous word (whole-word masking groups it with that word)."""
+
+    def convert_ids_to_tokens(self, ids: Iterable[int]) -> list[str]:
+        return [self.vocab[int(i)] for i in ids]
+
+    def convert_tokens_to_ids(self, tokens: Iterable[str]) -> list[int]:
+        index = self._index
+        return [index.get(t, self.unk_id) for t in tokens]
+
+    @functools.cached_property
+    def _index(self) -> dict[str, int]:
+        return {t: i for i, t in enumerate(self.vocab)}
+
+    def continuation_mask(self) -> np.ndarray:
+        """bool[vocab_size]: `mask[id]` says the piece continues a word, so whole-word masking is one gather."""
+        return np.array([self.is_continuation_token(t) for t in self.vocab], dtype=bool)
+
+    def vocab_hash(self) -> str:
+        """sha256 of the vocab file, stored in metadata.json so records are never trained with another vocab."""
+        return hashlib.sha256(self.path.read_bytes()).hexdigest()
+
+
+# ----------------------------------------------------------------------------------------------------- WordPiece
+
+
+def _char_class(codepoints: Iterable[int]) -> str:
+    """An Onig character class `[\\x{a}-\\x{b}...]` for sorted code points, compressed into ranges."""
+    parts, start, prev = [], None, None
+    for cp in codepoints:
+        if start is None:
+            start = prev = cp
+        elif cp == prev + 1:
+            prev = cp
+        else:
+            parts.append((start, prev))
+            start = prev = cp
+    if start is not None:
+        parts.append((start, prev))
+    return "[" + "".join(f"\\x{{{a:X}}}" if a == b else f"\\x{{{a:X}}}-\\x{{{b:X}}}" for a, b in parts) + "]"
+
+
+@functools.cache
+def _bert_char_classes() -> dict[str, str]:
+    """BERT's character predicates (_is_control, _is_punctuation, _is_chinese_char, Mn) as regex classes.
+
+    Computed from this Python's `unicodedata`, exactly as the reference computes them per character.
+    """
+    control, punct, marks = [], [], []
+    for cp in range(sys.maxunicode + 1):
+        if 0xD800 <= cp <= 0xDFFF:  # Surrogates cannot occur in a decoded str.
+            continue
+        cat = unicodedata.category(chr(cp))
+        if cp in (0, 0xFFFD) or (cat[0] == "C" and chr(cp) not in "\t\n\r"):
+            control.append(cp)
+        if 33 <= cp <= 47 or 58 <= cp <= 64 or 91 <= cp <= 96 or 123 <= cp <= 126 or cat[0] == "P":
+            punct.append(cp)
+        if cat == "Mn":
+            marks.append(cp)
+    cjk = [cp for a, b in _CJK_RANGES for cp in range(a, b + 1)]
+    return {"control": _char_class(control), "whitespace": _char_class(
+        cp for cp in range(sys.maxunicode + 1) if chr(cp) in " \t\n\r" or unicodedata.category(chr(cp)) == "Zs"),
+        "split": _char_class(sorted(set(punct) | set(cjk))), "marks": _char_class(marks)}
+
+
+# Python's str.lower() Final_Sigma rule: Σ after a cased letter and not before one, case-ignorables skipped both ways.
+_FINAL_SIGMA = r"(?<=[\p{Cased}&&\P{Case_Ignorable}]\p{Case_Ignorable}*)Σ(?!\p{Case_Ignorable}*+\p{Cased})"
+
+
+def bert_pipeline(do_lower_case: bool) -> tuple[normalizers.Normalizer, pre_tokenizers.PreTokenizer]:
+    """Normalizer and pre-tokenizer equal to BERT's BasicTokenizer (google-research/bert, no NFC step).
+
+    Order as in BasicTokenizer: drop controls, whitespace → " ", lower-case (final Σ → ς as Python's str.lower does
+    within a word), NFD + drop Mn (accent stripping, only when lower-casing), split on whitespace, isolate punctuation
+    and CJK ideographs.
+    """
+    classes = _bert_char_classes()
+    steps = [normalizers.Replace(Regex(classes["control"]), ""),
+             normalizers.Replace(Regex(classes["whitespace"]), " ")]
+    if do_lower_case:
+        steps += [normalizers.Replace(Regex(_FINAL_SIGMA), "ς"),
+                  normalizers.Lowercase(), normalizers.NFD(), normalizers.Replace(Regex(classes["marks"]), "")]
+    pre = pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(),
+                                   pre_tokenizers.Split(Regex(classes["split"]), behavior="isolated")])
+    return normalizers.Sequence(steps), pre
+
+
+def _hf_wordpiece(vocab: dict[str, int] | None, do_lower_case: bool) -> tokenizers.Tokenizer:
+    kwargs = {} if vocab is None else {"vocab": vocab}  # No vocab: an empty model for the trainer to fill.
+    model = tokenizers.models.WordPiece(**kwargs, unk_token=UNK, max_input_chars_per_word=MAX_INPUT_CHARS_PER_WORD,
+                                        continuing_subword_prefix=WORDPIECE_PREFIX)
+    tok = tokenizers.Tokenizer(model)
+    tok.normalizer, tok.pre_tokenizer = bert_pipeline(do_lower_case)
+    tok.decoder = decoders.WordPiece(prefix=WORDPIECE_PREFIX)
+    return tok
+
+
+def read_vocab_txt(path: pathlib.Path) -> list[str]:
+    """One token per line, id = line number; lines stripped as google-research/bert's load_vocab does."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    vocab = [line.strip() for line in lines]
+    for i, token in enumerate(vocab):
+        if not token:
+            raise ValueError(f"Vocabulary file {path} has a blank line {i + 1}; delete it (each line is one token).")
+    return vocab
+
+
+class WordPieceTokenizer(Tokenizer):
+    """BERT vocab.txt applied with BasicTokenizer + WordpieceTokenizer semantics."""
+
+    def __init__(self, path: str | os.PathLike, do_lower_case: bool = True):
+        self.path = pathlib.Path(path)
+        self.do_lower_case = do_lower_case
+        if not self.path.is_file():
+            raise FileNotFoundError(f"Vocabulary file {self.path} does not exist; pass the vocab.txt of your BERT "
+                                    "checkpoint or train one with `python -m bertjax.tokenizer`.")
+        self._set_vocab(read_vocab_txt(self.path))
+        self._tok = _hf_wordpiece({t: i for i, t in enumerate(self.vocab)}, do_lower_case)
+
+    def tokenize(self, text: str) -> list[str]:
+        return self._tok.encode(text, add_special_tokens=False).tokens
+
+    def encode(self, text: str) -> list[int]:
+        return self._tok.encode(text, add_special_tokens=False).ids
+
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        return [e.ids for e in self._tok.encode_batch(list(texts), add_special_tokens=False)]
+
+    def decode(self, ids: Iterable[int]) -> str:
+        return self._tok.decode([int(i) for i in ids], skip_special_tokens=False)
+
+    def is_continuation_token(self, token: str) -> bool:
+        return token.startswith(WORDPIECE_PREFIX) and len(token) > len(WORDPIECE_PREFIX)
+
+
+# ------------------------------------------------------------------------------------------------- SentencePiece
+
+
+class SentencePieceTokenizer(Tokenizer):
+    """A SentencePiece .model; do_lower_case lower-cases text in Python before encoding (as at training time)."""
+
+    def __init__(self, path: str | os.PathLike, do_lower_case: bool = True):
+        self.path = pathlib.Path(path)
+        self.do_lower_case = do_lower_case
+        if not self.path.is_file():
+            raise FileNotFoundError(f"SentencePiece model {self.path} does not exist; pass the .model file or train "
+                                    "one with `python -m bertjax.tokenizer --model_type=sentencepiece`.")
+        try:
+            self._sp = spm.SentencePieceProcessor(model_file=str(self.path))
+        except (OSError, RuntimeError) as e:
+            raise ValueError(f"SentencePiece model {self.path} cannot be read ({e}); pass a file written by "
+                             "sentencepiece training.") from None
+        self._set_vocab([self._sp.id_to_piece(i) for i in range(self._sp.get_piece_size())])
+
+    def _prep(self, text: str) -> str:
+        return text.lower() if self.do_lower_case else text
+
+    def tokenize(self, text: str) -> list[str]:
+        return self._sp.encode(self._prep(text), out_type=str)
+
+    def encode(self, text: str) -> list[int]:
+        return self._sp.encode(self._prep(text))
+
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        return self._sp.encode([self._prep(t) for t in texts], num_threads=os.cpu_count() or 1)
+
+    def decode(self, ids: Iterable[int]) -> str:
+        return self._sp.decode([int(i) for i in ids])
+
+    def is_continuation_token(self, token: str) -> bool:
+        return not token.startswith(SENTENCEPIECE_SPACE) and token not in SPECIAL_TOKENS
+
+
+def load(path: str | os.PathLike, do_lower_case: bool = True) -> Tokenizer:
+    """Picks the engine by file: `*.model` is SentencePiece, anything else a WordPiece vocab.txt.
+
+    A directory is searched for vocab.txt, then spm.model (what the trainers below write).
+    """
+    path = pathlib.Path(path)
+    if path.is_dir():
+        for name in (VOCAB_FILE, f"{SPM_PREFIX}.model"):
+            if (path / name).is_file():
+                return load(path / name, do_lower_case)
+        raise FileNotFoundError(f"Directory {path} holds neither {VOCAB_FILE} nor {SPM_PREFIX}.model; pass the vocab "
+                                "file itself or train one with `python -m bertjax.tokenizer`.")
+    if path.suffix == ".model":
+        return SentencePieceTokenizer(path, do_lower_case)
+    return WordPieceTokenizer(path, do_lower_case)
+
+
+# ------------------------------------------------------------------------------------------------------ training
+
+
+def _nonempty(texts: Iterable[str]) -> Iterator[str]:
+    for text in texts:
+        if text and not text.isspace():
+            yield text
+
+
+def train_wordpiece(texts: Iterable[str], vocab_size: int, output_dir: str | os.PathLike, do_lower_case: bool = True,
+                    min_frequency: int = 2) -> WordPieceTokenizer:
+    """Learns a WordPiece vocab from an iterator of text lines (any corpus source) and writes output_dir/vocab.txt.
+
+    The specials take ids 0..4 as [PAD] [UNK] [CLS] [SEP] [MASK], not BERT's 0/100-103: a small trained vocab should
+    not spend 99 ids on [unused*] fillers, every consumer looks specials up by name (Tokenizer.*_id), and [PAD] stays
+    0, the one id that padding code and masks assume.
+    """
+    if vocab_size <= len(SPECIAL_TOKENS):
+        raise ValueError(f"vocab_size={vocab_size} leaves no room beside the {len(SPECIAL_TOKENS)} special tokens; "
+                         "ask for a larger --vocab_size.")
+    tok = _hf_wordpiece(None, do_lower_case)
+    trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, min_frequency=min_frequency,
+                                        special_tokens=list(SPECIAL_TOKENS),
+                                        continuing_subword_prefix=WORDPIECE_PREFIX, show_progress=False)
+    tok.train_from_iterator(_nonempty(texts), trainer=trainer)
+    vocab = sorted(tok.get_vocab(with_added_tokens=True).items(), key=lambda kv: kv[1])
+    if len(vocab) <= len(SPECIAL_TOKENS):
+        raise ValueError("WordPiece training saw no text; check that --input_file matches non-empty text files.")
+    assert [t for t, _ in vocab[:len(SPECIAL_TOKENS)]] == list(SPECIAL_TOKENS), vocab[:len(SPECIAL_TOKENS)]
+    out = pathlib.Path(output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / VOCAB_FILE).write_text("".join(f"{t}\n" for t, _ in vocab), encoding="utf-8")
+    return WordPieceTokenizer(out / VOCAB_FILE, do_lower_case)
+
+
+def train_sentencepiece(texts: Iterable[str], vocab_size: int, output_dir: str | os.PathLike,
+                        do_lower_case: bool = True, model_type: str = "unigram",
+                        character_coverage: float = 0.9995,
+                        input_sentence_size: int = 10_000_000) -> SentencePieceTokenizer:
+    """Learns a SentencePiece model from an iterator of text lines; writes output_dir/spm.model and spm.vocab.
+
+    [PAD]=0 and [UNK]=1 are SentencePiece's own pad/unk pieces; [CLS]=2 [SEP]=3 [MASK]=4 are control symbols, so
+    like BERT's specials they sit in the vocab but are never produced from text (raw "[MASK]" in a corpus stays text).
+    No BOS/EOS: instances add [CLS]/[SEP] themselves. input_sentence_size caps the lines kept in memory (sampled).
+    """
+    out = pathlib.Path(output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    lines = (t.lower() if do_lower_case else t for t in _nonempty(texts))
+    try:
+        spm.SentencePieceTrainer.train(
+            sentence_iterator=lines, model_prefix=str(out / SPM_PREFIX), vocab_size=vocab_size,
+            model_type=model_type, character_coverage=character_coverage, input_sentence_size=input_sentence_size,
+            shuffle_input_sentence=True, pad_id=0, pad_piece=PAD, unk_id=1, unk_piece=UNK, bos_id=-1, eos_id=-1,
+            control_symbols=[CLS, SEP, MASK], minloglevel=2)
+    except RuntimeError as e:
+        raise ValueError(f"SentencePiece training into {out} failed ({str(e).strip()}); lower --vocab_size or give it "
+                         "more text.") from None
+    return SentencePieceTokenizer(out / f"{SPM_PREFIX}.model", do_lower_case)
