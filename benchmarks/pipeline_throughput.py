@@ -1,0 +1,112 @@
+"""Input pipeline speed: sequences/s from local record shards to numpy batches, on one core.
+
+    python benchmarks/pipeline_throughput.py [--shards=8] [--records=25000] [--batch=256] [--batches=3000]
+
+Writes synthetic shards (seq 128, 20 predictions, token ids drawn from a 30,522-token vocab with ~20%
+continuation pieces) with `records.RecordWriter` into a temp dir, pins the process to one CPU, runs
+TensorFlow with one thread, and measures static and dynamic masking after a warm-up. Also reports the
+size of an iterator checkpoint with a 10k shuffle buffer. Prints one JSON object.
+"""
+
+import argparse
+import json
+import os
+import tempfile
+import time
+
+import numpy as np
+
+SEQ, PRED, VOCAB = 128, 20, 30522
+
+
+def write_shards(directory: str, shards: int, per_shard: int) -> str:
+    from bertjax.data import records
+
+    rng = np.random.default_rng(0)
+    for k in range(shards):
+        lengths = rng.integers(SEQ // 2, SEQ + 1, per_shard)
+        pos = np.arange(SEQ)[None, :]
+        mask = (pos < lengths[:, None]).astype(np.int64)
+        ids = np.where(mask > 0, rng.integers(1000, VOCAB, (per_shard, SEQ)), 0)
+        ids[:, 0], ids[np.arange(per_shard), lengths - 1] = 101, 102
+        positions = np.sort(rng.choice(np.arange(1, SEQ // 2 - 1), (per_shard, PRED)), axis=1)
+        labels = np.take_along_axis(ids, positions, axis=1)
+        np.put_along_axis(ids, positions, 103, axis=1)
+        arrays = dict(input_ids=ids, input_mask=mask, segment_ids=(pos > lengths[:, None] // 2) * mask,
+                      masked_lm_positions=positions, masked_lm_ids=labels,
+                      masked_lm_weights=np.ones((per_shard, PRED), np.float32),
+                      next_sentence_labels=rng.integers(0, 2, (per_shard, 1)))
+        with records.RecordWriter(os.path.join(directory, f"records-{k:05d}-of-{shards:05d}.tfrecord")) as w:
+            w.write_block(arrays)
+    return os.path.join(directory, "records-*.tfrecord")
+
+
+def vocab():
+    from bertjax.data import instances
+
+    cont = np.random.default_rng(1).random(VOCAB) < 0.2
+    cont[:1000] = False
+    return instances.Vocab(size=VOCAB, pad_id=0, cls_id=101, sep_id=102, mask_id=103, is_continuation=cont)
+
+
+def measure(files: str, batch: int, batches: int, warmup: int, dynamic: bool) -> dict:
+    from bertjax.data import instances, pipeline
+
+    cfg = pipeline.PipelineConfig(files=files, batch_size=batch, max_seq_length=SEQ, max_predictions_per_seq=PRED,
+                                  seed=0, shuffle_buffer=10_000, dynamic_masking=dynamic, threads=1,
+                                  vocab=vocab() if dynamic else None,
+                                  masking=instances.InstanceConfig(SEQ, PRED, do_whole_word_mask=True)
+                                  if dynamic else None)
+    p = pipeline.InputPipeline(cfg)
+    for _ in range(warmup):
+        next(p)
+    start, cpu = time.perf_counter(), time.process_time()
+    for _ in range(batches):
+        next(p)
+    wall, cpu = time.perf_counter() - start, time.process_time() - cpu
+    return {"sequences_per_s": round(batch * batches / wall), "cpu_s_per_wall_s": round(cpu / wall, 2),
+            "batches": batches, "seconds": round(wall, 2)}
+
+
+def checkpoint_size(files: str, directory: str) -> int:
+    from bertjax.data import pipeline
+
+    p = pipeline.InputPipeline(pipeline.PipelineConfig(files=files, batch_size=256, shuffle_buffer=10_000, seed=0))
+    next(p)
+    p.save_state(os.path.join(directory, "ckpt", "state"))
+    return sum(os.path.getsize(os.path.join(directory, "ckpt", f)) for f in os.listdir(os.path.join(directory, "ckpt")))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--shards", type=int, default=8)
+    parser.add_argument("--records", type=int, default=25_000, help="records per shard")
+    parser.add_argument("--batch", type=int, default=256)
+    parser.add_argument("--batches", type=int, default=3000)
+    parser.add_argument("--warmup", type=int, default=100)
+    parser.add_argument("--cores", type=int, default=1, help="CPUs the process may use")
+    args = parser.parse_args()
+
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    if hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:args.cores])
+    import tensorflow as tf
+
+    tf.config.threading.set_inter_op_parallelism_threads(args.cores)
+    tf.config.threading.set_intra_op_parallelism_threads(args.cores)
+    with tempfile.TemporaryDirectory() as directory:
+        start = time.perf_counter()
+        files = write_shards(directory, args.shards, args.records)
+        write_s = time.perf_counter() - start
+        shard_mb = sum(os.path.getsize(os.path.join(directory, f)) for f in os.listdir(directory)) / 2**20
+        result = {"seq": SEQ, "predictions": PRED, "batch": args.batch, "cores": args.cores,
+                  "records": args.shards * args.records, "shards_mb": round(shard_mb, 1),
+                  "write_s": round(write_s, 1),
+                  "static": measure(files, args.batch, args.batches, args.warmup, dynamic=False),
+                  "dynamic_whole_word": measure(files, args.batch, args.batches, args.warmup, dynamic=True),
+                  "checkpoint_bytes_10k_buffer": checkpoint_size(files, directory)}
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,321 @@
+"""tf.data input pipeline: record shards → per-process split → shuffle → batch → parse → numpy batches.
+
+Why this order: shuffling serialized records keeps the shuffle buffer, and so the iterator checkpoint,
+small (~0.7 kB a record at seq 128); parsing after batching calls `tf.io.parse_example` once per batch,
+not once per record. Dynamic masking re-masks whole batches in numpy with a seed derived from
+(seed, process, batch index); the index comes from `enumerate`, which is part of the iterator state, so
+a restored pipeline masks exactly as an uninterrupted one would, and every epoch masks differently.
+
+Batches are host-local dicts of numpy arrays named as the record features (ints as int32,
+`next_sentence_labels` as [batch]) plus `example_weight` [batch] float32: 1 for a real row, 0 for an
+eval padding row. The training loop assembles global batches from them (`sharding.global_batch`).
+
+TensorFlow is only the reader: it is kept off GPUs/TPUs so it never takes accelerator memory from JAX.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+import os
+import re
+from typing import Iterator, Optional
+
+import numpy as np
+
+from bertjax.data import instances, records
+
+EXAMPLE_WEIGHT = "example_weight"
+_MASKED = ("input_ids", "masked_lm_positions", "masked_lm_ids", "masked_lm_weights")
+
+
+@dataclasses.dataclass(frozen=True)
+class PipelineConfig:
+    files: str | tuple[str, ...]  # glob(s) or comma list, as records.expand_patterns takes
+    batch_size: int  # per process
+    max_seq_length: int = 128
+    max_predictions_per_seq: int = 20
+    seed: int = 0
+    shuffle_buffer: int = 10_000  # records; training only
+    training: bool = True  # False (eval): one pass in file order, last batch padded, no shuffle
+    process_index: int = 0
+    process_count: int = 1
+    num_epochs: Optional[int] = None  # training: None repeats forever; eval always makes one pass
+    dynamic_masking: bool = False  # re-mask every batch from the restored original tokens
+    vocab: Optional[instances.Vocab] = dataclasses.field(default=None, compare=False)  # for dynamic masking
+    masking: Optional[instances.InstanceConfig] = None  # None: masked_lm_prob / whole-word from metadata.json
+    vocab_size: Optional[int] = None  # checked against metadata.json; None: vocab.size when a vocab is given
+    cycle_length: int = 8  # shards read at once
+    threads: Optional[int] = None  # tf.data threads (None: tf.data's autotuned pool)
+    prefetch: int = 2  # batches
+
+    def validate(self) -> None:
+        if self.batch_size < 1:
+            raise ValueError(f"batch_size={self.batch_size} must be ≥ 1.")
+        if not 0 <= self.process_index < self.process_count:
+            raise ValueError(f"process_index={self.process_index} must be in [0, process_count="
+                             f"{self.process_count}).")
+        if self.num_epochs is not None and self.num_epochs < 1:
+            raise ValueError(f"num_epochs={self.num_epochs} must be ≥ 1, or None to repeat forever.")
+        if self.shuffle_buffer < 1:
+            raise ValueError(f"shuffle_buffer={self.shuffle_buffer} must be ≥ 1 (1 = no shuffling).")
+        if self.dynamic_masking and self.vocab is None:
+            raise ValueError("dynamic_masking=True needs vocab (an instances.Vocab, e.g. from "
+                             "prepare.vocab_for_masking(tokenizer)); pass it or turn dynamic masking off.")
+        if self.vocab is not None and len(self.vocab.is_continuation) != self.vocab.size:
+            raise ValueError(f"vocab.is_continuation has {len(self.vocab.is_continuation)} entries but "
+                             f"vocab.size={self.vocab.size}; build the Vocab from one tokenizer.")
+        m = self.masking
+        if m is not None and (m.max_seq_length, m.max_predictions_per_seq) != (self.max_seq_length,
+                                                                                self.max_predictions_per_seq):
+            raise ValueError(f"masking has max_seq_length={m.max_seq_length}, max_predictions_per_seq="
+                             f"{m.max_predictions_per_seq} but the pipeline {self.max_seq_length}, "
+                             f"{self.max_predictions_per_seq}; make them equal.")
+
+
+_HIDDEN = False
+
+
+def _tf():
+    """TensorFlow with accelerators hidden, before it first touches a device."""
+    global _HIDDEN
+    import tensorflow as tf
+
+    if not _HIDDEN:
+        for kind in ("GPU", "TPU"):
+            try:
+                if tf.config.get_visible_devices(kind):
+                    tf.config.set_visible_devices([], kind)
+            except (RuntimeError, ValueError) as e:  # runtime already initialised by someone else
+                logging.warning("pipeline: could not hide %s devices from TensorFlow (%s); it may hold "
+                                "accelerator memory. Build the pipeline before other TF use.", kind, e)
+        _HIDDEN = True
+    return tf
+
+
+def _tf_message(error) -> str:
+    """A TensorFlow error's own words, without the op and function names around them."""
+    text = re.sub(r"\{\{[^}]*\}\}|\[Op:[^\]]*\].*$", "", error.message.splitlines()[0] if error.message else "")
+    return text.strip() or type(error).__name__
+
+
+def split_files(files: list[str], process_index: int, process_count: int) -> tuple[list[str], bool]:
+    """This process's files, and whether examples must be split further (fewer files than processes)."""
+    if len(files) >= process_count:
+        return files[process_index::process_count], False
+    return list(files), True
+
+
+def count_records(files: list[str], metadata: Optional[dict]) -> list[int]:
+    """Records per file: from metadata.json's per-shard counts where it lists the file, else by reading."""
+    tf = _tf()
+    listed = {}
+    if metadata and files:
+        here = os.path.dirname(files[0])
+        listed = {os.path.join(here, f["file"]): int(f["instances"]) for f in metadata.get("files", ())}
+    counts = []
+    for f in files:
+        try:
+            counts.append(listed[f] if f in listed else
+                          int(tf.data.TFRecordDataset(f).reduce(np.int64(0), lambda n, _: n + 1)))
+        except tf.errors.DataLossError as e:
+            raise ValueError(f"reading {f} failed: {_tf_message(e)}; re-run prepare for this shard or drop "
+                             "it.") from None
+    return counts
+
+
+class InputPipeline:
+    """Host-local numpy batches; an iterator whose position can be saved and restored exactly.
+
+    Files are split across processes when there are at least as many as processes, else every process
+    reads them all and keeps every process_count-th record. Eval makes one unshuffled pass of
+    `num_batches` batches, the same number on every process (short ones get all-padding batches), so
+    collectives never wait on a process that ran out. Training repeats forever unless num_epochs is set;
+    then processes may run out at different steps, so stop multi-process training on a step count.
+    Iterating a finished pipeline (eval, or finite num_epochs) starts a new pass from the beginning.
+    State is per process: give each process its own save_state path.
+    """
+
+    def __init__(self, config: PipelineConfig):
+        config.validate()
+        self.config = c = config
+        tf = _tf()
+        all_files = records.expand_patterns(c.files if isinstance(c.files, str) else list(c.files), "record")
+        vocab_size = c.vocab_size if c.vocab_size is not None else (c.vocab.size if c.vocab else None)
+        self.metadata = records.check_schema(all_files, c.max_seq_length, c.max_predictions_per_seq, vocab_size)
+        self.schema = records.RecordSchema(c.max_seq_length, c.max_predictions_per_seq)
+        self.files, self.split_by_example = split_files(all_files, c.process_index, c.process_count)
+        self.masking = self._masking_config() if c.dynamic_masking else None
+        self._parallel = tf.data.AUTOTUNE if c.threads is None else (c.threads if c.threads > 1 else None)
+        self._deterministic = True if self._parallel else None  # tf.data warns when given to sequential ops
+        self.num_examples: Optional[int] = None  # eval: real rows on this process
+        self.num_batches: Optional[int] = None  # eval: batches per pass, the same on every process
+        if c.training:
+            self._check_not_empty()
+        else:
+            self._count_eval(all_files)
+        self.dataset = self._build()
+        self._iterator = iter(self.dataset)
+        self._exhausted = False
+
+    # --- Construction ----------------------------------------------------------------------------
+    def _masking_config(self) -> instances.InstanceConfig:
+        c, md = self.config, self.metadata or {}
+        if c.masking is not None:
+            return c.masking
+        return instances.InstanceConfig(max_seq_length=c.max_seq_length,
+                                        max_predictions_per_seq=c.max_predictions_per_seq,
+                                        masked_lm_prob=md.get("masked_lm_prob", 0.15),
+                                        do_whole_word_mask=md.get("do_whole_word_mask", False))
+
+    def _examples(self, epochs: Optional[int], shuffle_files: bool):
+        """Serialized records of this process: files (shuffled per epoch) → interleave → split."""
+        tf, c = _tf(), self.config
+        ds = tf.data.Dataset.from_tensor_slices(self.files)
+        if shuffle_files:
+            ds = ds.shuffle(len(self.files), seed=c.seed, reshuffle_each_iteration=True)
+        if epochs != 1:
+            ds = ds.repeat(epochs)
+        ds = ds.interleave(tf.data.TFRecordDataset, cycle_length=min(c.cycle_length, len(self.files)),
+                           block_length=1, num_parallel_calls=self._parallel, deterministic=self._deterministic)
+        if self.split_by_example:  # every process reads the same stream and keeps every P-th record
+            ds = ds.shard(c.process_count, c.process_index)
+        return ds
+
+    def _check_not_empty(self) -> None:
+        """A process with no records would spin forever on repeat(); say why instead."""
+        if not any(True for _ in self._examples(1, False).take(1)):
+            c = self.config
+            what = (f"hold fewer records than process_count={c.process_count}" if self.split_by_example
+                    else f"given to process {c.process_index} ({', '.join(self.files)}) are empty")
+            raise ValueError(f"the record files {what}, so process {c.process_index} gets no examples; write "
+                             f"more records or shards, or use fewer processes.")
+
+    def _count_eval(self, all_files: list[str]) -> None:
+        c = self.config
+        counts = count_records(all_files, self.metadata)
+        total, p = sum(counts), c.process_count
+        if total == 0:
+            raise ValueError(f"the eval files {', '.join(all_files)} hold no records; re-run prepare.")
+        if self.split_by_example:
+            per_process = [total // p + (i < total % p) for i in range(p)]
+        else:
+            per_process = [sum(counts[i::p]) for i in range(p)]
+        if total < p:
+            logging.warning("pipeline: %d eval records for %d processes; processes %s get only padding rows.",
+                            total, p, [i for i, n in enumerate(per_process) if n == 0])
+        self.num_examples = per_process[c.process_index]
+        self.num_batches = max(1, math.ceil(max(per_process) / c.batch_size))
+
+    def _build(self):
+        tf, c = _tf(), self.config
+        if c.training:
+            ds = self._examples(c.num_epochs, shuffle_files=True)
+            ds = ds.shuffle(c.shuffle_buffer, seed=c.seed + 1, reshuffle_each_iteration=True)
+            ds = ds.batch(c.batch_size, drop_remainder=True)
+        else:
+            ds = self._examples(1, shuffle_files=False).batch(c.batch_size)
+        ds = ds.enumerate()  # the batch index seeds dynamic masking; part of the iterator state
+        ds = ds.map(self._parse, num_parallel_calls=self._parallel, deterministic=self._deterministic)
+        if not c.training:
+            real = math.ceil(self.num_examples / c.batch_size)
+            padding = tf.data.Dataset.from_tensors(self._zeros())
+            ds = ds.concatenate(padding.repeat(self.num_batches - real))
+        options = tf.data.Options()
+        options.deterministic = True
+        if c.dynamic_masking:  # the numpy masker is a pure function of its inputs: safe to checkpoint
+            options.experimental_external_state_policy = tf.data.experimental.ExternalStatePolicy.IGNORE
+        if c.threads is not None:
+            options.threading.private_threadpool_size = c.threads
+            options.threading.max_intra_op_parallelism = 1
+        return ds.prefetch(c.prefetch).with_options(options)
+
+    def _zeros(self) -> dict:
+        tf, b = _tf(), self.config.batch_size
+        out = {name: tf.zeros([b, self.schema.length(name)], tf.float32 if dtype == "float32" else tf.int32)
+               for name, (dtype, _) in records.FEATURES.items()}
+        out["next_sentence_labels"] = tf.zeros([b], tf.int32)
+        out[EXAMPLE_WEIGHT] = tf.zeros([b], tf.float32)
+        return out
+
+    def _parse(self, index, serialized) -> dict:
+        tf, c = _tf(), self.config
+        parsed = tf.io.parse_example(serialized, self.schema.feature_spec())
+        batch = {k: tf.cast(v, tf.int32) if v.dtype == tf.int64 else v for k, v in parsed.items()}
+        batch["next_sentence_labels"] = tf.reshape(batch["next_sentence_labels"], [-1])
+        rows = tf.shape(serialized)[0]
+        batch[EXAMPLE_WEIGHT] = tf.ones([rows], tf.float32)
+        if c.dynamic_masking:
+            out = tf.numpy_function(self._remask, [index] + [batch[k] for k in ("input_mask",) + _MASKED],
+                                    [tf.int32, tf.int32, tf.int32, tf.float32], stateful=False)
+            for k, v in zip(_MASKED, out):
+                batch[k] = tf.ensure_shape(v, batch[k].shape)
+        if not c.training:  # pad the last partial batch with zero rows of weight 0
+            pad = [[0, c.batch_size - rows]]
+            batch = {k: tf.ensure_shape(tf.pad(v, pad + [[0, 0]] * (v.shape.rank - 1)), [c.batch_size] + v.shape[1:])
+                     for k, v in batch.items()}
+        return batch
+
+    def _remask(self, index, input_mask, input_ids, positions, ids, weights) -> tuple:
+        """Original tokens back, then a fresh 15% / 80-10-10 masking seeded by (seed, process, batch)."""
+        c = self.config
+        original = instances.unmask(input_ids, positions, ids, weights)
+        if original.size and original.max() >= c.vocab.size:
+            raise ValueError(f"records hold token id {original.max()} ≥ vocab.size={c.vocab.size}; the vocab "
+                             "does not belong to these records.")
+        rng = np.random.default_rng([c.seed, c.process_index, int(index)])
+        m = instances.mask_tokens(original, input_mask, self.masking, c.vocab, rng)
+        return tuple(m[k].astype(np.float32 if k == "masked_lm_weights" else np.int32) for k in _MASKED)
+
+    # --- Iteration ---------------------------------------------------------------------------------
+    def __iter__(self) -> Iterator[dict[str, np.ndarray]]:
+        if self._exhausted:  # a finished pass: start again from the beginning
+            self._iterator, self._exhausted = iter(self.dataset), False
+        return self
+
+    def __next__(self) -> dict[str, np.ndarray]:
+        tf = _tf()
+        try:
+            batch = next(self._iterator)
+        except StopIteration:
+            self._exhausted = True
+            raise
+        except (tf.errors.DataLossError, tf.errors.InvalidArgumentError) as e:
+            raise ValueError(f"reading {', '.join(self.files)} failed: {_tf_message(e)}; re-run prepare for "
+                             "the damaged shard or drop it.") from None
+        return {k: v.numpy() for k, v in batch.items()}
+
+    # --- State -------------------------------------------------------------------------------------
+    def _fingerprint(self) -> dict:
+        c = self.config
+        return {"files": self.files, "batch_size": c.batch_size, "seed": c.seed, "training": c.training,
+                "process_index": c.process_index, "process_count": c.process_count,
+                "shuffle_buffer": c.shuffle_buffer, "num_epochs": c.num_epochs,
+                "dynamic_masking": c.dynamic_masking, "max_seq_length": c.max_seq_length,
+                "max_predictions_per_seq": c.max_predictions_per_seq}
+
+    def save_state(self, path: str) -> str:
+        """Writes the iterator position (shuffle buffer and prefetched batches included) under prefix path."""
+        tf = _tf()
+        prefix = tf.train.Checkpoint(iterator=self._iterator).write(path)
+        with tf.io.gfile.GFile(path + ".pipeline.json", "w") as f:
+            json.dump(self._fingerprint(), f, sort_keys=True)
+        return prefix
+
+    def restore_state(self, path: str) -> None:
+        """Continues exactly where the pipeline that wrote path stopped; it must have the same config."""
+        tf = _tf()
+        info = path + ".pipeline.json"
+        if not tf.io.gfile.exists(info):
+            raise FileNotFoundError(f"{info} not found; path must be a prefix written by save_state.")
+        with tf.io.gfile.GFile(info) as f:
+            saved = json.load(f)
+        mine = self._fingerprint()
+        diff = sorted(k for k in set(saved) | set(mine) if saved.get(k) != mine.get(k))
+        if diff:
+            raise ValueError(f"{info}: the saved pipeline differs in {', '.join(diff)}; restore with the "
+                             "config it was saved with.")
+        self._iterator, self._exhausted = iter(self.dataset), False
+        tf.train.Checkpoint(iterator=self._iterator).read(path).assert_consumed()
