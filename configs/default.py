@@ -58,6 +58,19 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.data.next_sentence_prediction = True  # False for MLM-only records (prepare --no_nsp)
     c.data.shuffle_buffer = 10_000  # records held for shuffling, per process
     c.data.dynamic_masking = False  # re-mask every epoch instead of using the stored masks
+    # Corpus stage: with a corpus set, the job makes its own vocab and records in workdir/data first
+    # (train_files / eval_files / vocab_file are then filled in), reusing them when it resumes.
+    c.data.corpus = ""  # builtin:pydocs, a glob of raw-text files, or tfds:NAME[/CONFIG][:SPLIT] ("" = off)
+    c.data.tfds_data_dir = ""  # TFDS data_dir for tfds: corpora ("" = TFDS's default)
+    c.data.tfds_text_feature = "text"  # the TFDS feature holding each document's text
+    c.data.heldout_every = 20  # every N-th document goes to the held-out records, never to training
+    c.data.corpus_vocab_size = 8192  # WordPiece vocab trained on the train documents (if vocab_file is "")
+    c.data.dupe_factor = 10  # passes over the train documents, each with different masks
+    c.data.masked_lm_prob = 0.15  # share of tokens masked
+    c.data.short_seq_prob = 0.1  # probability of a shorter target length
+    c.data.do_whole_word_mask = False  # mask whole words
+    c.data.num_shards = 8  # train record shards
+    c.data.num_workers = 0  # prepare worker processes (0 = one per core)
 
     # --- train
     c.train = ml_collections.ConfigDict()

@@ -21,14 +21,16 @@ from __future__ import annotations
 
 import abc
 import ast
+import bisect
 import dataclasses
+import glob
 import gzip
 import io
 import os
 import re
 import sysconfig
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any
+from typing import Any, NamedTuple, Optional
 
 import sentencex
 
@@ -78,11 +80,61 @@ def split_sentences(text: str, language: str = "en") -> list[str]:
     return sentences
 
 
-def shard_units(units: Sequence[str], shard_index: int, num_shards: int) -> list[str]:
+def shard_units(units: Sequence[Any], shard_index: int, num_shards: int) -> list[Any]:
     """Round-robin assignment of units to shards: disjoint, covering, the same on every host."""
     if not 0 <= shard_index < num_shards:
         raise ValueError(f"shard_index {shard_index} must be in [0, num_shards={num_shards}).")
     return list(units[shard_index::num_shards])
+
+
+class FileRange(NamedTuple):
+    """A part of a raw-text file, cut at document boundaries without reading the file to find them.
+
+    It holds the lines from the first blank line starting at or after byte `start` (from the top of
+    the file when start is 0) up to, not including, the first blank line starting at or after byte
+    `end` (the end of the file when end is None). Ranges that tile a file's bytes therefore tile its
+    lines and documents exactly: each is read once, by one range, whatever reads the others.
+    """
+
+    path: str
+    start: int = 0
+    end: Optional[int] = None
+
+
+def _is_remote(path: str) -> bool:
+    return "://" in path
+
+
+def expand_patterns(patterns: str | Iterable[str], what: str = "--input_file") -> list[str]:
+    """Comma-separated globs (or a list of them) → files, each glob's matches sorted, duplicates dropped.
+
+    Local paths are globbed by Python; `gs://` and other URLs by TensorFlow, imported only for them.
+    A glob that matches nothing or a path that does not exist is one clear error naming it.
+    """
+    if isinstance(patterns, str):
+        names = [name.strip() for name in patterns.split(",") if name.strip()]
+    else:
+        names = [str(name).strip() for name in patterns if str(name).strip()]
+    if not names:
+        raise ValueError(f"{what} {patterns!r} names no file: give a path, a glob or a "
+                         "comma-separated list of them.")
+    files: dict[str, None] = {}
+    for name in names:
+        if _is_remote(name):
+            import tensorflow as tf  # Deferred: local corpora and record files need no TF.
+
+            matches = sorted(m for m in tf.io.gfile.glob(name) if not tf.io.gfile.isdir(m))
+        else:
+            matches = sorted(m for m in glob.glob(name) if not os.path.isdir(m))
+        if not matches:
+            if set(name) & set("*?["):
+                raise FileNotFoundError(
+                    f"{what} pattern {name!r} matches no files: check the directory and "
+                    "the pattern (quote it so that the shell does not expand it).")
+            raise FileNotFoundError(f"{what} {name!r} does not exist: check the path, or "
+                                    "pass a glob or a comma-separated list of existing files.")
+        files.update(dict.fromkeys(matches))
+    return list(files)
 
 
 class Source(abc.ABC):
@@ -100,14 +152,23 @@ class Source(abc.ABC):
         """All units of the corpus in a deterministic order; cheap: no unit is read."""
 
     @abc.abstractmethod
-    def _read_unit(self, unit: str, stats: CorpusStats) -> Iterator[Document]:
+    def _read_unit(self, unit: Any, stats: CorpusStats) -> Iterator[Document]:
         """Documents of one unit, before the min_sentences filter."""
 
-    def read(self, units: Iterable[str], stats: CorpusStats | None = None) -> Iterator[Document]:
+    def split(self, num_shards: int) -> Optional[list[list[Any]]]:
+        """Disjoint work for each of `num_shards` shards that covers the corpus, the same on every
+        host; None when the corpus has fewer units than shards and cannot be cut finer."""
+        units = self.list_units()
+        if len(units) < num_shards:
+            return None
+        return [shard_units(units, k, num_shards) for k in range(num_shards)]
+
+    def read(self, units: Iterable[Any], stats: CorpusStats | None = None) -> Iterator[Document]:
         """Streams the documents of `units` in order; counts into `stats` (default self.stats)."""
         stats = self.stats if stats is None else stats
         for unit in units:
-            stats.units += 1
+            if not (isinstance(unit, FileRange) and unit.start > 0):  # a file counts once
+                stats.units += 1
             for doc in self._read_unit(unit, stats):
                 if len(doc) < self.min_sentences:
                     stats.short_documents += 1
@@ -152,6 +213,11 @@ class _RawGFile(io.RawIOBase):
         buffer[:len(data)] = data
         return len(data)
 
+    def close(self) -> None:
+        if not self.closed:
+            self._f.close()
+        super().close()
+
 
 def _incomplete_utf8_tail(data: bytes) -> int:
     """Bytes at the end of `data` that begin a UTF-8 character not finished yet (0 to 3)."""
@@ -180,45 +246,98 @@ class TextSource(Source):
     counted in `replaced_lines`). A line longer than `max_line_chars` bytes is read in pieces of at
     most that many bytes, cut on a character boundary, so memory stays bounded whatever the line
     length; each piece becomes a sentence and the line counts once in `over_long_lines`.
+
+    `split` cuts the files into byte ranges (`FileRange`) of equal size, so that one big file
+    spreads over all shards and every byte is read by one shard only; `.gz` files stay whole.
     """
 
     def __init__(self, patterns: str, min_sentences: int = 1,
                  max_line_chars: int = DEFAULT_MAX_LINE_CHARS):
         super().__init__(min_sentences, max_line_chars)
-        self._files = _expand_patterns(patterns)
+        self._files = expand_patterns(patterns)
 
     def list_units(self) -> list[str]:
         return list(self._files)
 
-    def _read_unit(self, unit: str, stats: CorpusStats) -> Iterator[Document]:
-        import tensorflow as tf  # Deferred: pydocs users and `import bertjax` need no TF.
-
-        with tf.io.gfile.GFile(unit, "rb") as gfile:
-            if unit.endswith(".gz"):
-                stream: Any = gzip.GzipFile(fileobj=gfile, mode="rb")
+    def split(self, num_shards: int) -> list[list[Any]]:
+        """The files as one byte stream cut into `num_shards` equal spans: shard k reads the ranges
+        of the files in its span. A `.gz` or empty file goes whole to the span holding its middle."""
+        sizes = [_file_size(f) for f in self._files]
+        total = sum(sizes)
+        bounds = [total * k // num_shards for k in range(num_shards + 1)]
+        work: list[list[Any]] = [[] for _ in range(num_shards)]
+        offset = 0
+        for path, size in zip(self._files, sizes):
+            if size == 0 or path.endswith(".gz"):
+                k = min(bisect.bisect_right(bounds, offset + size // 2) - 1, num_shards - 1)
+                work[k].append(FileRange(path))
             else:
-                stream = io.BufferedReader(_RawGFile(gfile), buffer_size=1 << 20)
+                first = bisect.bisect_right(bounds, offset) - 1
+                for k in range(first, num_shards):
+                    lo, hi = max(bounds[k], offset), min(bounds[k + 1], offset + size)
+                    if lo >= offset + size:
+                        break
+                    if lo < hi:
+                        work[k].append(FileRange(path, lo - offset, None if hi == offset + size else hi - offset))
+            offset += size
+        return work
+
+    def _read_unit(self, unit: Any, stats: CorpusStats) -> Iterator[Document]:
+        part = unit if isinstance(unit, FileRange) else FileRange(unit)
+        with _open_binary(part.path, part.start - 1 if part.start else 0) as raw:
+            if part.path.endswith(".gz"):
+                if part.start or part.end is not None:
+                    raise ValueError(f"{part.path}: a gzip file can only be read whole, not from byte {part.start}.")
+                stream: Any = gzip.GzipFile(fileobj=raw, mode="rb")
+            else:
+                stream = raw
+            pieces = self._pieces(stream, part.start - 1 if part.start else 0)
+            if part.start:  # Move to the first document boundary at or after `start`.
+                for line_start, text, cut, _ in pieces:
+                    if line_start is not None and line_start >= part.start and not (cut or text):
+                        break
+                else:
+                    return  # no boundary left: the lines here belong to an earlier range
+                if part.end is not None and line_start >= part.end:
+                    return  # a document longer than the range covers it: nothing starts here
+                stats.lines += 1
+                stats.empty_lines += 1
             doc: Document = []
             has_text = False
-            for line in self._lines(stream, stats):
-                if line:
-                    doc.append(line)
+            for line_start, text, cut, replaced in pieces:
+                if line_start is not None:
+                    if part.end is not None and line_start >= part.end and not (cut or text):
+                        break  # the next range starts at this blank line
+                    stats.lines += 1
+                    stats.over_long_lines += cut
+                stats.replaced_lines += replaced
+                if text:
+                    doc.append(text)
                     has_text = True
-                elif doc:
-                    yield doc
-                    doc = []
+                elif line_start is not None and not cut:
+                    stats.empty_lines += 1
+                    if doc:
+                        yield doc
+                        doc = []
             if doc:
                 yield doc
-        if not has_text:
-            stats.empty_files += 1
+            if part.start == 0 and not has_text:
+                # The file is empty only if the ranges after this one hold no text either.
+                if part.end is None or not any(text for _, text, _, _ in pieces):
+                    stats.empty_files += 1
 
-    def _lines(self, stream: Any, stats: CorpusStats) -> Iterator[str]:
-        """Stripped lines, "" for a blank line; an over-long line comes out as several pieces."""
+    def _pieces(self, stream: Any, position: int) -> Iterator[tuple[Optional[int], str, bool, bool]]:
+        """(line_start, text, cut, replaced) per piece of a line: line_start is the byte offset where
+        the line starts (None for the later pieces of an over-long line), text the stripped piece,
+        cut whether the line goes on in the next piece, replaced whether bytes were not UTF-8."""
         cap = self.max_line_chars
         carry = b""  # start of a character cut off at the end of the previous piece
         continued = False  # the previous piece was cut: this one continues its line
         while True:
-            data = carry + stream.readline(cap - len(carry))
+            piece_start = position - len(carry)
+            chunk = stream.readline(cap - len(carry))
+            position += len(chunk)
+            data = carry + chunk
             carry = b""
             if not data:
                 return
@@ -227,42 +346,35 @@ class TextSource(Source):
                 tail = _incomplete_utf8_tail(data)
                 if tail:
                     data, carry = data[:-tail], data[-tail:]
-            if not continued:
-                stats.lines += 1
-                stats.over_long_lines += cut
             try:
-                text = data.decode("utf-8").strip()
+                text, replaced = data.decode("utf-8").strip(), False
             except UnicodeDecodeError:
-                text = data.decode("utf-8", errors="replace").strip()
-                stats.replaced_lines += 1
-            if text:
-                yield text
-            elif not (cut or continued):
-                stats.empty_lines += 1
-                yield ""
+                text, replaced = data.decode("utf-8", errors="replace").strip(), True
+            yield (None if continued else piece_start), text, cut, replaced
             continued = cut
 
 
-def _expand_patterns(patterns: str) -> list[str]:
-    """Comma-separated globs → files, each glob's matches sorted, duplicates dropped."""
+def _file_size(path: str) -> int:
+    if _is_remote(path):
+        import tensorflow as tf
+
+        return tf.io.gfile.stat(path).length
+    return os.path.getsize(path)
+
+
+def _open_binary(path: str, offset: int) -> Any:
+    """A buffered binary stream positioned at `offset`; local files need no TensorFlow."""
+    if not _is_remote(path):
+        f = open(path, "rb", buffering=1 << 20)
+        if offset:
+            f.seek(offset)
+        return f
     import tensorflow as tf
 
-    names = [name.strip() for name in patterns.split(",") if name.strip()]
-    if not names:
-        raise ValueError(f"--input_file {patterns!r} names no file: give a path, a glob or a "
-                         "comma-separated list of them.")
-    files: dict[str, None] = {}
-    for name in names:
-        matches = sorted(m for m in tf.io.gfile.glob(name) if not tf.io.gfile.isdir(m))
-        if not matches:
-            if set(name) & set("*?["):
-                raise FileNotFoundError(
-                    f"--input_file pattern {name!r} matches no files: check the directory and "
-                    "the pattern (quote it so that the shell does not expand it).")
-            raise FileNotFoundError(f"--input_file {name!r} does not exist: check the path, or "
-                                    "pass a glob or a comma-separated list of existing files.")
-        files.update(dict.fromkeys(matches))
-    return list(files)
+    gfile = tf.io.gfile.GFile(path, "rb")
+    if offset:
+        gfile.seek(offset)
+    return io.BufferedReader(_RawGFile(gfile), buffer_size=1 << 20)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -275,6 +275,10 @@ class InputPipeline:
             self._iterator, self._exhausted = iter(self.dataset), False
         return self
 
+    def reset(self) -> None:
+        """Back to the beginning (eval: the next pass starts at the first batch)."""
+        self._iterator, self._exhausted = iter(self.dataset), False
+
     def __next__(self) -> dict[str, np.ndarray]:
         tf = _tf()
         try:

@@ -1,22 +1,28 @@
 """Corpus → pre-masked TFRecord shards + metadata.json, on local workers or Apache Beam.
 
-Work is split by output shard. Shard k reads the corpus units (files, TFDS shards, stdlib modules)
-k, k+S, k+2S, ... — or, when there are fewer units than shards, every unit keeping documents
-k, k+S, ... — and cuts its documents into blocks of ~BLOCK_CHARS characters. Each block is tokenized,
-turned into instances with the seed (random_seed, k, block) and written at once, so memory stays flat
-however large the corpus, and the records depend on the seed and the shard count only: not on the
-number of workers, nor on the runner.
+Work is split by output shard, planned once from the corpus and the shard count (`plan_shards`).
+Raw-text files are cut into byte ranges at document boundaries, so that shard k reads its own k-th
+of the bytes however few and large the files are (a single file spreads over all shards); other
+sources hand out whole units (TFDS shards, stdlib modules) round-robin, or — when there are fewer
+units than shards — every shard reads them all and keeps documents k, k+S, ... Each shard cuts its
+documents into blocks of ~BLOCK_CHARS characters; each block is tokenized, turned into instances with
+the seed (random_seed, k, block) and written at once, so memory stays flat however large the corpus,
+and the records depend on the corpus, the seed and the shard count only: not on the number of
+workers, nor on the runner.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import multiprocessing
 import os
+import pickle
+import queue as queue_lib
 import sys
 import time
-from typing import Callable, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import numpy as np
 
@@ -25,9 +31,12 @@ from bertjax.data import instances as instances_lib
 from bertjax.data import records
 from bertjax.data import tokenizer as tokenizer_lib
 
-# Characters of text per block: ~500k tokens, ~40k instances at dupe_factor 10 (~150 MB of arrays).
-BLOCK_CHARS = 2_000_000
+# Characters of text per block: ~250k tokens, ~20k instances at dupe_factor 10 (~40 MB of arrays).
+BLOCK_CHARS = 1_000_000
+# Sentences per tokenizer call: bounds the tokenizer's per-sentence objects (offsets, strings).
+ENCODE_BATCH = 4096
 SHARD_STATS_SUFFIX = ".stats.json"
+COUNT_KEYS = ("documents", "sentences", "tokens", "empty_sentences", "empty_documents", "instances", "masked")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,20 +60,53 @@ class PrepareConfig:
                                       text_feature=self.tfds_text_feature)
 
 
+@dataclasses.dataclass(frozen=True)
+class ShardWork:
+    """What shard `shard` reads: `units` in order, keeping documents i with i % stride == shard % stride."""
+
+    shard: int
+    units: tuple
+    stride: int = 1
+
+    @property
+    def reads_whole_corpus(self) -> bool:
+        return self.stride > 1
+
+
+def plan_shards(cfg: PrepareConfig, source: Optional[corpus_lib.Source] = None) -> list[ShardWork]:
+    """Each shard's work: a function of the corpus and num_shards only, so any worker can run any shard."""
+    source = source or cfg.open_source()
+    split = source.split(cfg.num_shards)
+    if split is None:  # fewer units than shards: every shard reads all, keeps every num_shards-th document
+        units = tuple(source.list_units())
+        return [ShardWork(k, units, cfg.num_shards) for k in range(cfg.num_shards)]
+    return [ShardWork(k, tuple(units)) for k, units in enumerate(split)]
+
+
 def vocab_for_masking(tokenizer: tokenizer_lib.Tokenizer) -> instances_lib.Vocab:
     return instances_lib.Vocab(size=tokenizer.vocab_size, pad_id=tokenizer.pad_id, cls_id=tokenizer.cls_id,
                                sep_id=tokenizer.sep_id, mask_id=tokenizer.mask_id,
                                is_continuation=tokenizer.continuation_mask())
 
 
-def _shard_documents(cfg: PrepareConfig, source: corpus_lib.Source, units: list[str], k: int,
+# Loaded once per process: building BERT's normaliser tables takes ~1 s, longer than a small shard.
+_TOKENIZERS: dict[tuple[str, bool], tuple[tokenizer_lib.Tokenizer, instances_lib.Vocab]] = {}
+
+
+def load_tokenizer(cfg: PrepareConfig) -> tuple[tokenizer_lib.Tokenizer, instances_lib.Vocab]:
+    key = (os.path.abspath(cfg.vocab_file), cfg.do_lower_case)
+    if key not in _TOKENIZERS:
+        tokenizer = tokenizer_lib.load(cfg.vocab_file, cfg.do_lower_case)
+        _TOKENIZERS[key] = tokenizer, vocab_for_masking(tokenizer)
+    return _TOKENIZERS[key]
+
+
+def _shard_documents(work: ShardWork, source: corpus_lib.Source,
                      stats: corpus_lib.CorpusStats) -> Iterator[list[str]]:
-    if len(units) >= cfg.num_shards:
-        yield from source.read(corpus_lib.shard_units(units, k, cfg.num_shards), stats)
-        return
-    for i, doc in enumerate(source.read(units, stats)):
-        if i % cfg.num_shards == k:
-            yield doc
+    documents = source.read(work.units, stats)
+    if work.stride == 1:
+        return documents
+    return itertools.islice(documents, work.shard % work.stride, None, work.stride)
 
 
 def _blocks(documents: Iterator[list[str]], block_chars: int) -> Iterator[list[list[str]]]:
@@ -81,40 +123,49 @@ def _blocks(documents: Iterator[list[str]], block_chars: int) -> Iterator[list[l
 
 def tokenize_block(tokenizer: tokenizer_lib.Tokenizer, documents: list[list[str]],
                    counts: dict[str, int]) -> instances_lib.TokenizedBlock:
-    """Tokenizes a block in one batch; sentences and documents left with no tokens are counted."""
-    ids = tokenizer.encode_batch([s for doc in documents for s in doc])
-    tokenized, i = [], 0
-    for doc in documents:
-        sentences = [x for x in ids[i:i + len(doc)] if x]
-        counts["empty_sentences"] += len(doc) - len(sentences)
-        i += len(doc)
-        if sentences:
-            tokenized.append(sentences)
-        else:
-            counts["empty_documents"] += 1
-    counts["documents"] += len(tokenized)
-    counts["sentences"] += sum(map(len, tokenized))
-    counts["tokens"] += sum(len(s) for doc in tokenized for s in doc)
-    return instances_lib.TokenizedBlock.from_documents(tokenized)
+    """Tokenizes a block in batches; sentences and documents left with no tokens are counted and dropped."""
+    sentences = [s for doc in documents for s in doc]
+    pieces, lengths = [], []
+    for i in range(0, len(sentences), ENCODE_BATCH):
+        ids = tokenizer.encode_batch(sentences[i:i + ENCODE_BATCH])
+        lengths.append(np.fromiter(map(len, ids), np.int64, len(ids)))
+        pieces.append(np.fromiter(itertools.chain.from_iterable(ids), np.int32, int(lengths[-1].sum())))
+    del sentences
+    sentence_lengths = np.concatenate(lengths) if lengths else np.zeros(0, np.int64)
+    tokens = np.concatenate(pieces) if pieces else np.zeros(0, np.int32)
+    doc_of_sentence = np.repeat(np.arange(len(documents)), [len(d) for d in documents])
+    kept = sentence_lengths > 0
+    doc_sentences = np.bincount(doc_of_sentence[kept], minlength=len(documents))
+    counts["empty_sentences"] += int((~kept).sum())
+    counts["empty_documents"] += int((doc_sentences == 0).sum())
+    doc_sentences = doc_sentences[doc_sentences > 0]
+    sentence_lengths = sentence_lengths[kept]
+    counts["documents"] += len(doc_sentences)
+    counts["sentences"] += len(sentence_lengths)
+    counts["tokens"] += len(tokens)
+    return instances_lib.TokenizedBlock(tokens, np.concatenate([[0], np.cumsum(sentence_lengths)]),
+                                        np.concatenate([[0], np.cumsum(doc_sentences)]))
 
 
 def shard_seed(random_seed: int, shard: int, block: int) -> int:
     return int(np.random.SeedSequence([random_seed, shard, block]).generate_state(1)[0])
 
 
-def process_shard(cfg: PrepareConfig, k: int, progress: Optional[Callable[[dict], None]] = None) -> dict:
-    """Writes shard k and its stats file; returns the stats."""
+def process_shard(cfg: PrepareConfig, work: ShardWork | int, progress: Optional[Callable[[dict], None]] = None,
+                  source: Optional[corpus_lib.Source] = None) -> dict:
+    """Writes one shard and its stats file; returns the stats. `work` may be a shard index (planned here)."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # one core per worker: scale with --num_workers
-    tokenizer = tokenizer_lib.load(cfg.vocab_file, cfg.do_lower_case)
-    vocab = vocab_for_masking(tokenizer)
-    source = cfg.open_source()
-    units = source.list_units()
+    source = source or cfg.open_source()
+    if isinstance(work, int):
+        work = plan_shards(cfg, source)[work]
+    k = work.shard
+    tokenizer, vocab = load_tokenizer(cfg)
     corpus_stats = corpus_lib.CorpusStats()
-    counts = dict(documents=0, sentences=0, tokens=0, empty_sentences=0, empty_documents=0, instances=0,
-                  masked=0)
+    counts = dict.fromkeys(COUNT_KEYS, 0)
     with records.RecordWriter(cfg.shard_path(k)) as writer:
-        for b, block_docs in enumerate(_blocks(_shard_documents(cfg, source, units, k, corpus_stats), cfg.block_chars)):
+        for b, block_docs in enumerate(_blocks(_shard_documents(work, source, corpus_stats), cfg.block_chars)):
             block = tokenize_block(tokenizer, block_docs, counts)
+            del block_docs
             if block.num_documents == 0:
                 continue
             arrays = instances_lib.create_instances(block, cfg.instance, vocab, shard_seed(cfg.random_seed, k, b))
@@ -123,12 +174,12 @@ def process_shard(cfg: PrepareConfig, k: int, progress: Optional[Callable[[dict]
             counts["masked"] += int(arrays["masked_lm_weights"].sum())
             if progress:
                 progress(dict(shard=k, instances=len(arrays["input_ids"]), documents=block.num_documents))
-    # With fewer units than shards every shard reads the whole corpus: count the corpus once (shard 0).
-    whole_corpus_each = len(units) < cfg.num_shards
+            del arrays, block
+    # A shard that read the whole corpus to keep its share reports the corpus only as shard 0.
     result = dict(shard=k, file=os.path.basename(cfg.shard_path(k)), **counts,
-                  corpus=corpus_stats.as_dict() if (k == 0 or not whole_corpus_each) else None)
-    with open(cfg.shard_path(k) + SHARD_STATS_SUFFIX, "w") as f:
-        json.dump(result, f)
+                  corpus=corpus_stats.as_dict() if (k == 0 or not work.reads_whole_corpus) else None)
+    with records.open_for_write(cfg.shard_path(k) + SHARD_STATS_SUFFIX) as f:
+        f.write(json.dumps(result).encode())
     return result
 
 
@@ -161,60 +212,86 @@ class Progress:
                 f"elapsed {elapsed:.0f}s, ETA {eta}")
 
 
-_QUEUE = None
+_QUEUE: Any = None
 
 
-def _init_worker(queue) -> None:
+def _init_worker(queue: Any, tokenizer_bytes: bytes, cfg: PrepareConfig) -> None:
+    """Worker start-up: the parent's tokenizer arrives pickled (~25 ms) instead of rebuilt (~1 s)."""
     global _QUEUE
     _QUEUE = queue
+    tokenizer = pickle.loads(tokenizer_bytes)
+    _TOKENIZERS[(os.path.abspath(cfg.vocab_file), cfg.do_lower_case)] = tokenizer, vocab_for_masking(tokenizer)
 
 
-def _worker(args: tuple[PrepareConfig, int]) -> dict:
-    cfg, k = args
-    result = process_shard(cfg, k, progress=_QUEUE.put)
+def _worker(args: tuple[PrepareConfig, ShardWork]) -> dict:
+    cfg, work = args
+    result = process_shard(cfg, work, progress=_QUEUE.put)
     _QUEUE.put(dict(shard_done=1))
     return result
 
 
-def run_local(cfg: PrepareConfig, num_workers: int, progress: Progress) -> list[dict]:
+def run_local(cfg: PrepareConfig, num_workers: int, progress: Progress,
+              plan: Optional[list[ShardWork]] = None) -> list[dict]:
+    source = cfg.open_source()
+    plan = plan or plan_shards(cfg, source)
+    num_workers = min(num_workers, len(plan))
     if num_workers <= 1:
         results = []
-        for k in range(cfg.num_shards):
-            results.append(process_shard(cfg, k, progress=progress.update))
+        for work in plan:
+            results.append(process_shard(cfg, work, progress=progress.update, source=source))
             progress.update(dict(shard_done=1))
         return results
     # spawn: workers start clean, never forking a parent that holds TensorFlow or tokenizer threads.
     ctx = multiprocessing.get_context("spawn")
     queue = ctx.Queue()
-    with ctx.Pool(num_workers, initializer=_init_worker, initargs=(queue,)) as pool:
-        pending = pool.map_async(_worker, [(cfg, k) for k in range(cfg.num_shards)], chunksize=1)
+    tokenizer, _ = load_tokenizer(cfg)
+    with ctx.Pool(num_workers, initializer=_init_worker, initargs=(queue, pickle.dumps(tokenizer), cfg)) as pool:
+        pending = pool.map_async(_worker, [(cfg, work) for work in plan], chunksize=1)
         while not pending.ready() or not queue.empty():
             try:
                 progress.update(queue.get(timeout=0.2))
-            except Exception:  # queue.Empty
+            except queue_lib.Empty:
                 pass
         return pending.get()
 
 
-def run_beam(cfg: PrepareConfig, beam_args: list[str]) -> list[dict]:
+def run_beam(cfg: PrepareConfig, beam_args: list[str], plan: Optional[list[ShardWork]] = None) -> list[dict]:
     """The same `process_shard` as a Beam pipeline; stats come back through the per-shard stats files."""
     try:
         import apache_beam as beam
         from apache_beam.options.pipeline_options import PipelineOptions
     except ImportError:
         raise RuntimeError("--runner=beam needs Apache Beam: pip install 'bertjax[beam]'.") from None
+    plan = plan or plan_shards(cfg)
     with beam.Pipeline(options=PipelineOptions(beam_args)) as pipeline:
-        _ = (pipeline | "Shards" >> beam.Create(list(range(cfg.num_shards)))
+        _ = (pipeline | "Shards" >> beam.Create(plan)
              | "Spread" >> beam.Reshuffle()
-             | "WriteShard" >> beam.Map(lambda k: process_shard(cfg, k)))
+             | "WriteShard" >> beam.Map(_beam_process_shard, cfg))
     return [read_shard_stats(cfg, k) for k in range(cfg.num_shards)]
 
 
-def read_shard_stats(cfg: PrepareConfig, k: int) -> dict:
-    import tensorflow as tf
+def _beam_process_shard(work: ShardWork, cfg: PrepareConfig) -> dict:
+    return process_shard(cfg, work)
 
-    with tf.io.gfile.GFile(cfg.shard_path(k) + SHARD_STATS_SUFFIX) as f:
+
+def read_shard_stats(cfg: PrepareConfig, k: int) -> dict:
+    path = cfg.shard_path(k) + SHARD_STATS_SUFFIX
+    if "://" in path:
+        import tensorflow as tf
+
+        with tf.io.gfile.GFile(path) as f:
+            return json.load(f)
+    with open(path) as f:
         return json.load(f)
+
+
+def _remove(path: str) -> None:
+    if "://" in path:
+        import tensorflow as tf
+
+        tf.io.gfile.remove(path)
+    else:
+        os.remove(path)
 
 
 # --- The job -------------------------------------------------------------------------------------
@@ -224,7 +301,7 @@ def check_inputs(cfg: PrepareConfig) -> tokenizer_lib.Tokenizer:
     cfg.instance.validate()
     if cfg.num_shards < 1:
         raise ValueError(f"--num_shards={cfg.num_shards} must be ≥ 1.")
-    tokenizer = tokenizer_lib.load(cfg.vocab_file, cfg.do_lower_case)
+    tokenizer, _ = load_tokenizer(cfg)
     cfg.open_source().list_units()  # a glob that matches nothing, a missing file, an unknown dataset
     return tokenizer
 
@@ -232,26 +309,37 @@ def check_inputs(cfg: PrepareConfig) -> tokenizer_lib.Tokenizer:
 def prepare(cfg: PrepareConfig, num_workers: int = 1, runner: str = "local", beam_args: tuple[str, ...] = (),
             progress_stream=sys.stderr) -> dict:
     """Runs the whole job; returns (and writes) the metadata."""
+    if runner not in ("local", "beam"):
+        raise ValueError(f"--runner={runner!r} is not one of local, beam.")
+    if num_workers < 1:
+        raise ValueError(f"--num_workers={num_workers} must be ≥ 1.")
     tokenizer = check_inputs(cfg)
-    os.makedirs(cfg.output_dir, exist_ok=True)
+    _makedirs(cfg.output_dir)
     start = time.monotonic()
     progress = Progress(cfg.num_shards, stream=progress_stream)
+    plan = plan_shards(cfg)
     if runner == "local":
-        results = run_local(cfg, num_workers, progress)
-    elif runner == "beam":
-        results = run_beam(cfg, list(beam_args))
+        results = run_local(cfg, num_workers, progress, plan)
     else:
-        raise ValueError(f"--runner={runner!r} is not one of local, beam.")
+        results = run_beam(cfg, list(beam_args), plan)
     seconds = time.monotonic() - start
     for k in range(cfg.num_shards):
-        os.remove(cfg.shard_path(k) + SHARD_STATS_SUFFIX)
+        _remove(cfg.shard_path(k) + SHARD_STATS_SUFFIX)
     return write_job_metadata(cfg, tokenizer, sorted(results, key=lambda r: r["shard"]), seconds, runner, num_workers)
+
+
+def _makedirs(path: str) -> None:
+    if "://" in path:
+        import tensorflow as tf
+
+        tf.io.gfile.makedirs(path)
+    else:
+        os.makedirs(path, exist_ok=True)
 
 
 def write_job_metadata(cfg: PrepareConfig, tokenizer: tokenizer_lib.Tokenizer, results: list[dict],
                        seconds: float, runner: str, num_workers: int) -> dict:
-    totals = {key: sum(r[key] for r in results) for key in
-              ("documents", "sentences", "tokens", "empty_sentences", "empty_documents", "instances", "masked")}
+    totals = {key: sum(r[key] for r in results) for key in COUNT_KEYS}
     corpus = corpus_lib.CorpusStats()
     for r in results:
         if r["corpus"]:

@@ -13,10 +13,12 @@ import functools
 import json
 import os
 import struct
-from typing import Iterable, Mapping, Optional, Sequence
+from typing import Mapping, Optional, Sequence
 
 import google_crc32c
 import numpy as np
+
+from bertjax.data.corpus import expand_patterns  # noqa: F401  (record globs expand as corpus globs do)
 
 # Feature name → (dtype, length key). Lengths come from the schema: "seq" or "pred" or 1.
 FEATURES: dict[str, tuple[str, str | int]] = {
@@ -145,7 +147,7 @@ def frame(record: bytes) -> bytes:
     return length + _masked_crc(length) + record + _masked_crc(record)
 
 
-def _open_for_write(path: str):
+def open_for_write(path: str):
     if "://" in path:  # gs:// and friends: TensorFlow's file systems (imported only when needed)
         import tensorflow as tf
 
@@ -162,7 +164,7 @@ class RecordWriter:
         self.path = path
         self.count = 0
         self._tmp = path + ".tmp"
-        self._file = _open_for_write(self._tmp)
+        self._file = open_for_write(self._tmp)
 
     def write(self, record: bytes) -> None:
         self._file.write(frame(record))
@@ -201,12 +203,10 @@ class RecordWriter:
 # --- Metadata ------------------------------------------------------------------------------------
 
 def write_metadata(output_dir: str, schema: RecordSchema, **fields) -> str:
-    import tensorflow as tf
-
     path = os.path.join(output_dir, METADATA_NAME)
-    with tf.io.gfile.GFile(path, "w") as f:
-        json.dump({"format_version": FORMAT_VERSION, "schema": schema.to_dict(), **fields}, f, indent=2,
-                  sort_keys=True)
+    with open_for_write(path) as f:
+        f.write(json.dumps({"format_version": FORMAT_VERSION, "schema": schema.to_dict(), **fields}, indent=2,
+                           sort_keys=True).encode())
     return path
 
 
@@ -258,20 +258,3 @@ def check_schema(files: Sequence[str], max_seq_length: int, max_predictions_per_
         raise ValueError(f"{where}: records were made with a vocabulary of {metadata['vocab_size']} tokens but "
                          f"config.model.vocab_size={vocab_size}; set the config to match or re-run prepare.")
     return metadata
-
-
-def expand_patterns(patterns: str | Iterable[str], what: str = "input") -> list[str]:
-    """Globs / comma lists → sorted files; a pattern that matches nothing is an error naming it."""
-    import tensorflow as tf
-
-    if isinstance(patterns, str):
-        patterns = [p for p in patterns.split(",") if p.strip()]
-    files = []
-    for pattern in patterns:
-        matched = sorted(tf.io.gfile.glob(pattern.strip()))
-        if not matched:
-            raise FileNotFoundError(f"{what} pattern {pattern!r} matches no file; check the path or glob.")
-        files.extend(matched)
-    if not files:
-        raise FileNotFoundError(f"no {what} files given.")
-    return files

@@ -1,0 +1,268 @@
+"""Train-step speed, bertjax vs transformers.BertForPreTraining (PyTorch), side by side in one run.
+
+    python benchmarks/train_step.py [--sizes=tiny,base] [--steps=N] [--frameworks=jax,torch]
+
+One full pre-training step on the CPU, fp32, seq 128, vocab 30,522, dropout 0.1 on (training mode):
+forward + backward + AdamW update, loss = MLM cross-entropy (weighted by masked_lm_weights) over
+max_predictions_per_seq=20 positions + NSP cross-entropy, the same batch for both frameworks.
+
+- JAX: `jax_train_step(model, optimizer)`, a jitted step with donated params and optimizer state; the
+  model gathers the 20 masked positions before the MLM head (`masked_lm_positions`).
+- PyTorch: `BertForPreTraining` in train mode, default attention implementation, `torch.optim.AdamW`
+  (its default single-tensor implementation on CPU), MLM logits on all positions with labels=-100
+  elsewhere, which is how users run it. torch gets every core (`torch.set_num_threads(os.cpu_count())`).
+
+Model FLOPs are counted analytically: 3 × the forward matmul FLOPs (per layer and token 4 H×H
+projections, 2 H×4H FFN matmuls, attention scores and context 2·2·S·H; pooler and NSP per sequence;
+MLM transform H×H and vocab projection H×V on the 20 gathered positions only). MFU is measured against
+a float32 matmul peak the script measures itself, in the same process: a jitted `jnp.dot` of square
+fp32 matrices, best of several sizes, 2n³ FLOPs. Each timing is the median of --steps steps after a
+warm-up. Prints one JSON line per size.
+"""
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+
+SEQ, PRED, VOCAB = 128, 20, 30522
+BATCH = {"tiny": 32, "mini": 32, "small": 16, "medium": 16, "base": 8, "large": 4}
+STEPS = {"tiny": 20, "base": 5}
+
+# XLA CPU settings that measurably help this step (see the module docstring of bertjax/model.py and the
+# report in issue 4); the user's own XLA_FLAGS come after ours and win.
+XLA_FLAGS: list[str] = []
+PRNG_IMPL = "threefry2x32"
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--sizes", default="tiny,base")
+    p.add_argument("--steps", type=int, default=0, help="timed steps per framework; 0 = a default per size")
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--frameworks", default="jax,torch")
+    p.add_argument("--scan_layers", type=int, default=0)
+    p.add_argument("--prng_impl", default=PRNG_IMPL, help="jax_default_prng_impl for the dropout RNG")
+    p.add_argument("--xla_flags", default=" ".join(XLA_FLAGS), help="XLA flags the benchmark sets")
+    p.add_argument("--no_peak", action="store_true", help="skip the matmul peak (MFU is then null)")
+    return p.parse_args()
+
+
+ARGS = parse_args()
+os.environ["XLA_FLAGS"] = (ARGS.xla_flags + " " + os.environ.get("XLA_FLAGS", "")).strip()
+
+import jax  # noqa: E402  (after XLA_FLAGS)
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+import optax  # noqa: E402
+
+jax.config.update("jax_default_prng_impl", ARGS.prng_impl)
+
+from bertjax import model as model_lib  # noqa: E402
+
+
+# --- Batch ------------------------------------------------------------------------------------------
+
+def make_batch(batch: int, seed: int = 0) -> dict[str, np.ndarray]:
+    """Rows of length S/2..S with padding, two segments, 20 distinct masked positions per row."""
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(SEQ // 2, SEQ + 1, batch)
+    pos = np.arange(SEQ)[None, :]
+    input_mask = (pos < lengths[:, None]).astype(np.int32)
+    input_ids = (rng.integers(1000, VOCAB, (batch, SEQ)) * input_mask).astype(np.int32)
+    input_ids[:, 0] = 101
+    segment_ids = ((pos >= lengths[:, None] // 2) * input_mask).astype(np.int32)
+    positions = np.sort(np.stack([rng.choice(np.arange(1, n - 1), PRED, replace=False) for n in lengths]), 1)
+    labels = np.take_along_axis(input_ids, positions, axis=1)
+    np.put_along_axis(input_ids, positions, 103, axis=1)
+    return dict(input_ids=input_ids, segment_ids=segment_ids, input_mask=input_mask,
+                masked_lm_positions=positions.astype(np.int32), masked_lm_ids=labels.astype(np.int32),
+                masked_lm_weights=np.ones((batch, PRED), np.float32),
+                next_sentence_labels=rng.integers(0, 2, (batch, 1)).astype(np.int32))
+
+
+# --- FLOPs and peak ---------------------------------------------------------------------------------
+
+def train_flops_per_sequence(cfg: model_lib.BertConfig, seq: int = SEQ, predictions: int = PRED) -> float:
+    """3 × forward matmul FLOPs of one sequence (backward = 2 × forward)."""
+    h, f, v, n = cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size, cfg.num_hidden_layers
+    per_token_layer = 2 * (4 * h * h + 2 * h * f) + 2 * 2 * seq * h
+    encoder = n * seq * per_token_layer
+    heads = 2 * h * h + 2 * h * 2  # pooler, NSP
+    mlm = predictions * (2 * h * h + 2 * h * v)
+    return 3.0 * (encoder + heads + mlm)
+
+
+def matmul_peak(sizes=(1024, 2048, 3072, 4096), reps: int = 3) -> dict:
+    """Best fp32 FLOP/s of a jitted jnp.dot of square matrices."""
+    best, best_n = 0.0, 0
+    dot = jax.jit(jnp.dot)
+    for n in sizes:
+        a = jax.random.normal(jax.random.PRNGKey(0), (n, n), jnp.float32)
+        b = jax.random.normal(jax.random.PRNGKey(1), (n, n), jnp.float32)
+        dot(a, b).block_until_ready()
+        times = []
+        for _ in range(reps):
+            t = time.perf_counter()
+            dot(a, b).block_until_ready()
+            times.append(time.perf_counter() - t)
+        rate = 2.0 * n ** 3 / min(times)
+        if rate > best:
+            best, best_n = rate, n
+    return dict(flops=best, n=best_n)
+
+
+# --- JAX --------------------------------------------------------------------------------------------
+
+def pretraining_loss(out, batch) -> jax.Array:
+    """Weighted MLM cross-entropy + NSP cross-entropy, float32."""
+    logp = jax.nn.log_softmax(out.mlm_logits.astype(jnp.float32))
+    nll = -jnp.take_along_axis(logp, batch["masked_lm_ids"][..., None], axis=-1)[..., 0]
+    w = batch["masked_lm_weights"]
+    mlm = jnp.sum(nll * w) / (jnp.sum(w) + 1e-5)
+    nsp_logp = jax.nn.log_softmax(out.nsp_logits.astype(jnp.float32))
+    nsp = -jnp.mean(jnp.take_along_axis(nsp_logp, batch["next_sentence_labels"], axis=-1))
+    return mlm + nsp
+
+
+def jax_train_step(model: model_lib.BertForPreTraining, optimizer: optax.GradientTransformation):
+    """`step(params, opt_state, batch, rng) -> (params, opt_state, loss)`, jitted, state donated."""
+
+    def loss_fn(params, batch, rng):
+        out = model.apply({"params": params}, batch["input_ids"], batch["segment_ids"], batch["input_mask"],
+                          masked_lm_positions=batch["masked_lm_positions"], deterministic=False,
+                          rngs={"dropout": rng})
+        return pretraining_loss(out, batch)
+
+    def step(params, opt_state, batch, rng):
+        loss, grads = jax.value_and_grad(loss_fn)(params, batch, rng)
+        updates, opt_state = optimizer.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, loss
+
+    return jax.jit(step, donate_argnums=(0, 1))
+
+
+def jax_runner(cfg: model_lib.BertConfig, batch_np: dict):
+    """A compiled JAX step as a zero-argument callable that runs one step to completion."""
+    model = model_lib.BertForPreTraining(cfg, scan_layers=bool(ARGS.scan_layers))
+    params = model_lib.init_params(model, jax.random.PRNGKey(0))
+    if ARGS.scan_layers:
+        params = model_lib.stack_layers(params, cfg.num_hidden_layers)
+    optimizer = optax.adamw(1e-4, b1=0.9, b2=0.999, eps=1e-6, weight_decay=0.01)
+    opt_state = optimizer.init(params)
+    batch = {k: jnp.asarray(v) for k, v in batch_np.items()}
+    rng = jax.random.key(0)
+    t = time.perf_counter()
+    compiled = jax_train_step(model, optimizer).lower(params, opt_state, batch, rng).compile()
+    info = dict(compile_s=time.perf_counter() - t)
+    state = dict(params=params, opt_state=opt_state, i=0)
+
+    def run() -> float:
+        state["params"], state["opt_state"], loss = compiled(state["params"], state["opt_state"], batch,
+                                                             jax.random.fold_in(rng, state["i"]))
+        state["i"] += 1
+        return float(loss)  # blocks until the step is done
+
+    return run, info
+
+
+# --- PyTorch ----------------------------------------------------------------------------------------
+
+def torch_runner(cfg: model_lib.BertConfig, batch_np: dict):
+    """The transformers model and torch.optim.AdamW as a zero-argument callable running one step."""
+    import torch
+    import transformers
+
+    torch.manual_seed(0)
+    model = transformers.BertForPreTraining(transformers.BertConfig(**cfg.to_dict())).train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.01)
+    labels = np.full(batch_np["input_ids"].shape, -100, np.int64)
+    np.put_along_axis(labels, batch_np["masked_lm_positions"], batch_np["masked_lm_ids"], axis=1)
+    kwargs = dict(input_ids=torch.tensor(batch_np["input_ids"], dtype=torch.long),
+                  token_type_ids=torch.tensor(batch_np["segment_ids"], dtype=torch.long),
+                  attention_mask=torch.tensor(batch_np["input_mask"], dtype=torch.long),
+                  labels=torch.tensor(labels),
+                  next_sentence_label=torch.tensor(batch_np["next_sentence_labels"][:, 0], dtype=torch.long))
+
+    def run() -> float:
+        loss = model(**kwargs).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        return float(loss.detach())
+
+    return run, dict(attn_implementation=model.config._attn_implementation)
+
+
+def time_interleaved(runners: dict, steps: int, warmup: int) -> dict:
+    """Warm each up, then alternate one step of each, so load from elsewhere hits both alike."""
+    times = {k: [] for k in runners}
+    losses = {k: [] for k in runners}
+    for i in range(warmup + steps):
+        for name, run in runners.items():
+            t = time.perf_counter()
+            losses[name].append(run())
+            if i >= warmup:
+                times[name].append(time.perf_counter() - t)
+    return {k: dict(step_s=statistics.median(times[k]), min_s=min(times[k]), max_s=max(times[k]),
+                    loss=[losses[k][0], losses[k][-1]]) for k in runners}
+
+
+# --- Main -------------------------------------------------------------------------------------------
+
+def main():
+    import torch
+    import transformers
+
+    default_threads = (torch.get_num_threads(), torch.get_num_interop_threads())
+    torch.set_num_threads(os.cpu_count())
+    frameworks = ARGS.frameworks.split(",")
+    t0 = time.perf_counter()
+    peak = None if ARGS.no_peak else matmul_peak()
+    for size in ARGS.sizes.split(","):
+        cfg = model_lib.config_for_size(size, vocab_size=VOCAB)
+        batch_size = BATCH[size]
+        steps = ARGS.steps or STEPS.get(size, 5)
+        batch_np = make_batch(batch_size)
+        flops = train_flops_per_sequence(cfg) * batch_size
+        row = dict(size=size, batch=batch_size, seq=SEQ, predictions=PRED, vocab=VOCAB, steps=steps,
+                   model_tflops_per_step=flops / 1e12)
+        runners, infos = {}, {}
+        if "jax" in frameworks:
+            runners["jax"], infos["jax"] = jax_runner(cfg, batch_np)
+        if "torch" in frameworks:
+            runners["torch"], infos["torch"] = torch_runner(cfg, batch_np)
+        res = time_interleaved(runners, steps, ARGS.warmup)
+        if not ARGS.no_peak:  # the best of before and after, so a busy moment cannot inflate MFU
+            peak = max(peak, matmul_peak(), key=lambda p: p["flops"])
+        if "jax" in res:
+            jx = res["jax"]
+            row.update(jax_step_s=jx["step_s"], jax_step_min_max_s=[jx["min_s"], jx["max_s"]],
+                       jax_seq_per_s=batch_size / jx["step_s"], jax_compile_s=infos["jax"]["compile_s"],
+                       jax_loss=jx["loss"], achieved_tflops=flops / jx["step_s"] / 1e12)
+        if "torch" in res:
+            tc = res["torch"]
+            row.update(torch_step_s=tc["step_s"], torch_step_min_max_s=[tc["min_s"], tc["max_s"]],
+                       torch_seq_per_s=batch_size / tc["step_s"], torch_loss=tc["loss"],
+                       torch_attn_implementation=infos["torch"]["attn_implementation"])
+        if len(res) == 2:
+            row["speedup"] = res["torch"]["step_s"] / res["jax"]["step_s"]
+        if peak:
+            row.update(matmul_peak_tflops=peak["flops"] / 1e12, matmul_peak_n=peak["n"])
+            if "jax" in res:
+                row["mfu"] = flops / res["jax"]["step_s"] / peak["flops"]
+        row.update(jax=jax.__version__, torch=torch.__version__, transformers=transformers.__version__,
+                   python=platform.python_version(), cpu_count=os.cpu_count(), loadavg_1m=os.getloadavg()[0],
+                   xla_flags=os.environ.get("XLA_FLAGS", ""), jax_prng_impl=ARGS.prng_impl,
+                   scan_layers=bool(ARGS.scan_layers),
+                   torch_threads=torch.get_num_threads(), torch_interop_threads=torch.get_num_interop_threads(),
+                   torch_default_threads=list(default_threads),
+                   elapsed_s=time.perf_counter() - t0)
+        print(json.dumps(row), flush=True)
+
+
+if __name__ == "__main__":
+    main()

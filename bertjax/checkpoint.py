@@ -1,0 +1,207 @@
+"""Checkpoints under `workdir/checkpoints`: orbax CheckpointManager with one item per concern.
+
+Items of a step directory:
+  params     the model parameters (sharded arrays; restore onto any mesh)
+  opt_state  the optimizer state (absent is fine for weights-only `init_from`)
+  train      step and the base RNG key
+  config     JSON: the model architecture and layout, checked before anything is restored
+  pipeline   every process's tf.data iterator position (one file per process)
+
+Saves are asynchronous for arrays; the pipeline position is written synchronously at save time so it
+matches the step. Orbax writes into a temporary directory and renames it when every item and process is
+done, so a step directory that exists is complete: a job killed mid-save resumes from the previous one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+from typing import Any, Optional
+
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+from etils import epath
+
+from bertjax import model as model_lib
+
+CHECKPOINTS = "checkpoints"
+
+
+# --- The input-pipeline position as an orbax item ------------------------------------------------
+
+class PipelineHandler(ocp.CheckpointHandler):
+    """Saves/restores `InputPipeline` positions: each process writes and reads its own file."""
+
+    def save(self, directory: epath.Path, args: "PipelineSave") -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        args.pipeline.save_state(str(directory / f"process_{jax.process_index()}"))
+        if jax.process_index() == 0:
+            (directory / "processes.json").write_text(json.dumps({"process_count": jax.process_count()}))
+
+    def restore(self, directory: epath.Path, args: "PipelineRestore") -> Any:
+        saved = json.loads((directory / "processes.json").read_text())["process_count"]
+        if saved != jax.process_count():
+            raise ValueError(f"{directory} holds input positions for {saved} process(es) but this run has "
+                             f"{jax.process_count()}; resume with {saved}, or start a new workdir with "
+                             f"--config.train.init_from={directory.parent.parent.parent} (weights only).")
+        args.pipeline.restore_state(str(directory / f"process_{jax.process_index()}"))
+        return args.pipeline
+
+
+@ocp.args.register_with_handler(PipelineHandler, for_save=True)
+@dataclasses.dataclass
+class PipelineSave(ocp.args.CheckpointArgs):
+    pipeline: Any
+
+
+@ocp.args.register_with_handler(PipelineHandler, for_restore=True)
+@dataclasses.dataclass
+class PipelineRestore(ocp.args.CheckpointArgs):
+    pipeline: Any
+
+
+# --- Settings ---------------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class CheckpointConfig:
+    every_steps: int = 10_000
+    keep: int = 3
+    keep_every: int = 0  # 0: keep no extra checkpoints
+    async_save: bool = True
+
+    @classmethod
+    def from_config(cls, c: Any) -> "CheckpointConfig":
+        cfg = cls(every_steps=int(c.every_steps), keep=int(c.keep), keep_every=int(c.keep_every))
+        for name in ("every_steps", "keep"):
+            if getattr(cfg, name) < 1:
+                raise ValueError(f"config.checkpoint.{name}={getattr(cfg, name)} must be ≥ 1.")
+        if cfg.keep_every < 0:
+            raise ValueError(f"config.checkpoint.keep_every={cfg.keep_every} must be ≥ 0 (0 = none).")
+        return cfg
+
+
+def model_fingerprint(model: model_lib.BertForPreTraining) -> dict:
+    """What a checkpoint's params depend on: the architecture and the layer layout."""
+    return {"model": model.config.to_dict(), "scan_layers": bool(model.scan_layers)}
+
+
+def _handlers() -> dict:
+    return {"params": ocp.PyTreeCheckpointHandler(), "opt_state": ocp.PyTreeCheckpointHandler(),
+            "train": ocp.PyTreeCheckpointHandler(), "config": ocp.JsonCheckpointHandler(),
+            "pipeline": PipelineHandler()}
+
+
+def _restore_args(abstract: Any) -> Any:
+    """Restore each array with the sharding of its abstract value (which may be a different mesh)."""
+    return ocp.checkpoint_utils.construct_restore_args(abstract)
+
+
+class Checkpointer:
+    """Saves and resumes a training run in `workdir/checkpoints`."""
+
+    def __init__(self, workdir: str, cfg: CheckpointConfig, fingerprint: dict, read_only: bool = False):
+        self.directory = os.path.abspath(os.path.join(workdir, CHECKPOINTS))
+        self.fingerprint = fingerprint
+        options = ocp.CheckpointManagerOptions(
+            max_to_keep=cfg.keep, keep_period=cfg.keep_every or None, create=not read_only,
+            enable_async_checkpointing=cfg.async_save, read_only=read_only,
+            cleanup_tmp_directories=not read_only)
+        self.manager = ocp.CheckpointManager(self.directory, options=options, item_handlers=_handlers())
+
+    def latest_step(self) -> Optional[int]:
+        return self.manager.latest_step()
+
+    def check_compatible(self, step: int) -> None:
+        """Refuses a workdir whose checkpoints belong to a different model, before restoring anything."""
+        saved = self.manager.restore(step, args=ocp.args.Composite(config=ocp.args.JsonRestore()))["config"]
+        mine, theirs = self.fingerprint["model"], saved.get("model", {})
+        diff = [f"{k}: {theirs.get(k)} there, {v} here" for k, v in mine.items() if theirs.get(k) != v]
+        if diff:
+            raise ValueError(
+                f"{self.directory}/{step} was made with a different model config ({'; '.join(diff)}); use a new "
+                "--workdir, or --config.train.init_from for weights from a compatible model.")
+        if saved.get("scan_layers") != self.fingerprint["scan_layers"]:
+            raise ValueError(f"{self.directory}/{step} was saved with scan_layers={saved.get('scan_layers')}; "
+                             f"resume with --config.model.scan_layers={saved.get('scan_layers')} (export and "
+                             "init_from convert between layouts, resume does not).")
+
+    def save(self, step: int, state: Any, pipeline: Any = None, force: bool = False) -> bool:
+        """Saves if the step is due (or force); returns whether a save started."""
+        if not force and not self.manager.should_save(step):
+            return False
+        if step in self.manager.all_steps():
+            return False
+        items = dict(params=ocp.args.PyTreeSave(state.params), opt_state=ocp.args.PyTreeSave(state.opt_state),
+                     train=ocp.args.PyTreeSave({"step": state.step, "rng": state.rng}),
+                     config=ocp.args.JsonSave(self.fingerprint))
+        if pipeline is not None:
+            items["pipeline"] = PipelineSave(pipeline)
+        return self.manager.save(step, args=ocp.args.Composite(**items), force=True)
+
+    def restore(self, step: int, abstract_state: Any, pipeline: Any = None) -> Any:
+        """The state saved at step, placed with abstract_state's shardings; the pipeline repositioned."""
+        self.check_compatible(step)
+        abstract_train = {"step": abstract_state.step, "rng": abstract_state.rng}
+        items = {name: ocp.args.PyTreeRestore(item=value, restore_args=_restore_args(value))
+                 for name, value in (("params", abstract_state.params), ("opt_state", abstract_state.opt_state),
+                                     ("train", abstract_train))}
+        if pipeline is not None:
+            items["pipeline"] = PipelineRestore(pipeline)
+        try:
+            out = self.manager.restore(step, args=ocp.args.Composite(**items))
+        except (ValueError, KeyError, FileNotFoundError) as e:
+            if "input positions" in str(e) or "pipeline differs" in str(e):
+                raise
+            raise ValueError(f"{self.directory}/{step} could not be restored ({type(e).__name__}: "
+                             f"{str(e).splitlines()[0][:300]}); if it is damaged, delete that step directory "
+                             "to resume from the one before.") from e
+        return abstract_state.replace(step=out["train"]["step"], params=out["params"],
+                                      opt_state=out["opt_state"], rng=out["train"]["rng"])
+
+    def wait(self) -> None:
+        self.manager.wait_until_finished()
+
+    def close(self) -> None:
+        self.manager.wait_until_finished()
+        self.manager.close()
+
+
+# --- Weights only ------------------------------------------------------------------------------------
+
+def is_workdir(path: str) -> bool:
+    return os.path.isdir(os.path.join(path, CHECKPOINTS))
+
+
+def load_params(workdir: str, step: Optional[int] = None) -> tuple[dict, dict]:
+    """(fingerprint, params as host numpy arrays in the loop layout) from a bertjax workdir.
+
+    Reads the params item only, so a checkpoint without optimizer state (or from any mesh) is fine.
+    """
+    directory = os.path.join(workdir, CHECKPOINTS)
+    manager = ocp.CheckpointManager(os.path.abspath(directory), item_handlers=_handlers(),
+                                    options=ocp.CheckpointManagerOptions(read_only=True, create=False))
+    try:
+        step = manager.latest_step() if step is None else step
+        if step is None or step not in manager.all_steps():
+            raise FileNotFoundError(f"{directory} has no checkpoint{'' if step is None else f' for step {step}'}"
+                                    f" (it has {list(manager.all_steps()) or 'none'}); train first or pick a "
+                                    "saved step.")
+        fingerprint = manager.restore(step, args=ocp.args.Composite(config=ocp.args.JsonRestore()))["config"]
+        metadata = manager.item_metadata(step)["params"]
+        meta_tree = getattr(metadata, "tree", metadata)
+        restore_args = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), meta_tree)
+        params = manager.restore(step, args=ocp.args.Composite(
+            params=ocp.args.PyTreeRestore(restore_args=restore_args)))["params"]
+    finally:
+        manager.close()
+    logging.info("checkpoint: loaded params of step %d from %s", step, directory)
+    return fingerprint, model_lib.unstack_layers(params)
+
+
+def place(params: Any, shardings: Any) -> Any:
+    """Host arrays → global arrays with the given shardings (every process holds the whole value)."""
+    return jax.tree.map(lambda x, s: jax.make_array_from_callback(x.shape, s, lambda idx: x[idx]),
+                        params, shardings)

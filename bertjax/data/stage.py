@@ -1,0 +1,115 @@
+"""The data stage of the main job: corpus → vocab → train and held-out records, when the config asks.
+
+With `config.data.corpus` empty the job trains on existing records (`data.train_files`) and this stage
+does nothing. With a corpus (`builtin:pydocs`, a glob of BERT raw-text files, `tfds:NAME[:SPLIT]`) it
+splits the documents into train and held-out sets (every `heldout_every`-th document is held out, so
+no held-out sentence is ever trained on), trains a WordPiece vocab on the train documents unless
+`data.vocab_file` is given, prepares records for both with `bertjax.prepare`, and points the config at
+them. Outputs live in `workdir/data` and are reused when present, so a resumed job starts at once.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from typing import Iterator
+
+import jax
+import ml_collections
+
+from bertjax.data import corpus as corpus_lib
+from bertjax.data import instances as instances_lib
+from bertjax.data import prepare as prepare_lib
+from bertjax.data import tokenizer as tokenizer_lib
+
+log = logging.getLogger("bertjax")
+DONE = "stage.json"
+
+
+def _write_documents(path: str, documents: Iterator[list[str]]) -> int:
+    """BERT raw-text format: one sentence per line, a blank line between documents."""
+    n = 0
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
+        for doc in documents:
+            f.write("\n".join(s.replace("\n", " ") for s in doc) + "\n\n")
+            n += 1
+    os.replace(path + ".tmp", path)
+    return n
+
+
+def split_corpus(spec: str, out_dir: str, heldout_every: int, tfds_data_dir: str | None = None,
+                 tfds_text_feature: str = "text") -> tuple[str, str, dict]:
+    """Writes train.txt and heldout.txt (disjoint documents) under out_dir; returns their paths and counts."""
+    source = corpus_lib.open_source(spec, data_dir=tfds_data_dir, text_feature=tfds_text_feature)
+    train_path, heldout_path = os.path.join(out_dir, "train.txt"), os.path.join(out_dir, "heldout.txt")
+    documents = list(source.documents())
+    if len(documents) < 2:
+        raise ValueError(f"config.data.corpus={spec} has {len(documents)} document(s); a train/held-out "
+                         "split needs at least 2.")
+    every = max(2, min(heldout_every, len(documents)))
+    heldout = [d for i, d in enumerate(documents) if i % every == every - 1]
+    train = [d for i, d in enumerate(documents) if i % every != every - 1]
+    counts = {"train_documents": _write_documents(train_path, iter(train)),
+              "heldout_documents": _write_documents(heldout_path, iter(heldout))}
+    return train_path, heldout_path, counts
+
+
+def _sentences(path: str) -> Iterator[str]:
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if line.strip():
+                yield line.rstrip("\n")
+
+
+def prepare_data(config: ml_collections.ConfigDict, workdir: str) -> ml_collections.ConfigDict:
+    """Returns config with data.train_files / eval_files / vocab_file pointing at prepared records."""
+    d = config.data
+    if not d.corpus:
+        return config
+    out = os.path.join(os.path.abspath(workdir), "data")
+    done = os.path.join(out, DONE)
+    if jax.process_index() == 0 and not os.path.exists(done):
+        os.makedirs(out, exist_ok=True)
+        log.info("data: splitting %s into train and held-out documents (every %d-th held out)", d.corpus,
+                 d.heldout_every)
+        train_txt, heldout_txt, counts = split_corpus(d.corpus, out, d.heldout_every, d.tfds_data_dir or None,
+                                                      d.tfds_text_feature)
+        vocab_file = d.vocab_file
+        if not vocab_file:
+            log.info("data: training a %d-token WordPiece vocab on the train documents", d.corpus_vocab_size)
+            tok = tokenizer_lib.train_wordpiece(_sentences(train_txt), d.corpus_vocab_size,
+                                                os.path.join(out, "vocab"), do_lower_case=d.do_lower_case)
+            vocab_file = str(tok.path)
+        for name, text, dupe in (("train", train_txt, d.dupe_factor), ("heldout", heldout_txt, 1)):
+            cfg = prepare_lib.PrepareConfig(
+                input_file=text, output_dir=os.path.join(out, name), vocab_file=vocab_file,
+                do_lower_case=d.do_lower_case, random_seed=config.seed + (name == "heldout"),
+                num_shards=d.num_shards if name == "train" else 1,
+                instance=instances_lib.InstanceConfig(
+                    max_seq_length=d.max_seq_length, max_predictions_per_seq=d.max_predictions_per_seq,
+                    masked_lm_prob=d.masked_lm_prob, short_seq_prob=d.short_seq_prob, dupe_factor=dupe,
+                    do_whole_word_mask=d.do_whole_word_mask, next_sentence_prediction=d.next_sentence_prediction))
+            log.info("data: preparing %s records (dupe_factor %d) into %s", name, dupe, cfg.output_dir)
+            metadata = prepare_lib.prepare(cfg, num_workers=d.num_workers or os.cpu_count() or 1)
+            log.info("data: %s", prepare_lib.summary(metadata).replace("\n", "; "))
+            counts[f"{name}_instances"] = metadata["counts"]["instances"]
+        with open(done + ".tmp", "w") as f:
+            json.dump(dict(counts, vocab_file=vocab_file,
+                           vocab_size=tokenizer_lib.load(vocab_file, d.do_lower_case).vocab_size), f, indent=2)
+        os.replace(done + ".tmp", done)
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+
+        multihost_utils.sync_global_devices("bertjax data stage")
+    with open(done) as f:
+        stage = json.load(f)
+    config = ml_collections.ConfigDict(config.to_dict())  # an unlocked copy: the caller's stays as given
+    config.data.vocab_file = stage["vocab_file"]
+    if config.model.vocab_size != stage["vocab_size"]:
+        log.info("data: config.model.vocab_size %d → %d, the size of %s", config.model.vocab_size,
+                 stage["vocab_size"], stage["vocab_file"])
+        config.model.vocab_size = stage["vocab_size"]
+    config.data.train_files = os.path.join(out, "train", "*.tfrecord")
+    config.data.eval_files = os.path.join(out, "heldout", "*.tfrecord")
+    return config

@@ -1,0 +1,58 @@
+"""The pre-training job: `python -m bertjax.main --config=configs/large.py --workdir=DIR`.
+
+A thin shell: flags, `jax.distributed.initialize()` for multi-process runs, then
+`train.train_and_evaluate`. Override any config field on the command line, e.g.
+`--config.train.global_batch_size=512 --config.mesh.shape='(-1,4,1)'`.
+"""
+
+import logging
+import os
+
+import jax
+from absl import app, flags
+from absl import logging as absl_logging
+from ml_collections import config_flags
+
+_CONFIG = config_flags.DEFINE_config_file("config", None, "Config file, e.g. configs/large.py or configs/large.py:phase=2.",
+                                          lock_config=True)
+_WORKDIR = flags.DEFINE_string("workdir", None, "Directory for checkpoints, metrics.jsonl and TensorBoard events; "
+                               "a workdir with checkpoints resumes from the latest.")
+_COMPILE_ONLY = flags.DEFINE_bool("compile_only", False, "Build the state, compile the train step, log its "
+                                  "memory analysis and stop.")
+_COORDINATOR = flags.DEFINE_string("coordinator_address", None, "host:port of process 0, for multi-process runs "
+                                   "outside TPU VMs and SLURM (where it is found automatically).")
+_NUM_PROCESSES = flags.DEFINE_integer("num_processes", None, "Processes in a multi-process run.")
+_PROCESS_ID = flags.DEFINE_integer("process_id", None, "This process's index in a multi-process run.")
+_DISTRIBUTED = flags.DEFINE_bool("distributed", None, "Force (or, with --nodistributed, skip) "
+                                 "jax.distributed.initialize(); by default it runs on TPU VMs, under SLURM and "
+                                 "when --coordinator_address is given.")
+
+
+def _multi_process() -> bool:
+    if _DISTRIBUTED.value is not None:
+        return _DISTRIBUTED.value
+    if _COORDINATOR.value:
+        return True
+    if int(os.environ.get("SLURM_NTASKS", "1")) > 1:
+        return True
+    return bool(os.environ.get("TPU_WORKER_HOSTNAMES", "").count(","))  # a multi-host TPU slice
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments {argv[1:]}; settings go in --config.* flags.")
+    logging.getLogger("bertjax").setLevel(logging.INFO)
+    absl_logging.set_verbosity(absl_logging.WARNING)  # orbax and JAX log every step at INFO
+    if _multi_process():
+        if _COORDINATOR.value and (_NUM_PROCESSES.value is None or _PROCESS_ID.value is None):
+            raise app.UsageError("--coordinator_address needs --num_processes and --process_id too.")
+        jax.distributed.initialize(coordinator_address=_COORDINATOR.value, num_processes=_NUM_PROCESSES.value,
+                                   process_id=_PROCESS_ID.value)
+    from bertjax import train  # after distributed initialisation: nothing may touch devices before it
+
+    train.train_and_evaluate(_CONFIG.value, _WORKDIR.value, compile_only=_COMPILE_ONLY.value)
+
+
+if __name__ == "__main__":
+    flags.mark_flags_as_required(["config", "workdir"])
+    app.run(main)

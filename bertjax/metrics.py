@@ -1,0 +1,348 @@
+"""Training and eval metrics: weighted (sum, count) pairs, loss, baselines, FLOPs / MFU, writers, log lines.
+
+Metrics are computed on device as (weighted sum, weight) pairs, added across batches (and, being sums
+over the global batch, across devices and processes for free), and divided only on the host. So eval
+padding rows (example_weight 0) and padded prediction slots (masked_lm_weights 0) never skew a mean,
+and merging batches gives exactly the metric of their concatenation.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from typing import Any, Iterable, Mapping, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+Array = jax.Array
+Metrics = dict[str, tuple[Any, Any]]  # name → (weighted sum, weight)
+
+# google-research/bert's MLM denominator: sum(w * ce) / (sum(w) + 1e-5).
+MLM_DENOMINATOR_EPS = 1e-5
+
+
+# --- Loss and on-device metrics ----------------------------------------------------------------------
+
+def _example_weight(example_weight: Optional[Array], batch: int) -> Array:
+    if example_weight is None:
+        return jnp.ones((batch,), jnp.float32)
+    return jnp.asarray(example_weight, jnp.float32).reshape(batch)
+
+
+def _mlm_terms(mlm_logits, masked_lm_ids, masked_lm_weights, example_weight):
+    """Per-prediction cross-entropy, correctness and weight, all float32 [batch, predictions]."""
+    logits = jnp.asarray(mlm_logits, jnp.float32)
+    ids = jnp.asarray(masked_lm_ids).astype(jnp.int32)
+    ew = _example_weight(example_weight, ids.shape[0])
+    w = jnp.asarray(masked_lm_weights, jnp.float32) * ew[:, None]
+    ce = optax.softmax_cross_entropy_with_integer_labels(logits, ids)
+    correct = (jnp.argmax(logits, axis=-1) == ids).astype(jnp.float32)
+    return ce, correct, w
+
+
+def _nsp_terms(nsp_logits, next_sentence_labels, example_weight):
+    """Per-example cross-entropy, correctness and weight, float32 [batch]."""
+    logits = jnp.asarray(nsp_logits, jnp.float32)
+    labels = jnp.asarray(next_sentence_labels).reshape(logits.shape[0]).astype(jnp.int32)
+    w = _example_weight(example_weight, logits.shape[0])
+    ce = optax.softmax_cross_entropy_with_integer_labels(logits, labels)
+    correct = (jnp.argmax(logits, axis=-1) == labels).astype(jnp.float32)
+    return ce, correct, w
+
+
+def pretraining_metrics(mlm_logits: Array, masked_lm_ids: Array, masked_lm_weights: Array,
+                        nsp_logits: Optional[Array] = None, next_sentence_labels: Optional[Array] = None,
+                        example_weight: Optional[Array] = None) -> Metrics:
+    """{mlm_loss, mlm_accuracy[, nsp_loss, nsp_accuracy]} as (sum, count) float32 scalars.
+
+    MLM terms are weighted by masked_lm_weights × example_weight, NSP terms by example_weight.
+    With nsp_logits None (MLM-only data) the NSP keys are absent.
+    """
+    ce, correct, w = _mlm_terms(mlm_logits, masked_lm_ids, masked_lm_weights, example_weight)
+    count = jnp.sum(w)
+    out = {"mlm_loss": (jnp.sum(ce * w), count), "mlm_accuracy": (jnp.sum(correct * w), count)}
+    if nsp_logits is not None:
+        ce, correct, w = _nsp_terms(nsp_logits, next_sentence_labels, example_weight)
+        count = jnp.sum(w)
+        out["nsp_loss"] = (jnp.sum(ce * w), count)
+        out["nsp_accuracy"] = (jnp.sum(correct * w), count)
+    return out
+
+
+def loss(mlm_logits: Array, masked_lm_ids: Array, masked_lm_weights: Array,
+         nsp_logits: Optional[Array] = None, next_sentence_labels: Optional[Array] = None,
+         example_weight: Optional[Array] = None) -> Array:
+    """The scalar training loss, float32, as google-research/bert:
+    sum(w·ce_mlm) / (sum(w) + 1e-5)  +  mean NSP cross-entropy (weighted by example_weight)."""
+    return loss_and_metrics(mlm_logits, masked_lm_ids, masked_lm_weights, nsp_logits, next_sentence_labels,
+                            example_weight)[0]
+
+
+def loss_and_metrics(mlm_logits: Array, masked_lm_ids: Array, masked_lm_weights: Array,
+                     nsp_logits: Optional[Array] = None, next_sentence_labels: Optional[Array] = None,
+                     example_weight: Optional[Array] = None) -> tuple[Array, Metrics]:
+    """`loss(...)` and `pretraining_metrics(...)` from one log-softmax (for value_and_grad(has_aux=True))."""
+    metrics = pretraining_metrics(mlm_logits, masked_lm_ids, masked_lm_weights, nsp_logits,
+                                  next_sentence_labels, example_weight)
+    total, count = metrics["mlm_loss"]
+    value = total / (count + MLM_DENOMINATOR_EPS)
+    if "nsp_loss" in metrics:
+        total, count = metrics["nsp_loss"]
+        # Plain mean when every example counts (sum(ew) = batch); padding rows drop out otherwise.
+        value = value + total / jnp.maximum(count, MLM_DENOMINATOR_EPS)
+    return value, metrics
+
+
+def merge(a: Optional[Metrics], b: Metrics) -> Metrics:
+    """Adds two metric dicts key by key (works on device arrays or numpy); `a` may be None or empty."""
+    if not a:
+        return dict(b)
+    if set(a) != set(b):
+        raise ValueError(f"cannot merge metrics with different keys: {sorted(a)} vs {sorted(b)}")
+    return {k: (a[k][0] + b[k][0], a[k][1] + b[k][1]) for k in a}
+
+
+def normalize(metrics: Metrics) -> dict[str, float]:
+    """(sum, count) → sum / count as Python floats on the host (NaN where nothing was counted)."""
+    host = jax.device_get(metrics)
+    return {k: float(s) / float(c) if float(c) > 0 else float("nan") for k, (s, c) in host.items()}
+
+
+# --- Baselines (numpy, on the host) ------------------------------------------------------------------
+
+def baselines(batches: Iterable[Mapping[str, np.ndarray]]) -> dict[str, float]:
+    """Accuracy a constant predictor gets on these eval batches, weighted like the metrics.
+
+    mlm_accuracy_baseline: the fraction of masked targets equal to the most frequent target id;
+    nsp_accuracy_baseline: the majority-class rate max(p, 1 - p) of next_sentence_labels (absent when
+    the batches have no labels). Rows with example_weight 0 (eval padding) do not count.
+    """
+    token_counts = np.zeros(0, np.float64)
+    nsp_total = nsp_zero = 0.0
+    has_nsp = False
+    for batch in batches:
+        ids = np.asarray(batch["masked_lm_ids"]).astype(np.int64)
+        ew = np.ones(ids.shape[0]) if batch.get("example_weight") is None else \
+            np.asarray(batch["example_weight"], np.float64).reshape(ids.shape[0])
+        w = np.asarray(batch["masked_lm_weights"], np.float64) * ew[:, None]
+        counts = np.bincount(ids.ravel(), weights=w.ravel())
+        if counts.size > token_counts.size:
+            counts[:token_counts.size] += token_counts
+            token_counts = counts
+        else:
+            token_counts[:counts.size] += counts
+        if batch.get("next_sentence_labels") is not None:
+            has_nsp = True
+            labels = np.asarray(batch["next_sentence_labels"]).reshape(ids.shape[0])
+            nsp_total += float(ew.sum())
+            nsp_zero += float(ew[labels == 0].sum())
+    total = float(token_counts.sum())
+    out = {"mlm_accuracy_baseline": float(token_counts.max()) / total if total > 0 else float("nan")}
+    if has_nsp:
+        p = nsp_zero / nsp_total if nsp_total > 0 else float("nan")
+        out["nsp_accuracy_baseline"] = max(p, 1.0 - p)
+    return out
+
+
+# --- FLOPs, throughput, MFU --------------------------------------------------------------------------
+
+def flops_per_sequence(bert_config: Any, seq_len: int, num_predictions: Optional[int] = None,
+                       training: bool = True) -> float:
+    """Model FLOPs for one sequence: matmuls only, 2·m·n·k each; training = 3 × forward (backward ≈ 2×).
+
+    Counted: per layer the Q/K/V and attention-output projections (4·2·L·H²), scores and context
+    (2·2·L²·H), the feed-forward pair (2·2·L·H·I); pooler (2·H²) and NSP head (2·H·2) on the [CLS]
+    token; MLM transform (2·P·H²) and tied vocab projection (2·P·H·V) on the P gathered predictions
+    (P = seq_len when num_predictions is None: the model then predicts every position). Not counted:
+    embedding lookups, softmax, LayerNorm, GELU, bias adds, the optimizer update.
+    """
+    H, I, V = bert_config.hidden_size, bert_config.intermediate_size, bert_config.vocab_size
+    L = int(seq_len)
+    P = L if num_predictions is None else int(num_predictions)
+    per_layer = 2 * L * H * H * 4 + 2 * L * L * H * 2 + 2 * L * H * I * 2
+    forward = bert_config.num_hidden_layers * per_layer
+    forward += 2 * H * H + 2 * H * 2  # pooler + NSP on one token
+    forward += 2 * P * H * H + 2 * P * H * V  # MLM transform + vocab projection
+    return float(3 * forward if training else forward)
+
+
+# Dense (no sparsity) peak matmul FLOP/s per JAX device. Keys are lower-case substrings of
+# `jax.Device.device_kind`, most specific first. "float32" means what XLA runs an f32 matmul as at
+# default precision: one bf16 pass on TPU (so the bf16 peak) and TF32 on Ampere/Hopper GPUs.
+PEAK_FLOPS: tuple[tuple[str, dict[str, float]], ...] = (
+    ("tpu v6 lite", {"bfloat16": 918e12, "float32": 918e12}),  # v6e (Trillium), per chip
+    ("tpu v5 lite", {"bfloat16": 197e12, "float32": 197e12}),  # v5e, per chip
+    ("tpu v5p", {"bfloat16": 459e12, "float32": 459e12}),
+    ("tpu v5", {"bfloat16": 459e12, "float32": 459e12}),  # v5p reports "TPU v5"
+    ("tpu v4", {"bfloat16": 275e12, "float32": 275e12}),  # per chip (megacore = one device)
+    ("h100 pcie", {"bfloat16": 756e12, "float32": 378e12}),
+    ("h100", {"bfloat16": 989e12, "float32": 494.5e12}),  # SXM; float32 = TF32 dense
+    ("h200", {"bfloat16": 989e12, "float32": 494.5e12}),
+    ("a100", {"bfloat16": 312e12, "float32": 156e12}),  # float32 = TF32 dense
+)
+
+
+def peak_flops_per_device(device_kind: str, dtype: str = "bfloat16") -> Optional[float]:
+    """Peak FLOP/s of one device from PEAK_FLOPS, or None when unknown (then MFU is not reported)."""
+    kind = device_kind.lower()
+    for key, table in PEAK_FLOPS:
+        if key in kind:
+            return table.get(str(dtype))
+    return None
+
+
+def throughput(step_time_s: float, global_batch_size: int, seq_len: int,
+               flops_per_seq: Optional[float] = None, peak_flops: Optional[float] = None,
+               num_devices: int = 1) -> dict[str, float]:
+    """seq_per_s, tokens_per_s and, when flops_per_seq and a peak (per device) are known, mfu (0-1)."""
+    seq_per_s = global_batch_size / step_time_s
+    out = {"seq_per_s": seq_per_s, "tokens_per_s": seq_per_s * seq_len}
+    if flops_per_seq and peak_flops:
+        out["mfu"] = flops_per_seq * seq_per_s / (peak_flops * num_devices)
+    return out
+
+
+class Throughput:
+    """Wall time per step between log points, and ETA.
+
+    Call `update(step)` once after the first (compiling) step has finished — that call only starts
+    the clock — then at every log point, after the step's metrics reached the host (so the device is
+    done). Time spent inside `with tracker.paused():` (eval, checkpointing) is not counted.
+    """
+
+    def __init__(self, num_train_steps: int, clock=time.perf_counter):
+        self.num_train_steps = int(num_train_steps)
+        self._clock = clock
+        self._last: Optional[tuple[int, float]] = None
+        self._excluded = 0.0
+
+    def update(self, step: int) -> dict[str, float]:
+        """{step_time_s, steps_per_s, eta_s} since the previous update; {} on the first call."""
+        now = self._clock()
+        out = {}
+        if self._last is not None and step > self._last[0]:
+            elapsed = max(now - self._last[1] - self._excluded, 1e-9)
+            step_time = elapsed / (step - self._last[0])
+            out = {"step_time_s": step_time, "steps_per_s": 1.0 / step_time,
+                   "eta_s": max(self.num_train_steps - step, 0) * step_time}
+        self._last, self._excluded = (int(step), now), 0.0
+        return out
+
+    def paused(self):
+        tracker = self
+
+        class _Paused:
+            def __enter__(self):
+                self.start = tracker._clock()
+
+            def __exit__(self, *exc):
+                tracker._excluded += tracker._clock() - self.start
+                return False
+
+        return _Paused()
+
+
+# --- Log line ----------------------------------------------------------------------------------------
+
+def format_eta(seconds: float) -> str:
+    """h:mm:ss (hours unbounded)."""
+    if seconds is None or not math.isfinite(seconds):
+        return "?"
+    s = int(round(max(seconds, 0.0)))
+    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
+
+
+def format_log_line(m: Mapping[str, Any]) -> str:
+    """One log line from a dict of host floats; keys that are absent are left out.
+
+    Keys: step, num_train_steps, loss, mlm_accuracy, nsp_accuracy, learning_rate, grad_norm, seq_per_s,
+    tokens_per_s, mfu (0-1), eta_s.
+    """
+    parts = []
+    if "step" in m:
+        total = f"/{int(m['num_train_steps'])}" if "num_train_steps" in m else ""
+        parts.append(f"step {int(m['step'])}{total}")
+    fields = (("loss", "loss {:.4f}", 1), ("mlm_accuracy", "mlm_acc {:.2f}%", 100),
+              ("nsp_accuracy", "nsp_acc {:.2f}%", 100), ("learning_rate", "lr {:.3e}", 1),
+              ("grad_norm", "grad_norm {:.3f}", 1), ("seq_per_s", "{:,.1f} seq/s", 1),
+              ("tokens_per_s", "{:,.0f} tok/s", 1), ("mfu", "MFU {:.1f}%", 100))
+    for key, fmt, scale in fields:
+        if m.get(key) is not None:
+            parts.append(fmt.format(float(m[key]) * scale))
+    if m.get("eta_s") is not None:
+        parts.append(f"ETA {format_eta(float(m['eta_s']))}")
+    return " | ".join(parts)
+
+
+# --- Writers -----------------------------------------------------------------------------------------
+
+class MetricWriter:
+    """TensorBoard events (tag `kind/key`) and `metrics.jsonl` in workdir, written by process 0 only.
+
+    metrics.jsonl holds one object per write, {"step": N, "kind": "train"|"eval"|..., key: float, ...},
+    non-finite values as null; it is opened in append mode, so a resumed run continues the file (steps
+    between its last checkpoint and the interruption then appear twice: the later line wins). Every
+    write is flushed. On other processes every method is a no-op.
+    """
+
+    def __init__(self, workdir: str, is_primary: bool, tensorboard: bool = True,
+                 filename: str = "metrics.jsonl"):
+        self.is_primary = bool(is_primary)
+        self._jsonl = None
+        self._tb = None
+        self._tf = None
+        if not self.is_primary:
+            return
+        os.makedirs(workdir, exist_ok=True)
+        self.jsonl_path = os.path.join(workdir, filename)
+        self._jsonl = open(self.jsonl_path, "a", encoding="utf-8")
+        if tensorboard:
+            import tensorflow as tf  # lazy: only process 0 pays for it
+            from tensorflow.core.framework import summary_pb2
+
+            self._tf = tf
+            self._tb = tf.summary.create_file_writer(workdir)
+            # What tf.summary.scalar writes, without needing the `tensorboard` package (tensorflow-cpu
+            # does not install it): a float32 scalar tagged for TensorBoard's scalars plugin.
+            self._scalar_metadata = summary_pb2.SummaryMetadata(
+                plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="scalars"),
+                data_class=summary_pb2.DATA_CLASS_SCALAR)
+
+    def write(self, step: int, metrics: Mapping[str, Any], kind: str = "train") -> None:
+        if not self.is_primary:
+            return
+        values = {}
+        for key, value in metrics.items():
+            try:
+                values[key] = float(value)
+            except (TypeError, ValueError):
+                raise TypeError(f"metric {key!r}={value!r} is not a number.") from None
+        record = {"step": int(step), "kind": kind}
+        record.update({k: v if math.isfinite(v) else None for k, v in values.items()})
+        self._jsonl.write(json.dumps(record) + "\n")
+        self._jsonl.flush()
+        if self._tb is not None:
+            with self._tb.as_default():
+                for key, value in values.items():
+                    self._tf.summary.write(f"{kind}/{key}", self._tf.constant(value, self._tf.float32),
+                                           step=int(step), metadata=self._scalar_metadata)
+            self._tb.flush()
+
+    def close(self) -> None:
+        if self._jsonl is not None:
+            self._jsonl.close()
+            self._jsonl = None
+        if self._tb is not None:
+            self._tb.close()
+            self._tb = None
+
+    def __enter__(self) -> "MetricWriter":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
