@@ -274,7 +274,15 @@ def load_config(path: str) -> model_lib.BertConfig:
 
 def from_pretrained(path: str, *, dtype: Any = jnp.float32, scan_layers: bool = False,
                     remat_policy: str = "none", seed: int = 0) -> tuple[model_lib.BertForPreTraining, dict]:
-    """Loads a Hugging Face BERT directory (safetensors) into a bertjax model and its params."""
+    """Loads a Hugging Face BERT directory (safetensors), or a bertjax workdir's latest checkpoint."""
+    from bertjax import checkpoint as checkpoint_lib
+
+    if checkpoint_lib.is_workdir(path):
+        fingerprint, params = checkpoint_lib.load_params(path)
+        config = model_lib.BertConfig(**fingerprint["model"])
+        model = model_lib.BertForPreTraining(config, dtype=dtype, scan_layers=scan_layers, remat_policy=remat_policy)
+        params = jax.tree.map(jnp.asarray, params)
+        return model, model_lib.stack_layers(params, config.num_hidden_layers) if scan_layers else params
     if not os.path.isdir(path):
         raise FileNotFoundError(f"{path} is not a directory; point at a Hugging Face BERT directory.")
     config = load_config(path)

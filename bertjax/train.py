@@ -308,6 +308,21 @@ def evaluate(eval_step: Callable, params: Any, pipeline: pipeline_lib.InputPipel
     return _host(total)
 
 
+def show_predictions(model: nn.Module, params: Any, eval_data: pipeline_lib.InputPipeline,
+                     config: ml_collections.ConfigDict, mesh: jax.sharding.Mesh) -> None:
+    """Prints the top-5 guesses for the masked words of a few held-out sequences."""
+    from bertjax import predict
+    from bertjax.data import tokenizer as tokenizer_lib
+
+    eval_data.reset()
+    batch = next(eval_data)
+    tokenizer = tokenizer_lib.load(config.data.vocab_file, config.data.do_lower_case)
+    host_params = jax.device_get(params)
+    top_ids, top_probs = predict.top_k_predictions(model, host_params, batch)
+    print("Top-5 predictions for the masked words of held-out sequences (✓: the top guess is right):")
+    print(predict.format_predictions(tokenizer, batch, top_ids, top_probs, rows=config.eval.show_predictions))
+
+
 # --- The job -----------------------------------------------------------------------------------------
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, compile_only: bool = False) -> dict:
@@ -448,5 +463,11 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, compile_
     checkpoints.save(step, state, train_data, force=True)
     checkpoints.close()
     writer.close()
+    if config.checkpoint.export_hf and primary:
+        from bertjax import export as export_lib
+
+        export_lib.export(workdir, os.path.join(workdir, "hf"))
+    if config.eval.show_predictions and eval_data is not None and primary and config.data.vocab_file:
+        show_predictions(model, state.params, eval_data, config, mesh)
     log.info("done: %d steps in %s", step, workdir)
     return last_eval

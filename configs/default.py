@@ -111,11 +111,13 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.checkpoint.every_steps = 10_000  # steps between saves (and always at the end)
     c.checkpoint.keep = 3  # most recent checkpoints kept
     c.checkpoint.keep_every = 100_000  # also keep every checkpoint whose step is a multiple of this (0 = none)
+    c.checkpoint.export_hf = False  # at the end, also write workdir/hf: a Hugging Face BertForPreTraining directory
 
     # --- eval
     c.eval = ml_collections.ConfigDict()
     c.eval.every_steps = 10_000  # steps between held-out evaluations (and always at the end)
     c.eval.num_batches = 100  # batches per evaluation (0 = the whole eval set once)
+    c.eval.show_predictions = 0  # at the end, print top-5 guesses for the masks of this many held-out sequences
 
     if args.get("phase", "1") == "2":
         c.data.max_seq_length = 512

@@ -11,6 +11,8 @@ import pytest
 from bertjax import metrics
 from bertjax import model as model_lib
 
+pretraining_metrics = jax.jit(metrics.pretraining_metrics)
+
 
 def _log_softmax(x):
     x = x - x.max(-1, keepdims=True)
@@ -47,7 +49,7 @@ def _numpy_reference(batch, example_weight=None):
 def test_metrics_and_loss_match_numpy():
     batch = _batch(np.random.default_rng(0))
     ref = _numpy_reference(batch)
-    got = metrics.normalize(jax.jit(metrics.pretraining_metrics)(**batch))
+    got = metrics.normalize(pretraining_metrics(**batch))
     assert set(got) == {"mlm_loss", "mlm_accuracy", "nsp_loss", "nsp_accuracy"}
     for key in got:
         assert got[key] == pytest.approx(ref[key], rel=1e-5), key
@@ -71,7 +73,7 @@ def test_bfloat16_logits_give_float32_loss():
 def test_mlm_only_has_no_nsp_terms():
     batch = _batch(np.random.default_rng(2))
     batch.pop("nsp_logits"), batch.pop("next_sentence_labels")
-    got = metrics.pretraining_metrics(**batch)
+    got = pretraining_metrics(**batch)
     assert set(got) == {"mlm_loss", "mlm_accuracy"}
     ref = _numpy_reference(_batch(np.random.default_rng(2)))
     assert float(metrics.loss(**batch)) == pytest.approx(ref["loss"] - ref["nsp_loss"], rel=1e-5)
@@ -84,12 +86,13 @@ def test_example_weight_zero_rows_are_ignored():
     padding["mlm_logits"] *= 100.0  # garbage that would move every metric if it counted
     padded = {k: np.concatenate([real[k], padding[k]]) for k in real}
     ew = np.array([1, 1, 1, 0, 0], np.float32)
-    got = metrics.normalize(metrics.pretraining_metrics(**padded, example_weight=ew))
-    want = metrics.normalize(metrics.pretraining_metrics(**real))
+    got = metrics.normalize(pretraining_metrics(**padded, example_weight=ew))
+    want = metrics.normalize(pretraining_metrics(**real))
     for key in want:
         assert got[key] == pytest.approx(want[key], rel=1e-6), key
-    assert float(metrics.loss(**padded, example_weight=ew)) == pytest.approx(float(metrics.loss(**real)), rel=1e-6)
-    with_padding = metrics.normalize(metrics.pretraining_metrics(**padded))
+    loss = jax.jit(metrics.loss)
+    assert float(loss(**padded, example_weight=ew)) == pytest.approx(float(loss(**real)), rel=1e-6)
+    with_padding = metrics.normalize(pretraining_metrics(**padded))
     assert with_padding["mlm_loss"] != pytest.approx(want["mlm_loss"], rel=1e-3)
 
 
@@ -100,14 +103,14 @@ def test_merging_batches_equals_the_concatenation():
         b["masked_lm_weights"][0, :] = 0.0
     merged = None
     for b in batches:
-        merged = metrics.merge(merged, metrics.pretraining_metrics(**b))
-    whole = metrics.pretraining_metrics(**{k: np.concatenate([b[k] for b in batches]) for k in batches[0]})
+        merged = metrics.merge(merged, pretraining_metrics(**b))
+    whole = pretraining_metrics(**{k: np.concatenate([b[k] for b in batches]) for k in batches[0]})
     for key in whole:
         np.testing.assert_allclose(np.asarray(merged[key]), np.asarray(whole[key]), rtol=1e-5)
     got, want = metrics.normalize(merged), metrics.normalize(whole)
     assert got == pytest.approx(want, rel=1e-6)
     # a mean of per-batch means would be wrong here
-    per_batch = np.mean([metrics.normalize(metrics.pretraining_metrics(**b))["mlm_accuracy"] for b in batches])
+    per_batch = np.mean([metrics.normalize(pretraining_metrics(**b))["mlm_accuracy"] for b in batches])
     assert per_batch != pytest.approx(want["mlm_accuracy"], rel=1e-6)
     with pytest.raises(ValueError, match="different keys"):
         metrics.merge(merged, {"mlm_loss": (1.0, 1.0)})

@@ -26,8 +26,11 @@ def _flat(tree) -> dict[str, object]:
 
 
 def _init(scan_layers: bool):
+    """The real model's param tree (names, shapes); random values, without compiling the model's init."""
     model = model_lib.BertForPreTraining(TINY, scan_layers=scan_layers)
-    return jax.jit(lambda rng: model_lib.init_params(model, rng))(jax.random.PRNGKey(0))
+    shapes = jax.eval_shape(lambda rng: model_lib.init_params(model, rng), jax.random.PRNGKey(0))
+    rng = np.random.default_rng(0)
+    return jax.tree.map(lambda s: jnp.asarray(rng.normal(size=s.shape) * 0.02, s.dtype), shapes)
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,66 @@
+"""Export a training run as a Hugging Face directory: `python -m bertjax.export --workdir=DIR --output_dir=HF`.
+
+Reads the params of the latest checkpoint (or --step) on the host — whatever mesh they were saved
+from — and writes config.json, model.safetensors and, when the run names one, the WordPiece vocab.txt
+with its tokenizer_config.json. `transformers.BertForPreTraining.from_pretrained(HF)` loads the result.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+from typing import Optional
+
+from absl import app, flags
+
+from bertjax import checkpoint as checkpoint_lib
+from bertjax import hf
+from bertjax import model as model_lib
+
+log = logging.getLogger("bertjax")
+
+
+def run_vocab(workdir: str) -> tuple[Optional[str], bool]:
+    """(vocab file, do_lower_case) the run in workdir was trained with, from its saved config.json."""
+    path = os.path.join(workdir, "config.json")
+    if not os.path.isfile(path):
+        return None, True
+    with open(path) as f:
+        data = json.load(f).get("data", {})
+    vocab = data.get("vocab_file") or None
+    if vocab and not (os.path.isfile(vocab) and vocab.endswith(".txt")):
+        vocab = None  # only a WordPiece vocab.txt belongs in a BertTokenizer directory
+    return vocab, bool(data.get("do_lower_case", True))
+
+
+def export(workdir: str, output_dir: str, step: Optional[int] = None) -> str:
+    fingerprint, params = checkpoint_lib.load_params(workdir, step)
+    model = model_lib.BertForPreTraining(model_lib.BertConfig(**fingerprint["model"]))
+    vocab_file, do_lower_case = run_vocab(workdir)
+    hf.save_pretrained(output_dir, model, params, vocab_file=vocab_file, do_lower_case=do_lower_case)
+    log.info("export: wrote %s (vocab: %s)", output_dir, vocab_file or "none")
+    return output_dir
+
+
+_WORKDIR = flags.DEFINE_string("workdir", None, "The training run's workdir (holding checkpoints/).")
+_OUTPUT_DIR = flags.DEFINE_string("output_dir", None, "Directory for the Hugging Face files.")
+_STEP = flags.DEFINE_integer("step", None, "Checkpoint step (default: the latest).")
+
+
+def main(argv):
+    del argv
+    logging.getLogger("bertjax").setLevel(logging.INFO)
+    try:
+        export(_WORKDIR.value, _OUTPUT_DIR.value, _STEP.value)
+    except (FileNotFoundError, ValueError) as e:
+        sys.stderr.write(f"export: error: {e}\n")
+        return 1
+    print(f"exported {_WORKDIR.value} to {_OUTPUT_DIR.value}")
+    return 0
+
+
+if __name__ == "__main__":
+    flags.mark_flags_as_required(["workdir", "output_dir"])
+    app.run(main)
