@@ -50,7 +50,7 @@ class InstanceConfig:
             raise ValueError(f"--dupe_factor={self.dupe_factor} must be ≥ 1.")
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, eq=False)
 class Vocab:
     """What masking needs from the tokenizer."""
 
@@ -86,64 +86,71 @@ class TokenizedBlock:
 
 # --- Pairing: the original's walk over each document, on sentence lengths only ----------------------
 
-def _pairs_from_document(block: TokenizedBlock, d: int, cfg: InstanceConfig, rng: random.Random,
-                         out: list) -> None:
-    """Appends (a_start, a_end, b_start, b_end, is_random_next) token offsets for document d."""
-    starts = block.sentence_starts
-    first, last = int(block.document_starts[d]), int(block.document_starts[d + 1])
+def _randint(rng: random.Random, a: int, b: int) -> int:
+    """Uniform in [a, b], as rng.randint but ~4× faster (one float draw; the walk is the hot loop)."""
+    return a + int(rng.random() * (b - a + 1))
+
+
+def _pairs_from_document(starts: list[int], doc_starts: list[int], d: int, cfg: InstanceConfig,
+                         rng: random.Random, out: list) -> None:
+    """Appends (a_start, a_end, b_start, b_end, is_random_next) token offsets for document d.
+
+    `starts` are the block's sentence offsets and `doc_starts` its document offsets, as lists: the
+    walk indexes them one element at a time, which is ~5× slower on numpy arrays."""
+    first, last = doc_starts[d], doc_starts[d + 1]
+    num_documents = len(doc_starts) - 1
     max_num_tokens = cfg.max_seq_length - 3
     target = max_num_tokens
     if rng.random() < cfg.short_seq_prob:
-        target = rng.randint(2, max_num_tokens)
+        target = _randint(rng, 2, max_num_tokens)
     chunk_start, i = first, first
     while i < last:
-        chunk_length = starts[i + 1] - starts[chunk_start]
-        if i == last - 1 or chunk_length >= target:
+        if i == last - 1 or starts[i + 1] - starts[chunk_start] >= target:
             chunk_end = i + 1  # sentences [chunk_start, chunk_end)
             n = chunk_end - chunk_start
-            a_end = chunk_start + (rng.randint(1, n - 1) if n >= 2 else 1)
-            a0, a1 = int(starts[chunk_start]), int(starts[a_end])
+            a_end = chunk_start + (_randint(rng, 1, n - 1) if n >= 2 else 1)
+            a0, a1 = starts[chunk_start], starts[a_end]
             if n == 1 or rng.random() < 0.5:
                 target_b = target - (a1 - a0)
                 for _ in range(10):
-                    other = rng.randint(0, block.num_documents - 1)
+                    other = _randint(rng, 0, num_documents - 1)
                     if other != d:
                         break
-                o_first, o_last = int(block.document_starts[other]), int(block.document_starts[other + 1])
-                j = rng.randint(o_first, o_last - 1)
-                b0 = int(starts[j])
+                o_first, o_last = doc_starts[other], doc_starts[other + 1]
+                j = _randint(rng, o_first, o_last - 1)
+                b0 = starts[j]
                 while j < o_last - 1 and starts[j + 1] - b0 < target_b:
                     j += 1
-                out.append((a0, a1, b0, int(starts[j + 1]), 1))
+                out.append((a0, a1, b0, starts[j + 1], 1))
                 i = a_end - 1  # the unused sentences of the chunk start the next one
             else:
-                out.append((a0, a1, a1, int(starts[chunk_end]), 0))
+                out.append((a0, a1, a1, starts[chunk_end], 0))
             chunk_start = i + 1
         i += 1
 
 
-def _single_segments_from_document(block: TokenizedBlock, d: int, cfg: InstanceConfig, rng: random.Random,
-                                   out: list) -> None:
+def _single_segments_from_document(starts: list[int], doc_starts: list[int], d: int, cfg: InstanceConfig,
+                                   rng: random.Random, out: list) -> None:
     """MLM-only: contiguous sentences up to the target length, one segment per instance."""
-    starts = block.sentence_starts
-    first, last = int(block.document_starts[d]), int(block.document_starts[d + 1])
+    first, last = doc_starts[d], doc_starts[d + 1]
     max_num_tokens = cfg.max_seq_length - 2
-    target = rng.randint(2, max_num_tokens) if rng.random() < cfg.short_seq_prob else max_num_tokens
+    target = _randint(rng, 2, max_num_tokens) if rng.random() < cfg.short_seq_prob else max_num_tokens
     chunk_start = first
     for i in range(first, last):
         if i == last - 1 or starts[i + 1] - starts[chunk_start] >= target:
-            out.append((int(starts[chunk_start]), int(starts[i + 1]), 0, 0, 0))
+            out.append((starts[chunk_start], starts[i + 1], 0, 0, 0))
             chunk_start = i + 1
 
 
 def create_pairs(block: TokenizedBlock, cfg: InstanceConfig, rng: random.Random) -> np.ndarray:
     """[instances, 5] int64: a_start, a_end, b_start, b_end, is_random_next; dupe_factor passes."""
     walk = _pairs_from_document if cfg.next_sentence_prediction else _single_segments_from_document
+    starts, doc_starts = block.sentence_starts.tolist(), block.document_starts.tolist()
+    documents = [d for d in range(block.num_documents) if doc_starts[d + 1] > doc_starts[d]]
     out: list = []
     for _ in range(cfg.dupe_factor):
-        for d in range(block.num_documents):
-            if block.document_starts[d + 1] > block.document_starts[d]:
-                walk(block, d, cfg, rng, out)
+        for d in documents:
+            walk(starts, doc_starts, d, cfg, rng, out)
     return np.asarray(out, np.int64).reshape(-1, 5)
 
 

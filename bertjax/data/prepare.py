@@ -212,47 +212,99 @@ class Progress:
                 f"elapsed {elapsed:.0f}s, ETA {eta}")
 
 
-_QUEUE: Any = None
+def _take(counter: Any, total: int) -> Optional[int]:
+    """The next shard nobody has taken yet, or None: shards go to whichever process is free first."""
+    with counter.get_lock():
+        i = counter.value
+        if i >= total:
+            return None
+        counter.value = i + 1
+        return i
 
 
-def _init_worker(queue: Any, tokenizer_bytes: bytes, cfg: PrepareConfig) -> None:
-    """Worker start-up: the parent's tokenizer arrives pickled (~25 ms) instead of rebuilt (~1 s)."""
-    global _QUEUE
-    _QUEUE = queue
-    tokenizer = pickle.loads(tokenizer_bytes)
-    _TOKENIZERS[(os.path.abspath(cfg.vocab_file), cfg.do_lower_case)] = tokenizer, vocab_for_masking(tokenizer)
-
-
-def _worker(args: tuple[PrepareConfig, ShardWork]) -> dict:
-    cfg, work = args
-    result = process_shard(cfg, work, progress=_QUEUE.put)
-    _QUEUE.put(dict(shard_done=1))
-    return result
+def _worker_main(cfg: PrepareConfig, plan: list[ShardWork], counter: Any, events: Any, tokenizer_bytes: bytes) -> None:
+    """A spawned worker: takes shards until none are left, reporting on `events`."""
+    try:
+        # The parent's tokenizer arrives pickled (~25 ms) instead of being rebuilt (~1 s).
+        tokenizer = pickle.loads(tokenizer_bytes)
+        _TOKENIZERS[(os.path.abspath(cfg.vocab_file), cfg.do_lower_case)] = tokenizer, vocab_for_masking(tokenizer)
+        source = cfg.open_source()
+        while (i := _take(counter, len(plan))) is not None:
+            events.put(("start", i, os.getpid()))
+            events.put(("done", i, process_shard(cfg, plan[i], progress=lambda e: events.put(("progress", i, e)),
+                                                 source=source)))
+    except BaseException as e:  # noqa: BLE001 (reported to the parent, which raises it)
+        try:
+            pickle.dumps(e)
+        except Exception:  # noqa: BLE001
+            e = RuntimeError(f"{type(e).__name__}: {e}")
+        events.put(("error", None, e))
 
 
 def run_local(cfg: PrepareConfig, num_workers: int, progress: Progress,
               plan: Optional[list[ShardWork]] = None) -> list[dict]:
+    """Shards on `num_workers` processes: this one and num_workers - 1 spawned ones. This process
+    works too, so that the workers' start-up (imports, ~0.5 s) overlaps with real work."""
     source = cfg.open_source()
     plan = plan or plan_shards(cfg, source)
-    num_workers = min(num_workers, len(plan))
-    if num_workers <= 1:
+    num_workers = max(1, min(num_workers, len(plan)))
+    if num_workers == 1:
         results = []
         for work in plan:
             results.append(process_shard(cfg, work, progress=progress.update, source=source))
             progress.update(dict(shard_done=1))
         return results
-    # spawn: workers start clean, never forking a parent that holds TensorFlow or tokenizer threads.
+    # spawn: workers start clean, never forking a parent that holds TensorFlow, JAX or tokenizer threads.
     ctx = multiprocessing.get_context("spawn")
-    queue = ctx.Queue()
-    tokenizer, _ = load_tokenizer(cfg)
-    with ctx.Pool(num_workers, initializer=_init_worker, initargs=(queue, pickle.dumps(tokenizer), cfg)) as pool:
-        pending = pool.map_async(_worker, [(cfg, work) for work in plan], chunksize=1)
-        while not pending.ready() or not queue.empty():
+    events, counter = ctx.Queue(), ctx.Value("i", 0)
+    tokenizer_bytes = pickle.dumps(load_tokenizer(cfg)[0])
+    workers = [ctx.Process(target=_worker_main, args=(cfg, plan, counter, events, tokenizer_bytes), daemon=True,
+                           name=f"bertjax-prepare-{w}") for w in range(1, num_workers)]
+    results: dict[int, dict] = {}
+    running: dict[int, int] = {}  # worker pid → shard it is writing
+
+    def handle(event: tuple) -> None:
+        kind, i, payload = event
+        if kind == "progress":
+            progress.update(payload)
+        elif kind == "start":
+            running[payload] = i
+        elif kind == "done":
+            results[i] = payload
+            progress.update(dict(shard_done=1))
+        else:
+            raise payload
+
+    def drain(block: bool) -> None:
+        while True:
             try:
-                progress.update(queue.get(timeout=0.2))
+                handle(events.get(timeout=0.2) if block else events.get_nowait())
             except queue_lib.Empty:
-                pass
-        return pending.get()
+                return
+            block = False
+
+    try:
+        for w in workers:
+            w.start()
+        while (i := _take(counter, len(plan))) is not None:
+            results[i] = process_shard(cfg, plan[i], source=source,
+                                       progress=lambda e: (progress.update(e), drain(block=False)))
+            progress.update(dict(shard_done=1))
+            drain(block=False)
+        while len(results) < len(plan):
+            drain(block=True)
+            for w in workers:
+                if w.exitcode not in (None, 0) and running.get(w.pid) not in results:
+                    drain(block=False)  # an error it reported is clearer than its exit code
+                    raise RuntimeError(f"prepare worker {w.pid} died (exit code {w.exitcode}; -9 is usually out "
+                                       f"of memory) while writing shard {running.get(w.pid)}; re-run with fewer "
+                                       "--num_workers.")
+    finally:
+        for w in workers:
+            if w.is_alive():
+                w.terminate()
+            w.join()
+    return [results[i] for i in range(len(plan))]
 
 
 def run_beam(cfg: PrepareConfig, beam_args: list[str], plan: Optional[list[ShardWork]] = None) -> list[dict]:

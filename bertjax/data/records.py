@@ -84,14 +84,19 @@ def _packed_varints(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     width = max(1, (vmax.bit_length() + 6) // 7)  # bytes of the longest varint
     if width == 1:  # masks, segment ids, labels: one byte per value
         return values.astype(np.uint8).ravel(), np.full(len(values), values.shape[1], np.int64)
-    v = values.astype(np.uint32 if vmax < 2**32 else np.uint64)
-    nbytes = np.ones(v.shape, np.int64)
+    v = values.astype(np.uint32 if vmax < 2**32 else np.uint64).ravel()
+    nbytes = np.ones(v.shape, np.int8)
     for k in range(1, width):
         nbytes += v >= (1 << (7 * k))
-    position = np.arange(width)
-    groups = ((v[..., None] >> (7 * position).astype(v.dtype)) & 0x7F).astype(np.uint8)
-    groups |= np.where(position < nbytes[..., None] - 1, 0x80, 0).astype(np.uint8)
-    return groups[position < nbytes[..., None]], nbytes.sum(axis=-1)
+    ends = np.cumsum(nbytes, dtype=np.int64)
+    starts = ends - nbytes
+    out = np.empty(int(ends[-1]), np.uint8)
+    out[starts] = (v & 0x7F).astype(np.uint8) | ((nbytes > 1).astype(np.uint8) << 7)
+    for k in range(1, width):  # byte k of the values that have more than k bytes
+        has = np.flatnonzero(nbytes > k)
+        out[starts[has] + k] = (((v[has] >> (7 * k)) & 0x7F).astype(np.uint8)
+                                | ((nbytes[has] > k + 1).astype(np.uint8) << 7))
+    return out, nbytes.reshape(values.shape).sum(axis=1, dtype=np.int64)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -105,35 +110,94 @@ def _entry_header(name: str, payload_len: int, list_field: int) -> bytes:
     return b"\x0a" + _len_prefix(len(entry) + len(value) + payload_len) + entry + value
 
 
-def encode_examples(arrays: Mapping[str, np.ndarray]) -> list[bytes]:
-    """Serialised `tf.train.Example`s, one per row, from [rows, length] arrays (int → int64, float → float)."""
-    names = list(arrays)
-    rows = len(arrays[names[0]])
-    columns = []  # per feature: list of per-row byte strings
-    for name in names:
-        a = np.asarray(arrays[name]).reshape(rows, -1)
-        if np.issubdtype(a.dtype, np.floating):
-            payload = a.astype("<f4")
-            header = _entry_header(name, payload.shape[1] * 4, list_field=2)
-            columns.append([header + row.tobytes() for row in payload])
-            continue
+def _feature_bytes(name: str, a: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """One feature of every row: (flat payload bytes, payload bytes per row, flat header bytes (the map
+    entry up to the packed values), header bytes per row)."""
+    rows = len(a)
+    if np.issubdtype(a.dtype, np.floating):
+        payload = np.ascontiguousarray(a, dtype="<f4").view(np.uint8).ravel()
+        lengths, list_field = np.full(rows, a.shape[1] * 4, np.int64), 2
+    else:
         if a.size and a.min() < 0:
             raise ValueError(f"feature {name} has negative values; record ids and labels are never negative.")
-        flat, lengths = _packed_varints(a)
-        ends = np.cumsum(lengths)
-        data = flat.tobytes()
-        if np.all(lengths == lengths[0]):  # fixed width: one header for all rows
-            header, width = _entry_header(name, int(lengths[0]), 3), int(lengths[0])
-            columns.append([header + data[i * width:(i + 1) * width] for i in range(rows)])
-        else:
-            starts = (ends - lengths).tolist()
-            columns.append([_entry_header(name, n, 3) + data[s:s + n]
-                            for s, n in zip(starts, lengths.tolist())])
-    out = []
-    for parts in zip(*columns):
-        features = b"".join(parts)
-        out.append(b"\x0a" + _len_prefix(len(features)) + features)
-    return out
+        payload, lengths = _packed_varints(a)
+        list_field = 3
+    sizes, which = np.unique(lengths, return_inverse=True)
+    headers = [_entry_header(name, int(n), list_field) for n in sizes]
+    header, header_lengths = _table_lookup(headers, which.ravel())
+    return payload, lengths, header, header_lengths
+
+
+def _table_lookup(entries: Sequence[bytes], which: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """entries[which[i]] for every i, concatenated: (flat bytes, bytes per i)."""
+    sizes = np.array([len(e) for e in entries], np.int64)
+    table = np.zeros((len(entries), int(sizes.max())), np.uint8)
+    for i, e in enumerate(entries):
+        table[i, :len(e)] = np.frombuffer(e, np.uint8)
+    rows = table[which]
+    return rows[np.arange(table.shape[1])[None, :] < sizes[which][:, None]], sizes[which]
+
+
+def _scatter(out: np.ndarray, dest: np.ndarray, data: np.ndarray, lengths: np.ndarray) -> None:
+    """out[dest[i]:dest[i] + lengths[i]] = the i-th run of `data` (runs laid end to end)."""
+    if len(lengths) and np.all(lengths == lengths[0]):
+        out[(dest[:, None] + np.arange(lengths[0])).ravel()] = data
+        return
+    starts = np.cumsum(lengths) - lengths
+    out[np.repeat(dest - starts, lengths) + np.arange(len(data))] = data
+
+
+def _mask_crc_array(crc: np.ndarray) -> np.ndarray:
+    crc = crc.astype(np.uint32)
+    return (((crc >> np.uint32(15)) | (crc << np.uint32(17))) + np.uint32(0xA282EAD8)).astype("<u4")
+
+
+def encode_framed(arrays: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Rows of [rows, length] arrays (int → int64, float → float) as framed TFRecords of serialised
+    `tf.train.Example`s, vectorised over rows: (file bytes, each record's offset in them, its length).
+
+    A row is frame header (length, masked CRC), Example{features: {entry, ...}}, masked CRC: every part
+    is built for all rows at once and scattered into place; only the data CRC is a call per row.
+    """
+    names = list(arrays)
+    rows = len(arrays[names[0]])
+    if rows == 0:
+        return np.zeros(0, np.uint8), np.zeros(0, np.int64), np.zeros(0, np.int64)
+    parts = []  # (flat bytes, bytes per row), in the order they lie in a row
+    for name in names:
+        payload, lengths, header, header_lengths = _feature_bytes(name, np.asarray(arrays[name]).reshape(rows, -1))
+        parts += [(header, header_lengths), (payload, lengths)]
+    features_len = sum(lengths for _, lengths in parts)
+    # Record = 0x0a, varint(features_len), features; frame = u64 length, masked CRC of it, record, masked CRC.
+    sizes, which = np.unique(features_len, return_inverse=True)
+    prefixes = []
+    for n in sizes.tolist():
+        record_len = 1 + len(_len_prefix(n)) + n
+        length = struct.pack("<Q", record_len)
+        prefixes.append(length + _masked_crc(length) + b"\x0a" + _len_prefix(n))
+    prefix, prefix_len = _table_lookup(prefixes, which.ravel())
+    parts.insert(0, (prefix, prefix_len))
+    row_len = prefix_len + features_len + 4
+    row_start = np.cumsum(row_len) - row_len
+    out = np.empty(int(row_len.sum()), np.uint8)
+    at = row_start.copy()
+    for data, lengths in parts:
+        _scatter(out, at, data, lengths)
+        at += lengths
+    record_start = row_start + 12
+    record_len = prefix_len - 12 + features_len
+    data = out.tobytes()  # google_crc32c takes bytes only: one copy, then a slice per record
+    crcs = np.fromiter((google_crc32c.value(data[a:b]) for a, b in zip(record_start.tolist(), at.tolist())),
+                       np.uint32, rows)
+    out[(at[:, None] + np.arange(4)).ravel()] = _mask_crc_array(crcs).view(np.uint8)
+    return out, record_start, record_len
+
+
+def encode_examples(arrays: Mapping[str, np.ndarray]) -> list[bytes]:
+    """Serialised `tf.train.Example`s, one per row, from [rows, length] arrays (int → int64, float → float)."""
+    out, starts, lengths = encode_framed(arrays)
+    data = out.tobytes()
+    return [data[a:a + n] for a, n in zip(starts.tolist(), lengths.tolist())]
 
 
 def _masked_crc(data: bytes) -> bytes:
@@ -173,8 +237,8 @@ class RecordWriter:
     def write_block(self, arrays: Mapping[str, np.ndarray], chunk: int = 2048) -> None:
         rows = len(next(iter(arrays.values())))
         for start in range(0, rows, chunk):  # chunks that stay in cache
-            records = encode_examples({k: v[start:start + chunk] for k, v in arrays.items()})
-            self._file.write(b"".join(map(frame, records)))
+            framed, _, _ = encode_framed({k: v[start:start + chunk] for k, v in arrays.items()})
+            self._file.write(framed.data)
         self.count += rows
 
     def close(self) -> None:
