@@ -105,6 +105,7 @@ class Checkpointer:
     def __init__(self, workdir: str, cfg: CheckpointConfig, fingerprint: dict, read_only: bool = False):
         self.directory = os.path.abspath(os.path.join(workdir, CHECKPOINTS))
         self.fingerprint = fingerprint
+        self.every_steps = cfg.every_steps
         options = ocp.CheckpointManagerOptions(
             max_to_keep=cfg.keep, keep_period=cfg.keep_every or None, create=not read_only,
             enable_async_checkpointing=cfg.async_save, read_only=read_only,
@@ -130,7 +131,7 @@ class Checkpointer:
 
     def save(self, step: int, state: Any, pipeline: Any = None, force: bool = False) -> bool:
         """Saves if the step is due (or force); returns whether a save started."""
-        if not force and not self.manager.should_save(step):
+        if not force and step % self.every_steps:  # not orbax's should_save: it also saves any first step
             return False
         if step in self.manager.all_steps():
             return False

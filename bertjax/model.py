@@ -21,6 +21,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from bertjax import sharding as sharding_lib
+
 Array = jax.Array
 Dtype = Any
 
@@ -182,7 +184,7 @@ class BertEmbeddings(nn.Module):
         x = self.word_embeddings(input_ids) + self.position_embeddings(positions)
         x = x + self.token_type_embeddings(segment_ids)
         x = self.layer_norm(x)
-        x = nn.with_logical_constraint(x, ("batch", "length", "embed"))
+        x = sharding_lib.constrain(x, ("batch", "length", "embed"))
         return self.dropout(x, deterministic=deterministic)
 
 
@@ -203,7 +205,7 @@ class BertLayer(nn.Module):
             y = nn.DenseGeneral((heads, head_dim), dtype=self.dtype, name=name,
                                 kernel_init=_init(cfg, ("embed", "heads", "kv")),
                                 bias_init=_zeros(("heads", "kv")))(x)
-            return nn.with_logical_constraint(y, ("batch", "length", "heads", "kv"))
+            return sharding_lib.constrain(y, ("batch", "length", "heads", "kv"))
 
         q, k, v = projection("query"), projection("key"), projection("value")
         # Scores and softmax in float32 whatever the compute dtype.
@@ -219,11 +221,11 @@ class BertLayer(nn.Module):
         x = _layer_norm(cfg, self.dtype, "attention_layer_norm")(x + attn)
 
         h = act(_dense(cfg, cfg.intermediate_size, ("embed", "mlp"), self.dtype, "intermediate")(x))
-        h = nn.with_logical_constraint(h, ("batch", "length", "mlp"))
+        h = sharding_lib.constrain(h, ("batch", "length", "mlp"))
         h = _dense(cfg, cfg.hidden_size, ("mlp", "embed"), self.dtype, "output")(h)
         h = nn.Dropout(cfg.hidden_dropout_prob)(h, deterministic=self.deterministic)
         x = _layer_norm(cfg, self.dtype, "output_layer_norm")(x + h)
-        return nn.with_logical_constraint(x, ("batch", "length", "embed")), None
+        return sharding_lib.constrain(x, ("batch", "length", "embed")), None
 
 
 class BertEncoder(nn.Module):

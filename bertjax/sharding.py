@@ -8,9 +8,11 @@ batch), tensor parallelism shards heads, mlp and vocab.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import logging
 import math
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 import flax.linen as nn
 import jax
@@ -92,6 +94,52 @@ def optimizer_shardings(tx: optax.GradientTransformation, opt_state_abstract: An
     return optax.tree_map_params(tx, lambda _, s: s, opt_state_abstract, param_shardings,
                                  transform_non_params=lambda _: replicated,
                                  is_leaf=lambda x: isinstance(x, NamedSharding))
+
+
+_ACTIVATION_CONTEXT: contextvars.ContextVar = contextvars.ContextVar("bertjax_activation_rules", default=None)
+
+
+@contextlib.contextmanager
+def activation_rules(mesh: Mesh, rules: Rules) -> Iterator[None]:
+    """While a step is traced: `constrain` pins the model's activations on this mesh by these rules.
+
+    Our own context rather than flax's global mesh: under a global mesh flax also constrains the
+    flattened kernels DenseGeneral builds while checking parameter shapes, which fails."""
+    token = _ACTIVATION_CONTEXT.set((mesh, tuple(rules)))
+    try:
+        yield
+    finally:
+        _ACTIVATION_CONTEXT.reset(token)
+
+
+def constrain(x: jax.Array, logical_axes: Sequence[str | None]) -> jax.Array:
+    """Shards an activation by its logical axes (e.g. ("batch", "length", "embed")) inside
+    `activation_rules`; unchanged outside it (init, eager use, single-device apply)."""
+    context = _ACTIVATION_CONTEXT.get()
+    if context is None:
+        return x
+    mesh, rules = context
+    spec = _divisible(x.shape, nn.logical_to_mesh_axes(tuple(logical_axes), rules), mesh)
+    return jax.lax.with_sharding_constraint(x, NamedSharding(mesh, spec))
+
+
+def gathered_for_compute(shardings: Any, axis: str = "fsdp") -> Any:
+    """The parameter shardings with `axis` removed: what the forward and backward pass compute with.
+
+    Fully sharded data parallelism stores parameters split over fsdp and all-gathers them for the
+    computation (gradients come back reduce-scattered). Saying so explicitly is also a correctness
+    fix: left to propagation, XLA's CPU partitioner computes wrong gradients on meshes where data,
+    fsdp and tensor are all > 1 (it reshards activations between the batch and embed axes through an
+    "involuntary full rematerialization"). For BERT sizes a whole copy of the weights per device is small."""
+
+    def drop(sharding: NamedSharding) -> NamedSharding:
+        dims = []
+        for axes in sharding.spec:
+            names = tuple(a for a in ((axes,) if isinstance(axes, str) else tuple(axes or ())) if a != axis)
+            dims.append(names[0] if len(names) == 1 else (names or None))
+        return NamedSharding(sharding.mesh, PartitionSpec(*dims))
+
+    return jax.tree.map(drop, shardings, is_leaf=lambda x: isinstance(x, NamedSharding))
 
 
 def batch_spec(rules: Rules, ndim: int = 1) -> PartitionSpec:

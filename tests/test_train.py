@@ -1,0 +1,213 @@
+"""Training: the step on every mesh, accumulation, checkpoints across meshes, the whole job in-process,
+init_from, and the errors a user can cause. CPU with 8 virtual devices (conftest)."""
+
+import json
+import os
+import shutil
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import train_setup
+from bertjax import checkpoint as checkpoint_lib
+from bertjax import model as model_lib
+from bertjax import optim as optim_lib
+from bertjax import sharding as sharding_lib
+from bertjax import train
+from bertjax.data import pipeline as pipeline_lib
+
+
+def batches(data_dir: str, n: int, batch_size: int = 16) -> list[dict]:
+    pipe = pipeline_lib.InputPipeline(pipeline_lib.PipelineConfig(
+        files=os.path.join(data_dir, "train", "*.tfrecord"), batch_size=batch_size,
+        max_seq_length=train_setup.SEQ, max_predictions_per_seq=train_setup.PRED, shuffle_buffer=100))
+    return [next(pipe) for _ in range(n)]
+
+
+def run_steps(config, mesh_shape, devices, data: list[dict]):
+    """Losses of len(data) train steps on a mesh over `devices`, and the final state."""
+    run = train.RunConfig.from_config(config)
+    model = model_lib.from_config(config.model)
+    optim = optim_lib.OptimConfig.from_config(config.optim)
+    tx = optim_lib.make_optimizer(optim, run.num_train_steps)
+    mesh = sharding_lib.make_mesh(mesh_shape, devices)
+    abstract, shardings, init = train.abstract_state(model, tx, run.seed, run.max_seq_length, mesh, run.rules)
+    batch_abstract = train.batch_shapes(run.global_batch_size, run.max_seq_length, run.max_predictions_per_seq)
+    batch_shardings = {k: jax.sharding.NamedSharding(mesh, sharding_lib.batch_spec(run.rules, len(v.shape)))
+                       for k, v in batch_abstract.items()}
+    step = train.compile_step(train.make_train_step(model, tx, run.micro_batches, run.nsp,
+                                                    optim_lib.schedule(optim, run.num_train_steps),
+                                                    sharding_lib.gathered_for_compute(shardings.params)),
+                              abstract, shardings, batch_abstract, batch_shardings, mesh, run.rules)
+    state, losses = init(), []
+    for local in data:
+        state, metrics = step(state, sharding_lib.global_batch(local, mesh, run.rules))
+        losses.append(float(metrics["loss"][0]))
+    return losses, state
+
+
+@pytest.fixture(scope="module")
+def data(pydocs_data):
+    return batches(pydocs_data, 5)
+
+
+def test_same_losses_on_every_mesh_and_params_really_sharded(pydocs_data, data):
+    config = train_setup.small_config(pydocs_data)
+    reference, _ = run_steps(config, (1, 1, 1), jax.devices()[:1], data)
+    assert reference[-1] < reference[0]  # it trains
+    for shape in ((8, 1, 1), (2, 2, 2), (1, 8, 1)):
+        losses, state = run_steps(config, shape, jax.devices(), data)
+        np.testing.assert_allclose(losses, reference, atol=1e-5, err_msg=f"mesh {shape}")
+        if shape[1] * shape[2] > 1:  # fsdp or tensor: no large tensor may stay whole on every device
+            replicated = [jax.tree_util.keystr(p) for p, x in jax.tree_util.tree_leaves_with_path(state.params)
+                          if x.size >= 4096 and x.sharding.is_fully_replicated]
+            assert not replicated, f"mesh {shape}: replicated {replicated}"
+            mu = jax.tree.leaves(state.opt_state)  # Adam moments sharded like the params
+            assert any(not x.sharding.is_fully_replicated for x in mu if x.size >= 4096)
+
+
+def test_micro_batches_give_the_gradient_of_the_whole_batch(pydocs_data, data):
+    config = train_setup.small_config(pydocs_data)
+    config.model.update(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    whole, state1 = run_steps(config, (1, 1, 1), jax.devices()[:1], data[:3])
+    config.train.micro_batches = 4
+    split, state4 = run_steps(config, (2, 1, 1), jax.devices()[:2], data[:3])
+    np.testing.assert_allclose(split, whole, rtol=1e-5)
+    for a, b in zip(jax.tree.leaves(state1.params), jax.tree.leaves(state4.params)):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-6)
+
+
+def test_checkpoint_saved_on_8_devices_restores_on_1(pydocs_data, data, tmp_path):
+    config = train_setup.small_config(pydocs_data)
+    _, state = run_steps(config, (1, 4, 2), jax.devices(), data[:2])
+    model = model_lib.from_config(config.model)
+    ckpt = checkpoint_lib.Checkpointer(str(tmp_path), checkpoint_lib.CheckpointConfig(),
+                                       checkpoint_lib.model_fingerprint(model))
+    ckpt.save(2, state, force=True)
+    ckpt.close()
+    # Onto a single device, through the resume path...
+    tx = optim_lib.make_optimizer(optim_lib.OptimConfig.from_config(config.optim), 5)
+    mesh1 = sharding_lib.make_mesh((1, 1, 1), jax.devices()[:1])
+    abstract, _, _ = train.abstract_state(model, tx, 0, train_setup.SEQ, mesh1, train.RunConfig.from_config(config).rules)
+    ckpt = checkpoint_lib.Checkpointer(str(tmp_path), checkpoint_lib.CheckpointConfig(),
+                                       checkpoint_lib.model_fingerprint(model))
+    restored = ckpt.restore(2, abstract)
+    ckpt.close()
+    assert int(restored.step) == 2
+    for a, b in zip(jax.tree.leaves((state.params, state.opt_state)), jax.tree.leaves((restored.params, restored.opt_state))):
+        assert b.sharding.device_set == {jax.devices()[0]}
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    # ...and as host arrays for export.
+    _, host = checkpoint_lib.load_params(str(tmp_path))
+    np.testing.assert_array_equal(host["bert"]["embeddings"]["word_embeddings"]["embedding"],
+                                  np.asarray(state.params["bert"]["embeddings"]["word_embeddings"]["embedding"]))
+
+
+@pytest.fixture(scope="module")
+def trained(pydocs_data, tmp_path_factory):
+    """One whole job, in-process: eval with baselines, checkpoints, HF export, predictions."""
+    workdir = tmp_path_factory.mktemp("trained")
+    config = train_setup.small_config(pydocs_data, **{"train.num_train_steps": 6, "eval.every_steps": 3,
+                                                      "checkpoint.export_hf": True, "eval.show_predictions": 1})
+    result = train.train_and_evaluate(config, str(workdir))
+    return workdir, config, result
+
+
+def test_job_writes_metrics_checkpoints_and_export(trained, capsys):
+    workdir, config, result = trained
+    rows = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
+    train_rows = [r for r in rows if r["kind"] == "train"]
+    eval_rows = [r for r in rows if r["kind"] == "eval"]
+    assert [r["step"] for r in train_rows] == [1, 2, 3, 4, 5, 6]
+    assert [r["step"] for r in eval_rows] == [3, 6]
+    for key in ("loss", "mlm_accuracy", "nsp_accuracy", "learning_rate", "grad_norm"):
+        assert all(np.isfinite(r[key]) for r in train_rows), key
+    assert all("seq_per_s" in r and "eta_s" in r for r in train_rows[1:])
+    for r in eval_rows:
+        assert 0 < r["mlm_accuracy_baseline"] < 1 and 0.4 < r["nsp_accuracy_baseline"] <= 1
+        assert {"mlm_loss", "mlm_accuracy", "nsp_loss", "nsp_accuracy"} <= set(r)
+    assert result["mlm_accuracy"] == eval_rows[-1]["mlm_accuracy"]
+    assert any(name.startswith("events.out.tfevents") for name in os.listdir(workdir))
+    assert sorted(int(s) for s in os.listdir(workdir / "checkpoints") if s.isdigit()) == [2, 4, 6]
+    # The export loads in transformers and computes what bertjax computes from the workdir.
+    import torch
+    import transformers
+
+    import bertjax
+    hf_model = transformers.BertForPreTraining.from_pretrained(str(workdir / "hf")).eval()
+    model, params = bertjax.from_pretrained(str(workdir))
+    ids = np.random.default_rng(0).integers(5, train_setup.VOCAB, (2, 16))
+    ours = model.apply({"params": params}, jnp.asarray(ids), jnp.zeros_like(ids), jnp.ones_like(ids))
+    with torch.no_grad():
+        theirs = hf_model(torch.tensor(ids))
+    np.testing.assert_allclose(np.asarray(ours.mlm_logits), theirs.prediction_logits.numpy(), atol=1e-4)
+    tok = transformers.BertTokenizer.from_pretrained(str(workdir / "hf"))
+    assert tok.mask_token_id == 4 and tok.vocab_size == train_setup.VOCAB
+
+
+def test_job_prints_top5_predictions(pydocs_data, tmp_path, capsys):
+    config = train_setup.small_config(pydocs_data, **{"train.num_train_steps": 1, "optim.warmup_steps": 0,
+                                                      "eval.show_predictions": 2})
+    train.train_and_evaluate(config, str(tmp_path))
+    out = capsys.readouterr().out
+    assert "Top-5 predictions" in out and out.count("truth") >= 2 and "[1]" in out
+
+
+def test_resuming_a_finished_workdir_and_refusing_a_foreign_one(trained, tmp_path):
+    workdir, config, _ = trained
+    other = train_setup.small_config(config.data.train_files.rsplit("/train/", 1)[0],
+                                     **{"train.num_train_steps": 6})
+    other.model.hidden_size = 32
+    with pytest.raises(ValueError, match=r"different model config \(hidden_size: 64 there, 32 here"):
+        train.train_and_evaluate(other, str(workdir))
+
+
+def test_init_from_a_workdir_or_hf_directory_without_optimizer_state(trained, pydocs_data, tmp_path):
+    workdir, _, _ = trained
+    # A copy whose checkpoint has no optimizer state: weights only is all init_from needs.
+    source = tmp_path / "source"
+    shutil.copytree(workdir / "checkpoints", source / "checkpoints")
+    for step in os.listdir(source / "checkpoints"):
+        shutil.rmtree(source / "checkpoints" / step / "opt_state", ignore_errors=True)
+    first_loss = {}
+    for name, init_from in (("fresh", ""), ("workdir", str(source)), ("hf", str(workdir / "hf"))):
+        config = train_setup.small_config(pydocs_data, **{"train.num_train_steps": 1, "optim.warmup_steps": 0,
+                                                          "train.init_from": init_from})
+        config.eval.every_steps = 1000
+        train.train_and_evaluate(config, str(tmp_path / name))
+        rows = [json.loads(line) for line in (tmp_path / name / "metrics.jsonl").read_text().splitlines()]
+        first_loss[name] = rows[0]["loss"]
+    assert first_loss["workdir"] < first_loss["fresh"] - 0.05
+    assert first_loss["hf"] == pytest.approx(first_loss["workdir"], abs=1e-4)
+
+
+def test_init_from_a_different_model_is_refused(trained, pydocs_data, tmp_path):
+    workdir, _, _ = trained
+    config = train_setup.small_config(pydocs_data, **{"train.init_from": str(workdir)})
+    config.model.intermediate_size = 256
+    with pytest.raises(ValueError, match="init_from=.* holds a different model .*intermediate_size=128"):
+        train.train_and_evaluate(config, str(tmp_path))
+
+
+def test_records_disagreeing_with_the_config_fail_before_compiling(pydocs_data, tmp_path):
+    config = train_setup.small_config(pydocs_data, **{"data.max_seq_length": 64})
+    with pytest.raises(ValueError, match="max_seq_length"):
+        train.train_and_evaluate(config, str(tmp_path))
+    assert not (tmp_path / "checkpoints").exists() or not os.listdir(tmp_path / "checkpoints")
+
+
+def test_a_nan_loss_stops_with_a_clear_error(pydocs_data, tmp_path):
+    config = train_setup.small_config(pydocs_data, **{"train.num_train_steps": 3})
+    config.optim.update(learning_rate=1e30, warmup_steps=0, max_grad_norm=0.0)
+    with pytest.raises(FloatingPointError, match="lower config.optim.learning_rate"):
+        train.train_and_evaluate(config, str(tmp_path))
+
+
+def test_bad_mesh_and_batch_settings_are_one_sentence(pydocs_data, tmp_path):
+    with pytest.raises(ValueError, match=r"mesh.shape=\(3, -1, 1\): 8 devices do not divide by 3"):
+        sharding_lib.resolve_mesh_shape((3, -1, 1), 8)
+    config = train_setup.small_config(pydocs_data, **{"train.micro_batches": 3})
+    with pytest.raises(ValueError, match="global_batch_size=16 must divide by config.train.micro_batches=3"):
+        train.train_and_evaluate(config, str(tmp_path))
