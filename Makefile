@@ -19,8 +19,10 @@ $(VENV)/.test-installed: setup.cfg pyproject.toml | $(PY)
 	$(PY) -m pip install -q -e '.[test]'
 	touch $@ $(VENV)/.base-installed
 
+# A fresh run each time: workdir/demo holds the vocab, records, checkpoints, metrics and the HF export.
 demo: $(VENV)/.base-installed
-	$(PY) -m bertjax.summary --config=configs/tiny.py
+	rm -rf workdir/demo
+	$(PY) -m bertjax.main --config=configs/demo.py --workdir=workdir/demo
 
 test: $(VENV)/.test-installed
 	$(PY) -m pytest -q tests

@@ -44,7 +44,8 @@ def parse_args():
     p.add_argument("--steps", type=int, default=0, help="timed steps per framework; 0 = a default per size")
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--frameworks", default="jax,torch")
-    p.add_argument("--scan_layers", type=int, default=0)
+    p.add_argument("--scan_layers", type=int, default=-1,
+                   help="override config.model.scan_layers (0/1); -1 = as the config says")
     p.add_argument("--prng_impl", default=PRNG_IMPL, help="jax_default_prng_impl for the dropout RNG")
     p.add_argument("--xla_flags", default=" ".join(XLA_FLAGS), help="XLA flags the benchmark sets")
     p.add_argument("--no_peak", action="store_true", help="skip the matmul peak (MFU is then null)")
@@ -57,7 +58,6 @@ os.environ["XLA_FLAGS"] = (ARGS.xla_flags + " " + os.environ.get("XLA_FLAGS", ""
 import jax  # noqa: E402  (after XLA_FLAGS)
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
-import optax  # noqa: E402
 
 jax.config.update("jax_default_prng_impl", ARGS.prng_impl)
 
@@ -81,7 +81,8 @@ def make_batch(batch: int, seed: int = 0) -> dict[str, np.ndarray]:
     return dict(input_ids=input_ids, segment_ids=segment_ids, input_mask=input_mask,
                 masked_lm_positions=positions.astype(np.int32), masked_lm_ids=labels.astype(np.int32),
                 masked_lm_weights=np.ones((batch, PRED), np.float32),
-                next_sentence_labels=rng.integers(0, 2, (batch, 1)).astype(np.int32))
+                next_sentence_labels=rng.integers(0, 2, (batch, 1)).astype(np.int32),
+                example_weight=np.ones((batch,), np.float32))
 
 
 # --- FLOPs and peak ---------------------------------------------------------------------------------
@@ -117,54 +118,53 @@ def matmul_peak(sizes=(1024, 2048, 3072, 4096), reps: int = 3) -> dict:
 
 # --- JAX --------------------------------------------------------------------------------------------
 
-def pretraining_loss(out, batch) -> jax.Array:
-    """Weighted MLM cross-entropy + NSP cross-entropy, float32."""
-    logp = jax.nn.log_softmax(out.mlm_logits.astype(jnp.float32))
-    nll = -jnp.take_along_axis(logp, batch["masked_lm_ids"][..., None], axis=-1)[..., 0]
-    w = batch["masked_lm_weights"]
-    mlm = jnp.sum(nll * w) / (jnp.sum(w) + 1e-5)
-    nsp_logp = jax.nn.log_softmax(out.nsp_logits.astype(jnp.float32))
-    nsp = -jnp.mean(jnp.take_along_axis(nsp_logp, batch["next_sentence_labels"], axis=-1))
-    return mlm + nsp
+def jax_config(size: str, batch_size: int) -> "ml_collections.ConfigDict":
+    """configs/<size>.py as users get it, with this benchmark's batch, sequence length and predictions."""
+    import runpy
+
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs", f"{size}.py")
+    c = runpy.run_path(path)["get_config"]()
+    c.model.vocab_size = VOCAB
+    c.data.max_seq_length, c.data.max_predictions_per_seq = SEQ, PRED
+    c.train.global_batch_size = batch_size
+    c.train.micro_batches = 1
+    c.mesh.shape = (1, 1, 1)
+    if ARGS.scan_layers >= 0:
+        c.model.scan_layers = bool(ARGS.scan_layers)
+    return c
 
 
-def jax_train_step(model: model_lib.BertForPreTraining, optimizer: optax.GradientTransformation):
-    """`step(params, opt_state, batch, rng) -> (params, opt_state, loss)`, jitted, state donated."""
+def jax_runner(size: str, batch_np: dict):
+    """bertjax's own train step — `train.make_train_step` on the configured model and optimizer, jitted
+    by `train.compile_step` with donated state on a one-device mesh — as a callable running one step."""
+    from bertjax import optim as optim_lib
+    from bertjax import sharding as sharding_lib
+    from bertjax import train as train_lib
 
-    def loss_fn(params, batch, rng):
-        out = model.apply({"params": params}, batch["input_ids"], batch["segment_ids"], batch["input_mask"],
-                          masked_lm_positions=batch["masked_lm_positions"], deterministic=False,
-                          rngs={"dropout": rng})
-        return pretraining_loss(out, batch)
-
-    def step(params, opt_state, batch, rng):
-        loss, grads = jax.value_and_grad(loss_fn)(params, batch, rng)
-        updates, opt_state = optimizer.update(grads, opt_state, params)
-        return optax.apply_updates(params, updates), opt_state, loss
-
-    return jax.jit(step, donate_argnums=(0, 1))
-
-
-def jax_runner(cfg: model_lib.BertConfig, batch_np: dict):
-    """A compiled JAX step as a zero-argument callable that runs one step to completion."""
-    model = model_lib.BertForPreTraining(cfg, scan_layers=bool(ARGS.scan_layers))
-    params = model_lib.init_params(model, jax.random.PRNGKey(0))
-    if ARGS.scan_layers:
-        params = model_lib.stack_layers(params, cfg.num_hidden_layers)
-    optimizer = optax.adamw(1e-4, b1=0.9, b2=0.999, eps=1e-6, weight_decay=0.01)
-    opt_state = optimizer.init(params)
-    batch = {k: jnp.asarray(v) for k, v in batch_np.items()}
-    rng = jax.random.key(0)
+    c = jax_config(size, batch_np["input_ids"].shape[0])
+    model = model_lib.from_config(c.model)
+    optim = optim_lib.OptimConfig.from_config(c.optim)
+    num_steps = int(c.train.num_train_steps)
+    tx = optim_lib.make_optimizer(optim, num_steps)
+    rules = tuple((n, tuple(a) if isinstance(a, (list, tuple)) else a) for n, a in c.mesh.logical_axis_rules)
+    mesh = sharding_lib.make_mesh(c.mesh.shape, jax.devices()[:1])
+    abstract, shardings, init = train_lib.abstract_state(model, tx, int(c.seed), SEQ, mesh, rules)
+    batch_abstract = train_lib.batch_shapes(c.train.global_batch_size, SEQ, PRED)
+    batch_shardings = {k: jax.sharding.NamedSharding(mesh, sharding_lib.batch_spec(rules, len(v.shape)))
+                       for k, v in batch_abstract.items()}
+    step_fn = train_lib.make_train_step(model, tx, int(c.train.micro_batches), bool(c.data.next_sentence_prediction),
+                                        optim_lib.schedule(optim, num_steps))
     t = time.perf_counter()
-    compiled = jax_train_step(model, optimizer).lower(params, opt_state, batch, rng).compile()
-    info = dict(compile_s=time.perf_counter() - t)
-    state = dict(params=params, opt_state=opt_state, i=0)
+    compiled = train_lib.compile_step(step_fn, abstract, shardings, batch_abstract, batch_shardings, mesh, rules)
+    info = dict(compile_s=time.perf_counter() - t, scan_layers=bool(c.model.scan_layers),
+                remat_policy=str(c.model.remat_policy), optimizer=optim.name, max_grad_norm=optim.max_grad_norm)
+    batch = {k: jax.device_put(np.asarray(batch_np[k], batch_abstract[k].dtype).reshape(batch_abstract[k].shape),
+                               batch_shardings[k]) for k in batch_abstract}
+    holder = dict(state=init())
 
     def run() -> float:
-        state["params"], state["opt_state"], loss = compiled(state["params"], state["opt_state"], batch,
-                                                             jax.random.fold_in(rng, state["i"]))
-        state["i"] += 1
-        return float(loss)  # blocks until the step is done
+        holder["state"], metrics = compiled(holder["state"], batch)
+        return float(metrics["loss"][0])  # blocks until the step is done
 
     return run, info
 
@@ -223,7 +223,7 @@ def main():
     t0 = time.perf_counter()
     peak = None if ARGS.no_peak else matmul_peak()
     for size in ARGS.sizes.split(","):
-        cfg = model_lib.config_for_size(size, vocab_size=VOCAB)
+        cfg = model_lib.BertConfig.from_dict(dict(jax_config(size, BATCH[size]).model), source=f"configs/{size}.py")
         batch_size = BATCH[size]
         steps = ARGS.steps or STEPS.get(size, 5)
         batch_np = make_batch(batch_size)
@@ -232,7 +232,7 @@ def main():
                    model_tflops_per_step=flops / 1e12)
         runners, infos = {}, {}
         if "jax" in frameworks:
-            runners["jax"], infos["jax"] = jax_runner(cfg, batch_np)
+            runners["jax"], infos["jax"] = jax_runner(size, batch_np)
         if "torch" in frameworks:
             runners["torch"], infos["torch"] = torch_runner(cfg, batch_np)
         res = time_interleaved(runners, steps, ARGS.warmup)
@@ -242,7 +242,8 @@ def main():
             jx = res["jax"]
             row.update(jax_step_s=jx["step_s"], jax_step_min_max_s=[jx["min_s"], jx["max_s"]],
                        jax_seq_per_s=batch_size / jx["step_s"], jax_compile_s=infos["jax"]["compile_s"],
-                       jax_loss=jx["loss"], achieved_tflops=flops / jx["step_s"] / 1e12)
+                       jax_loss=jx["loss"], achieved_tflops=flops / jx["step_s"] / 1e12,
+                       **{f"jax_{k}": v for k, v in infos["jax"].items() if k != "compile_s"})
         if "torch" in res:
             tc = res["torch"]
             row.update(torch_step_s=tc["step_s"], torch_step_min_max_s=[tc["min_s"], tc["max_s"]],
@@ -257,7 +258,6 @@ def main():
         row.update(jax=jax.__version__, torch=torch.__version__, transformers=transformers.__version__,
                    python=platform.python_version(), cpu_count=os.cpu_count(), loadavg_1m=os.getloadavg()[0],
                    xla_flags=os.environ.get("XLA_FLAGS", ""), jax_prng_impl=ARGS.prng_impl,
-                   scan_layers=bool(ARGS.scan_layers),
                    torch_threads=torch.get_num_threads(), torch_interop_threads=torch.get_num_interop_threads(),
                    torch_default_threads=list(default_threads),
                    elapsed_s=time.perf_counter() - t0)

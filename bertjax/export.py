@@ -44,23 +44,28 @@ def export(workdir: str, output_dir: str, step: Optional[int] = None) -> str:
     return output_dir
 
 
-_WORKDIR = flags.DEFINE_string("workdir", None, "The training run's workdir (holding checkpoints/).")
-_OUTPUT_DIR = flags.DEFINE_string("output_dir", None, "Directory for the Hugging Face files.")
-_STEP = flags.DEFINE_integer("step", None, "Checkpoint step (default: the latest).")
+def define_flags() -> None:
+    """The CLI's flags; defined only when run as a program, so that importing `export` (as the training
+    job does for `checkpoint.export_hf`) never clashes with the importer's own flags."""
+    flags.DEFINE_string("workdir", None, "The training run's workdir (holding checkpoints/).")
+    flags.DEFINE_string("output_dir", None, "Directory for the Hugging Face files.")
+    flags.DEFINE_integer("step", None, "Checkpoint step (default: the latest).")
+    flags.mark_flags_as_required(["workdir", "output_dir"])
 
 
 def main(argv):
     del argv
+    FLAGS = flags.FLAGS
     logging.getLogger("bertjax").setLevel(logging.INFO)
     try:
-        export(_WORKDIR.value, _OUTPUT_DIR.value, _STEP.value)
+        export(FLAGS.workdir, FLAGS.output_dir, FLAGS.step)
     except (FileNotFoundError, ValueError) as e:
         sys.stderr.write(f"export: error: {e}\n")
         return 1
-    print(f"exported {_WORKDIR.value} to {_OUTPUT_DIR.value}")
+    print(f"exported {FLAGS.workdir} to {FLAGS.output_dir}")
     return 0
 
 
 if __name__ == "__main__":
-    flags.mark_flags_as_required(["workdir", "output_dir"])
+    define_flags()
     app.run(main)

@@ -188,6 +188,29 @@ class BertEmbeddings(nn.Module):
         return self.dropout(x, deterministic=deterministic)
 
 
+class _HeadsProjection(nn.Module):
+    """The kernel [embed, heads, kv] and bias [heads, kv] of `nn.DenseGeneral((heads, kv))`, created with
+    the same names, shapes, initialisers (same values for the same key) and logical axes, but returned
+    rather than applied, so that BertLayer can fuse the query, key and value projections."""
+
+    config: BertConfig
+
+    @nn.compact
+    def __call__(self) -> tuple[Array, Array]:
+        cfg = self.config
+        shape = (cfg.hidden_size, cfg.num_attention_heads, cfg.head_dim)
+        init = _init(cfg, ("embed", "heads", "kv"))
+        kernel = self.param("kernel", lambda rng, s: _reshape_boxed(init(rng, (s[0], s[1] * s[2])), s), shape)
+        bias = self.param("bias", _zeros(("heads", "kv")), shape[1:])
+        return kernel, bias
+
+
+def _reshape_boxed(value: Any, shape: tuple[int, ...]) -> Any:
+    if isinstance(value, nn.meta.AxisMetadata):
+        return nn.meta.replace_boxed(value, jnp.reshape(value.unbox(), shape))
+    return jnp.reshape(value, shape)
+
+
 class BertLayer(nn.Module):
     """One post-LayerNorm transformer layer. Signature `(x, bias) -> (x, None)` so `nn.scan` can carry x."""
 
@@ -201,13 +224,13 @@ class BertLayer(nn.Module):
         heads, head_dim = cfg.num_attention_heads, cfg.head_dim
         act = ACTIVATIONS[cfg.hidden_act]
 
-        def projection(name: str) -> Array:
-            y = nn.DenseGeneral((heads, head_dim), dtype=self.dtype, name=name,
-                                kernel_init=_init(cfg, ("embed", "heads", "kv")),
-                                bias_init=_zeros(("heads", "kv")))(x)
-            return sharding_lib.constrain(y, ("batch", "length", "heads", "kv"))
-
-        q, k, v = projection("query"), projection("key"), projection("value")
+        # Query, key and value as one matmul (x is read once; one [H, 3H] weight-gradient matmul), with
+        # the parameters kept as three DenseGeneral-shaped subtrees: the HF and checkpoint layout.
+        projections = [_HeadsProjection(cfg, name=name)() for name in ("query", "key", "value")]
+        kernel = jnp.stack([w for w, _ in projections], axis=1).astype(self.dtype)  # [embed, 3, heads, kv]
+        bias = jnp.stack([b for _, b in projections]).astype(self.dtype)  # [3, heads, kv]
+        qkv = jnp.einsum("bsm,mthd->bsthd", x.astype(self.dtype), kernel) + bias
+        q, k, v = (sharding_lib.constrain(qkv[:, :, i], ("batch", "length", "heads", "kv")) for i in range(3))
         # Scores and softmax in float32 whatever the compute dtype.
         scores = jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=jnp.float32)
         scores = scores / np.sqrt(head_dim).astype(np.float32) + attention_bias
@@ -228,6 +251,13 @@ class BertLayer(nn.Module):
         return sharding_lib.constrain(x, ("batch", "length", "embed")), None
 
 
+def _scan_unroll(config: BertConfig) -> int:
+    """Layers per scan iteration. On the CPU the scan is unrolled: XLA:CPU's while loop zero-fills the
+    stacked residual and gradient buffers and copies each layer's weights out of the stack, a fifth of
+    a BERT-base step; unrolled, the params keep their stacked layout and the same numerics."""
+    return config.num_hidden_layers if jax.default_backend() == "cpu" else 1
+
+
 class BertEncoder(nn.Module):
     config: BertConfig
     dtype: Dtype = jnp.float32
@@ -243,7 +273,7 @@ class BertEncoder(nn.Module):
         if self.scan_layers:
             stack = nn.scan(layer_cls, variable_axes={"params": 0}, split_rngs={"params": True, "dropout": True},
                             in_axes=nn.broadcast, length=self.config.num_hidden_layers,
-                            metadata_params={nn.PARTITION_NAME: "layers"})
+                            metadata_params={nn.PARTITION_NAME: "layers"}, unroll=_scan_unroll(self.config))
             x, _ = stack(self.config, self.dtype, deterministic, name="layers")(x, attention_bias)
             return x
         for i in range(self.config.num_hidden_layers):

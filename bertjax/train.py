@@ -51,6 +51,7 @@ class RunConfig:
     num_train_steps: int
     log_every_steps: int
     init_from: str
+    phase: int
     eval_every_steps: int
     eval_batches: int  # 0: the whole eval set
     train_files: str
@@ -70,6 +71,7 @@ class RunConfig:
         run = cls(seed=int(c.seed), global_batch_size=int(c.train.global_batch_size),
                   micro_batches=int(c.train.micro_batches), num_train_steps=int(c.train.num_train_steps),
                   log_every_steps=int(c.train.log_every_steps), init_from=str(c.train.init_from),
+                  phase=int(c.train.phase),
                   eval_every_steps=int(c.eval.every_steps), eval_batches=int(c.eval.num_batches),
                   train_files=str(c.data.train_files), eval_files=str(c.data.eval_files),
                   max_seq_length=int(c.data.max_seq_length),
@@ -96,6 +98,11 @@ class RunConfig:
         if self.max_seq_length > c.model.max_position_embeddings:
             raise ValueError(f"config.data.max_seq_length={self.max_seq_length} exceeds "
                              f"config.model.max_position_embeddings={c.model.max_position_embeddings}.")
+        if self.phase not in (1, 2):
+            raise ValueError(f"config.train.phase={self.phase} must be 1 or 2.")
+        if self.phase == 2 and not self.init_from:
+            raise ValueError("config.train.phase=2 continues phase 1: set config.train.init_from to phase 1's "
+                             "workdir (e.g. configs/large.py:phase=2,init_from=/ckpt/large-phase1).")
         if not self.train_files:
             raise ValueError("config.data.train_files is empty; point it at record shards made by "
                              "`python -m bertjax.prepare` (a glob or comma list), or set config.data.corpus.")

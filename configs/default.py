@@ -3,7 +3,9 @@
 Argument (after the colon): comma-separated `key=value` or flags, e.g.
 `configs/default.py:size=base,phase=2,runlocal`.
   size      model size: tiny, mini, small, medium, base, large (default base)
-  phase     1 (seq 128, 90% of steps) or 2 (seq 512, from phase 1's final checkpoint)
+  phase     1 (seq 128, 90% of the steps) or 2 (seq 512, 80 predictions, the last 10%), as in the paper
+  init_from weights to start from: phase 2 needs phase 1's workdir, e.g.
+            `configs/large.py:phase=2,init_from=/ckpt/large-phase1`
   runlocal  shrink batch and steps so the job runs on a laptop CPU in a minute
 """
 
@@ -66,6 +68,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.data.heldout_every = 20  # every N-th document goes to the held-out records, never to training
     c.data.corpus_vocab_size = 8192  # WordPiece vocab trained on the train documents (if vocab_file is "")
     c.data.dupe_factor = 10  # passes over the train documents, each with different masks
+    c.data.heldout_dupe_factor = 1  # passes over the held-out documents (more = a steadier eval)
     c.data.masked_lm_prob = 0.15  # share of tokens masked
     c.data.short_seq_prob = 0.1  # probability of a shorter target length
     c.data.do_whole_word_mask = False  # mask whole words
@@ -76,9 +79,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.train = ml_collections.ConfigDict()
     c.train.global_batch_size = 256  # sequences per optimizer step, over all processes
     c.train.micro_batches = 1  # gradient accumulation: split each step's batch into this many parts
-    c.train.num_train_steps = 1_000_000  # optimizer steps in this phase
+    c.train.num_train_steps = 900_000  # optimizer steps in this phase (phase 2: 100_000)
     c.train.log_every_steps = 100  # steps between metric lines in the log, TensorBoard and metrics.jsonl
-    c.train.init_from = ""  # weights only: a Hugging Face directory or a bertjax workdir ("" = fresh init)
+    c.train.init_from = args.get("init_from", "")  # weights only: an HF directory or a bertjax workdir
+    c.train.phase = int(args.get("phase", "1"))  # 2 refuses to start without init_from (phase 1's weights)
 
     # --- optim
     c.optim = ml_collections.ConfigDict()
@@ -119,9 +123,11 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.eval.num_batches = 100  # batches per evaluation (0 = the whole eval set once)
     c.eval.show_predictions = 0  # at the end, print top-5 guesses for the masks of this many held-out sequences
 
-    if args.get("phase", "1") == "2":
+    if c.train.phase == 2:
         c.data.max_seq_length = 512
         c.data.max_predictions_per_seq = 80
+        c.train.num_train_steps = 100_000
+        c.optim.warmup_steps = 1_000  # the optimizer state starts afresh
     if "runlocal" in args:
         c.train.global_batch_size = 8
         c.train.num_train_steps = 20

@@ -36,6 +36,8 @@ def test_arguments_select_variants():
     phase2 = load("large", "phase=2")
     assert (phase2.data.max_seq_length, phase2.data.max_predictions_per_seq) == (512, 80)
     assert phase2.model.num_hidden_layers == 24
+    assert phase2.train.num_train_steps * 9 == load("large").train.num_train_steps  # 10% of all steps
+    assert load("large", "phase=2,init_from=/ckpt/p1").train.init_from == "/ckpt/p1"
     assert load("base", "runlocal").train.num_train_steps < load("base").train.num_train_steps
     assert load("default", "size=mini").model.hidden_size == 256
 

@@ -211,3 +211,6 @@ def test_bad_mesh_and_batch_settings_are_one_sentence(pydocs_data, tmp_path):
     config = train_setup.small_config(pydocs_data, **{"train.micro_batches": 3})
     with pytest.raises(ValueError, match="global_batch_size=16 must divide by config.train.micro_batches=3"):
         train.train_and_evaluate(config, str(tmp_path))
+    config = train_setup.small_config(pydocs_data, **{"train.phase": 2})
+    with pytest.raises(ValueError, match="phase=2 continues phase 1: set config.train.init_from"):
+        train.train_and_evaluate(config, str(tmp_path))

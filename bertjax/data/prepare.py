@@ -301,6 +301,8 @@ def run_local(cfg: PrepareConfig, num_workers: int, progress: Progress,
                                        "--num_workers.")
     finally:
         for w in workers:
+            if w.pid is None:  # never started: joining would hide the error that stopped us
+                continue
             if w.is_alive():
                 w.terminate()
             w.join()

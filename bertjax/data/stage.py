@@ -81,7 +81,7 @@ def prepare_data(config: ml_collections.ConfigDict, workdir: str) -> ml_collecti
             tok = tokenizer_lib.train_wordpiece(_sentences(train_txt), d.corpus_vocab_size,
                                                 os.path.join(out, "vocab"), do_lower_case=d.do_lower_case)
             vocab_file = str(tok.path)
-        for name, text, dupe in (("train", train_txt, d.dupe_factor), ("heldout", heldout_txt, 1)):
+        for name, text, dupe in (("train", train_txt, d.dupe_factor), ("heldout", heldout_txt, d.heldout_dupe_factor)):
             cfg = prepare_lib.PrepareConfig(
                 input_file=text, output_dir=os.path.join(out, name), vocab_file=vocab_file,
                 do_lower_case=d.do_lower_case, random_seed=config.seed + (name == "heldout"),

@@ -1,0 +1,63 @@
+"""The `make demo` job: pre-train a small BERT from nothing but the machine's own Python docstrings.
+
+    python -m bertjax.main --config=configs/demo.py --workdir=workdir/demo
+
+The job trains a WordPiece vocab on `builtin:pydocs`, prepares train and held-out records (held-out
+documents are never trained on), trains, evaluates against the held-out baselines, saves a checkpoint,
+exports a Hugging Face directory to workdir/demo/hf and prints top-5 guesses for held-out masks. It
+fits in 10 minutes on a 2-core CPU. A naive BERT-tiny (vocab 30k, seq 128, lr 1e-4, 10k warmup) stays
+at the baseline for its first thousand steps there; what makes this one learn visibly in minutes:
+  - a small vocab trained on the corpus (4k pieces): a cheaper softmax and less sparse targets;
+  - short sequences (64 tokens) and a small batch (32): many optimizer steps per minute, which is what
+    gets a fresh BERT off the unigram plateau (batch 128 at the same tokens/s sat there for 550 steps);
+  - a high peak learning rate (1e-3; small models tolerate it) after a short warmup, and no dropout.
+
+Point it at your own text with `--config.data.corpus='my/*.txt'` (BERT's raw-text format: one sentence
+per line, a blank line between documents) or a TFDS dataset with `--config.data.corpus=tfds:NAME:SPLIT`.
+Argument: `configs/demo.py:quick` trains a tenth as long (a smoke test).
+"""
+
+import pathlib
+import runpy
+
+_default = runpy.run_path(str(pathlib.Path(__file__).with_name("default.py")))
+
+
+def get_config(arg: str | None = None):
+    args = _default["parse_arg"](arg)
+    c = _default["get_config"]("size=tiny")
+    c.model.size = "demo"
+    c.model.update(hidden_size=128, num_hidden_layers=2, num_attention_heads=2, intermediate_size=512,
+                   max_position_embeddings=64, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+
+    c.data.corpus = "builtin:pydocs"
+    c.data.corpus_vocab_size = 4096
+    c.data.max_seq_length = 64
+    c.data.max_predictions_per_seq = 10
+    c.data.dupe_factor = 10  # ~75k train sequences: each seen about twice, with fresh NSP pairings
+    c.data.heldout_every = 20  # 26 of the 526 modules
+    c.data.heldout_dupe_factor = 5  # ~1,000 held-out sequences: accuracies steady to about a point
+    c.data.num_shards = 4
+
+    c.train.global_batch_size = 32
+    c.train.num_train_steps = 4000
+    c.train.log_every_steps = 200
+
+    c.optim.learning_rate = 1e-3
+    c.optim.warmup_steps = 300
+
+    c.checkpoint.every_steps = 1000
+    c.checkpoint.keep = 2
+    c.checkpoint.keep_every = 0
+    c.checkpoint.export_hf = True
+
+    c.eval.every_steps = 1000
+    c.eval.num_batches = 0  # the whole held-out set
+    c.eval.show_predictions = 4
+
+    if "quick" in args:
+        c.train.num_train_steps //= 10
+        c.optim.warmup_steps //= 10
+        c.checkpoint.every_steps //= 10
+        c.eval.every_steps //= 10
+    return c

@@ -1,0 +1,168 @@
+"""The job as users run it, in subprocesses: exact resume after SIGTERM and after `kill -9`, two
+processes (jax.distributed, gloo CPU collectives on 127.0.0.1) against one, and records written the
+way google-research/bert's create_pretraining_data.py writes them."""
+
+import collections
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import train_setup
+from bertjax import checkpoint as checkpoint_lib
+from bertjax import train
+
+STEPS = 40
+
+
+def job_config(pydocs_data: str, **overrides):
+    c = train_setup.small_config(pydocs_data, **{"train.num_train_steps": STEPS, "checkpoint.every_steps": 2,
+                                                 "checkpoint.keep": 3, "eval.num_batches": 1})
+    c.mesh.shape = (4, 2, 1)
+    c.eval.every_steps = 1000
+    for key, value in overrides.items():
+        section, name = key.split(".")
+        c[section][name] = value
+    return c
+
+
+# Compiled steps shared between the subprocesses: a resumed run compiles what the first one did.
+CACHE = os.path.join(train_setup.ROOT, ".pytest_cache", "jax_compilation_cache")
+
+
+def start(config_file: str, workdir, devices: int = 8, args: tuple = ()) -> subprocess.Popen:
+    env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}", JAX_PLATFORMS="cpu",
+               JAX_COMPILATION_CACHE_DIR=CACHE, JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0")
+    return subprocess.Popen([sys.executable, "-m", "bertjax.main", f"--config={config_file}",
+                             f"--workdir={workdir}", *args], env=env, cwd=train_setup.ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def finish(proc: subprocess.Popen, timeout: float = 300) -> str:
+    out, _ = proc.communicate(timeout=timeout)
+    assert proc.returncode == 0, out[-3000:]
+    return out
+
+
+def train_rows(workdir) -> list[dict]:
+    path = os.path.join(workdir, "metrics.jsonl")
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return [r for r in map(json.loads, f.read().splitlines()) if r["kind"] == "train"]
+
+
+def wait_for_step(proc: subprocess.Popen, workdir, step: int, timeout: float = 300) -> None:
+    deadline = time.time() + timeout
+    while not any(r["step"] >= step for r in train_rows(workdir)):
+        assert proc.poll() is None, f"the job ended before step {step}: {proc.stdout.read()[-3000:]}"
+        assert time.time() < deadline, f"no step {step} within {timeout}s"
+        time.sleep(0.02)
+
+
+def final_params(workdir) -> list[np.ndarray]:
+    import jax
+
+    steps = [int(s) for s in os.listdir(os.path.join(workdir, checkpoint_lib.CHECKPOINTS)) if s.isdigit()]
+    assert max(steps) == STEPS
+    _, params = checkpoint_lib.load_params(str(workdir))
+    return jax.tree.leaves(params)
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(pydocs_data, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("uninterrupted")
+    config_file = train_setup.write_config(job_config(pydocs_data), tmp / "config.py")
+    finish(start(config_file, tmp / "work"))
+    return config_file, final_params(tmp / "work")
+
+
+@pytest.mark.parametrize("how", ["sigterm", "kill-9"])
+def test_resumed_run_ends_with_bitwise_identical_params(uninterrupted, tmp_path, how):
+    config_file, expected = uninterrupted
+    workdir = tmp_path / "work"
+    proc = start(config_file, workdir)
+    wait_for_step(proc, workdir, 5)
+    if how == "sigterm":  # save at the next step, exit 0
+        proc.send_signal(signal.SIGTERM)
+        out = finish(proc)
+        assert "stopped at step" in out
+    else:  # no warning at all: whatever step was running is lost
+        proc.kill()
+        proc.wait()
+    stopped_at = max(r["step"] for r in train_rows(workdir))
+    assert stopped_at < STEPS, "the job finished before the signal: nothing was resumed"
+    out = finish(start(config_file, workdir))
+    assert "resumed from" in out
+    for a, b in zip(expected, final_params(workdir)):
+        np.testing.assert_array_equal(a, b)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_two_processes_train_like_one_with_the_same_global_batch(pydocs_data, tmp_path):
+    # One train file, no shuffling, no dropout: two processes split its records by example (p, p+2, …), so
+    # their global batch holds the same examples as the single process's, in another order.
+    c = job_config(pydocs_data, **{"train.num_train_steps": 4, "data.shuffle_buffer": 1})
+    c.data.train_files = os.path.join(pydocs_data, "train", "records-00000-of-00004.tfrecord")
+    c.model.update(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    c.mesh.shape = (-1, 1, 1)
+    config_file = train_setup.write_config(c, tmp_path / "config.py")
+    finish(start(config_file, tmp_path / "one", devices=4))
+    address = f"127.0.0.1:{free_port()}"
+    procs = [start(config_file, tmp_path / "two", devices=2,
+                   args=(f"--coordinator_address={address}", "--num_processes=2", f"--process_id={i}"))
+             for i in range(2)]
+    outputs = [finish(p) for p in procs]
+    assert "2 process(es), 4 device(s)" in outputs[0]
+    one, two = train_rows(tmp_path / "one"), train_rows(tmp_path / "two")
+    assert [r["step"] for r in two] == [1, 2, 3, 4]
+    for key in ("loss", "mlm_accuracy", "nsp_accuracy", "grad_norm"):
+        np.testing.assert_allclose([r[key] for r in two], [r[key] for r in one], rtol=1e-5, err_msg=key)
+
+
+def write_like_google_research_bert(records: list[dict], path: str) -> None:
+    """create_pretraining_data.py's write_instance_to_example_files, feature by feature."""
+    def int_feature(values):
+        return tf.train.Feature(int64_list=tf.train.Int64List(value=list(values)))
+
+    with tf.io.TFRecordWriter(path) as writer:
+        for r in records:
+            features = collections.OrderedDict()
+            for name in ("input_ids", "input_mask", "segment_ids", "masked_lm_positions", "masked_lm_ids"):
+                features[name] = int_feature(r[name])
+            features["masked_lm_weights"] = tf.train.Feature(float_list=tf.train.FloatList(value=r["masked_lm_weights"]))
+            features["next_sentence_labels"] = int_feature(r["next_sentence_labels"])
+            writer.write(tf.train.Example(features=tf.train.Features(feature=features)).SerializeToString())
+
+
+def test_records_written_by_google_research_bert_train_unchanged(pydocs_data, tmp_path):
+    ours = os.path.join(pydocs_data, "train", "records-00000-of-00004.tfrecord")
+    schema = {name: tf.io.VarLenFeature(tf.float32 if name == "masked_lm_weights" else tf.int64)
+              for name in ("input_ids", "input_mask", "segment_ids", "masked_lm_positions", "masked_lm_ids",
+                           "masked_lm_weights", "next_sentence_labels")}
+    records = [{k: tf.sparse.to_dense(v).numpy().tolist() for k, v in tf.io.parse_single_example(raw, schema).items()}
+               for raw in tf.data.TFRecordDataset(ours).take(200)]
+    (tmp_path / "theirs").mkdir()
+    write_like_google_research_bert(records, str(tmp_path / "theirs" / "part-0.tfrecord"))
+    assert not (tmp_path / "theirs" / "metadata.json").exists()  # the schema comes from the first record
+    losses = {}
+    for name in ("ours", "theirs"):
+        c = train_setup.small_config(pydocs_data, **{"train.num_train_steps": 3, "optim.warmup_steps": 0})
+        c.data.train_files = ours if name == "ours" else str(tmp_path / "theirs" / "*.tfrecord")
+        c.data.update(shuffle_buffer=1, eval_files="")
+        train.train_and_evaluate(c, str(tmp_path / name))
+        losses[name] = [r["loss"] for r in train_rows(tmp_path / name)]
+    assert len(losses["theirs"]) == 3 and np.all(np.isfinite(losses["theirs"]))
+    assert losses["theirs"] == losses["ours"]
