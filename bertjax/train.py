@@ -89,6 +89,8 @@ class RunConfig:
                             ("eval.every_steps", self.eval_every_steps)):
             if value < 1:
                 raise ValueError(f"config.{name}={value} must be ≥ 1.")
+        if self.eval_batches < 0:
+            raise ValueError(f"config.eval.num_batches={self.eval_batches} must be ≥ 0 (0 = the whole eval set).")
         if self.global_batch_size % self.micro_batches:
             raise ValueError(f"config.train.global_batch_size={self.global_batch_size} must divide by "
                              f"config.train.micro_batches={self.micro_batches}.")
@@ -317,7 +319,7 @@ def _pipeline(run: RunConfig, files: str, training: bool, vocab_size: int) -> pi
         files=files, batch_size=run.local_batch_size, max_seq_length=run.max_seq_length,
         max_predictions_per_seq=run.max_predictions_per_seq, seed=run.seed, shuffle_buffer=run.shuffle_buffer,
         training=training, process_index=jax.process_index(), process_count=jax.process_count(),
-        vocab_size=vocab_size))
+        vocab_size=vocab_size, max_batches=None if training else (run.eval_batches or None)))
 
 
 def evaluate(eval_step: Callable, params: Any, pipeline: pipeline_lib.InputPipeline, num_batches: int,
@@ -373,7 +375,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, compile_
     eval_data = _pipeline(run, run.eval_files, False, model.config.vocab_size) if run.eval_files else None
     eval_batches = 0
     if eval_data is not None:
-        eval_batches = eval_data.num_batches if run.eval_batches == 0 else min(run.eval_batches, eval_data.num_batches)
+        eval_batches = eval_data.num_batches  # config.eval.num_batches at most
         baselines = metrics_lib.baselines(b for _, b in zip(range(eval_batches), eval_data))
         log.info("data: eval baselines %s", {k: round(v, 4) for k, v in baselines.items()})
     else:

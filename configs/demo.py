@@ -10,7 +10,9 @@ at the baseline for its first thousand steps there; what makes this one learn vi
   - a small vocab trained on the corpus (4k pieces): a cheaper softmax and less sparse targets;
   - short sequences (64 tokens) and a small batch (32): many optimizer steps per minute, which is what
     gets a fresh BERT off the unigram plateau (batch 128 at the same tokens/s sat there for 550 steps);
-  - a high peak learning rate (1e-3; small models tolerate it) after a short warmup, and no dropout.
+  - a high peak learning rate (1e-3; small models tolerate it) after a short warmup. BERT's dropout
+    (0.1) stays: on a corpus this small it keeps held-out NSP accuracy from sliding back as the model
+    memorises training pairs (without it: 63% at step 2000, 60% at 3000; with it: 61%, 65%).
 
 Point it at your own text with `--config.data.corpus='my/*.txt'` (BERT's raw-text format: one sentence
 per line, a blank line between documents) or a TFDS dataset with `--config.data.corpus=tfds:NAME:SPLIT`.
@@ -28,7 +30,7 @@ def get_config(arg: str | None = None):
     c = _default["get_config"]("size=tiny")
     c.model.size = "demo"
     c.model.update(hidden_size=128, num_hidden_layers=2, num_attention_heads=2, intermediate_size=512,
-                   max_position_embeddings=64, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+                   max_position_embeddings=64)
 
     c.data.corpus = "builtin:pydocs"
     c.data.corpus_vocab_size = 4096

@@ -158,6 +158,22 @@ def test_eval_covers_every_example_once_with_padded_last_batch(shards):
     np.testing.assert_array_equal(ids_of(list(pipe)), ids_of(batches))  # a second pass: same rows, same order
 
 
+def test_eval_passes_restart_without_a_new_iterator_and_max_batches_caps_them(shards):
+    files, _ = shards
+    pipe = InputPipeline(config(files, batch_size=16, training=False, max_batches=5))
+    first = list(pipe)
+    assert len(first) == pipe.num_batches == 5
+    iterator = pipe._iterator
+    pipe.reset()
+    next(pipe), next(pipe)
+    pipe.reset()  # mid-pass: back to the first batch of a pass
+    again = list(pipe)
+    assert pipe._iterator is iterator  # no iterator was deleted or made
+    np.testing.assert_array_equal(ids_of(again), ids_of(first))
+    with pytest.raises(ValueError, match="max_batches=0 must be ≥ 1"):
+        InputPipeline(config(files, training=False, max_batches=0))
+
+
 # --- Resume --------------------------------------------------------------------------------------
 @pytest.mark.parametrize("dynamic", [False, True])
 def test_resume_sees_the_batches_of_an_uninterrupted_run(shards, tmp_path, dynamic):

@@ -50,6 +50,7 @@ class PipelineConfig:
     cycle_length: int = 8  # shards read at once
     threads: Optional[int] = None  # tf.data threads (None: tf.data's autotuned pool)
     prefetch: int = 2  # batches
+    max_batches: Optional[int] = None  # eval: at most this many batches per pass (None: the whole set)
 
     def validate(self) -> None:
         if self.batch_size < 1:
@@ -57,6 +58,8 @@ class PipelineConfig:
         if not 0 <= self.process_index < self.process_count:
             raise ValueError(f"process_index={self.process_index} must be in [0, process_count="
                              f"{self.process_count}).")
+        if self.max_batches is not None and self.max_batches < 1:
+            raise ValueError(f"max_batches={self.max_batches} must be ≥ 1, or None for the whole eval set.")
         if self.num_epochs is not None and self.num_epochs < 1:
             raise ValueError(f"num_epochs={self.num_epochs} must be ≥ 1, or None to repeat forever.")
         if self.shuffle_buffer < 1:
@@ -159,6 +162,7 @@ class InputPipeline:
         self.dataset = self._build()
         self._iterator = iter(self.dataset)
         self._exhausted = False
+        self._position = 0  # eval: batches of the current pass handed out
 
     # --- Construction ----------------------------------------------------------------------------
     def _masking_config(self) -> instances.InstanceConfig:
@@ -208,6 +212,8 @@ class InputPipeline:
                             total, p, [i for i, n in enumerate(per_process) if n == 0])
         self.num_examples = per_process[c.process_index]
         self.num_batches = max(1, math.ceil(max(per_process) / c.batch_size))
+        if c.max_batches:
+            self.num_batches = min(self.num_batches, c.max_batches)
 
     def _build(self):
         tf, c = _tf(), self.config
@@ -222,7 +228,10 @@ class InputPipeline:
         if not c.training:
             real = math.ceil(self.num_examples / c.batch_size)
             padding = tf.data.Dataset.from_tensors(self._zeros())
-            ds = ds.concatenate(padding.repeat(self.num_batches - real))
+            ds = ds.concatenate(padding.repeat(max(0, self.num_batches - real))).take(self.num_batches)
+            # Passes follow each other in one iterator: deleting a tf.data iterator while the training
+            # pipeline's threads are busy can block for seconds (30 s seen in a 2-core run), per eval.
+            ds = ds.repeat()
         options = tf.data.Options()
         options.deterministic = True
         if c.dynamic_masking:  # the numpy masker is a pure function of its inputs: safe to checkpoint
@@ -272,15 +281,23 @@ class InputPipeline:
     # --- Iteration ---------------------------------------------------------------------------------
     def __iter__(self) -> Iterator[dict[str, np.ndarray]]:
         if self._exhausted:  # a finished pass: start again from the beginning
-            self._iterator, self._exhausted = iter(self.dataset), False
+            self.reset()
         return self
 
     def reset(self) -> None:
         """Back to the beginning (eval: the next pass starts at the first batch)."""
-        self._iterator, self._exhausted = iter(self.dataset), False
+        if self.config.training:
+            self._iterator = iter(self.dataset)
+        else:  # the iterator repeats the pass: skip what is left of this one
+            for _ in range(self.num_batches - self._position if self._position else 0):
+                next(self._iterator)
+        self._exhausted, self._position = False, 0
 
     def __next__(self) -> dict[str, np.ndarray]:
         tf = _tf()
+        if not self.config.training and self._position == self.num_batches:
+            self._exhausted = True
+            raise StopIteration
         try:
             batch = next(self._iterator)
         except StopIteration:
@@ -289,6 +306,7 @@ class InputPipeline:
         except (tf.errors.DataLossError, tf.errors.InvalidArgumentError) as e:
             raise ValueError(f"reading {', '.join(self.files)} failed: {_tf_message(e)}; re-run prepare for "
                              "the damaged shard or drop it.") from None
+        self._position += 1
         return {k: v.numpy() for k, v in batch.items()}
 
     # --- State -------------------------------------------------------------------------------------
