@@ -61,6 +61,8 @@ class RunConfig:
     nsp: bool
     shuffle_buffer: int
     dynamic_masking: bool
+    vocab_file: str
+    do_lower_case: bool
     mesh_shape: tuple[int, ...]
     rules: tuple[tuple[str, Any], ...]
 
@@ -77,7 +79,8 @@ class RunConfig:
                   max_seq_length=int(c.data.max_seq_length),
                   max_predictions_per_seq=int(c.data.max_predictions_per_seq),
                   nsp=bool(c.data.next_sentence_prediction), shuffle_buffer=int(c.data.shuffle_buffer),
-                  dynamic_masking=bool(c.data.dynamic_masking), mesh_shape=tuple(c.mesh.shape), rules=rules)
+                  dynamic_masking=bool(c.data.dynamic_masking), vocab_file=str(c.data.vocab_file),
+                  do_lower_case=bool(c.data.do_lower_case), mesh_shape=tuple(c.mesh.shape), rules=rules)
         run.validate(c)
         return run
 
@@ -105,6 +108,9 @@ class RunConfig:
         if self.phase == 2 and not self.init_from:
             raise ValueError("config.train.phase=2 continues phase 1: set config.train.init_from to phase 1's "
                              "workdir (e.g. configs/large.py:phase=2,init_from=/ckpt/large-phase1).")
+        if self.dynamic_masking and not self.vocab_file:
+            raise ValueError("config.data.dynamic_masking=True re-masks with the records' vocabulary: set "
+                             "config.data.vocab_file to the vocab the records were made with.")
         if not self.train_files:
             raise ValueError("config.data.train_files is empty; point it at record shards made by "
                              "`python -m bertjax.prepare` (a glob or comma list), or set config.data.corpus.")
@@ -315,11 +321,18 @@ def _host(tree: Any) -> dict[str, float]:
 
 
 def _pipeline(run: RunConfig, files: str, training: bool, vocab_size: int) -> pipeline_lib.InputPipeline:
+    vocab = None
+    if training and run.dynamic_masking:  # the masker needs [MASK], the specials and word-piece boundaries
+        from bertjax.data import prepare as prepare_lib
+        from bertjax.data import tokenizer as tokenizer_lib
+
+        vocab = prepare_lib.vocab_for_masking(tokenizer_lib.load(run.vocab_file, run.do_lower_case))
     return pipeline_lib.InputPipeline(pipeline_lib.PipelineConfig(
         files=files, batch_size=run.local_batch_size, max_seq_length=run.max_seq_length,
         max_predictions_per_seq=run.max_predictions_per_seq, seed=run.seed, shuffle_buffer=run.shuffle_buffer,
         training=training, process_index=jax.process_index(), process_count=jax.process_count(),
-        vocab_size=vocab_size, max_batches=None if training else (run.eval_batches or None)))
+        vocab_size=vocab_size, max_batches=None if training else (run.eval_batches or None),
+        dynamic_masking=vocab is not None, vocab=vocab))
 
 
 def evaluate(eval_step: Callable, params: Any, pipeline: pipeline_lib.InputPipeline, num_batches: int,

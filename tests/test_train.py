@@ -214,3 +214,17 @@ def test_bad_mesh_and_batch_settings_are_one_sentence(pydocs_data, tmp_path):
     config = train_setup.small_config(pydocs_data, **{"train.phase": 2})
     with pytest.raises(ValueError, match="phase=2 continues phase 1: set config.train.init_from"):
         train.train_and_evaluate(config, str(tmp_path))
+
+
+def test_dynamic_masking_reaches_the_job(pydocs_data, tmp_path):
+    losses = {}
+    for dynamic in (False, True):
+        config = train_setup.small_config(pydocs_data, **{"train.num_train_steps": 2, "data.dynamic_masking": dynamic})
+        config.eval.every_steps = 1000
+        train.train_and_evaluate(config, str(tmp_path / str(dynamic)))
+        rows = [json.loads(line) for line in (tmp_path / str(dynamic) / "metrics.jsonl").read_text().splitlines()]
+        losses[dynamic] = [r["loss"] for r in rows if r["kind"] == "train"]
+    assert losses[True] != losses[False]  # same records and seed: only the re-drawn masks differ
+    config = train_setup.small_config(pydocs_data, **{"data.dynamic_masking": True, "data.vocab_file": ""})
+    with pytest.raises(ValueError, match="dynamic_masking=True re-masks .* set config.data.vocab_file"):
+        train.train_and_evaluate(config, str(tmp_path / "novocab"))
