@@ -6,8 +6,10 @@ One full pre-training step on the CPU, fp32, seq 128, vocab 30,522, dropout 0.1 
 forward + backward + AdamW update, loss = MLM cross-entropy (weighted by masked_lm_weights) over
 max_predictions_per_seq=20 positions + NSP cross-entropy, the same batch for both frameworks.
 
-- JAX: `jax_train_step(model, optimizer)`, a jitted step with donated params and optimizer state; the
-  model gathers the 20 masked positions before the MLM head (`masked_lm_positions`).
+- JAX: bertjax's own train step as the job runs it: configs/<size>.py's model (scan_layers as
+  configured) and optimizer (AdamW with BERT's weight-decay mask, global-norm clipping, the schedule),
+  `train.make_train_step` compiled ahead of time by `train.compile_step` with donated state on a
+  one-device mesh. The model gathers the 20 masked positions before the MLM head.
 - PyTorch: `BertForPreTraining` in train mode, default attention implementation, `torch.optim.AdamW`
   (its default single-tensor implementation on CPU), MLM logits on all positions with labels=-100
   elsewhere, which is how users run it. torch gets every core (`torch.set_num_threads(os.cpu_count())`).
