@@ -19,7 +19,8 @@ projections, 2 H×4H FFN matmuls, attention scores and context 2·2·S·H; poole
 MLM transform H×H and vocab projection H×V on the 20 gathered positions only). MFU is measured against
 a float32 matmul peak the script measures itself, in the same process: a jitted `jnp.dot` of square
 fp32 matrices, best of several sizes, 2n³ FLOPs. Each timing is the median of --steps steps after a
-warm-up. Prints one JSON line per size.
+warm-up. Both frameworks run in one process, under tcmalloc when the machine has it (see
+bertjax/tcmalloc.py; the JSON says which allocator). Prints one JSON line per size.
 """
 
 import argparse
@@ -55,6 +56,9 @@ def parse_args():
 
 
 ARGS = parse_args()
+from bertjax import tcmalloc  # noqa: E402
+
+tcmalloc.reexec_under_tcmalloc()  # as `python -m bertjax.main` runs; BERTJAX_NO_TCMALLOC=1 keeps glibc's
 os.environ["XLA_FLAGS"] = (ARGS.xla_flags + " " + os.environ.get("XLA_FLAGS", "")).strip()
 
 import jax  # noqa: E402  (after XLA_FLAGS)
@@ -260,6 +264,7 @@ def main():
         row.update(jax=jax.__version__, torch=torch.__version__, transformers=transformers.__version__,
                    python=platform.python_version(), cpu_count=os.cpu_count(), loadavg_1m=os.getloadavg()[0],
                    xla_flags=os.environ.get("XLA_FLAGS", ""), jax_prng_impl=ARGS.prng_impl,
+                   allocator="tcmalloc" if tcmalloc.active() else "system",
                    torch_threads=torch.get_num_threads(), torch_interop_threads=torch.get_num_interop_threads(),
                    torch_default_threads=list(default_threads),
                    elapsed_s=time.perf_counter() - t0)

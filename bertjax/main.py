@@ -5,13 +5,18 @@ A thin shell: flags, `jax.distributed.initialize()` for multi-process runs, then
 `--config.train.global_batch_size=512 --config.mesh.shape='(-1,4,1)'`.
 """
 
-import logging
-import os
+from bertjax import tcmalloc
 
-import jax
-from absl import app, flags
-from absl import logging as absl_logging
-from ml_collections import config_flags
+if __name__ == "__main__":
+    tcmalloc.reexec_under_tcmalloc()  # before JAX is imported: the re-executed process starts clean
+
+import logging  # noqa: E402
+import os  # noqa: E402
+
+import jax  # noqa: E402
+from absl import app, flags  # noqa: E402
+from absl import logging as absl_logging  # noqa: E402
+from ml_collections import config_flags  # noqa: E402
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file, e.g. configs/large.py or configs/large.py:phase=2.",
                                           lock_config=True)
@@ -49,6 +54,9 @@ def main(argv):
         jax.distributed.initialize(coordinator_address=_COORDINATOR.value, num_processes=_NUM_PROCESSES.value,
                                    process_id=_PROCESS_ID.value)
     from bertjax import train  # after distributed initialisation: nothing may touch devices before it
+    if not tcmalloc.active() and jax.default_backend() == "cpu":
+        logging.getLogger("bertjax").info("setup: system malloc; with tcmalloc installed (libtcmalloc-minimal4) "
+                                          "CPU steps run up to ~18% faster (see bertjax/tcmalloc.py)")
 
     train.train_and_evaluate(_CONFIG.value, _WORKDIR.value, compile_only=_COMPILE_ONLY.value)
 
