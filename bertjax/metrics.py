@@ -34,6 +34,15 @@ def _example_weight(example_weight: Optional[Array], batch: int) -> Array:
     return jnp.asarray(example_weight, jnp.float32).reshape(batch)
 
 
+def _argmax(logits: Array) -> Array:
+    """`jnp.argmax` over the last axis (the first index of the maximum) as two plain reductions: XLA:CPU
+    runs argmax's variadic (value, index) reduce unvectorised, a quarter of a BERT-tiny step over a
+    30k vocabulary; max, then the smallest index holding it, cost a tenth of that."""
+    top = jnp.max(logits, axis=-1, keepdims=True)
+    index = jax.lax.broadcasted_iota(jnp.int32, logits.shape, logits.ndim - 1)
+    return jnp.min(jnp.where(logits == top, index, logits.shape[-1]), axis=-1)
+
+
 def _mlm_terms(mlm_logits, masked_lm_ids, masked_lm_weights, example_weight):
     """Per-prediction cross-entropy, correctness and weight, all float32 [batch, predictions]."""
     logits = jnp.asarray(mlm_logits, jnp.float32)
@@ -41,7 +50,7 @@ def _mlm_terms(mlm_logits, masked_lm_ids, masked_lm_weights, example_weight):
     ew = _example_weight(example_weight, ids.shape[0])
     w = jnp.asarray(masked_lm_weights, jnp.float32) * ew[:, None]
     ce = optax.softmax_cross_entropy_with_integer_labels(logits, ids)
-    correct = (jnp.argmax(logits, axis=-1) == ids).astype(jnp.float32)
+    correct = (_argmax(logits) == ids).astype(jnp.float32)
     return ce, correct, w
 
 
@@ -51,7 +60,7 @@ def _nsp_terms(nsp_logits, next_sentence_labels, example_weight):
     labels = jnp.asarray(next_sentence_labels).reshape(logits.shape[0]).astype(jnp.int32)
     w = _example_weight(example_weight, logits.shape[0])
     ce = optax.softmax_cross_entropy_with_integer_labels(logits, labels)
-    correct = (jnp.argmax(logits, axis=-1) == labels).astype(jnp.float32)
+    correct = (_argmax(logits) == labels).astype(jnp.float32)
     return ce, correct, w
 
 

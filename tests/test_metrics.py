@@ -246,3 +246,11 @@ def test_metric_writer_rejects_non_numbers(tmp_path):
     with metrics.MetricWriter(str(tmp_path), is_primary=True, tensorboard=False) as writer:
         with pytest.raises(TypeError, match="'note'"):
             writer.write(1, {"note": "hello"})
+
+
+def test_accuracy_argmax_is_jnp_argmax_with_ties_and_nan():
+    rng = np.random.default_rng(0)
+    logits = rng.integers(0, 4, (64, 50)).astype(np.float32)  # many ties: the first maximum wins
+    logits[0] = np.nan
+    np.testing.assert_array_equal(metrics._argmax(jnp.asarray(logits))[1:], np.argmax(logits[1:], axis=-1))
+    assert metrics._argmax(jnp.asarray(logits))[0] == 50  # NaN logits: no class is right
