@@ -152,11 +152,11 @@ def jax_runner(size: str, batch_np: dict):
     optim = optim_lib.OptimConfig.from_config(c.optim)
     num_steps = int(c.train.num_train_steps)
     tx = optim_lib.make_optimizer(optim, num_steps)
-    rules = tuple((n, tuple(a) if isinstance(a, (list, tuple)) else a) for n, a in c.mesh.logical_axis_rules)
+    rules = sharding_lib.rules_from_config(c.mesh)
     mesh = sharding_lib.make_mesh(c.mesh.shape, jax.devices()[:1])
     abstract, shardings, init = train_lib.abstract_state(model, tx, int(c.seed), SEQ, mesh, rules)
     batch_abstract = train_lib.batch_shapes(c.train.global_batch_size, SEQ, PRED)
-    batch_shardings = {k: jax.sharding.NamedSharding(mesh, sharding_lib.batch_spec(rules, len(v.shape)))
+    batch_shardings = {k: sharding_lib.batch_sharding(mesh, rules, len(v.shape))
                        for k, v in batch_abstract.items()}
     step_fn = train_lib.make_train_step(model, tx, int(c.train.micro_batches), bool(c.data.next_sentence_prediction),
                                         optim_lib.schedule(optim, num_steps))

@@ -147,6 +147,16 @@ def batch_spec(rules: Rules, ndim: int = 1) -> PartitionSpec:
     return nn.logical_to_mesh_axes(("batch",) + (None,) * (ndim - 1), rules)
 
 
+def batch_sharding(mesh: Mesh, rules: Rules, ndim: int = 1) -> NamedSharding:
+    return NamedSharding(mesh, batch_spec(rules, ndim))
+
+
+def rules_from_config(mesh_config: Any) -> tuple[tuple[str, Any], ...]:
+    """`config.mesh.logical_axis_rules` as hashable tuples (ConfigDict turns tuples into lists)."""
+    return tuple((name, tuple(axes) if isinstance(axes, (list, tuple)) else axes)
+                 for name, axes in mesh_config.logical_axis_rules)
+
+
 def batch_axis_size(mesh: Mesh, rules: Rules) -> int:
     """How many ways the batch is split: the global batch must divide by this."""
     axes = batch_spec(rules)[0]
@@ -162,8 +172,7 @@ def global_batch(local: Mapping[str, np.ndarray], mesh: Mesh, rules: Rules) -> d
     """
     out = {}
     for name, value in local.items():
-        sharding = NamedSharding(mesh, batch_spec(rules, value.ndim))
-        out[name] = jax.make_array_from_process_local_data(sharding, value)
+        out[name] = jax.make_array_from_process_local_data(batch_sharding(mesh, rules, value.ndim), value)
     return out
 
 

@@ -68,8 +68,7 @@ class RunConfig:
 
     @classmethod
     def from_config(cls, c: ml_collections.ConfigDict) -> "RunConfig":
-        rules = tuple((name, tuple(axes) if isinstance(axes, (list, tuple)) else axes)
-                      for name, axes in c.mesh.logical_axis_rules)
+        rules = sharding_lib.rules_from_config(c.mesh)
         run = cls(seed=int(c.seed), global_batch_size=int(c.train.global_batch_size),
                   micro_batches=int(c.train.micro_batches), num_train_steps=int(c.train.num_train_steps),
                   log_every_steps=int(c.train.log_every_steps), init_from=str(c.train.init_from),
@@ -415,7 +414,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, compile_
 
     # ===== compile =====
     batch_abstract = batch_shapes(run.global_batch_size, run.max_seq_length, run.max_predictions_per_seq)
-    batch_shardings = {k: jax.sharding.NamedSharding(mesh, sharding_lib.batch_spec(run.rules, len(v.shape)))
+    batch_shardings = {k: sharding_lib.batch_sharding(mesh, run.rules, len(v.shape))
                        for k, v in batch_abstract.items()}
     compute_shardings = sharding_lib.gathered_for_compute(shardings.params)
     train_step = compile_step(make_train_step(model, tx, run.micro_batches, run.nsp, learning_rate,

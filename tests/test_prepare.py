@@ -321,8 +321,8 @@ def test_same_seed_same_bytes_whatever_the_worker_count_another_seed_differs(mad
 
 
 def test_beam_runner_writes_the_same_records_as_local(made, corpus, vocab_file, tmp_path):
-    # apache-beam is in the test extra. FnApiRunner is what Beam's DirectRunner runs this batch pipeline on; naming it skips the DirectRunner's
-    # first try, Prism, which downloads a binary from GitHub.
+    # apache-beam is in the test extra. FnApiRunner is what Beam's DirectRunner runs this batch pipeline
+    # on; naming it skips the DirectRunner's first try, Prism, which downloads a binary from GitHub.
     metadata = run(tmp_path, corpus[0], vocab_file, runner="beam", beam_args=("--runner=FnApiRunner",))
     assert all(same_bytes(made[0], tmp_path))
     assert metadata["runner"] == "beam" and metadata["counts"] == made[1]["counts"]

@@ -35,7 +35,7 @@ def run_steps(config, mesh_shape, devices, data: list[dict]):
     mesh = sharding_lib.make_mesh(mesh_shape, devices)
     abstract, shardings, init = train.abstract_state(model, tx, run.seed, run.max_seq_length, mesh, run.rules)
     batch_abstract = train.batch_shapes(run.global_batch_size, run.max_seq_length, run.max_predictions_per_seq)
-    batch_shardings = {k: jax.sharding.NamedSharding(mesh, sharding_lib.batch_spec(run.rules, len(v.shape)))
+    batch_shardings = {k: sharding_lib.batch_sharding(mesh, run.rules, len(v.shape))
                        for k, v in batch_abstract.items()}
     step = train.compile_step(train.make_train_step(model, tx, run.micro_batches, run.nsp,
                                                     optim_lib.schedule(optim, run.num_train_steps),
@@ -228,3 +228,20 @@ def test_dynamic_masking_reaches_the_job(pydocs_data, tmp_path):
     config = train_setup.small_config(pydocs_data, **{"data.dynamic_masking": True, "data.vocab_file": ""})
     with pytest.raises(ValueError, match="dynamic_masking=True re-masks .* set config.data.vocab_file"):
         train.train_and_evaluate(config, str(tmp_path / "novocab"))
+
+
+def test_compile_only_stops_before_training(pydocs_data, tmp_path, caplog):
+    config = train_setup.small_config(pydocs_data)
+    with caplog.at_level("INFO", logger="bertjax"):
+        assert train.train_and_evaluate(config, str(tmp_path), compile_only=True) == {}
+    assert "train step compiled" in caplog.text and "per-device memory" in caplog.text
+    assert not (tmp_path / "metrics.jsonl").exists() or not (tmp_path / "metrics.jsonl").read_text()
+    assert not (tmp_path / "checkpoints").exists() or not [s for s in os.listdir(tmp_path / "checkpoints")
+                                                            if s.isdigit()]
+
+
+def test_checkpoints_keep_the_last_n_and_every_kth(pydocs_data, tmp_path):
+    config = train_setup.small_config(pydocs_data, **{"train.num_train_steps": 7})
+    config.checkpoint.update(every_steps=1, keep=2, keep_every=3)
+    train.train_and_evaluate(config, str(tmp_path))
+    assert sorted(int(s) for s in os.listdir(tmp_path / "checkpoints") if s.isdigit()) == [3, 6, 7]
