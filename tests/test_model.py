@@ -77,6 +77,50 @@ def test_dropout_is_active_only_when_not_deterministic():
     assert not np.allclose(run(0, False), run(0, True))
 
 
+def _drop_masks(rate, keys, shape):
+    dropout = model_lib.Dropout(rate)
+    ones = jnp.ones(shape)
+    return [np.asarray(dropout.apply({}, ones, deterministic=False, rngs={"dropout": k}) == 0) for k in keys]
+
+
+def test_dropout_rate_scaling_and_independence():
+    """The hash keep-mask behaves like independent Bernoulli draws: the drop rate, inverted scaling,
+    no correlation between neighbouring elements or between keys, and none within a key's stream."""
+    rate, shape = 0.1, (4, 12, 128, 128)  # an attention-probs tensor, 786k elements
+    n = np.prod(shape)
+    sigma = np.sqrt(rate * (1 - rate) / n)
+    keys = jax.random.split(jax.random.PRNGKey(0), 3)
+    a, b, c = _drop_masks(rate, keys, shape)
+    for m in (a, b, c):
+        assert abs(m.mean() - rate) < 5 * sigma
+    flat = a.reshape(-1)
+    assert abs((flat[1:] & flat[:-1]).mean() - rate ** 2) < 5 * np.sqrt(rate ** 2 / n)  # neighbours
+    assert abs((a & b).mean() - rate ** 2) < 5 * np.sqrt(rate ** 2 / n)  # two keys
+    assert abs((a.reshape(-1)[: n // 2] & a.reshape(-1)[n // 2:]).mean() - rate ** 2) < 10 * np.sqrt(rate ** 2 / n)
+    # Each row of the attention-probs tensor drops its own positions.
+    rows = a.reshape(-1, shape[-1])
+    assert len({r.tobytes() for r in rows[:1000]}) == 1000
+    out = model_lib.Dropout(rate).apply({}, jnp.full((1000,), 3.0), deterministic=False,
+                                        rngs={"dropout": keys[0]})
+    out = np.asarray(out)
+    np.testing.assert_allclose(out[out != 0], 3.0 / 0.9, rtol=1e-6)  # inverted dropout keeps E[x]
+    for edge, expected in ((0.0, 0.0), (1.0, 1.0)):
+        assert _drop_masks(edge, keys[:1], (64,))[0].mean() == expected
+
+
+def test_dropout_bits_do_not_depend_on_sharding():
+    """Counter-based like threefry: an 8-way sharded computation draws the same mask as one device."""
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+    key, shape = jax.random.PRNGKey(3), (8, 12, 16, 16)
+    single = jax.jit(lambda k: model_lib.hash_bits(k, shape))(key)
+    mesh = Mesh(np.array(jax.devices()[:8]).reshape(2, 4), ("data", "tensor"))
+    sharded = jax.jit(lambda k: model_lib.hash_bits(k, shape),
+                      out_shardings=NamedSharding(mesh, P("data", "tensor")))(key)
+    assert len(sharded.sharding.device_set) == 8
+    np.testing.assert_array_equal(np.asarray(sharded), np.asarray(single))
+
+
 def test_bfloat16_compute_keeps_float32_params_and_logits():
     model32 = model_lib.BertForPreTraining(CONFIG)
     model16 = model_lib.BertForPreTraining(CONFIG, dtype=jnp.bfloat16)
