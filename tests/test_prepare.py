@@ -340,10 +340,11 @@ def test_non_utf8_lines_and_empty_files_are_counted(vocab_file, tmp_path):
     assert metadata["replaced"]["non_utf8_lines"] == 2 and metadata["skipped"]["empty_files"] == 2
     assert metadata["counts"]["documents"] == 2 and metadata["counts"]["instances"] > 0
     assert "2 non utf8 lines" in prepare.summary(metadata) and "2 empty files" in prepare.summary(metadata)
-    # A corpus of nothing but an empty file is not an error, but says so: 0 instances, 1 empty file.
-    empty = run(tmp_path / "empty", tmp_path / "in" / "b.txt", vocab_file, num_shards=1)
-    assert empty["counts"]["instances"] == 0 and empty["skipped"]["empty_files"] == 1
-    assert [p.stat().st_size for p in shards(tmp_path / "empty")] == [0]
+    # A corpus that yields nothing is an error naming the input and why, and leaves no metadata.json
+    # behind, so its empty shards never pass for a data set.
+    with pytest.raises(ValueError, match=r"b\.txt yielded no training instances .*skipped 1 empty files"):
+        run(tmp_path / "empty", tmp_path / "in" / "b.txt", vocab_file, num_shards=1)
+    assert not (tmp_path / "empty" / "metadata.json").exists()
 
 
 def test_one_sentence_documents_pair_with_a_random_next_sentence(vocab_file, tmp_path):

@@ -416,6 +416,11 @@ def write_job_metadata(cfg: PrepareConfig, tokenizer: tokenizer_lib.Tokenizer, r
         seconds=round(seconds, 2), instances_per_second=round(totals["instances"] / max(seconds, 1e-9), 1),
         runner=runner, num_workers=num_workers,
     )
+    if totals["instances"] == 0:  # no metadata.json: empty shards must not look like a finished data set
+        skipped = ", ".join(f"{v:,} {k.replace('_', ' ')}" for k, v in metadata["skipped"].items() if v)
+        raise ValueError(f"{cfg.input_file} yielded no training instances ({totals['documents']:,} documents; "
+                         f"skipped {skipped or 'nothing'}): point --input_file at plain text, one sentence per line "
+                         "and a blank line between documents.")
     records.write_metadata(cfg.output_dir, records.RecordSchema(inst.max_seq_length, inst.max_predictions_per_seq),
                            **metadata)
     return metadata
