@@ -292,6 +292,21 @@ def test_clipping_bounds_the_gradient_that_reaches_the_moments(name):
     assert float(optax.global_norm(first_moment(0.0))) == pytest.approx(0.1 * 1000.0, rel=1e-5)
 
 
+def test_clip_by_global_norm_is_tensorflows():
+    """g · max / max(‖g‖, max): untouched (bitwise) below the bound, norm exactly max above it, and a
+    NaN gradient stays NaN (so the train step's non-finite check sees it)."""
+    clip = optim.clip_by_global_norm(1.0)
+    small = {"a": jnp.array([0.3, -0.4]), "b": jnp.array([[0.1]])}
+    out, _ = clip.update(small, clip.init(small))
+    jax.tree.map(np.testing.assert_array_equal, out, small)
+    big = jax.tree.map(lambda x: x * 100.0, small)
+    out, _ = clip.update(big, clip.init(big))
+    assert float(optax.global_norm(out)) == pytest.approx(1.0, rel=1e-6)
+    np.testing.assert_allclose(out["a"] / out["a"][0], big["a"] / big["a"][0], rtol=1e-6)
+    nan = {"a": jnp.array([jnp.nan, 1.0]), "b": jnp.array([[0.1]])}
+    assert np.isnan(np.asarray(clip.update(nan, clip.init(nan))[0]["b"])).all()
+
+
 @pytest.mark.parametrize("name", ["adamw", "lamb"])
 def test_state_shards_like_params(name):
     """optax.tree_map_params puts each param's PartitionSpec on its mu/nu; counters stay replicated."""
