@@ -178,6 +178,8 @@ def hash_bits(key: Array, shape: tuple[int, ...]) -> Array:
     two 32-bit keys drawn from `key` by jax.random. Counter-based like threefry (any sharding of the
     array computes the same bits), at a few integer ops per element instead of threefry's ~40."""
     k = jax.random.bits(key, (2,), jnp.uint32)
+    # The flat index as a sum of per-axis iotas (not a reshaped 1-D iota): each device of a sharded
+    # array computes only its own indices.
     index = jnp.zeros(shape, jnp.uint32)
     stride = 1
     for axis in reversed(range(len(shape))):
