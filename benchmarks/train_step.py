@@ -14,9 +14,10 @@ max_predictions_per_seq=20 positions + NSP cross-entropy, the same batch for bot
   (its default single-tensor implementation on CPU), MLM logits on all positions with labels=-100
   elsewhere, which is how users run it. torch gets every core (`torch.set_num_threads(os.cpu_count())`).
 
-Model FLOPs are counted analytically: 3 × the forward matmul FLOPs (per layer and token 4 H×H
-projections, 2 H×4H FFN matmuls, attention scores and context 2·2·S·H; pooler and NSP per sequence;
-MLM transform H×H and vocab projection H×V on the 20 gathered positions only). MFU is measured against
+Model FLOPs are the job's own count, `bertjax.metrics.flops_per_sequence`: 3 × the forward matmul
+FLOPs (per layer and token 4 H×H projections, 2 H×4H FFN matmuls, attention scores and context 2·2·S·H;
+pooler and NSP per sequence; MLM transform H×H and vocab projection H×V on the 20 gathered positions
+only). MFU is measured against
 a float32 matmul peak the script measures itself, in the same process: a jitted `jnp.dot` of square
 fp32 matrices, best of several sizes, 2n³ FLOPs. Each timing is the median of --steps steps after a
 warm-up. Both frameworks run in one process, under tcmalloc when the machine has it (see
@@ -35,10 +36,6 @@ SEQ, PRED, VOCAB = 128, 20, 30522
 BATCH = {"tiny": 32, "mini": 32, "small": 16, "medium": 16, "base": 8, "large": 4}
 STEPS = {"tiny": 20, "base": 5}
 
-# XLA CPU settings that measurably help this step (see the module docstring of bertjax/model.py and the
-# report in issue 4); the user's own XLA_FLAGS come after ours and win.
-XLA_FLAGS: list[str] = []
-PRNG_IMPL = "threefry2x32"
 
 
 def parse_args():
@@ -49,8 +46,8 @@ def parse_args():
     p.add_argument("--frameworks", default="jax,torch")
     p.add_argument("--scan_layers", type=int, default=-1,
                    help="override config.model.scan_layers (0/1); -1 = as the config says")
-    p.add_argument("--prng_impl", default=PRNG_IMPL, help="jax_default_prng_impl for the dropout RNG")
-    p.add_argument("--xla_flags", default=" ".join(XLA_FLAGS), help="XLA flags the benchmark sets")
+    # None of XLA:CPU's dot-library, fusion or scheduler flags made this step faster (issue 4's note).
+    p.add_argument("--xla_flags", default="", help="XLA flags to try; the user's own XLA_FLAGS come after, and win")
     p.add_argument("--no_peak", action="store_true", help="skip the matmul peak (MFU is then null)")
     return p.parse_args()
 
@@ -65,8 +62,7 @@ import jax  # noqa: E402  (after XLA_FLAGS)
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-jax.config.update("jax_default_prng_impl", ARGS.prng_impl)
-
+from bertjax import metrics as metrics_lib  # noqa: E402
 from bertjax import model as model_lib  # noqa: E402
 
 
@@ -92,16 +88,6 @@ def make_batch(batch: int, seed: int = 0) -> dict[str, np.ndarray]:
 
 
 # --- FLOPs and peak ---------------------------------------------------------------------------------
-
-def train_flops_per_sequence(cfg: model_lib.BertConfig, seq: int = SEQ, predictions: int = PRED) -> float:
-    """3 × forward matmul FLOPs of one sequence (backward = 2 × forward)."""
-    h, f, v, n = cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size, cfg.num_hidden_layers
-    per_token_layer = 2 * (4 * h * h + 2 * h * f) + 2 * 2 * seq * h
-    encoder = n * seq * per_token_layer
-    heads = 2 * h * h + 2 * h * 2  # pooler, NSP
-    mlm = predictions * (2 * h * h + 2 * h * v)
-    return 3.0 * (encoder + heads + mlm)
-
 
 def matmul_peak(sizes=(1024, 2048, 3072, 4096), reps: int = 3) -> dict:
     """Best fp32 FLOP/s of a jitted jnp.dot of square matrices."""
@@ -233,7 +219,7 @@ def main():
         batch_size = BATCH[size]
         steps = ARGS.steps or STEPS.get(size, 5)
         batch_np = make_batch(batch_size)
-        flops = train_flops_per_sequence(cfg) * batch_size
+        flops = metrics_lib.flops_per_sequence(cfg, SEQ, PRED) * batch_size  # the job's own MFU count
         row = dict(size=size, batch=batch_size, seq=SEQ, predictions=PRED, vocab=VOCAB, steps=steps,
                    model_tflops_per_step=flops / 1e12)
         runners, infos = {}, {}
@@ -263,7 +249,7 @@ def main():
                 row["mfu"] = flops / res["jax"]["step_s"] / peak["flops"]
         row.update(jax=jax.__version__, torch=torch.__version__, transformers=transformers.__version__,
                    python=platform.python_version(), cpu_count=os.cpu_count(), loadavg_1m=os.getloadavg()[0],
-                   xla_flags=os.environ.get("XLA_FLAGS", ""), jax_prng_impl=ARGS.prng_impl,
+                   xla_flags=os.environ.get("XLA_FLAGS", ""),
                    allocator="tcmalloc" if tcmalloc.active() else "system",
                    torch_threads=torch.get_num_threads(), torch_interop_threads=torch.get_num_interop_threads(),
                    torch_default_threads=list(default_threads),
