@@ -52,9 +52,9 @@ def bert_vocab(workdir: str, corpus_file: str) -> str:
 
 def run_child(args: list[str]) -> dict:
     """Runs prepare in a fresh process; returns its metadata plus peak RSS of it and its workers."""
-    code = ("import json, resource, sys; from absl import flags; from bertjax import prepare as p; "
+    code = ("import json, resource, sys; from absl import flags; from bertjax import prepare as p; p.define_flags(); "
             "flags.FLAGS(['prepare'] + sys.argv[1:]); "
-            "from bertjax.data import prepare as lib; "
+            "from bertjax.data import shards as lib; "
             "import io; rc = p.main(['prepare']); "
             "r = resource.getrusage; print(json.dumps({'rss_self_mb': r(resource.RUSAGE_SELF).ru_maxrss / 1024, "
             "'rss_workers_mb': r(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}))")

@@ -8,8 +8,8 @@ max_predictions_per_seq=20 positions + NSP cross-entropy, the same batch for bot
 
 - JAX: bertjax's own train step as the job runs it: configs/<size>.py's model (scan_layers as
   configured) and optimizer (AdamW with BERT's weight-decay mask, global-norm clipping, the schedule),
-  `train.make_train_step` compiled ahead of time by `train.compile_step` with donated state on a
-  one-device mesh. The model gathers the 20 masked positions before the MLM head.
+  built by `trainer.setup` (compiled ahead of time, donated state) on a one-device mesh. The model
+  gathers the 20 masked positions before the MLM head.
 - PyTorch: `BertForPreTraining` in train mode, default attention implementation, `torch.optim.AdamW`
   (its default single-tensor implementation on CPU), MLM logits on all positions with labels=-100
   elsewhere, which is how users run it. torch gets every core (`torch.set_num_threads(os.cpu_count())`).
@@ -64,6 +64,7 @@ import numpy as np  # noqa: E402
 
 from bertjax import metrics as metrics_lib  # noqa: E402
 from bertjax import model as model_lib  # noqa: E402
+from bertjax.config import JobConfig  # noqa: E402
 
 
 # --- Batch ------------------------------------------------------------------------------------------
@@ -127,35 +128,21 @@ def jax_config(size: str, batch_size: int) -> "ml_collections.ConfigDict":
 
 
 def jax_runner(size: str, batch_np: dict):
-    """bertjax's own train step — `train.make_train_step` on the configured model and optimizer, jitted
-    by `train.compile_step` with donated state on a one-device mesh — as a callable running one step."""
-    from bertjax import optim as optim_lib
-    from bertjax import sharding as sharding_lib
-    from bertjax import train as train_lib
+    """bertjax's own train step — `trainer.setup` on the configured model and optimizer, compiled ahead of
+    time with donated state on a one-device mesh, as the job builds it — as a callable running one step."""
+    from bertjax import trainer as trainer_lib
 
-    c = jax_config(size, batch_np["input_ids"].shape[0])
-    model = model_lib.from_config(c.model)
-    optim = optim_lib.OptimConfig.from_config(c.optim)
-    num_steps = int(c.train.num_train_steps)
-    tx = optim_lib.make_optimizer(optim, num_steps)
-    rules = sharding_lib.rules_from_config(c.mesh)
-    mesh = sharding_lib.make_mesh(c.mesh.shape, jax.devices()[:1])
-    abstract, shardings, init = train_lib.abstract_state(model, tx, int(c.seed), SEQ, mesh, rules)
-    batch_abstract = train_lib.batch_shapes(c.train.global_batch_size, SEQ, PRED)
-    batch_shardings = {k: sharding_lib.batch_sharding(mesh, rules, len(v.shape))
-                       for k, v in batch_abstract.items()}
-    step_fn = train_lib.make_train_step(model, tx, int(c.train.micro_batches), bool(c.data.next_sentence_prediction),
-                                        optim_lib.schedule(optim, num_steps))
+    job = JobConfig.from_configdict(jax_config(size, batch_np["input_ids"].shape[0]))
     t = time.perf_counter()
-    compiled = train_lib.compile_step(step_fn, abstract, shardings, batch_abstract, batch_shardings, mesh, rules)
-    info = dict(compile_s=time.perf_counter() - t, scan_layers=bool(c.model.scan_layers),
-                remat_policy=str(c.model.remat_policy), optimizer=optim.name, max_grad_norm=optim.max_grad_norm)
-    batch = {k: jax.device_put(np.asarray(batch_np[k], batch_abstract[k].dtype).reshape(batch_abstract[k].shape),
-                               batch_shardings[k]) for k in batch_abstract}
-    holder = dict(state=init())
+    trainer = trainer_lib.setup(job, jax.devices()[:1])
+    info = dict(compile_s=time.perf_counter() - t, scan_layers=job.model.scan_layers,
+                remat_policy=job.model.remat_policy, optimizer=job.optim.name, max_grad_norm=job.optim.max_grad_norm)
+    batch = {k: jax.device_put(np.asarray(batch_np[k], v.dtype).reshape(v.shape), v.sharding)
+             for k, v in trainer.batch_abstract.items()}
+    holder = dict(state=trainer.init_state())
 
     def run() -> float:
-        holder["state"], metrics = compiled(holder["state"], batch)
+        holder["state"], metrics = trainer.train_step(holder["state"], batch)
         return float(metrics["loss"][0])  # blocks until the step is done
 
     return run, info
@@ -215,7 +202,7 @@ def main():
     t0 = time.perf_counter()
     peak = None if ARGS.no_peak else matmul_peak()
     for size in ARGS.sizes.split(","):
-        cfg = model_lib.BertConfig.from_dict(dict(jax_config(size, BATCH[size]).model), source=f"configs/{size}.py")
+        cfg = JobConfig.from_configdict(jax_config(size, BATCH[size])).model.architecture
         batch_size = BATCH[size]
         steps = ARGS.steps or STEPS.get(size, 5)
         batch_np = make_batch(batch_size)

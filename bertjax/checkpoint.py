@@ -26,7 +26,9 @@ import orbax.checkpoint as ocp
 from etils import epath
 
 from bertjax import model as model_lib
+from bertjax.config import CheckpointConfig
 
+log = logging.getLogger(__name__)
 CHECKPOINTS = "checkpoints"
 
 
@@ -63,26 +65,6 @@ class PipelineRestore(ocp.args.CheckpointArgs):
     pipeline: Any
 
 
-# --- Settings ---------------------------------------------------------------------------------------
-
-@dataclasses.dataclass(frozen=True)
-class CheckpointConfig:
-    every_steps: int = 10_000
-    keep: int = 3
-    keep_every: int = 0  # 0: keep no extra checkpoints
-    async_save: bool = True
-
-    @classmethod
-    def from_config(cls, c: Any) -> "CheckpointConfig":
-        cfg = cls(every_steps=int(c.every_steps), keep=int(c.keep), keep_every=int(c.keep_every))
-        for name in ("every_steps", "keep"):
-            if getattr(cfg, name) < 1:
-                raise ValueError(f"config.checkpoint.{name}={getattr(cfg, name)} must be ≥ 1.")
-        if cfg.keep_every < 0:
-            raise ValueError(f"config.checkpoint.keep_every={cfg.keep_every} must be ≥ 0 (0 = none).")
-        return cfg
-
-
 def model_fingerprint(model: model_lib.BertForPreTraining) -> dict:
     """What a checkpoint's params depend on: the architecture and the layer layout."""
     return {"model": model.config.to_dict(), "scan_layers": bool(model.scan_layers)}
@@ -102,13 +84,14 @@ def _restore_args(abstract: Any) -> Any:
 class Checkpointer:
     """Saves and resumes a training run in `workdir/checkpoints`."""
 
-    def __init__(self, workdir: str, cfg: CheckpointConfig, fingerprint: dict, read_only: bool = False):
+    def __init__(self, workdir: str, cfg: CheckpointConfig, fingerprint: dict, read_only: bool = False,
+                 async_save: bool = True):
         self.directory = os.path.abspath(os.path.join(workdir, CHECKPOINTS))
         self.fingerprint = fingerprint
         self.every_steps = cfg.every_steps
         options = ocp.CheckpointManagerOptions(
             max_to_keep=cfg.keep, keep_period=cfg.keep_every or None, create=not read_only,
-            enable_async_checkpointing=cfg.async_save, read_only=read_only,
+            enable_async_checkpointing=async_save, read_only=read_only,
             cleanup_tmp_directories=not read_only)
         self.manager = ocp.CheckpointManager(self.directory, options=options, item_handlers=_handlers())
 
@@ -162,8 +145,10 @@ class Checkpointer:
         return abstract_state.replace(step=out["train"]["step"], params=out["params"],
                                       opt_state=out["opt_state"], rng=out["train"]["rng"])
 
-    def wait(self) -> None:
-        self.manager.wait_until_finished()
+    def reached_preemption(self, step: int) -> bool:
+        """Whether every process has reached JAX's preemption sync point (multi-process runs: the
+        coordination service turns a SIGTERM on any host into one agreed step); False in one process."""
+        return self.manager.reached_preemption(step)
 
     def close(self) -> None:
         self.manager.wait_until_finished()
@@ -198,7 +183,7 @@ def load_params(workdir: str, step: Optional[int] = None) -> tuple[dict, dict]:
             params=ocp.args.PyTreeRestore(restore_args=restore_args)))["params"]
     finally:
         manager.close()
-    logging.info("checkpoint: loaded params of step %d from %s", step, directory)
+    log.info("checkpoint: loaded params of step %d from %s", step, directory)
     return fingerprint, model_lib.unstack_layers(params)
 
 
@@ -206,3 +191,27 @@ def place(params: Any, shardings: Any) -> Any:
     """Host arrays → global arrays with the given shardings (every process holds the whole value)."""
     return jax.tree.map(lambda x, s: jax.make_array_from_callback(x.shape, s, lambda idx: x[idx]),
                         params, shardings)
+
+
+def load_init_params(path: str, model: model_lib.BertForPreTraining) -> dict:
+    """`config.train.init_from`: weights only (host arrays, the model's layer layout) from a bertjax
+    workdir or a Hugging Face directory; a different architecture is one clear error."""
+    from bertjax import hf
+
+    if is_workdir(path):
+        fingerprint, params = load_params(path)
+        arch = model_lib.BertConfig(**fingerprint["model"])
+    elif os.path.isfile(os.path.join(path, hf.CONFIG_NAME)):
+        loaded, params = hf.from_pretrained(path)
+        arch, params = loaded.config, jax.device_get(params)
+    else:
+        raise FileNotFoundError(f"config.train.init_from={path} is neither a bertjax workdir (with "
+                                f"{CHECKPOINTS}/) nor a Hugging Face directory (with config.json).")
+    if arch != model.config:
+        diff = ", ".join(f"{f}={getattr(arch, f)}" for f in model_lib.CONFIG_FIELDS
+                         if getattr(arch, f) != getattr(model.config, f))
+        raise ValueError(f"config.train.init_from={path} holds a different model ({diff}); set config.model to "
+                         "match it.")
+    if model.scan_layers:
+        params = model_lib.stack_layers(params, arch.num_hidden_layers)
+    return params

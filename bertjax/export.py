@@ -19,7 +19,7 @@ from bertjax import checkpoint as checkpoint_lib
 from bertjax import hf
 from bertjax import model as model_lib
 
-log = logging.getLogger("bertjax")
+log = logging.getLogger(__name__)
 
 
 def run_vocab(workdir: str) -> tuple[Optional[str], bool]:

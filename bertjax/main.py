@@ -18,25 +18,30 @@ from absl import app, flags  # noqa: E402
 from absl import logging as absl_logging  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
 
-_CONFIG = config_flags.DEFINE_config_file("config", None, "Config file, e.g. configs/large.py or configs/large.py:phase=2.",
-                                          lock_config=True)
-_WORKDIR = flags.DEFINE_string("workdir", None, "Directory for checkpoints, metrics.jsonl and TensorBoard events; "
-                               "a workdir with checkpoints resumes from the latest.")
-_COMPILE_ONLY = flags.DEFINE_bool("compile_only", False, "Build the state, compile the train step, log its "
-                                  "memory analysis and stop.")
-_COORDINATOR = flags.DEFINE_string("coordinator_address", None, "host:port of process 0, for multi-process runs "
-                                   "outside TPU VMs and SLURM (where it is found automatically).")
-_NUM_PROCESSES = flags.DEFINE_integer("num_processes", None, "Processes in a multi-process run.")
-_PROCESS_ID = flags.DEFINE_integer("process_id", None, "This process's index in a multi-process run.")
-_DISTRIBUTED = flags.DEFINE_bool("distributed", None, "Force (or, with --nodistributed, skip) "
-                                 "jax.distributed.initialize(); by default it runs on TPU VMs, under SLURM and "
-                                 "when --coordinator_address is given.")
+FLAGS = flags.FLAGS
+
+
+def define_flags() -> None:
+    """The job's flags; defined only when run as a program, so importing this module defines none."""
+    config_flags.DEFINE_config_file("config", None, "Config file, e.g. configs/large.py or "
+                                    "configs/large.py:phase=2.", lock_config=True)
+    flags.DEFINE_string("workdir", None, "Directory for checkpoints, metrics.jsonl and TensorBoard events; a "
+                        "workdir with checkpoints resumes from the latest.")
+    flags.DEFINE_bool("compile_only", False, "Build the state, compile the train step, log its memory "
+                      "analysis and stop.")
+    flags.DEFINE_string("coordinator_address", None, "host:port of process 0, for multi-process runs outside "
+                        "TPU VMs and SLURM (where it is found automatically).")
+    flags.DEFINE_integer("num_processes", None, "Processes in a multi-process run.")
+    flags.DEFINE_integer("process_id", None, "This process's index in a multi-process run.")
+    flags.DEFINE_bool("distributed", None, "Force (or, with --nodistributed, skip) jax.distributed.initialize(); "
+                      "by default it runs on TPU VMs, under SLURM and when --coordinator_address is given.")
+    flags.mark_flags_as_required(["config", "workdir"])
 
 
 def _multi_process() -> bool:
-    if _DISTRIBUTED.value is not None:
-        return _DISTRIBUTED.value
-    if _COORDINATOR.value:
+    if FLAGS.distributed is not None:
+        return FLAGS.distributed
+    if FLAGS.coordinator_address:
         return True
     if int(os.environ.get("SLURM_NTASKS", "1")) > 1:
         return True
@@ -49,18 +54,18 @@ def main(argv):
     logging.getLogger("bertjax").setLevel(logging.INFO)
     absl_logging.set_verbosity(absl_logging.WARNING)  # orbax and JAX log every step at INFO
     if _multi_process():
-        if _COORDINATOR.value and (_NUM_PROCESSES.value is None or _PROCESS_ID.value is None):
+        if FLAGS.coordinator_address and (FLAGS.num_processes is None or FLAGS.process_id is None):
             raise app.UsageError("--coordinator_address needs --num_processes and --process_id too.")
-        jax.distributed.initialize(coordinator_address=_COORDINATOR.value, num_processes=_NUM_PROCESSES.value,
-                                   process_id=_PROCESS_ID.value)
+        jax.distributed.initialize(coordinator_address=FLAGS.coordinator_address, num_processes=FLAGS.num_processes,
+                                   process_id=FLAGS.process_id)
     from bertjax import train  # after distributed initialisation: nothing may touch devices before it
     if not tcmalloc.active() and jax.default_backend() == "cpu":
         logging.getLogger("bertjax").info("setup: system malloc; with tcmalloc installed (libtcmalloc-minimal4) "
                                           "BERT-base CPU steps run 20–40% faster (see bertjax/tcmalloc.py)")
 
-    train.train_and_evaluate(_CONFIG.value, _WORKDIR.value, compile_only=_COMPILE_ONLY.value)
+    train.train_and_evaluate(FLAGS.config, FLAGS.workdir, compile_only=FLAGS.compile_only)
 
 
 if __name__ == "__main__":
-    flags.mark_flags_as_required(["config", "workdir"])
+    define_flags()
     app.run(main)

@@ -98,13 +98,22 @@ def loss_and_metrics(mlm_logits: Array, masked_lm_ids: Array, masked_lm_weights:
     """`loss(...)` and `pretraining_metrics(...)` from one log-softmax (for value_and_grad(has_aux=True))."""
     metrics = pretraining_metrics(mlm_logits, masked_lm_ids, masked_lm_weights, nsp_logits,
                                   next_sentence_labels, example_weight)
-    total, count = metrics["mlm_loss"]
-    value = total / (count + MLM_DENOMINATOR_EPS)
-    if "nsp_loss" in metrics:
-        total, count = metrics["nsp_loss"]
+    return pretraining_loss(metrics), metrics
+
+
+def pretraining_loss(sums: Metrics, mlm_count: Optional[Array] = None, nsp_count: Optional[Array] = None) -> Array:
+    """The training loss from `pretraining_metrics` sums: google-research/bert's
+    sum(w·ce_mlm) / (sum(w) + 1e-5) + the NSP cross-entropy's mean over weighted examples.
+
+    The counts default to the sums' own. The train step passes the whole batch's counts while `sums`
+    covers one micro-batch, so that the micro-batch losses add up to the whole batch's loss."""
+    total, count = sums["mlm_loss"]
+    value = total / ((count if mlm_count is None else mlm_count) + MLM_DENOMINATOR_EPS)
+    if "nsp_loss" in sums:
+        total, count = sums["nsp_loss"]
         # Plain mean when every example counts (sum(ew) = batch); padding rows drop out otherwise.
-        value = value + total / jnp.maximum(count, MLM_DENOMINATOR_EPS)
-    return value, metrics
+        value = value + total / jnp.maximum(count if nsp_count is None else nsp_count, MLM_DENOMINATOR_EPS)
+    return value
 
 
 def merge(a: Optional[Metrics], b: Metrics) -> Metrics:

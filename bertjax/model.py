@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import flax
 import flax.linen as nn
@@ -22,6 +22,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from bertjax import sharding as sharding_lib
+
+if TYPE_CHECKING:  # config.py builds on this module
+    from bertjax import config as config_lib
 
 Array = jax.Array
 Dtype = Any
@@ -427,12 +430,8 @@ def unstack_layers(params: dict) -> dict:
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 
 
-def from_config(cfg: Any) -> BertForPreTraining:
-    """The `model` section of a ConfigDict → a model: the one place model config becomes code."""
-    if cfg.dtype not in DTYPES:
-        raise ValueError(f"config.model.dtype={cfg.dtype!r} is not one of {list(DTYPES)}.")
-    if cfg.remat_policy not in REMAT_POLICIES:
-        raise ValueError(f"config.model.remat_policy={cfg.remat_policy!r} is not one of {list(REMAT_POLICIES)}.")
-    arch = BertConfig.from_dict(dict(cfg), source="config.model")
-    return BertForPreTraining(arch, dtype=DTYPES[cfg.dtype], scan_layers=cfg.scan_layers,
+def from_config(cfg: "config_lib.ModelConfig") -> BertForPreTraining:
+    """`config.model` → the model: the one place the model section becomes code."""
+    cfg.validate()
+    return BertForPreTraining(cfg.architecture, dtype=DTYPES[cfg.dtype], scan_layers=cfg.scan_layers,
                               remat_policy=cfg.remat_policy)

@@ -11,89 +11,19 @@ optimizer once per step.
 
 from __future__ import annotations
 
-import dataclasses
-import math
-from typing import Any, NamedTuple, Optional
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import optax
 
-NAMES = ("adamw", "lamb")
-DECAYS = ("linear", "cosine", "constant")
+from bertjax.config import OptimConfig
 
 # Modules whose parameters are never decayed (BERT excludes "LayerNorm", "layer_norm" and "bias").
 _LAYER_NORM_MARKERS = ("layernorm", "layer_norm")
 _NO_DECAY_LEAVES = ("bias", "mlm_bias")
 # Name of the nn.scan'ed layer stack in bertjax.model: leaves under it carry a leading layer axis.
 SCANNED_LAYERS = "layers"
-
-
-@dataclasses.dataclass(frozen=True)
-class OptimConfig:
-    """The `optim` section of the config, converted once at the boundary."""
-
-    name: str = "adamw"  # adamw (BERT's, no bias correction) or lamb
-    learning_rate: float = 1e-4  # peak, reached at the end of warmup
-    warmup_steps: int = 10_000  # linear warmup from 0
-    decay: str = "linear"  # after warmup: linear | cosine to 0 at num_train_steps, or constant
-    weight_decay: float = 0.01  # decoupled; masked by weight_decay_mask
-    b1: float = 0.9
-    b2: float = 0.999
-    eps: float = 1e-6
-    max_grad_norm: float = 1.0  # global-norm clipping; 0 = off
-
-    @classmethod
-    def from_config(cls, section: Any) -> "OptimConfig":
-        """`config.optim` (a ConfigDict or any mapping) → OptimConfig; unknown or missing keys are errors."""
-        given = dict(section)
-        fields = {f.name: f for f in dataclasses.fields(cls)}
-        unknown = sorted(set(given) - set(fields))
-        if unknown:
-            raise ValueError(f"config.optim.{unknown[0]} is not an optimizer setting; "
-                             f"known settings are {sorted(fields)}.")
-        missing = sorted(set(fields) - set(given))
-        if missing:
-            raise ValueError(f"config.optim.{missing[0]} is missing; start the config from configs/default.py.")
-        values = {}
-        for name, value in given.items():
-            kind = {"int": int, "float": float, "str": str}[str(fields[name].type)]
-            try:
-                if kind is int and float(value) != int(value):
-                    raise ValueError
-                values[name] = kind(value)
-            except (TypeError, ValueError):
-                raise ValueError(f"config.optim.{name}={value!r} is not a valid {kind.__name__}.") from None
-        return cls(**values)
-
-    def validate(self, num_train_steps: Optional[int] = None) -> None:
-        """Raises one clear ValueError naming the first bad field."""
-        def bad(field: str, why: str) -> ValueError:
-            return ValueError(f"config.optim.{field}={getattr(self, field)!r} {why}")
-
-        if self.name not in NAMES:
-            raise bad("name", f"is not one of {list(NAMES)}.")
-        if self.decay not in DECAYS:
-            raise bad("decay", f"is not one of {list(DECAYS)}.")
-        if not (math.isfinite(self.learning_rate) and self.learning_rate > 0):
-            raise bad("learning_rate", "must be a positive number (the peak learning rate).")
-        if self.warmup_steps < 0:
-            raise bad("warmup_steps", "must be >= 0.")
-        if not (math.isfinite(self.weight_decay) and self.weight_decay >= 0):
-            raise bad("weight_decay", "must be >= 0.")
-        for field in ("b1", "b2"):
-            if not 0.0 <= getattr(self, field) < 1.0:
-                raise bad(field, "must be in [0, 1).")
-        if not (math.isfinite(self.eps) and self.eps > 0):
-            raise bad("eps", "must be > 0 (it keeps m / (sqrt(v) + eps) finite for zero gradients).")
-        if not (math.isfinite(self.max_grad_norm) and self.max_grad_norm >= 0):
-            raise bad("max_grad_norm", "must be >= 0 (0 turns clipping off).")
-        if num_train_steps is not None:
-            if int(num_train_steps) < 1:
-                raise ValueError(f"config.train.num_train_steps={num_train_steps} must be a positive integer.")
-            if self.warmup_steps > num_train_steps:
-                raise bad("warmup_steps", f"exceeds config.train.num_train_steps={num_train_steps}; "
-                                          "warmup must end within the run.")
 
 
 # --- Learning-rate schedule ------------------------------------------------------------------------

@@ -7,7 +7,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from bertjax.data import tokenizer as tokenizer_lib
+from bertjax.data import tokenization
 
 
 def top_k_predictions(model: Any, params: Any, batch: dict[str, np.ndarray], k: int = 5) -> tuple[np.ndarray, np.ndarray]:
@@ -19,7 +19,7 @@ def top_k_predictions(model: Any, params: Any, batch: dict[str, np.ndarray], k: 
     return np.asarray(top_ids), np.asarray(top_probs)
 
 
-def _words(tokenizer: tokenizer_lib.Tokenizer, ids: list[int]) -> str:
+def _words(tokenizer: tokenization.Tokenizer, ids: list[int]) -> str:
     """Pieces joined back into words, for display."""
     text = ""
     for token in tokenizer.convert_ids_to_tokens(ids):
@@ -30,7 +30,7 @@ def _words(tokenizer: tokenizer_lib.Tokenizer, ids: list[int]) -> str:
     return text.strip()
 
 
-def format_predictions(tokenizer: tokenizer_lib.Tokenizer, batch: dict[str, np.ndarray], top_ids: np.ndarray,
+def format_predictions(tokenizer: tokenization.Tokenizer, batch: dict[str, np.ndarray], top_ids: np.ndarray,
                        top_probs: np.ndarray, rows: int = 3) -> str:
     """Each row: the input with its masks, then for every masked position the truth and the top-k guesses."""
     lines = []
@@ -44,3 +44,12 @@ def format_predictions(tokenizer: tokenizer_lib.Tokenizer, batch: dict[str, np.n
             mark = "✓" if top_ids[r, j, 0] == batch["masked_lm_ids"][r][j] else " "
             lines.append(f"    {mark} position {int(batch['masked_lm_positions'][r][j]):3d}  truth {truth:<14} top-5: {guesses}")
     return "\n".join(lines)
+
+
+def show_predictions(model: Any, params: Any, batch: dict[str, np.ndarray], vocab_file: str, do_lower_case: bool,
+                     rows: int) -> None:
+    """Prints the top-5 guesses for the masked words of the first `rows` sequences of a batch."""
+    tokenizer = tokenization.load(vocab_file, do_lower_case)
+    top_ids, top_probs = top_k_predictions(model, params, batch)
+    print("Top-5 predictions for the masked words of held-out sequences (✓: the top guess is right):")
+    print(format_predictions(tokenizer, batch, top_ids, top_probs, rows=rows))

@@ -13,35 +13,41 @@ import sys
 
 from absl import app, flags
 
-from bertjax.data import instances, prepare
+from bertjax.data import instances, shards
 
-flags.DEFINE_string("input_file", None, "Raw text files (glob or comma list; .gz ok), tfds:NAME[:SPLIT] or "
-                    "builtin:pydocs.")
-flags.DEFINE_string("output_dir", None, "Directory for the record shards and metadata.json.")
-flags.DEFINE_string("vocab_file", None, "WordPiece vocab.txt or SentencePiece .model.")
-flags.DEFINE_bool("do_lower_case", True, "Lower-case and strip accents (uncased models).")
-flags.DEFINE_bool("do_whole_word_mask", False, "Mask whole words, deciding [MASK]/random/keep once per word.")
-flags.DEFINE_integer("max_seq_length", 128, "Tokens per instance, [CLS] and [SEP]s included.")
-flags.DEFINE_integer("max_predictions_per_seq", 20, "Most masked positions per instance.")
-flags.DEFINE_integer("random_seed", 12345, "Seed; each shard and block derives its own from it.")
-flags.DEFINE_integer("dupe_factor", 10, "Passes over the corpus, each with different masks.")
-flags.DEFINE_float("masked_lm_prob", 0.15, "Share of tokens masked.")
-flags.DEFINE_float("short_seq_prob", 0.1, "Probability of a shorter target length.")
-flags.DEFINE_bool("no_nsp", False, "MLM only: one segment per instance, no sentence pairs.")
-flags.DEFINE_integer("num_shards", 16, "Output shards; results depend on this and the seed only.")
-flags.DEFINE_integer("num_workers", os.cpu_count() or 1, "Local worker processes.")
-flags.DEFINE_enum("runner", "local", ["local", "beam"], "local processes or Apache Beam.")
-flags.DEFINE_string("beam_runner", "DirectRunner", "Beam runner for --runner=beam.")
-flags.DEFINE_string("tfds_data_dir", None, "TFDS data_dir for tfds: inputs.")
-flags.DEFINE_string("tfds_text_feature", "text", "TFDS feature holding the text.")
 FLAGS = flags.FLAGS
+
+
+def define_flags() -> None:
+    """create_pretraining_data.py's flags; defined only when run as a program, so that importing this
+    module (or two CLIs in one process) defines none."""
+    flags.DEFINE_string("input_file", None, "Raw text files (glob or comma list; .gz ok), tfds:NAME[:SPLIT] or "
+                        "builtin:pydocs.")
+    flags.DEFINE_string("output_dir", None, "Directory for the record shards and metadata.json.")
+    flags.DEFINE_string("vocab_file", None, "WordPiece vocab.txt or SentencePiece .model.")
+    flags.DEFINE_bool("do_lower_case", True, "Lower-case and strip accents (uncased models).")
+    flags.DEFINE_bool("do_whole_word_mask", False, "Mask whole words, deciding [MASK]/random/keep once per word.")
+    flags.DEFINE_integer("max_seq_length", 128, "Tokens per instance, [CLS] and [SEP]s included.")
+    flags.DEFINE_integer("max_predictions_per_seq", 20, "Most masked positions per instance.")
+    flags.DEFINE_integer("random_seed", 12345, "Seed; each shard and block derives its own from it.")
+    flags.DEFINE_integer("dupe_factor", 10, "Passes over the corpus, each with different masks.")
+    flags.DEFINE_float("masked_lm_prob", 0.15, "Share of tokens masked.")
+    flags.DEFINE_float("short_seq_prob", 0.1, "Probability of a shorter target length.")
+    flags.DEFINE_bool("no_nsp", False, "MLM only: one segment per instance, no sentence pairs.")
+    flags.DEFINE_integer("num_shards", 16, "Output shards; results depend on this and the seed only.")
+    flags.DEFINE_integer("num_workers", os.cpu_count() or 1, "Local worker processes.")
+    flags.DEFINE_enum("runner", "local", ["local", "beam"], "local processes or Apache Beam.")
+    flags.DEFINE_string("beam_runner", "DirectRunner", "Beam runner for --runner=beam.")
+    flags.DEFINE_string("tfds_data_dir", None, "TFDS data_dir for tfds: inputs.")
+    flags.DEFINE_string("tfds_text_feature", "text", "TFDS feature holding the text.")
+    flags.mark_flags_as_required(["input_file", "output_dir", "vocab_file"])
 
 
 def main(argv):
     beam_args = [f"--runner={FLAGS.beam_runner}", *argv[1:]]
     if FLAGS.runner == "local" and len(argv) > 1:
         raise app.UsageError(f"unknown arguments {argv[1:]}")
-    cfg = prepare.PrepareConfig(
+    cfg = shards.PrepareConfig(
         input_file=FLAGS.input_file, output_dir=FLAGS.output_dir, vocab_file=FLAGS.vocab_file,
         do_lower_case=FLAGS.do_lower_case, random_seed=FLAGS.random_seed, num_shards=FLAGS.num_shards,
         tfds_data_dir=FLAGS.tfds_data_dir, tfds_text_feature=FLAGS.tfds_text_feature,
@@ -51,14 +57,14 @@ def main(argv):
             dupe_factor=FLAGS.dupe_factor, do_whole_word_mask=FLAGS.do_whole_word_mask,
             next_sentence_prediction=not FLAGS.no_nsp))
     try:
-        metadata = prepare.prepare(cfg, num_workers=FLAGS.num_workers, runner=FLAGS.runner, beam_args=beam_args)
+        metadata = shards.prepare(cfg, num_workers=FLAGS.num_workers, runner=FLAGS.runner, beam_args=beam_args)
     except (FileNotFoundError, ValueError, RuntimeError) as e:
         sys.stderr.write(f"prepare: error: {e}\n")
         return 1
-    print(prepare.summary(metadata))
+    print(shards.summary(metadata))
     return 0
 
 
 if __name__ == "__main__":
-    flags.mark_flags_as_required(["input_file", "output_dir", "vocab_file"])
+    define_flags()
     app.run(main, flags_parser=lambda argv: flags.FLAGS(argv, known_only=True))

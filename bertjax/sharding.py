@@ -20,6 +20,7 @@ import numpy as np
 import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+log = logging.getLogger(__name__)
 MESH_AXES = ("data", "fsdp", "tensor")
 Rules = Sequence[tuple[str, Any]]
 
@@ -82,7 +83,7 @@ def logical_shardings(boxed_abstract: Any, mesh: Mesh, rules: Rules) -> Any:
     out = jax.tree_util.tree_map_with_path(shard, values, mesh_specs,
                                            is_leaf=lambda x: isinstance(x, PartitionSpec))
     if dropped:
-        logging.info("sharding: %d parameter dimension(s) not divisible by their mesh axes stay replicated "
+        log.info("sharding: %d parameter dimension(s) not divisible by their mesh axes stay replicated "
                      "along them: %s", len(dropped), "; ".join(dropped[:4]) + (" …" if len(dropped) > 4 else ""))
     return out
 
@@ -149,12 +150,6 @@ def batch_spec(rules: Rules, ndim: int = 1) -> PartitionSpec:
 
 def batch_sharding(mesh: Mesh, rules: Rules, ndim: int = 1) -> NamedSharding:
     return NamedSharding(mesh, batch_spec(rules, ndim))
-
-
-def rules_from_config(mesh_config: Any) -> tuple[tuple[str, Any], ...]:
-    """`config.mesh.logical_axis_rules` as hashable tuples (ConfigDict turns tuples into lists)."""
-    return tuple((name, tuple(axes) if isinstance(axes, (list, tuple)) else axes)
-                 for name, axes in mesh_config.logical_axis_rules)
 
 
 def batch_axis_size(mesh: Mesh, rules: Rules) -> int:

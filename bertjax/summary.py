@@ -14,10 +14,18 @@ import numpy as np
 from absl import app, flags
 from ml_collections import config_flags
 
+from bertjax import metrics as metrics_lib
 from bertjax import model as model_lib
+from bertjax.config import JobConfig
 
-_CONFIG = config_flags.DEFINE_config_file("config", None, "Config file, e.g. configs/tiny.py.", lock_config=True)
-_BATCH = flags.DEFINE_integer("batch_size", 2, "Sequences in the forward pass.")
+FLAGS = flags.FLAGS
+
+
+def define_flags() -> None:
+    """Defined only when run as a program, so that importing this module defines no flags."""
+    config_flags.DEFINE_config_file("config", None, "Config file, e.g. configs/tiny.py.", lock_config=True)
+    flags.DEFINE_integer("batch_size", 2, "Sequences in the forward pass.")
+    flags.mark_flag_as_required("config")
 
 
 def module_param_counts(params: dict) -> list[tuple[str, int]]:
@@ -35,7 +43,8 @@ def module_param_counts(params: dict) -> list[tuple[str, int]]:
 
 def main(argv):
     del argv
-    config = _CONFIG.value
+    config = JobConfig.from_configdict(FLAGS.config)
+    batch_size = FLAGS.batch_size
     model = model_lib.from_config(config.model)
     seq_len, predictions = config.data.max_seq_length, config.data.max_predictions_per_seq
     params = jax.jit(lambda rng: model_lib.init_params(model, rng))(jax.random.PRNGKey(config.seed))
@@ -45,25 +54,24 @@ def main(argv):
         print(f"  {name:<58} {count:>13,}")
     print(f"  {'total':<58} {total:>13,}")
     print(f"  fp32 params {total * 4 / 2**20:,.1f} MiB; with AdamW state {total * 12 / 2**20:,.1f} MiB")
-    # Training FLOPs per sequence: 6 × (non-embedding params) × tokens + attention scores.
     cfg = model.config
-    dense_params = total - cfg.vocab_size * cfg.hidden_size - cfg.max_position_embeddings * cfg.hidden_size
-    flops = 6 * dense_params * seq_len + 12 * cfg.num_hidden_layers * cfg.hidden_size * seq_len**2
-    print(f"  ≈ {flops / 1e9:,.1f} GFLOPs per training sequence of {seq_len} tokens")
+    flops = metrics_lib.flops_per_sequence(cfg, seq_len, predictions)  # the count the job's MFU uses
+    print(f"  {flops / 1e9:,.1f} model GFLOPs per training sequence of {seq_len} tokens "
+          f"({predictions} masked predictions)")
 
     rng = np.random.default_rng(config.seed)
     batch = dict(
-        input_ids=jnp.asarray(rng.integers(0, cfg.vocab_size, (_BATCH.value, seq_len)), jnp.int32),
-        segment_ids=jnp.asarray(np.repeat([[0] * (seq_len // 2) + [1] * (seq_len - seq_len // 2)], _BATCH.value, 0)),
-        input_mask=jnp.ones((_BATCH.value, seq_len), jnp.int32),
-        masked_lm_positions=jnp.asarray(rng.integers(0, seq_len, (_BATCH.value, predictions)), jnp.int32))
+        input_ids=jnp.asarray(rng.integers(0, cfg.vocab_size, (batch_size, seq_len)), jnp.int32),
+        segment_ids=jnp.asarray(np.repeat([[0] * (seq_len // 2) + [1] * (seq_len - seq_len // 2)], batch_size, 0)),
+        input_mask=jnp.ones((batch_size, seq_len), jnp.int32),
+        masked_lm_positions=jnp.asarray(rng.integers(0, seq_len, (batch_size, predictions)), jnp.int32))
     forward = jax.jit(lambda p, b: model.apply({"params": p}, **b))
     start = time.perf_counter()
     out = jax.block_until_ready(forward(params, batch))
     compiled = time.perf_counter() - start
     start = time.perf_counter()
     out = jax.block_until_ready(forward(params, batch))
-    print(f"forward pass on {jax.devices()[0].platform}, batch {_BATCH.value}×{seq_len}: "
+    print(f"forward pass on {jax.devices()[0].platform}, batch {batch_size}×{seq_len}: "
           f"compile+run {compiled:.2f}s, run {time.perf_counter() - start:.3f}s")
     for field in ("mlm_logits", "nsp_logits", "sequence_output", "pooled_output"):
         value = getattr(out, field)
@@ -73,5 +81,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    flags.mark_flag_as_required("config")
+    define_flags()
     app.run(main)

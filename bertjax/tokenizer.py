@@ -12,19 +12,23 @@ from collections.abc import Iterator
 from absl import app, flags
 
 from bertjax.data import corpus as corpus_lib
-from bertjax.data import tokenizer as tokenizer_lib
+from bertjax.data import tokenization
 
-_INPUT_FILE = flags.DEFINE_string("input_file", None, "Corpus: text files (glob / comma list, .gz ok), "
-                                  "tfds:NAME[:SPLIT] or builtin:pydocs.", required=True)
-_VOCAB_SIZE = flags.DEFINE_integer("vocab_size", None, "Size of the vocabulary, special tokens included.",
-                                   required=True)
-_OUTPUT_DIR = flags.DEFINE_string("output_dir", None, "Directory for vocab.txt or spm.model/spm.vocab.",
-                                  required=True)
-_MODEL_TYPE = flags.DEFINE_enum("model_type", "wordpiece", ["wordpiece", "sentencepiece"], "Tokenizer engine.")
-_DO_LOWER_CASE = flags.DEFINE_boolean("do_lower_case", True, "Lower-case (and, for WordPiece, strip accents); "
-                                      "use --nodo_lower_case for a cased vocab.")
-_TFDS_DATA_DIR = flags.DEFINE_string("tfds_data_dir", None, "TFDS data_dir for tfds: inputs.")
-_TFDS_TEXT_FEATURE = flags.DEFINE_string("tfds_text_feature", "text", "TFDS feature holding the text.")
+FLAGS = flags.FLAGS
+
+
+def define_flags() -> None:
+    """Defined only when run as a program, so that importing this module (or two CLIs in one process)
+    defines no flags."""
+    flags.DEFINE_string("input_file", None, "Corpus: text files (glob / comma list, .gz ok), tfds:NAME[:SPLIT] "
+                        "or builtin:pydocs.", required=True)
+    flags.DEFINE_integer("vocab_size", None, "Size of the vocabulary, special tokens included.", required=True)
+    flags.DEFINE_string("output_dir", None, "Directory for vocab.txt or spm.model/spm.vocab.", required=True)
+    flags.DEFINE_enum("model_type", "wordpiece", ["wordpiece", "sentencepiece"], "Tokenizer engine.")
+    flags.DEFINE_boolean("do_lower_case", True, "Lower-case (and, for WordPiece, strip accents); use "
+                         "--nodo_lower_case for a cased vocab.")
+    flags.DEFINE_string("tfds_data_dir", None, "TFDS data_dir for tfds: inputs.")
+    flags.DEFINE_string("tfds_text_feature", "text", "TFDS feature holding the text.")
 
 
 def sentences(source: corpus_lib.Source) -> Iterator[str]:
@@ -35,14 +39,14 @@ def sentences(source: corpus_lib.Source) -> Iterator[str]:
 def main(argv: list[str]) -> None:
     del argv
     try:
-        source = corpus_lib.open_source(_INPUT_FILE.value, data_dir=_TFDS_DATA_DIR.value,
-                                        text_feature=_TFDS_TEXT_FEATURE.value)
-        train = (tokenizer_lib.train_wordpiece if _MODEL_TYPE.value == "wordpiece"
-                 else tokenizer_lib.train_sentencepiece)
-        tok = train(sentences(source), _VOCAB_SIZE.value, _OUTPUT_DIR.value, do_lower_case=_DO_LOWER_CASE.value)
+        source = corpus_lib.open_source(FLAGS.input_file, data_dir=FLAGS.tfds_data_dir,
+                                        text_feature=FLAGS.tfds_text_feature)
+        train = (tokenization.train_wordpiece if FLAGS.model_type == "wordpiece"
+                 else tokenization.train_sentencepiece)
+        tok = train(sentences(source), FLAGS.vocab_size, FLAGS.output_dir, do_lower_case=FLAGS.do_lower_case)
     except (FileNotFoundError, ValueError) as e:
         raise SystemExit(f"error: {e}") from None
-    written = [tok.path] + ([tok.path.with_suffix(".vocab")] if _MODEL_TYPE.value == "sentencepiece" else [])
+    written = [tok.path] + ([tok.path.with_suffix(".vocab")] if FLAGS.model_type == "sentencepiece" else [])
     stats = source.stats
     print(f"Read {stats.units} unit(s), {stats.documents:,} documents, {stats.sentences:,} sentences; wrote "
           f"{', '.join(map(str, written))}; vocab_size={tok.vocab_size} (do_lower_case={tok.do_lower_case}; "
@@ -50,4 +54,5 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
+    define_flags()
     app.run(main)

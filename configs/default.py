@@ -1,31 +1,35 @@
 """Every bertjax setting, commented, grouped by section. Other config files start from this one.
 
-Argument (after the colon): comma-separated `key=value` or flags, e.g.
-`configs/default.py:size=base,phase=2,runlocal`.
-  size      model size: tiny, mini, small, medium, base, large (default base)
+Argument (after the colon): comma-separated `key=value`, a bare name meaning `name=true`, e.g.
+`configs/default.py:size=base,phase=2,runlocal`. Unknown names and ill-typed values are errors.
+  size      model size: tiny, mini, small, medium, base, large (default base); the size files
+            (configs/large.py, …) fix it and take the other arguments
   phase     1 (seq 128, 90% of the steps) or 2 (seq 512, 80 predictions, the last 10%), as in the paper
   init_from weights to start from: phase 2 needs phase 1's workdir, e.g.
             `configs/large.py:phase=2,init_from=/ckpt/large-phase1`
-  runlocal  shrink batch and steps so the job runs on a laptop CPU in a minute
+  runlocal  shrink batch and steps so the job runs on a laptop CPU in a minute (runlocal=false: off)
+
+The schema (types, checks) is bertjax/config.py; its defaults equal this file's for size=base.
 """
 
 import ml_collections
 
+from bertjax import config as config_lib
 from bertjax import model as model_lib
 
-
-def parse_arg(arg: str | None) -> dict[str, str]:
-    """`"size=large,runlocal"` → `{"size": "large", "runlocal": "True"}`."""
-    out = {}
-    for item in filter(None, (arg or "").split(",")):
-        key, _, value = item.partition("=")
-        out[key.strip()] = value.strip() if value else "True"
-    return out
+SIZE_ARGS = dict(phase=1, init_from="", runlocal=False)  # what configs/<size>.py take
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-    args = parse_arg(arg)
-    size = args.get("size", "base")
+    return make(**vars(config_lib.parse_arg(arg, size="base", **SIZE_ARGS)))
+
+
+def for_size(size: str, arg: str | None) -> ml_collections.ConfigDict:
+    """configs/<size>.py: this file with the size fixed."""
+    return make(size=size, **vars(config_lib.parse_arg(arg, **SIZE_ARGS)))
+
+
+def make(size: str, phase: int, init_from: str, runlocal: bool) -> ml_collections.ConfigDict:
     c = ml_collections.ConfigDict()
     c.seed = 0  # seeds parameter init, dropout and data order
 
@@ -81,8 +85,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.train.micro_batches = 1  # gradient accumulation: split each step's batch into this many parts
     c.train.num_train_steps = 900_000  # optimizer steps in this phase (phase 2: 100_000)
     c.train.log_every_steps = 100  # steps between metric lines in the log, TensorBoard and metrics.jsonl
-    c.train.init_from = args.get("init_from", "")  # weights only: an HF directory or a bertjax workdir
-    c.train.phase = int(args.get("phase", "1"))  # 2 refuses to start without init_from (phase 1's weights)
+    c.train.init_from = init_from  # weights only: an HF directory or a bertjax workdir
+    c.train.phase = phase  # 2 refuses to start without init_from (phase 1's weights)
+    c.train.profile_steps = 0  # trace this many steps after warm-up into workdir/plugins/profile (0 = off)
 
     # --- optim
     c.optim = ml_collections.ConfigDict()
@@ -128,7 +133,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         c.data.max_predictions_per_seq = 80
         c.train.num_train_steps = 100_000
         c.optim.warmup_steps = 1_000  # the optimizer state starts afresh
-    if "runlocal" in args:
+    if runlocal:
         c.train.global_batch_size = 8
         c.train.num_train_steps = 20
         c.train.log_every_steps = 5

@@ -22,12 +22,14 @@ Argument: `configs/demo.py:quick` trains a tenth as long (a smoke test).
 import pathlib
 import runpy
 
+from bertjax import config as config_lib
+
 _default = runpy.run_path(str(pathlib.Path(__file__).with_name("default.py")))
 
 
 def get_config(arg: str | None = None):
-    args = _default["parse_arg"](arg)
-    c = _default["get_config"]("size=tiny")
+    args = config_lib.parse_arg(arg, quick=False)
+    c = _default["for_size"]("tiny", None)
     c.model.size = "demo"
     c.model.update(hidden_size=128, num_hidden_layers=2, num_attention_heads=2, intermediate_size=512,
                    max_position_embeddings=64)
@@ -57,7 +59,7 @@ def get_config(arg: str | None = None):
     c.eval.num_batches = 0  # the whole held-out set
     c.eval.show_predictions = 4
 
-    if "quick" in args:
+    if args.quick:
         c.train.num_train_steps //= 10
         c.optim.warmup_steps //= 10
         c.checkpoint.every_steps //= 10

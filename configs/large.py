@@ -7,4 +7,4 @@ _default = runpy.run_path(str(pathlib.Path(__file__).with_name("default.py")))
 
 
 def get_config(arg: str | None = None):
-    return _default["get_config"](f"size=large,{arg or ''}")
+    return _default["for_size"]("large", arg)

@@ -26,6 +26,7 @@ def minilm_dir() -> pathlib.Path:
 @pytest.fixture(scope="session")
 def pydocs_data(tmp_path_factory) -> str:
     """Vocab and train/held-out records made once from builtin:pydocs by the job's own data stage."""
+    from bertjax.config import JobConfig
     from bertjax.data import stage
     import train_setup
 
@@ -33,6 +34,6 @@ def pydocs_data(tmp_path_factory) -> str:
     c = train_setup.small_config()
     c.data.update(corpus="builtin:pydocs", corpus_vocab_size=train_setup.VOCAB, dupe_factor=2, num_shards=4,
                   num_workers=1)
-    out = stage.prepare_data(c, str(workdir))
+    out = stage.prepare_data(JobConfig.from_configdict(c), str(workdir))
     assert out.model.vocab_size == train_setup.VOCAB
     return str(workdir / "data")

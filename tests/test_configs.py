@@ -10,6 +10,7 @@ import pytest
 from ml_collections import config_flags
 
 from bertjax import model as model_lib
+from bertjax.config import JobConfig
 
 CONFIGS = pathlib.Path(__file__).resolve().parents[1] / "configs"
 
@@ -22,8 +23,7 @@ def load(name: str, arg: str = ""):
 
 @pytest.mark.parametrize("size", list(model_lib.SIZES))
 def test_size_files_build_their_model(size):
-    config = load(size)
-    model = model_lib.from_config(config.model)
+    model = model_lib.from_config(JobConfig.from_configdict(load(size)).model)
     layers, hidden, heads = model_lib.SIZES[size]
     arch = model.config
     assert (arch.num_hidden_layers, arch.hidden_size, arch.num_attention_heads) == (layers, hidden, heads)
@@ -46,11 +46,11 @@ def test_bad_model_fields_are_named():
     config = load("tiny")
     config.model.dtype = "float16"
     with pytest.raises(ValueError, match=r"config.model.dtype='float16' is not one of"):
-        model_lib.from_config(config.model)
+        JobConfig.from_configdict(config)
     config = load("tiny")
     config.model.num_attention_heads = 3
     with pytest.raises(ValueError, match=r"config.model: hidden_size=128 is not divisible by num_attention_heads=3"):
-        model_lib.from_config(config.model)
+        JobConfig.from_configdict(config)
 
 
 def test_every_default_field_is_commented():
@@ -73,7 +73,84 @@ def test_summary_cli_reports_the_model():
     total = int(re.search(r"total\s+([\d,]+)", out).group(1).replace(",", ""))
     import jax
 
-    shapes = jax.eval_shape(lambda: model_lib.init_params(model_lib.from_config(load("tiny").model),
+    shapes = jax.eval_shape(lambda: model_lib.init_params(model_lib.from_config(JobConfig.from_configdict(load("tiny")).model),
                                                           jax.random.PRNGKey(0)))
     assert total == model_lib.param_count(shapes)
     assert "mlm_logits       (2, 20, 30522)" in out
+
+
+# --- The schema (bertjax/config.py) and strict arguments --------------------------------------------
+
+def test_schema_defaults_are_default_py():
+    """JobConfig() is configs/default.py converted: the two cannot drift apart."""
+    assert JobConfig.from_configdict(load("default")) == JobConfig()
+    assert JobConfig.from_configdict(load("base")) == JobConfig()
+
+
+def test_boolean_arguments_mean_what_they_say():
+    steps = load("large").train.num_train_steps
+    assert load("large", "runlocal=False").train.num_train_steps == steps
+    assert load("large", "runlocal=false").train.num_train_steps == steps
+    assert load("large", "runlocal=true").train.num_train_steps < steps
+    assert load("large", "runlocal").train.num_train_steps < steps
+    assert load("demo", "quick=False").train.num_train_steps == load("demo").train.num_train_steps
+    assert load("demo", "quick").train.num_train_steps == load("demo").train.num_train_steps // 10
+
+
+@pytest.mark.parametrize("name,arg,pattern", [
+    ("demo", "quikc", r"config argument 'quikc' is not known; this config file takes quick=False"),
+    ("base", "size=large", r"config argument 'size' is not known"),
+    ("large", "phase=two", r"config argument phase='two' must be of type int"),
+    ("large", "runlocal=maybe", r"config argument runlocal='maybe' must be true or false"),
+    ("default", "size=huge", r"model size 'huge' is not one of"),
+])
+def test_bad_arguments_are_refused(name, arg, pattern):
+    with pytest.raises(ValueError, match=pattern):
+        load(name, arg)
+
+
+def test_misspelled_missing_and_ill_typed_keys_are_named():
+    config = load("tiny")
+    config.train.num_train_step = 5
+    with pytest.raises(ValueError, match=r"config\.train\.num_train_step is not a setting; did you mean "
+                                         r"config\.train\.num_train_steps\?"):
+        JobConfig.from_configdict(config)
+    config = load("tiny")
+    del config.eval["every_steps"]
+    with pytest.raises(ValueError, match=r"config\.eval\.every_steps is missing"):
+        JobConfig.from_configdict(config)
+    config = load("tiny")
+    config.unlock()
+    config.data.max_seq_length = "128"
+    with pytest.raises(ValueError, match=r"config\.data\.max_seq_length='128' must be an integer"):
+        JobConfig.from_configdict(config)
+    config = load("tiny")
+    config.mesh.logical_axis_rules = (("batch", "dta"),)
+    with pytest.raises(ValueError, match=r"maps 'batch' to 'dta', which is not a mesh axis"):
+        JobConfig.from_configdict(config)
+
+
+def test_the_job_cli_names_a_misspelled_argument_and_key(tmp_path):
+    """A misspelled config-file argument, or a misspelled key set in a user's own config file, is one
+    sentence from `python -m bertjax.main`, before any work."""
+    own = tmp_path / "my_config.py"
+    own.write_text("import runpy\n\n\ndef get_config():\n"
+                   f"    c = runpy.run_path({str(CONFIGS / 'demo.py')!r})['get_config']()\n"
+                   "    c.train.num_train_step = 5\n    return c\n")
+    for flag, pattern in ((f"--config={CONFIGS / 'demo.py'}:quikc", "config argument 'quikc' is not known"),
+                          (f"--config={own}", "config.train.num_train_step is not a setting; did you mean")):
+        done = subprocess.run([sys.executable, "-m", "bertjax.main", flag, f"--workdir={tmp_path / 'work'}"],
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode != 0 and pattern in done.stderr, done.stderr[-2000:]
+        assert not (tmp_path / "work" / "data").exists()  # refused before any work
+
+
+def test_command_line_tools_can_be_imported_together():
+    """Each CLI defines its flags only when run as a program, so importing several never collides."""
+    import importlib
+
+    from absl import flags
+
+    for name in ("main", "prepare", "tokenizer", "summary", "export"):
+        importlib.import_module(f"bertjax.{name}")
+    assert not {"config", "input_file", "workdir", "vocab_size", "output_dir"} & set(flags.FLAGS)

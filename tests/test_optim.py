@@ -11,13 +11,14 @@ import pytest
 
 from bertjax import model as model_lib
 from bertjax import optim
+from bertjax.config import OptimConfig, convert
 from configs import default as default_config
 
 TINY = model_lib.config_for_size("tiny", vocab_size=128, max_position_embeddings=16)
 
 
-def _cfg(**kw) -> optim.OptimConfig:
-    return dataclasses.replace(optim.OptimConfig(), **kw)
+def _cfg(**kw) -> OptimConfig:
+    return dataclasses.replace(OptimConfig(), **kw)
 
 
 def _flat(tree) -> dict[str, object]:
@@ -46,21 +47,21 @@ def scan_params():
 # --- config ------------------------------------------------------------------------------------------
 
 def test_from_config_reads_default_section():
-    cfg = optim.OptimConfig.from_config(default_config.get_config().optim)
-    assert cfg == optim.OptimConfig(name="adamw", learning_rate=1e-4, warmup_steps=10_000, decay="linear",
+    cfg = convert(OptimConfig, default_config.get_config().optim, "config.optim")
+    assert cfg == OptimConfig(name="adamw", learning_rate=1e-4, warmup_steps=10_000, decay="linear",
                                     weight_decay=0.01, b1=0.9, b2=0.999, eps=1e-6, max_grad_norm=1.0)
     assert isinstance(cfg.warmup_steps, int) and isinstance(cfg.learning_rate, float)
     cfg.validate(1_000_000)
 
 
 def test_from_config_rejects_unknown_and_missing_keys():
-    section = dict(dataclasses.asdict(optim.OptimConfig()), warmup=5)
-    with pytest.raises(ValueError, match=r"config\.optim\.warmup is not an optimizer setting"):
-        optim.OptimConfig.from_config(section)
-    section = dataclasses.asdict(optim.OptimConfig())
+    section = dict(dataclasses.asdict(OptimConfig()), warmup=5)
+    with pytest.raises(ValueError, match=r"config\.optim\.warmup is not a setting; did you mean config\.optim\.warmup_steps\?"):
+        convert(OptimConfig, section, "config.optim")
+    section = dataclasses.asdict(OptimConfig())
     del section["eps"]
     with pytest.raises(ValueError, match=r"config\.optim\.eps is missing"):
-        optim.OptimConfig.from_config(section)
+        convert(OptimConfig, section, "config.optim")
 
 
 @pytest.mark.parametrize("field,value,pattern", [

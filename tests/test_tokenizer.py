@@ -1,4 +1,4 @@
-"""bertjax.data.tokenizer against BERT's pure-Python BasicTokenizer + WordpieceTokenizer, plus training and errors."""
+"""bertjax.data.tokenization against BERT's pure-Python BasicTokenizer + WordpieceTokenizer, plus training and errors."""
 
 import ast
 import gzip
@@ -12,7 +12,7 @@ import sysconfig
 import numpy as np
 import pytest
 
-from bertjax.data import tokenizer as tokenizer_lib
+from bertjax.data import tokenization
 
 try:  # transformers 5.x: BertTokenizer is tokenizers-backed; the pure-Python classes moved to the legacy module.
     from transformers.models.bert.tokenization_bert_legacy import (BasicTokenizer, WordpieceTokenizer,
@@ -107,7 +107,7 @@ HARD_CASES = [
 
 @pytest.mark.parametrize("do_lower_case", [True, False])
 def test_matches_hf_basic_tokenizer_on_docstrings(vocab_file, docstrings, do_lower_case):
-    ours = tokenizer_lib.load(vocab_file, do_lower_case=do_lower_case)
+    ours = tokenization.load(vocab_file, do_lower_case=do_lower_case)
     ref = Reference(vocab_file, do_lower_case, google=False)
     got = [ours.convert_ids_to_tokens(ids) for ids in ours.encode_batch(docstrings)]
     mismatches = [(d[:80], g[:20], r[:20]) for d, g in zip(docstrings, got) if g != (r := ref(d))]
@@ -118,14 +118,14 @@ def test_matches_hf_basic_tokenizer_on_docstrings(vocab_file, docstrings, do_low
 @pytest.mark.parametrize("do_lower_case", [True, False])
 @pytest.mark.parametrize("text", HARD_CASES)
 def test_matches_bert_on_hard_cases(vocab_file, text, do_lower_case):
-    ours = tokenizer_lib.load(vocab_file, do_lower_case=do_lower_case)
+    ours = tokenization.load(vocab_file, do_lower_case=do_lower_case)
     assert ours.tokenize(text) == Reference(vocab_file, do_lower_case)(text)
 
 
 @pytest.mark.parametrize("do_lower_case", [True, False])
 def test_matches_bert_across_unicode(vocab_file, do_lower_case):
     """Each code point in and around words: stock BertNormalizer fails here (old Unicode tables, CJK typo)."""
-    ours = tokenizer_lib.load(vocab_file, do_lower_case=do_lower_case)
+    ours = tokenization.load(vocab_file, do_lower_case=do_lower_case)
     ref = Reference(vocab_file, do_lower_case)
     cps = [*range(0x3000), *range(0x3000, sys.maxunicode + 1, 61), *range(0x2B810, 0x2B830)]
     texts = [f"a{c}b x{c}{c} {c}A" for c in map(chr, cps) if not 0xD800 <= ord(c) <= 0xDFFF]
@@ -137,7 +137,7 @@ def test_matches_bert_across_unicode(vocab_file, do_lower_case):
 
 def test_final_sigma_fuzz(vocab_file):
     """Python's str.lower() makes word-final Σ a ς; the Rust Lowercase does not, so bertjax adds the rule."""
-    ours = tokenizer_lib.load(vocab_file, do_lower_case=True)
+    ours = tokenization.load(vocab_file, do_lower_case=True)
     ref = Reference(vocab_file, True)
     alphabet = list("ΑΣσςΒaAb1'.-·\u0301\u0345\u00ad\u200b \u00a0İ中ʼ:") + ["ΣΣ"]
     rng = random.Random(0)
@@ -149,17 +149,17 @@ def test_final_sigma_fuzz(vocab_file):
 
 def test_no_nfc_like_google_bert(vocab_file):
     """The one documented difference from HF's BasicTokenizer: its NFC pass (absent in google-research/bert)."""
-    ours = tokenizer_lib.load(vocab_file, do_lower_case=False)
+    ours = tokenization.load(vocab_file, do_lower_case=False)
     text = "cafe\u0301 \u037e"  # decomposed é; GREEK QUESTION MARK, which NFC maps to ';'
     assert ours.tokenize(text) == Reference(vocab_file, False, google=True)(text)
     assert ours.tokenize(text) != Reference(vocab_file, False, google=False)(text)
     # Uncased strips accents after NFD, so NFC makes no difference there.
-    assert tokenizer_lib.load(vocab_file).tokenize("cafe\u0301") == ["cafe"]
+    assert tokenization.load(vocab_file).tokenize("cafe\u0301") == ["cafe"]
 
 
 def test_specific_expectations(vocab_file):
-    uncased = tokenizer_lib.load(vocab_file, do_lower_case=True)
-    cased = tokenizer_lib.load(vocab_file, do_lower_case=False)
+    uncased = tokenization.load(vocab_file, do_lower_case=True)
+    cased = tokenization.load(vocab_file, do_lower_case=False)
     assert uncased.tokenize("Ångström café") == uncased.tokenize("angstrom cafe")
     assert uncased.tokenize("a" * 200) == ["[UNK]"]
     assert uncased.tokenize("a" * 100) != ["[UNK]"]
@@ -174,8 +174,8 @@ def test_specific_expectations(vocab_file):
 
 
 def test_interface_on_bert_vocab(vocab_file):
-    tok = tokenizer_lib.load(vocab_file)
-    assert isinstance(tok, tokenizer_lib.WordPieceTokenizer)
+    tok = tokenization.load(vocab_file)
+    assert isinstance(tok, tokenization.WordPieceTokenizer)
     assert tok.vocab_size == 30522 == len(tok.vocab)
     assert (tok.pad_id, tok.unk_id, tok.cls_id, tok.sep_id, tok.mask_id) == (0, 100, 101, 102, 103)
     text = "The unaffable tokenizer tokenizes."
@@ -189,7 +189,7 @@ def test_interface_on_bert_vocab(vocab_file):
     assert [bool(mask[i]) for i in tok.encode("unaffable")] == [False, True, True]
     assert not mask[list(tok.special_ids)].any()
     assert tok.vocab_hash() == hashlib.sha256(vocab_file.read_bytes()).hexdigest()
-    assert tokenizer_lib.load(vocab_file.parent).vocab == tok.vocab  # a directory finds its vocab.txt
+    assert tokenization.load(vocab_file.parent).vocab == tok.vocab  # a directory finds its vocab.txt
 
 
 # ----------------------------------------------------------------------------------------------- training
@@ -197,11 +197,11 @@ def test_interface_on_bert_vocab(vocab_file):
 
 @pytest.mark.parametrize("do_lower_case", [True, False])
 def test_train_wordpiece(tmp_path, corpus_lines, do_lower_case):
-    tok = tokenizer_lib.train_wordpiece(iter(corpus_lines), 2000, tmp_path, do_lower_case=do_lower_case)
+    tok = tokenization.train_wordpiece(iter(corpus_lines), 2000, tmp_path, do_lower_case=do_lower_case)
     assert (tmp_path / "vocab.txt").read_text(encoding="utf-8").splitlines()[:5] == SPECIALS
     assert (tok.pad_id, tok.unk_id, tok.cls_id, tok.sep_id, tok.mask_id) == (0, 1, 2, 3, 4)
     assert tok.vocab_size == 2000
-    reloaded = tokenizer_lib.load(tmp_path, do_lower_case=do_lower_case)
+    reloaded = tokenization.load(tmp_path, do_lower_case=do_lower_case)
     assert reloaded.vocab == tok.vocab
     ref = Reference(tmp_path / "vocab.txt", do_lower_case)
     for line, ids in zip(corpus_lines[:500], reloaded.encode_batch(corpus_lines[:500])):
@@ -218,12 +218,12 @@ def test_train_wordpiece(tmp_path, corpus_lines, do_lower_case):
 
 
 def test_train_sentencepiece(tmp_path, corpus_lines):
-    tok = tokenizer_lib.train_sentencepiece(iter(corpus_lines), 1000, tmp_path, do_lower_case=True)
+    tok = tokenization.train_sentencepiece(iter(corpus_lines), 1000, tmp_path, do_lower_case=True)
     assert (tmp_path / "spm.model").is_file() and (tmp_path / "spm.vocab").is_file()
     assert tok.vocab[:5] == SPECIALS and tok.vocab_size == 1000
     assert (tok.pad_id, tok.unk_id, tok.cls_id, tok.sep_id, tok.mask_id) == (0, 1, 2, 3, 4)
-    tok = tokenizer_lib.load(tmp_path / "spm.model", do_lower_case=True)
-    assert isinstance(tok, tokenizer_lib.SentencePieceTokenizer)
+    tok = tokenization.load(tmp_path / "spm.model", do_lower_case=True)
+    assert isinstance(tok, tokenization.SentencePieceTokenizer)
     line = "Return the Number of items in a Sequence."
     assert tok.decode(tok.encode(line)) == line.lower()
     assert tok.encode_batch([line, line]) == [tok.encode(line)] * 2
@@ -243,7 +243,7 @@ def test_cli(tmp_path, corpus_lines):
                          cwd=REPO, capture_output=True, text=True, check=True).stdout
     assert "vocab_size=800" in out and str(tmp_path / "out" / "vocab.txt") in out
     assert "Read 2 unit(s)" in out and "3,000 sentences" in out
-    assert tokenizer_lib.load(tmp_path / "out", do_lower_case=False).vocab[:5] == SPECIALS
+    assert tokenization.load(tmp_path / "out", do_lower_case=False).vocab[:5] == SPECIALS
 
 
 # ------------------------------------------------------------------------------------------------- errors
@@ -257,35 +257,35 @@ def _write(path: pathlib.Path, tokens: list[str]) -> pathlib.Path:
 def test_errors(tmp_path):
     missing = tmp_path / "nope" / "vocab.txt"
     with pytest.raises(FileNotFoundError, match=f"{missing}.*does not exist"):
-        tokenizer_lib.load(missing)
+        tokenization.load(missing)
     with pytest.raises(FileNotFoundError, match="does not exist"):
-        tokenizer_lib.load(tmp_path / "nope.model")
+        tokenization.load(tmp_path / "nope.model")
     with pytest.raises(FileNotFoundError, match=f"Directory {tmp_path} holds neither"):
-        tokenizer_lib.load(tmp_path)
+        tokenization.load(tmp_path)
     with pytest.raises(ValueError, match=r"empty\.txt is empty"):
-        tokenizer_lib.load(_write(tmp_path / "empty.txt", []))
+        tokenization.load(_write(tmp_path / "empty.txt", []))
     lacking = _write(tmp_path / "lacking.txt", ["[PAD]", "[UNK]", "[CLS]", "hello"])
     with pytest.raises(ValueError, match=r"lacking\.txt lacks the special token\(s\) \[SEP\] \[MASK\];"):
-        tokenizer_lib.load(lacking)
+        tokenization.load(lacking)
     dup = _write(tmp_path / "dup.txt", SPECIALS + ["hello", "world", "hello"])
     with pytest.raises(ValueError, match=r"dup\.txt lists 'hello' twice \(entries 5 and 7\)"):
-        tokenizer_lib.load(dup)
+        tokenization.load(dup)
     blank = _write(tmp_path / "blank.txt", SPECIALS + ["", "x"])
     with pytest.raises(ValueError, match=r"blank\.txt has a blank line 6"):
-        tokenizer_lib.load(blank)
+        tokenization.load(blank)
     corrupt = tmp_path / "bad.model"
     corrupt.write_bytes(b"not a model")
     with pytest.raises(ValueError, match=r"bad\.model cannot be read"):
-        tokenizer_lib.load(corrupt)
+        tokenization.load(corrupt)
     (tmp_path / "a.txt").write_text("x\n", encoding="utf-8")
     failed = subprocess.run([sys.executable, "-m", "bertjax.tokenizer", f"--input_file={tmp_path}/nothing*.txt",
                              "--vocab_size=800", f"--output_dir={tmp_path}/out"], cwd=REPO, capture_output=True,
                             text=True)
     assert failed.returncode != 0 and "nothing*.txt" in failed.stderr and "Traceback" not in failed.stderr
     with pytest.raises(ValueError, match="vocab_size=5 leaves no room"):
-        tokenizer_lib.train_wordpiece(iter(["a b c"]), 5, tmp_path / "wp")
+        tokenization.train_wordpiece(iter(["a b c"]), 5, tmp_path / "wp")
     with pytest.raises(ValueError, match="lower --vocab_size"):
-        tokenizer_lib.train_sentencepiece(iter(["tiny corpus"] * 10), 5000, tmp_path / "sp")
+        tokenization.train_sentencepiece(iter(["tiny corpus"] * 10), 5000, tmp_path / "sp")
 
 
 def test_sentencepiece_model_without_specials(tmp_path):
@@ -294,4 +294,4 @@ def test_sentencepiece_model_without_specials(tmp_path):
     spm.SentencePieceTrainer.train(sentence_iterator=iter(["hello world foo bar"] * 50), model_prefix=str(
         tmp_path / "plain"), vocab_size=15, minloglevel=2)
     with pytest.raises(ValueError, match=r"plain\.model lacks the special token\(s\) \[PAD\] \[UNK\] \[CLS\]"):
-        tokenizer_lib.load(tmp_path / "plain.model")
+        tokenization.load(tmp_path / "plain.model")

@@ -16,6 +16,8 @@ from bertjax import model as model_lib
 from bertjax import optim as optim_lib
 from bertjax import sharding as sharding_lib
 from bertjax import train
+from bertjax import trainer as trainer_lib
+from bertjax.config import CheckpointConfig, JobConfig
 from bertjax.data import pipeline as pipeline_lib
 
 
@@ -28,22 +30,11 @@ def batches(data_dir: str, n: int, batch_size: int = 16) -> list[dict]:
 
 def run_steps(config, mesh_shape, devices, data: list[dict]):
     """Losses of len(data) train steps on a mesh over `devices`, and the final state."""
-    run = train.RunConfig.from_config(config)
-    model = model_lib.from_config(config.model)
-    optim = optim_lib.OptimConfig.from_config(config.optim)
-    tx = optim_lib.make_optimizer(optim, run.num_train_steps)
-    mesh = sharding_lib.make_mesh(mesh_shape, devices)
-    abstract, shardings, init = train.abstract_state(model, tx, run.seed, run.max_seq_length, mesh, run.rules)
-    batch_abstract = train.batch_shapes(run.global_batch_size, run.max_seq_length, run.max_predictions_per_seq)
-    batch_shardings = {k: sharding_lib.batch_sharding(mesh, run.rules, len(v.shape))
-                       for k, v in batch_abstract.items()}
-    step = train.compile_step(train.make_train_step(model, tx, run.micro_batches, run.nsp,
-                                                    optim_lib.schedule(optim, run.num_train_steps),
-                                                    sharding_lib.gathered_for_compute(shardings.params)),
-                              abstract, shardings, batch_abstract, batch_shardings, mesh, run.rules)
-    state, losses = init(), []
+    job = JobConfig.from_configdict(config).replace(mesh={"shape": tuple(mesh_shape)})
+    trainer = trainer_lib.setup(job, devices)
+    state, losses = trainer.init_state(), []
     for local in data:
-        state, metrics = step(state, sharding_lib.global_batch(local, mesh, run.rules))
+        state, metrics = trainer.train_step(state, trainer.global_batch(local))
         losses.append(float(metrics["loss"][0]))
     return losses, state
 
@@ -82,17 +73,16 @@ def test_micro_batches_give_the_gradient_of_the_whole_batch(pydocs_data, data):
 def test_checkpoint_saved_on_8_devices_restores_on_1(pydocs_data, data, tmp_path):
     config = train_setup.small_config(pydocs_data)
     _, state = run_steps(config, (1, 4, 2), jax.devices(), data[:2])
-    model = model_lib.from_config(config.model)
-    ckpt = checkpoint_lib.Checkpointer(str(tmp_path), checkpoint_lib.CheckpointConfig(),
-                                       checkpoint_lib.model_fingerprint(model))
+    job = JobConfig.from_configdict(config)
+    model = model_lib.from_config(job.model)
+    ckpt = checkpoint_lib.Checkpointer(str(tmp_path), CheckpointConfig(), checkpoint_lib.model_fingerprint(model))
     ckpt.save(2, state, force=True)
     ckpt.close()
     # Onto a single device, through the resume path...
-    tx = optim_lib.make_optimizer(optim_lib.OptimConfig.from_config(config.optim), 5)
+    tx = optim_lib.make_optimizer(job.optim, job.train.num_train_steps)
     mesh1 = sharding_lib.make_mesh((1, 1, 1), jax.devices()[:1])
-    abstract, _, _ = train.abstract_state(model, tx, 0, train_setup.SEQ, mesh1, train.RunConfig.from_config(config).rules)
-    ckpt = checkpoint_lib.Checkpointer(str(tmp_path), checkpoint_lib.CheckpointConfig(),
-                                       checkpoint_lib.model_fingerprint(model))
+    abstract, _, _ = trainer_lib.sharded_state(model, tx, 0, train_setup.SEQ, mesh1, job.mesh.logical_axis_rules)
+    ckpt = checkpoint_lib.Checkpointer(str(tmp_path), CheckpointConfig(), checkpoint_lib.model_fingerprint(model))
     restored = ckpt.restore(2, abstract)
     ckpt.close()
     assert int(restored.step) == 2

@@ -61,6 +61,12 @@ class Vocab:
     mask_id: int
     is_continuation: np.ndarray  # [size] bool: a piece that continues the previous word (##x, or no ▁)
 
+    @classmethod
+    def from_tokenizer(cls, tokenizer) -> "Vocab":
+        """From a `tokenization.Tokenizer` (WordPiece or SentencePiece)."""
+        return cls(size=tokenizer.vocab_size, pad_id=tokenizer.pad_id, cls_id=tokenizer.cls_id,
+                   sep_id=tokenizer.sep_id, mask_id=tokenizer.mask_id, is_continuation=tokenizer.continuation_mask())
+
 
 @dataclasses.dataclass
 class TokenizedBlock:
@@ -70,14 +76,6 @@ class TokenizedBlock:
     tokens: np.ndarray  # [tokens] int32
     sentence_starts: np.ndarray  # [sentences + 1] int64
     document_starts: np.ndarray  # [documents + 1] int64
-
-    @classmethod
-    def from_documents(cls, documents: list[list[list[int]]]) -> "TokenizedBlock":
-        sentences = [s for doc in documents for s in doc]
-        lengths = np.fromiter((len(s) for s in sentences), np.int64, len(sentences))
-        tokens = np.fromiter((t for s in sentences for t in s), np.int32, int(lengths.sum()))
-        doc_lengths = np.fromiter((len(d) for d in documents), np.int64, len(documents))
-        return cls(tokens, np.concatenate([[0], np.cumsum(lengths)]), np.concatenate([[0], np.cumsum(doc_lengths)]))
 
     @property
     def num_documents(self) -> int:

@@ -27,8 +27,21 @@ import numpy as np
 
 from bertjax.data import instances, records
 
+log = logging.getLogger(__name__)
 EXAMPLE_WEIGHT = "example_weight"
 _MASKED = ("input_ids", "masked_lm_positions", "masked_lm_ids", "masked_lm_weights")
+
+
+def batch_shapes(batch_size: int, max_seq_length: int,
+                 max_predictions_per_seq: int) -> dict[str, tuple[tuple[int, ...], type]]:
+    """Name → (shape, dtype) of the batches `InputPipeline` yields: the record features (ints as int32,
+    `next_sentence_labels` as [batch]) plus `example_weight`."""
+    schema = records.RecordSchema(max_seq_length, max_predictions_per_seq)
+    out = {name: ((batch_size, schema.length(name)), np.float32 if dtype == "float32" else np.int32)
+           for name, (dtype, _) in records.FEATURES.items()}
+    out["next_sentence_labels"] = ((batch_size,), np.int32)
+    out[EXAMPLE_WEIGHT] = ((batch_size,), np.float32)
+    return out
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,7 +79,7 @@ class PipelineConfig:
             raise ValueError(f"shuffle_buffer={self.shuffle_buffer} must be ≥ 1 (1 = no shuffling).")
         if self.dynamic_masking and self.vocab is None:
             raise ValueError("dynamic_masking=True needs vocab (an instances.Vocab, e.g. from "
-                             "prepare.vocab_for_masking(tokenizer)); pass it or turn dynamic masking off.")
+                             "instances.Vocab.from_tokenizer(tokenizer)); pass it or turn dynamic masking off.")
         if self.vocab is not None and len(self.vocab.is_continuation) != self.vocab.size:
             raise ValueError(f"vocab.is_continuation has {len(self.vocab.is_continuation)} entries but "
                              f"vocab.size={self.vocab.size}; build the Vocab from one tokenizer.")
@@ -92,7 +105,7 @@ def _tf():
                 if tf.config.get_visible_devices(kind):
                     tf.config.set_visible_devices([], kind)
             except (RuntimeError, ValueError) as e:  # runtime already initialised by someone else
-                logging.warning("pipeline: could not hide %s devices from TensorFlow (%s); it may hold "
+                log.warning("pipeline: could not hide %s devices from TensorFlow (%s); it may hold "
                                 "accelerator memory. Build the pipeline before other TF use.", kind, e)
         _HIDDEN = True
     return tf
@@ -208,7 +221,7 @@ class InputPipeline:
         else:
             per_process = [sum(counts[i::p]) for i in range(p)]
         if total < p:
-            logging.warning("pipeline: %d eval records for %d processes; processes %s get only padding rows.",
+            log.warning("pipeline: %d eval records for %d processes; processes %s get only padding rows.",
                             total, p, [i for i, n in enumerate(per_process) if n == 0])
         self.num_examples = per_process[c.process_index]
         self.num_batches = max(1, math.ceil(max(per_process) / c.batch_size))
@@ -242,12 +255,10 @@ class InputPipeline:
         return ds.prefetch(c.prefetch).with_options(options)
 
     def _zeros(self) -> dict:
-        tf, b = _tf(), self.config.batch_size
-        out = {name: tf.zeros([b, self.schema.length(name)], tf.float32 if dtype == "float32" else tf.int32)
-               for name, (dtype, _) in records.FEATURES.items()}
-        out["next_sentence_labels"] = tf.zeros([b], tf.int32)
-        out[EXAMPLE_WEIGHT] = tf.zeros([b], tf.float32)
-        return out
+        tf, c = _tf(), self.config
+        return {name: tf.zeros(shape, tf.as_dtype(dtype))
+                for name, (shape, dtype) in batch_shapes(c.batch_size, c.max_seq_length,
+                                                         c.max_predictions_per_seq).items()}
 
     def _parse(self, index, serialized) -> dict:
         tf, c = _tf(), self.config

@@ -16,14 +16,13 @@ import os
 from typing import Iterator
 
 import jax
-import ml_collections
 
+from bertjax.config import JobConfig
 from bertjax.data import corpus as corpus_lib
-from bertjax.data import instances as instances_lib
-from bertjax.data import prepare as prepare_lib
-from bertjax.data import tokenizer as tokenizer_lib
+from bertjax.data import shards
+from bertjax.data import tokenization
 
-log = logging.getLogger("bertjax")
+log = logging.getLogger(__name__)
 DONE = "stage.json"
 
 
@@ -62,7 +61,7 @@ def _sentences(path: str) -> Iterator[str]:
                 yield line.rstrip("\n")
 
 
-def prepare_data(config: ml_collections.ConfigDict, workdir: str) -> ml_collections.ConfigDict:
+def prepare_data(config: JobConfig, workdir: str) -> JobConfig:
     """Returns config with data.train_files / eval_files / vocab_file pointing at prepared records."""
     d = config.data
     if not d.corpus:
@@ -78,25 +77,21 @@ def prepare_data(config: ml_collections.ConfigDict, workdir: str) -> ml_collecti
         vocab_file = d.vocab_file
         if not vocab_file:
             log.info("data: training a %d-token WordPiece vocab on the train documents", d.corpus_vocab_size)
-            tok = tokenizer_lib.train_wordpiece(_sentences(train_txt), d.corpus_vocab_size,
+            tok = tokenization.train_wordpiece(_sentences(train_txt), d.corpus_vocab_size,
                                                 os.path.join(out, "vocab"), do_lower_case=d.do_lower_case)
             vocab_file = str(tok.path)
         for name, text, dupe in (("train", train_txt, d.dupe_factor), ("heldout", heldout_txt, d.heldout_dupe_factor)):
-            cfg = prepare_lib.PrepareConfig(
+            cfg = shards.PrepareConfig(
                 input_file=text, output_dir=os.path.join(out, name), vocab_file=vocab_file,
                 do_lower_case=d.do_lower_case, random_seed=config.seed + (name == "heldout"),
-                num_shards=d.num_shards if name == "train" else 1,
-                instance=instances_lib.InstanceConfig(
-                    max_seq_length=d.max_seq_length, max_predictions_per_seq=d.max_predictions_per_seq,
-                    masked_lm_prob=d.masked_lm_prob, short_seq_prob=d.short_seq_prob, dupe_factor=dupe,
-                    do_whole_word_mask=d.do_whole_word_mask, next_sentence_prediction=d.next_sentence_prediction))
+                num_shards=d.num_shards if name == "train" else 1, instance=d.instance_config(dupe))
             log.info("data: preparing %s records (dupe_factor %d) into %s", name, dupe, cfg.output_dir)
-            metadata = prepare_lib.prepare(cfg, num_workers=d.num_workers or os.cpu_count() or 1)
-            log.info("data: %s", prepare_lib.summary(metadata).replace("\n", "; "))
+            metadata = shards.prepare(cfg, num_workers=d.num_workers or os.cpu_count() or 1)
+            log.info("data: %s", shards.summary(metadata).replace("\n", "; "))
             counts[f"{name}_instances"] = metadata["counts"]["instances"]
         with open(done + ".tmp", "w") as f:
             json.dump(dict(counts, vocab_file=vocab_file,
-                           vocab_size=tokenizer_lib.load(vocab_file, d.do_lower_case).vocab_size), f, indent=2)
+                           vocab_size=tokenization.load(vocab_file, d.do_lower_case).vocab_size), f, indent=2)
         os.replace(done + ".tmp", done)
     if jax.process_count() > 1:
         from jax.experimental import multihost_utils
@@ -104,12 +99,10 @@ def prepare_data(config: ml_collections.ConfigDict, workdir: str) -> ml_collecti
         multihost_utils.sync_global_devices("bertjax data stage")
     with open(done) as f:
         stage = json.load(f)
-    config = ml_collections.ConfigDict(config.to_dict())  # an unlocked copy: the caller's stays as given
-    config.data.vocab_file = stage["vocab_file"]
     if config.model.vocab_size != stage["vocab_size"]:
         log.info("data: config.model.vocab_size %d → %d, the size of %s", config.model.vocab_size,
                  stage["vocab_size"], stage["vocab_file"])
-        config.model.vocab_size = stage["vocab_size"]
-    config.data.train_files = os.path.join(out, "train", "*.tfrecord")
-    config.data.eval_files = os.path.join(out, "heldout", "*.tfrecord")
-    return config
+    return config.replace(model={"vocab_size": stage["vocab_size"]},
+                          data={"vocab_file": stage["vocab_file"],
+                                "train_files": os.path.join(out, "train", "*.tfrecord"),
+                                "eval_files": os.path.join(out, "heldout", "*.tfrecord")})

@@ -29,7 +29,7 @@ import numpy as np
 from bertjax.data import corpus as corpus_lib
 from bertjax.data import instances as instances_lib
 from bertjax.data import records
-from bertjax.data import tokenizer as tokenizer_lib
+from bertjax.data import tokenization
 
 # Characters of text per block: ~250k tokens, ~20k instances at dupe_factor 10 (~40 MB of arrays).
 BLOCK_CHARS = 1_000_000
@@ -83,21 +83,15 @@ def plan_shards(cfg: PrepareConfig, source: Optional[corpus_lib.Source] = None) 
     return [ShardWork(k, tuple(units)) for k, units in enumerate(split)]
 
 
-def vocab_for_masking(tokenizer: tokenizer_lib.Tokenizer) -> instances_lib.Vocab:
-    return instances_lib.Vocab(size=tokenizer.vocab_size, pad_id=tokenizer.pad_id, cls_id=tokenizer.cls_id,
-                               sep_id=tokenizer.sep_id, mask_id=tokenizer.mask_id,
-                               is_continuation=tokenizer.continuation_mask())
-
-
 # Loaded once per process: building BERT's normaliser tables takes ~1 s, longer than a small shard.
-_TOKENIZERS: dict[tuple[str, bool], tuple[tokenizer_lib.Tokenizer, instances_lib.Vocab]] = {}
+_TOKENIZERS: dict[tuple[str, bool], tuple[tokenization.Tokenizer, instances_lib.Vocab]] = {}
 
 
-def load_tokenizer(cfg: PrepareConfig) -> tuple[tokenizer_lib.Tokenizer, instances_lib.Vocab]:
+def load_tokenizer(cfg: PrepareConfig) -> tuple[tokenization.Tokenizer, instances_lib.Vocab]:
     key = (os.path.abspath(cfg.vocab_file), cfg.do_lower_case)
     if key not in _TOKENIZERS:
-        tokenizer = tokenizer_lib.load(cfg.vocab_file, cfg.do_lower_case)
-        _TOKENIZERS[key] = tokenizer, vocab_for_masking(tokenizer)
+        tokenizer = tokenization.load(cfg.vocab_file, cfg.do_lower_case)
+        _TOKENIZERS[key] = tokenizer, instances_lib.Vocab.from_tokenizer(tokenizer)
     return _TOKENIZERS[key]
 
 
@@ -121,7 +115,7 @@ def _blocks(documents: Iterator[list[str]], block_chars: int) -> Iterator[list[l
         yield block
 
 
-def tokenize_block(tokenizer: tokenizer_lib.Tokenizer, documents: list[list[str]],
+def tokenize_block(tokenizer: tokenization.Tokenizer, documents: list[list[str]],
                    counts: dict[str, int]) -> instances_lib.TokenizedBlock:
     """Tokenizes a block in batches; sentences and documents left with no tokens are counted and dropped."""
     sentences = [s for doc in documents for s in doc]
@@ -223,11 +217,11 @@ def _take(counter: Any, total: int) -> Optional[int]:
 
 
 def _worker_main(cfg: PrepareConfig, plan: list[ShardWork], counter: Any, events: Any,
-                 tokenizer: tokenizer_lib.Tokenizer) -> None:
+                 tokenizer: tokenization.Tokenizer) -> None:
     """A spawned worker: takes shards until none are left, reporting on `events`."""
     try:
         # The parent's tokenizer comes with the spawn arguments (~25 ms) instead of being rebuilt (~1 s).
-        _TOKENIZERS[(os.path.abspath(cfg.vocab_file), cfg.do_lower_case)] = tokenizer, vocab_for_masking(tokenizer)
+        _TOKENIZERS[(os.path.abspath(cfg.vocab_file), cfg.do_lower_case)] = tokenizer, instances_lib.Vocab.from_tokenizer(tokenizer)
         source = cfg.open_source()
         while (i := _take(counter, len(plan))) is not None:
             events.put(("start", i, os.getpid()))
@@ -350,7 +344,7 @@ def _remove(path: str) -> None:
 
 # --- The job -------------------------------------------------------------------------------------
 
-def check_inputs(cfg: PrepareConfig) -> tokenizer_lib.Tokenizer:
+def check_inputs(cfg: PrepareConfig) -> tokenization.Tokenizer:
     """Fails before any work, in one sentence, on a bad flag, vocab or input."""
     cfg.instance.validate()
     if cfg.num_shards < 1:
@@ -391,7 +385,7 @@ def _makedirs(path: str) -> None:
         os.makedirs(path, exist_ok=True)
 
 
-def write_job_metadata(cfg: PrepareConfig, tokenizer: tokenizer_lib.Tokenizer, results: list[dict],
+def write_job_metadata(cfg: PrepareConfig, tokenizer: tokenization.Tokenizer, results: list[dict],
                        seconds: float, runner: str, num_workers: int) -> dict:
     totals = {key: sum(r[key] for r in results) for key in COUNT_KEYS}
     corpus = corpus_lib.CorpusStats()

@@ -1,0 +1,373 @@
+"""The config's schema: each section of configs/default.py as a frozen dataclass, converted once.
+
+`JobConfig.from_configdict(c)` is the boundary between a ConfigDict (config files, `--config.a.b=v`
+overrides) and library code: a misspelled or unknown key, a missing key or a value of the wrong type is
+one ValueError naming `config.section.key`. Field names are the config file's, so `--config.train.phase`
+is `JobConfig.train.phase`. Library code reads these dataclasses and never the ConfigDict.
+
+Defaults equal configs/default.py's (BERT-base, phase 1), which a test checks, so `JobConfig()` is the
+default job. `parse_arg` gives config files typed, strict arguments (`configs/large.py:phase=2`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import math
+import types
+import typing
+from typing import Any, Mapping, Optional
+
+from bertjax import model as model_lib
+from bertjax.data import instances as instances_lib
+from bertjax.sharding import MESH_AXES
+
+OPTIMIZERS = ("adamw", "lamb")
+DECAYS = ("linear", "cosine", "constant")
+
+_BASE = model_lib.config_for_size("base")
+
+
+def _bad(path: str, value: Any, why: str) -> ValueError:
+    return ValueError(f"{path}={value!r} {why}")
+
+
+# --- Sections ---------------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+    """`config.model`: bert_config.json's fields plus how the model is computed."""
+
+    size: str = "base"  # informative: the size the architecture came from
+    vocab_size: int = _BASE.vocab_size
+    hidden_size: int = _BASE.hidden_size
+    num_hidden_layers: int = _BASE.num_hidden_layers
+    num_attention_heads: int = _BASE.num_attention_heads
+    intermediate_size: int = _BASE.intermediate_size
+    hidden_act: str = _BASE.hidden_act
+    hidden_dropout_prob: float = _BASE.hidden_dropout_prob
+    attention_probs_dropout_prob: float = _BASE.attention_probs_dropout_prob
+    max_position_embeddings: int = _BASE.max_position_embeddings
+    type_vocab_size: int = _BASE.type_vocab_size
+    initializer_range: float = _BASE.initializer_range
+    layer_norm_eps: float = _BASE.layer_norm_eps
+    dtype: str = "float32"
+    scan_layers: bool = True
+    remat_policy: str = "none"
+
+    @property
+    def architecture(self) -> model_lib.BertConfig:
+        return model_lib.BertConfig.from_dict(dataclasses.asdict(self), source="config.model")
+
+    def validate(self) -> None:
+        if self.dtype not in model_lib.DTYPES:
+            raise _bad("config.model.dtype", self.dtype, f"is not one of {list(model_lib.DTYPES)}.")
+        if self.remat_policy not in model_lib.REMAT_POLICIES:
+            raise _bad("config.model.remat_policy", self.remat_policy,
+                       f"is not one of {list(model_lib.REMAT_POLICIES)}.")
+        self.architecture  # noqa: B018  (BertConfig validates the architecture and names the field)
+
+
+@dataclasses.dataclass(frozen=True)
+class DataConfig:
+    """`config.data`: the records to train on, or the corpus the job makes them from."""
+
+    train_files: str = ""
+    eval_files: str = ""
+    vocab_file: str = ""
+    do_lower_case: bool = True
+    max_seq_length: int = 128
+    max_predictions_per_seq: int = 20
+    next_sentence_prediction: bool = True
+    shuffle_buffer: int = 10_000
+    dynamic_masking: bool = False
+    corpus: str = ""
+    tfds_data_dir: str = ""
+    tfds_text_feature: str = "text"
+    heldout_every: int = 20
+    corpus_vocab_size: int = 8192
+    dupe_factor: int = 10
+    heldout_dupe_factor: int = 1
+    masked_lm_prob: float = 0.15
+    short_seq_prob: float = 0.1
+    do_whole_word_mask: bool = False
+    num_shards: int = 8
+    num_workers: int = 0
+
+    def instance_config(self, dupe_factor: Optional[int] = None) -> instances_lib.InstanceConfig:
+        """How instances are paired and masked, for `prepare` and for dynamic masking."""
+        return instances_lib.InstanceConfig(
+            max_seq_length=self.max_seq_length, max_predictions_per_seq=self.max_predictions_per_seq,
+            masked_lm_prob=self.masked_lm_prob, short_seq_prob=self.short_seq_prob,
+            dupe_factor=self.dupe_factor if dupe_factor is None else dupe_factor,
+            do_whole_word_mask=self.do_whole_word_mask, next_sentence_prediction=self.next_sentence_prediction)
+
+    def validate(self) -> None:
+        for name in ("max_seq_length", "max_predictions_per_seq", "shuffle_buffer", "heldout_every",
+                     "corpus_vocab_size", "dupe_factor", "heldout_dupe_factor", "num_shards"):
+            if getattr(self, name) < 1:
+                raise _bad(f"config.data.{name}", getattr(self, name), "must be ≥ 1.")
+        if self.num_workers < 0:
+            raise _bad("config.data.num_workers", self.num_workers, "must be ≥ 0 (0 = one per core).")
+
+    def check_records(self) -> None:
+        """What training on records needs (after the corpus stage has filled in its outputs)."""
+        if not self.train_files:
+            raise ValueError("config.data.train_files is empty; point it at record shards made by "
+                             "`python -m bertjax.prepare` (a glob or comma list), or set config.data.corpus.")
+        if self.dynamic_masking and not self.vocab_file:
+            raise ValueError("config.data.dynamic_masking=True re-masks with the records' vocabulary: set "
+                             "config.data.vocab_file to the vocab the records were made with.")
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    """`config.train`: batch, steps, phase and where the weights start from."""
+
+    global_batch_size: int = 256
+    micro_batches: int = 1
+    num_train_steps: int = 900_000
+    log_every_steps: int = 100
+    init_from: str = ""
+    phase: int = 1
+    profile_steps: int = 0
+
+    def validate(self) -> None:
+        for name in ("global_batch_size", "micro_batches", "num_train_steps", "log_every_steps"):
+            if getattr(self, name) < 1:
+                raise _bad(f"config.train.{name}", getattr(self, name), "must be ≥ 1.")
+        if self.global_batch_size % self.micro_batches:
+            raise ValueError(f"config.train.global_batch_size={self.global_batch_size} must divide by "
+                             f"config.train.micro_batches={self.micro_batches}.")
+        if self.phase not in (1, 2):
+            raise _bad("config.train.phase", self.phase, "must be 1 or 2.")
+        if self.phase == 2 and not self.init_from:
+            raise ValueError("config.train.phase=2 continues phase 1: set config.train.init_from to phase 1's "
+                             "workdir (e.g. configs/large.py:phase=2,init_from=/ckpt/large-phase1).")
+        if self.profile_steps < 0:
+            raise _bad("config.train.profile_steps", self.profile_steps, "must be ≥ 0 (0 = no profile).")
+
+
+@dataclasses.dataclass(frozen=True)
+class OptimConfig:
+    """`config.optim`: BERT's AdamW or LAMB and the learning-rate schedule."""
+
+    name: str = "adamw"  # adamw (BERT's, no bias correction) or lamb
+    learning_rate: float = 1e-4  # peak, reached at the end of warmup
+    warmup_steps: int = 10_000  # linear warmup from 0
+    decay: str = "linear"  # after warmup: linear | cosine to 0 at num_train_steps, or constant
+    weight_decay: float = 0.01  # decoupled; masked by optim.weight_decay_mask
+    b1: float = 0.9
+    b2: float = 0.999
+    eps: float = 1e-6
+    max_grad_norm: float = 1.0  # global-norm clipping; 0 = off
+
+    def validate(self, num_train_steps: Optional[int] = None) -> None:
+        """Raises one clear ValueError naming the first bad field."""
+        def bad(field: str, why: str) -> ValueError:
+            return _bad(f"config.optim.{field}", getattr(self, field), why)
+
+        if self.name not in OPTIMIZERS:
+            raise bad("name", f"is not one of {list(OPTIMIZERS)}.")
+        if self.decay not in DECAYS:
+            raise bad("decay", f"is not one of {list(DECAYS)}.")
+        if not (math.isfinite(self.learning_rate) and self.learning_rate > 0):
+            raise bad("learning_rate", "must be a positive number (the peak learning rate).")
+        if self.warmup_steps < 0:
+            raise bad("warmup_steps", "must be >= 0.")
+        if not (math.isfinite(self.weight_decay) and self.weight_decay >= 0):
+            raise bad("weight_decay", "must be >= 0.")
+        for field in ("b1", "b2"):
+            if not 0.0 <= getattr(self, field) < 1.0:
+                raise bad(field, "must be in [0, 1).")
+        if not (math.isfinite(self.eps) and self.eps > 0):
+            raise bad("eps", "must be > 0 (it keeps m / (sqrt(v) + eps) finite for zero gradients).")
+        if not (math.isfinite(self.max_grad_norm) and self.max_grad_norm >= 0):
+            raise bad("max_grad_norm", "must be >= 0 (0 turns clipping off).")
+        if num_train_steps is not None:
+            if int(num_train_steps) < 1:
+                raise ValueError(f"config.train.num_train_steps={num_train_steps} must be a positive integer.")
+            if self.warmup_steps > num_train_steps:
+                raise bad("warmup_steps", f"exceeds config.train.num_train_steps={num_train_steps}; "
+                                          "warmup must end within the run.")
+
+
+Rules = tuple[tuple[str, Any], ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class MeshConfig:
+    """`config.mesh`: device axes (data, fsdp, tensor) and the logical-axis rules that map onto them."""
+
+    shape: tuple[int, ...] = (-1, 1, 1)
+    logical_axis_rules: Rules = (
+        ("batch", ("data", "fsdp")), ("embed", "fsdp"), ("vocab", "tensor"), ("heads", "tensor"),
+        ("mlp", "tensor"), ("kv", None), ("length", None), ("layers", None))
+
+    def validate(self) -> None:
+        if len(self.shape) != len(MESH_AXES):
+            raise _bad("config.mesh.shape", self.shape, f"must have {len(MESH_AXES)} entries, one per axis "
+                                                        f"{MESH_AXES}.")
+        for name, axes in self.logical_axis_rules:
+            for axis in (axes,) if isinstance(axes, str) else tuple(axes or ()):
+                if axis not in MESH_AXES:
+                    raise ValueError(f"config.mesh.logical_axis_rules maps {name!r} to {axis!r}, which is not "
+                                     f"a mesh axis; use one of {MESH_AXES} or None.")
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckpointConfig:
+    """`config.checkpoint`: how often to save, what to keep, and the Hugging Face export at the end."""
+
+    every_steps: int = 10_000
+    keep: int = 3
+    keep_every: int = 100_000
+    export_hf: bool = False
+
+    def validate(self) -> None:
+        for name in ("every_steps", "keep"):
+            if getattr(self, name) < 1:
+                raise _bad(f"config.checkpoint.{name}", getattr(self, name), "must be ≥ 1.")
+        if self.keep_every < 0:
+            raise _bad("config.checkpoint.keep_every", self.keep_every, "must be ≥ 0 (0 = none).")
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalConfig:
+    """`config.eval`: held-out evaluation cadence and size, and the predictions printed at the end."""
+
+    every_steps: int = 10_000
+    num_batches: int = 100
+    show_predictions: int = 0
+
+    def validate(self) -> None:
+        if self.every_steps < 1:
+            raise _bad("config.eval.every_steps", self.every_steps, "must be ≥ 1.")
+        if self.num_batches < 0:
+            raise _bad("config.eval.num_batches", self.num_batches, "must be ≥ 0 (0 = the whole eval set).")
+        if self.show_predictions < 0:
+            raise _bad("config.eval.show_predictions", self.show_predictions, "must be ≥ 0.")
+
+
+@dataclasses.dataclass(frozen=True)
+class JobConfig:
+    """The whole pre-training config: one field per section of configs/default.py."""
+
+    seed: int = 0
+    model: ModelConfig = ModelConfig()
+    data: DataConfig = DataConfig()
+    train: TrainConfig = TrainConfig()
+    optim: OptimConfig = OptimConfig()
+    mesh: MeshConfig = MeshConfig()
+    checkpoint: CheckpointConfig = CheckpointConfig()
+    eval: EvalConfig = EvalConfig()
+
+    @classmethod
+    def from_configdict(cls, config: Any) -> "JobConfig":
+        """A ConfigDict (or nested mapping) → JobConfig, strictly, then validated."""
+        job = convert(cls, config, "config")
+        job.validate()
+        return job
+
+    def validate(self) -> None:
+        for section in (self.model, self.data, self.train, self.mesh, self.checkpoint, self.eval):
+            section.validate()
+        self.optim.validate(self.train.num_train_steps)
+        if self.data.max_seq_length > self.model.max_position_embeddings:
+            raise ValueError(f"config.data.max_seq_length={self.data.max_seq_length} exceeds "
+                             f"config.model.max_position_embeddings={self.model.max_position_embeddings}.")
+
+    def replace(self, **sections: Mapping[str, Any]) -> "JobConfig":
+        """A copy with fields of sections changed: `job.replace(data={"vocab_file": v})`."""
+        return dataclasses.replace(self, **{name: dataclasses.replace(getattr(self, name), **fields)
+                                            for name, fields in sections.items()})
+
+    def to_dict(self) -> dict:
+        """Plain JSON-able dict, in the config file's layout (written as workdir/config.json)."""
+        return dataclasses.asdict(self)
+
+
+# --- The one converter ------------------------------------------------------------------------------
+
+def convert(cls: type, section: Any, path: str) -> Any:
+    """A mapping → dataclass `cls`, field by field, by the field's type; errors name `path.key`."""
+    given = dict(section.items()) if hasattr(section, "items") else None
+    if given is None:
+        raise _bad(path, section, "must be a section of settings (a ConfigDict).")
+    hints = typing.get_type_hints(cls)
+    fields = [f.name for f in dataclasses.fields(cls)]
+    for key in given:
+        if key not in hints:
+            close = difflib.get_close_matches(key, fields, n=1)
+            hint = f"; did you mean {path}.{close[0]}?" if close else f"; the settings there are {fields}."
+            raise ValueError(f"{path}.{key} is not a setting{hint}")
+    for key in fields:
+        if key not in given:
+            raise ValueError(f"{path}.{key} is missing; start the config from configs/default.py, which sets "
+                             "every field.")
+    return cls(**{key: _coerce(given[key], hints[key], f"{path}.{key}") for key in fields})
+
+
+def _coerce(value: Any, kind: Any, path: str) -> Any:
+    if dataclasses.is_dataclass(kind):
+        return convert(kind, value, path)
+    if kind is bool:
+        if isinstance(value, bool):
+            return value
+        raise _bad(path, value, "must be True or False.")
+    if kind is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        raise _bad(path, value, "must be an integer.")
+    if kind is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        raise _bad(path, value, "must be a number.")
+    if kind is str:
+        if isinstance(value, str):
+            return value
+        raise _bad(path, value, "must be a string.")
+    if kind == tuple[int, ...]:
+        if isinstance(value, (list, tuple)):
+            return tuple(_coerce(v, int, f"{path}[{i}]") for i, v in enumerate(value))
+        raise _bad(path, value, "must be a tuple of integers, e.g. (-1, 1, 1).")
+    if kind == Rules:
+        try:
+            return tuple((str(name), tuple(axes) if isinstance(axes, (list, tuple)) else axes)
+                         for name, axes in value)
+        except (TypeError, ValueError):
+            raise _bad(path, value, "must be (logical axis, mesh axis or tuple of them or None) pairs.") from None
+    raise TypeError(f"{path}: no conversion for the type {kind}")  # a schema bug, not a user error
+
+
+# --- Config-file arguments --------------------------------------------------------------------------
+
+_TRUE, _FALSE = ("", "1", "true", "yes"), ("0", "false", "no")
+
+
+def parse_arg(arg: Optional[str], **spec: Any) -> types.SimpleNamespace:
+    """`"phase=2,runlocal"` → namespace(phase=2, runlocal=True) for spec `phase=1, runlocal=False`.
+
+    Each value takes the type of its default; a bare name sets a boolean. An unknown name or a value of
+    the wrong type is one ValueError (big_vision's `parse_arg`, made strict)."""
+    values = dict(spec)
+    for item in filter(None, (s.strip() for s in (arg or "").split(","))):
+        key, has_value, raw = (s.strip() for s in item.partition("="))
+        if key not in spec:
+            raise ValueError(f"config argument {key!r} is not known; this config file takes "
+                             f"{', '.join(f'{k}={v!r}' for k, v in spec.items()) or 'no arguments'}.")
+        default = spec[key]
+        if isinstance(default, bool):
+            if raw.lower() not in _TRUE + _FALSE:
+                raise ValueError(f"config argument {key}={raw!r} must be true or false.")
+            values[key] = raw.lower() in _TRUE
+        elif not has_value:
+            raise ValueError(f"config argument {key!r} needs a value ({key}=...).")
+        else:
+            try:
+                values[key] = type(default)(raw)
+            except ValueError:
+                raise ValueError(f"config argument {key}={raw!r} must be of type {type(default).__name__}.") from None
+    return types.SimpleNamespace(**values)

@@ -1,0 +1,249 @@
+"""What every job shares: model, optimizer, mesh, sharded abstract state and the compiled steps.
+
+`setup(config)` builds them once, as MaxText's `setup_train_loop` and t5x's `Trainer` do, and returns a
+frozen `Trainer`. The pre-training job (train.py), the tests and benchmarks/train_step.py all build
+through it, so the step they run is the step the job runs.
+
+State is created sharded: `jax.eval_shape` of the init gives shapes, the logical-axis rules give each
+leaf a sharding, and a jitted init with those `out_shardings` materialises it in place, never whole on
+one device. The train step is compiled ahead of time with donated state and its memory analysis logged.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from typing import Any, Callable, Optional, Sequence
+
+import flax
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from bertjax import metrics as metrics_lib
+from bertjax import model as model_lib
+from bertjax import optim as optim_lib
+from bertjax import sharding as sharding_lib
+from bertjax.config import JobConfig, TrainConfig
+from bertjax.data import pipeline as pipeline_lib
+
+log = logging.getLogger(__name__)
+Batch = dict[str, jax.Array]
+
+
+@flax.struct.dataclass
+class TrainState:
+    step: jax.Array  # int32 scalar: optimizer steps taken
+    params: Any
+    opt_state: Any
+    rng: jax.Array  # raw base key (uint32); dropout keys are folded from it by step and micro-batch
+
+
+# --- The steps ---------------------------------------------------------------------------------------
+
+def _forward_sums(model: nn.Module, params: Any, batch: Batch, nsp: bool, rng: Optional[jax.Array]) -> dict:
+    """Weighted (sum, count) metrics of one batch; dropout on when rng is given."""
+    out = model.apply({"params": params}, batch["input_ids"], batch["segment_ids"], batch["input_mask"],
+                      masked_lm_positions=batch["masked_lm_positions"], deterministic=rng is None,
+                      rngs=None if rng is None else {"dropout": rng})
+    return metrics_lib.pretraining_metrics(
+        out.mlm_logits, batch["masked_lm_ids"], batch["masked_lm_weights"],
+        out.nsp_logits if nsp else None, batch["next_sentence_labels"], batch[pipeline_lib.EXAMPLE_WEIGHT])
+
+
+def make_train_step(model: nn.Module, tx: optax.GradientTransformation, micro_batches: int, nsp: bool,
+                    learning_rate: Callable[[jax.Array], jax.Array], compute_shardings: Any = None) -> Callable:
+    """(state, batch) → (state, metrics). Gradients are summed over micro-batches inside the step.
+
+    `compute_shardings` (sharding.gathered_for_compute of the parameter shardings), when given, is how
+    the parameters are laid out for the forward and backward pass.
+
+    The loss is `metrics.pretraining_loss` with the *whole* batch's counts as denominators, in every
+    micro-batch: accumulating k micro-batches gives exactly the gradient of one batch k times larger.
+    """
+
+    def step(state: TrainState, batch: Batch) -> tuple[TrainState, dict]:
+        weight = batch[pipeline_lib.EXAMPLE_WEIGHT]
+        mlm_count = jnp.sum(batch["masked_lm_weights"] * weight[:, None])
+        nsp_count = jnp.sum(weight)
+        step_rng = jax.random.fold_in(state.rng, state.step)
+
+        def loss_fn(params, micro, rng):
+            if compute_shardings is not None:
+                params = jax.lax.with_sharding_constraint(params, compute_shardings)
+            sums = _forward_sums(model, params, micro, nsp, rng)
+            return metrics_lib.pretraining_loss(sums, mlm_count, nsp_count), sums
+
+        grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
+        if micro_batches == 1:
+            (loss, sums), grads = grad_fn(state.params, batch, step_rng)
+        else:
+            # Micro-batch i takes rows i, i+k, i+2k, …: each device keeps its own rows (no resharding).
+            split = jax.tree.map(lambda x: jnp.swapaxes(x.reshape((-1, micro_batches) + x.shape[1:]), 0, 1), batch)
+
+            def accumulate(carry, inputs):
+                index, micro = inputs
+                (loss_i, sums_i), grads_i = grad_fn(state.params, micro, jax.random.fold_in(step_rng, index))
+                loss, sums, grads = carry
+                return (loss + loss_i, jax.tree.map(jnp.add, sums, sums_i), jax.tree.map(jnp.add, grads, grads_i)), None
+
+            zero_sums = jax.eval_shape(lambda: _forward_sums(model, state.params, jax.tree.map(lambda x: x[0], split),
+                                                             nsp, None))
+            init = (jnp.zeros((), jnp.float32), jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), zero_sums),
+                    jax.tree.map(jnp.zeros_like, state.params))
+            (loss, sums, grads), _ = jax.lax.scan(accumulate, init, (jnp.arange(micro_batches), split))
+        updates, opt_state = tx.update(grads, state.opt_state, state.params)
+        params = optax.apply_updates(state.params, updates)
+        metrics = dict(sums, loss=(loss, jnp.ones((), jnp.float32)),
+                       grad_norm=(optax.global_norm(grads), jnp.ones((), jnp.float32)),
+                       learning_rate=(learning_rate(state.step), jnp.ones((), jnp.float32)))
+        return state.replace(step=state.step + 1, params=params, opt_state=opt_state), metrics
+
+    return step
+
+
+def make_eval_step(model: nn.Module, nsp: bool, compute_shardings: Any = None) -> Callable:
+    def step(params, batch):
+        if compute_shardings is not None:
+            params = jax.lax.with_sharding_constraint(params, compute_shardings)
+        return _forward_sums(model, params, batch, nsp, None)
+
+    return step
+
+
+# --- State -------------------------------------------------------------------------------------------
+
+def sharded_state(model: nn.Module, tx: optax.GradientTransformation, seed: int, seq_len: int,
+                  mesh: jax.sharding.Mesh, rules: sharding_lib.Rules) -> tuple[TrainState, TrainState, Callable]:
+    """(abstract state with shardings, shardings, jitted init that creates the state already sharded)."""
+    def create() -> TrainState:
+        rng = jax.random.PRNGKey(seed)
+        params = nn.meta.unbox(model.init(rng, **model_lib.dummy_inputs(1, seq_len))["params"])
+        return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params),
+                          rng=jax.random.fold_in(rng, 1))
+
+    boxed = jax.eval_shape(lambda: model.init(jax.random.PRNGKey(0), **model_lib.dummy_inputs(1, seq_len))["params"])
+    param_shardings = sharding_lib.logical_shardings(boxed, mesh, rules)
+    opt_abstract = jax.eval_shape(tx.init, nn.meta.unbox(boxed))
+    replicated = sharding_lib.replicated(mesh)
+    shardings = TrainState(step=replicated, params=param_shardings,
+                           opt_state=sharding_lib.optimizer_shardings(tx, opt_abstract, param_shardings, mesh),
+                           rng=replicated)
+    abstract = jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh),
+                            jax.eval_shape(create), shardings)
+    return abstract, shardings, jax.jit(create, out_shardings=shardings)
+
+
+def compile_train_step(step_fn: Callable, abstract: TrainState, shardings: TrainState, batch_abstract: dict,
+                       mesh: jax.sharding.Mesh, rules: sharding_lib.Rules) -> Any:
+    """The train step jitted with explicit shardings and donated state, compiled ahead of time.
+
+    Traced under the mesh and the logical-axis rules, so that the model's activation constraints
+    (`sharding.constrain`) pin activations to the batch axes instead of leaving the partitioner to
+    guess from the parameters."""
+    batch_shardings = {k: v.sharding for k, v in batch_abstract.items()}
+    jitted = jax.jit(step_fn, in_shardings=(shardings, batch_shardings),
+                     out_shardings=(shardings, sharding_lib.replicated(mesh)), donate_argnums=0)
+    start = time.perf_counter()
+    with sharding_lib.activation_rules(mesh, rules):
+        compiled = jitted.lower(abstract, batch_abstract).compile()
+    log.info("compile: train step compiled in %.1fs", time.perf_counter() - start)
+    try:
+        mem = compiled.memory_analysis()
+    except (NotImplementedError, AttributeError):  # some backends do not report it
+        mem = None
+    if mem is None:
+        log.info("compile: memory analysis not available on %s", jax.default_backend())
+    else:
+        gib = 2**30
+        log.info("compile: per-device memory — arguments %.3f GiB, outputs %.3f GiB, temporaries %.3f GiB, "
+                 "code %.3f GiB (arguments aliased with outputs: %.3f GiB)",
+                 mem.argument_size_in_bytes / gib, mem.output_size_in_bytes / gib, mem.temp_size_in_bytes / gib,
+                 mem.generated_code_size_in_bytes / gib, mem.alias_size_in_bytes / gib)
+    return compiled
+
+
+# --- The trainer -------------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Trainer:
+    """Everything a job needs to run steps of `config` on `mesh`; build it with `setup`."""
+
+    config: JobConfig
+    model: model_lib.BertForPreTraining
+    tx: optax.GradientTransformation
+    learning_rate: optax.Schedule
+    mesh: jax.sharding.Mesh
+    rules: sharding_lib.Rules
+    abstract_state: TrainState  # ShapeDtypeStructs carrying their shardings
+    state_shardings: TrainState
+    batch_abstract: dict[str, jax.ShapeDtypeStruct]  # the global batch, with its shardings
+    train_step: Any  # compiled: (state, global batch) → (state, metrics); the state is donated
+    init_state: Callable[[], TrainState]  # a fresh state, created sharded
+    _eval_step: Callable = dataclasses.field(repr=False)
+
+    @property
+    def local_batch_size(self) -> int:
+        return process_batch_size(self.config.train)
+
+    def global_batch(self, local: dict[str, np.ndarray]) -> Batch:
+        """Every process's host batch → one global batch sharded over the mesh's batch axes."""
+        return sharding_lib.global_batch(local, self.mesh, self.rules)
+
+    def eval_step(self, params: Any, batch: Batch) -> metrics_lib.Metrics:
+        """(sum, count) metrics of a global batch, without dropout."""
+        with sharding_lib.activation_rules(self.mesh, self.rules):  # the first call traces the step
+            return self._eval_step(params, batch)
+
+    def state_from_params(self, params: Any) -> TrainState:
+        """A fresh state (step 0, new optimizer state) around host `params` (`config.train.init_from`)."""
+        from bertjax import checkpoint as checkpoint_lib
+
+        params = checkpoint_lib.place(params, self.state_shardings.params)
+        opt_state = jax.jit(self.tx.init, out_shardings=self.state_shardings.opt_state)(params)
+        return self.init_state().replace(params=params, opt_state=opt_state)
+
+
+def process_batch_size(train: TrainConfig) -> int:
+    """Rows of the global batch each process feeds (its input pipeline's batch size)."""
+    if train.global_batch_size % jax.process_count():
+        raise ValueError(f"config.train.global_batch_size={train.global_batch_size} must divide by the "
+                         f"process count {jax.process_count()}.")
+    return train.global_batch_size // jax.process_count()
+
+
+def setup(config: JobConfig, devices: Optional[Sequence[jax.Device]] = None) -> Trainer:
+    """Model, optimizer, mesh over `devices` (default: all), sharded abstract state, compiled train step.
+
+    Errors a user can cause (a batch the mesh or the processes cannot split) are one ValueError."""
+    train, data = config.train, config.data
+    process_batch_size(train)
+    model = model_lib.from_config(config.model)
+    tx = optim_lib.make_optimizer(config.optim, train.num_train_steps)
+    learning_rate = optim_lib.schedule(config.optim, train.num_train_steps)
+    rules = config.mesh.logical_axis_rules
+    mesh = sharding_lib.make_mesh(config.mesh.shape, devices)
+    split = sharding_lib.batch_axis_size(mesh, rules)
+    if (train.global_batch_size // train.micro_batches) % split:
+        raise ValueError(f"config.train.global_batch_size / micro_batches = "
+                         f"{train.global_batch_size // train.micro_batches} must divide by the {split} ways the "
+                         f"batch is split over mesh {dict(mesh.shape)}.")
+    abstract, shardings, init = sharded_state(model, tx, config.seed, data.max_seq_length, mesh, rules)
+    batch_abstract = {
+        name: jax.ShapeDtypeStruct(shape, dtype, sharding=sharding_lib.batch_sharding(mesh, rules, len(shape)))
+        for name, (shape, dtype) in pipeline_lib.batch_shapes(train.global_batch_size, data.max_seq_length,
+                                                              data.max_predictions_per_seq).items()}
+    compute_shardings = sharding_lib.gathered_for_compute(shardings.params)
+    nsp = data.next_sentence_prediction
+    train_step = compile_train_step(make_train_step(model, tx, train.micro_batches, nsp, learning_rate,
+                                                    compute_shardings), abstract, shardings, batch_abstract,
+                                    mesh, rules)
+    eval_step = jax.jit(make_eval_step(model, nsp, compute_shardings),
+                        in_shardings=(shardings.params, {k: v.sharding for k, v in batch_abstract.items()}),
+                        out_shardings=sharding_lib.replicated(mesh))
+    return Trainer(config=config, model=model, tx=tx, learning_rate=learning_rate, mesh=mesh, rules=rules,
+                   abstract_state=abstract, state_shardings=shardings, batch_abstract=batch_abstract,
+                   train_step=train_step, init_state=init, _eval_step=eval_step)
