@@ -119,9 +119,8 @@ def test_misspelled_missing_and_ill_typed_keys_are_named():
     del config.eval["every_steps"]
     with pytest.raises(ValueError, match=r"config\.eval\.every_steps is missing"):
         JobConfig.from_configdict(config)
-    config = load("tiny")
-    config.unlock()
-    config.data.max_seq_length = "128"
+    config = load("tiny").to_dict()  # e.g. a config made from JSON: ConfigDict's own type checks are gone
+    config["data"]["max_seq_length"] = "128"
     with pytest.raises(ValueError, match=r"config\.data\.max_seq_length='128' must be an integer"):
         JobConfig.from_configdict(config)
     config = load("tiny")

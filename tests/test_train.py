@@ -12,6 +12,7 @@ import pytest
 
 import train_setup
 from bertjax import checkpoint as checkpoint_lib
+from bertjax import metrics as metrics_lib
 from bertjax import model as model_lib
 from bertjax import optim as optim_lib
 from bertjax import sharding as sharding_lib
@@ -100,7 +101,8 @@ def trained(pydocs_data, tmp_path_factory):
     """One whole job, in-process: eval with baselines, checkpoints, HF export, predictions."""
     workdir = tmp_path_factory.mktemp("trained")
     config = train_setup.small_config(pydocs_data, **{"train.num_train_steps": 6, "eval.every_steps": 3,
-                                                      "checkpoint.export_hf": True, "eval.show_predictions": 1})
+                                                      "checkpoint.export_hf": True, "eval.show_predictions": 1,
+                                                      "train.profile_steps": 2})
     result = train.train_and_evaluate(config, str(workdir))
     return workdir, config, result
 
@@ -188,11 +190,37 @@ def test_records_disagreeing_with_the_config_fail_before_compiling(pydocs_data, 
     assert not (tmp_path / "checkpoints").exists() or not os.listdir(tmp_path / "checkpoints")
 
 
-def test_a_nan_loss_stops_with_a_clear_error(pydocs_data, tmp_path):
+def test_a_nan_loss_stops_with_a_clear_error_and_closes_everything(pydocs_data, tmp_path, monkeypatch):
+    closed = []
+    for cls in (metrics_lib.MetricWriter, checkpoint_lib.Checkpointer):
+        def close(self, _original=cls.close, _name=cls.__name__):
+            closed.append(_name)
+            _original(self)
+        monkeypatch.setattr(cls, "close", close)
     config = train_setup.small_config(pydocs_data, **{"train.num_train_steps": 3})
     config.optim.update(learning_rate=1e30, warmup_steps=0, max_grad_norm=0.0)
     with pytest.raises(FloatingPointError, match="lower config.optim.learning_rate"):
         train.train_and_evaluate(config, str(tmp_path))
+    assert sorted(closed) == ["Checkpointer", "MetricWriter"]  # the one exit path, as at the end of a run
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert rows and rows[-1]["loss"] is None  # the non-finite row was written and flushed
+
+
+def test_library_modules_log_under_the_bertjax_logger(caplog):
+    """Each module logs to `bertjax.<module>`, so the job's INFO level shows it (sharding's notice once went
+    to the root logger, whose WARNING level hid it)."""
+    arch = model_lib.config_for_size("tiny", vocab_size=1001, max_position_embeddings=16)
+    model = model_lib.BertForPreTraining(arch, scan_layers=False)
+    boxed = jax.eval_shape(lambda: model.init(jax.random.PRNGKey(0), **model_lib.dummy_inputs(1, 8))["params"])
+    with caplog.at_level("INFO", logger="bertjax"):
+        sharding_lib.logical_shardings(boxed, sharding_lib.make_mesh((1, 1, 8)), JobConfig().mesh.logical_axis_rules)
+    assert any(r.name == "bertjax.sharding" and "stay replicated" in r.getMessage() for r in caplog.records)
+
+
+def test_profile_window_traces_steps_after_warm_up(trained):
+    workdir, _, _ = trained
+    traces = list((workdir / train.PROFILE_DIR).rglob("*.xplane.pb"))
+    assert len(traces) == 1 and traces[0].stat().st_size > 0
 
 
 def test_bad_mesh_and_batch_settings_are_one_sentence(pydocs_data, tmp_path):
