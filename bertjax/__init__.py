@@ -6,7 +6,7 @@ __version__ = "0.1.0"
 
 # Imported on first use, so that `python -m bertjax.prepare` workers do not pay for importing JAX.
 _LAZY = {
-    "from_pretrained": "bertjax.hf", "save_pretrained": "bertjax.hf",
+    "from_pretrained": "bertjax.pretrained", "save_pretrained": "bertjax.hf",
     "BertConfig": "bertjax.model", "BertForPreTraining": "bertjax.model", "BertOutput": "bertjax.model",
     "config_for_size": "bertjax.model",
 }

@@ -192,26 +192,3 @@ def place(params: Any, shardings: Any) -> Any:
     return jax.tree.map(lambda x, s: jax.make_array_from_callback(x.shape, s, lambda idx: x[idx]),
                         params, shardings)
 
-
-def load_init_params(path: str, model: model_lib.BertForPreTraining) -> dict:
-    """`config.train.init_from`: weights only (host arrays, the model's layer layout) from a bertjax
-    workdir or a Hugging Face directory; a different architecture is one clear error."""
-    from bertjax import hf
-
-    if is_workdir(path):
-        fingerprint, params = load_params(path)
-        arch = model_lib.BertConfig(**fingerprint["model"])
-    elif os.path.isfile(os.path.join(path, hf.CONFIG_NAME)):
-        loaded, params = hf.from_pretrained(path)
-        arch, params = loaded.config, jax.device_get(params)
-    else:
-        raise FileNotFoundError(f"config.train.init_from={path} is neither a bertjax workdir (with "
-                                f"{CHECKPOINTS}/) nor a Hugging Face directory (with config.json).")
-    if arch != model.config:
-        diff = ", ".join(f"{f}={getattr(arch, f)}" for f in model_lib.CONFIG_FIELDS
-                         if getattr(arch, f) != getattr(model.config, f))
-        raise ValueError(f"config.train.init_from={path} holds a different model ({diff}); set config.model to "
-                         "match it.")
-    if model.scan_layers:
-        params = model_lib.stack_layers(params, arch.num_hidden_layers)
-    return params

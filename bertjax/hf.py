@@ -264,6 +264,10 @@ def _check_tied_decoder(tensors: dict[str, np.ndarray], params: dict, source: st
                          "them as BERT does, so an untied checkpoint cannot be loaded faithfully.")
 
 
+def has_config(path: str) -> bool:
+    return os.path.isfile(os.path.join(path, CONFIG_NAME))
+
+
 def load_config(path: str) -> model_lib.BertConfig:
     config_file = os.path.join(path, CONFIG_NAME)
     if not os.path.isfile(config_file):
@@ -272,24 +276,11 @@ def load_config(path: str) -> model_lib.BertConfig:
     return model_lib.BertConfig.from_json_file(config_file)
 
 
-def from_pretrained(path: str, *, dtype: Any = jnp.float32, scan_layers: bool = False,
-                    remat_policy: str = "none", seed: int = 0) -> tuple[model_lib.BertForPreTraining, dict]:
-    """Loads a Hugging Face BERT directory (safetensors), or a bertjax workdir's latest checkpoint."""
-    from bertjax import checkpoint as checkpoint_lib
-
-    if checkpoint_lib.is_workdir(path):
-        fingerprint, params = checkpoint_lib.load_params(path)
-        config = model_lib.BertConfig(**fingerprint["model"])
-        model = model_lib.BertForPreTraining(config, dtype=dtype, scan_layers=scan_layers, remat_policy=remat_policy)
-        params = jax.tree.map(jnp.asarray, params)
-        return model, model_lib.stack_layers(params, config.num_hidden_layers) if scan_layers else params
+def load(path: str, seed: int = 0) -> tuple[model_lib.BertConfig, dict]:
+    """(architecture, params in the loop layout) of a Hugging Face BERT directory (safetensors); heads the
+    directory lacks are initialised from `seed`. `bertjax.from_pretrained` also takes bertjax workdirs."""
     if not os.path.isdir(path):
         raise FileNotFoundError(f"{path} is not a directory; point at a Hugging Face BERT directory.")
     config = load_config(path)
-    files = _weight_files(path)
-    tensors, origin = _read_safetensors(files)
-    params = from_hf_state_dict(config, tensors, jax.random.PRNGKey(seed), source=path, origin=origin)
-    model = model_lib.BertForPreTraining(config, dtype=dtype, scan_layers=scan_layers, remat_policy=remat_policy)
-    if scan_layers:
-        params = model_lib.stack_layers(params, config.num_hidden_layers)
-    return model, params
+    tensors, origin = _read_safetensors(_weight_files(path))
+    return config, from_hf_state_dict(config, tensors, jax.random.PRNGKey(seed), source=path, origin=origin)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import Any, Callable, Optional
 
 import flax
 import flax.linen as nn
@@ -22,9 +22,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from bertjax import sharding as sharding_lib
-
-if TYPE_CHECKING:  # config.py builds on this module
-    from bertjax import config as config_lib
 
 Array = jax.Array
 Dtype = Any
@@ -430,8 +427,8 @@ def unstack_layers(params: dict) -> dict:
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 
 
-def from_config(cfg: "config_lib.ModelConfig") -> BertForPreTraining:
-    """`config.model` → the model: the one place the model section becomes code."""
+def from_config(cfg: Any) -> BertForPreTraining:
+    """`config.model` (a `config.ModelConfig`) → the model: the one place the model section becomes code."""
     cfg.validate()
     return BertForPreTraining(cfg.architecture, dtype=DTYPES[cfg.dtype], scan_layers=cfg.scan_layers,
                               remat_policy=cfg.remat_policy)

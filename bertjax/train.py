@@ -21,6 +21,7 @@ import numpy as np
 from bertjax import checkpoint as checkpoint_lib
 from bertjax import metrics as metrics_lib
 from bertjax import model as model_lib
+from bertjax import pretrained
 from bertjax import trainer as trainer_lib
 from bertjax.config import JobConfig
 from bertjax.data import pipeline as pipeline_lib
@@ -163,7 +164,7 @@ def train_and_evaluate(config: Any, workdir: str, compile_only: bool = False) ->
             state = checkpoints.restore(latest, trainer.abstract_state, train_data)
             log.info("restore: resumed from %s/%d", checkpoints.directory, latest)
         elif job.train.init_from:
-            state = trainer.state_from_params(checkpoint_lib.load_init_params(job.train.init_from, trainer.model))
+            state = trainer.state_from_params(pretrained.init_params(job.train.init_from, trainer.model))
             log.info("restore: weights from %s; fresh optimizer state", job.train.init_from)
         else:
             state = trainer.init_state()

@@ -19,7 +19,8 @@ import time
 import numpy as np
 import pytest
 
-from bertjax.data import instances, shards
+from bertjax.data import instances
+from bertjax.data import shards as shards_lib
 from bertjax.data import tokenization
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -58,10 +59,10 @@ def read_records(out: pathlib.Path) -> tuple[dict[str, np.ndarray], list[int]]:
 def run(out: pathlib.Path, input_file, vocab_file, *, seed: int = 12345, num_shards: int = 3, num_workers: int = 1,
         runner: str = "local", beam_args: tuple = (), **instance_kw) -> dict:
     instance_kw = {"max_seq_length": SEQ, "max_predictions_per_seq": PRED, "dupe_factor": 2, **instance_kw}
-    cfg = shards.PrepareConfig(input_file=str(input_file), output_dir=str(out), vocab_file=str(vocab_file),
+    cfg = shards_lib.PrepareConfig(input_file=str(input_file), output_dir=str(out), vocab_file=str(vocab_file),
                                 random_seed=seed, num_shards=num_shards,
                                 instance=instances.InstanceConfig(**instance_kw))
-    return shards.prepare(cfg, num_workers=num_workers, runner=runner, beam_args=beam_args,
+    return shards_lib.prepare(cfg, num_workers=num_workers, runner=runner, beam_args=beam_args,
                            progress_stream=io.StringIO())
 
 
@@ -299,7 +300,7 @@ def test_same_seed_same_bytes_whatever_the_worker_count_another_seed_differs(mad
     assert all(same_bytes(out, tmp_path / "again"))
     # Two workers: this process and a spawned one. Hold this process after its first shard until the other
     # has finished one, so that both really write shards (else this one may do them all before the other starts).
-    process_shard, mine = shards.process_shard, []
+    process_shard, mine = shards_lib.process_shard, []
 
     def held(cfg, work, **kw):
         result = process_shard(cfg, work, **kw)
@@ -311,7 +312,7 @@ def test_same_seed_same_bytes_whatever_the_worker_count_another_seed_differs(mad
             time.sleep(0.05)
         return result
 
-    monkeypatch.setattr(shards, "process_shard", held)
+    monkeypatch.setattr(shards_lib, "process_shard", held)
     metadata = run(tmp_path / "two", corpus[0], vocab_file, num_workers=2)
     assert 0 < len(mine) < 3, f"this process wrote shards {mine}: the spawned worker did none"
     assert all(same_bytes(out, tmp_path / "two")) and metadata["counts"] == made[1]["counts"]
@@ -339,7 +340,7 @@ def test_non_utf8_lines_and_empty_files_are_counted(vocab_file, tmp_path):
     metadata = run(tmp_path / "out", tmp_path / "in" / "*.txt", vocab_file, num_shards=2)
     assert metadata["replaced"]["non_utf8_lines"] == 2 and metadata["skipped"]["empty_files"] == 2
     assert metadata["counts"]["documents"] == 2 and metadata["counts"]["instances"] > 0
-    assert "2 non utf8 lines" in shards.summary(metadata) and "2 empty files" in shards.summary(metadata)
+    assert "2 non utf8 lines" in shards_lib.summary(metadata) and "2 empty files" in shards_lib.summary(metadata)
     # A corpus that yields nothing is an error naming the input and why, and leaves no metadata.json
     # behind, so its empty shards never pass for a data set.
     with pytest.raises(ValueError, match=r"b\.txt yielded no training instances .*skipped 1 empty files"):

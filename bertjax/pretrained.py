@@ -1,0 +1,51 @@
+"""Weights from a path, whatever wrote them: a bertjax workdir or a Hugging Face directory.
+
+`bertjax.from_pretrained(path)` and the job's `config.train.init_from` both resolve a path here, so a
+new kind of source (google-research/bert's TF1 checkpoints) is added in one place. checkpoint.py reads
+workdirs and hf.py reads Hugging Face directories; neither knows about the other.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from bertjax import checkpoint as checkpoint_lib
+from bertjax import hf
+from bertjax import model as model_lib
+
+
+def load(path: str, seed: int = 0) -> tuple[model_lib.BertConfig, dict]:
+    """(architecture, params in the loop layout) from a bertjax workdir (its latest checkpoint) or a Hugging
+    Face directory (heads it lacks initialised from `seed`)."""
+    if checkpoint_lib.is_workdir(path):
+        fingerprint, params = checkpoint_lib.load_params(path)
+        return model_lib.BertConfig(**fingerprint["model"]), params
+    return hf.load(path, seed)
+
+
+def from_pretrained(path: str, *, dtype: Any = jnp.float32, scan_layers: bool = False,
+                    remat_policy: str = "none", seed: int = 0) -> tuple[model_lib.BertForPreTraining, dict]:
+    """(model, params) from a Hugging Face BERT directory (safetensors) or a bertjax workdir."""
+    config, params = load(path, seed)
+    model = model_lib.BertForPreTraining(config, dtype=dtype, scan_layers=scan_layers, remat_policy=remat_policy)
+    params = jax.tree.map(jnp.asarray, params)
+    return model, model_lib.stack_layers(params, config.num_hidden_layers) if scan_layers else params
+
+
+def init_params(path: str, model: model_lib.BertForPreTraining) -> dict:
+    """`config.train.init_from`: weights only, as host arrays in the model's layer layout; a different
+    architecture is one clear error."""
+    if not (checkpoint_lib.is_workdir(path) or hf.has_config(path)):
+        raise FileNotFoundError(f"config.train.init_from={path} is neither a bertjax workdir (with "
+                                f"{checkpoint_lib.CHECKPOINTS}/) nor a Hugging Face directory (with {hf.CONFIG_NAME}).")
+    arch, params = load(path)
+    if arch != model.config:
+        diff = ", ".join(f"{f}={getattr(arch, f)}" for f in model_lib.CONFIG_FIELDS
+                         if getattr(arch, f) != getattr(model.config, f))
+        raise ValueError(f"config.train.init_from={path} holds a different model ({diff}); set config.model to "
+                         "match it.")
+    params = jax.device_get(params)
+    return model_lib.stack_layers(params, arch.num_hidden_layers) if model.scan_layers else params
