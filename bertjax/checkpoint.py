@@ -191,4 +191,3 @@ def place(params: Any, shardings: Any) -> Any:
     """Host arrays → global arrays with the given shardings (every process holds the whole value)."""
     return jax.tree.map(lambda x, s: jax.make_array_from_callback(x.shape, s, lambda idx: x[idx]),
                         params, shardings)
-

@@ -58,11 +58,6 @@ def schedule(cfg: OptimConfig, num_train_steps: int) -> optax.Schedule:
     return lr
 
 
-def learning_rate_at(cfg: OptimConfig, num_train_steps: int, step: int) -> float:
-    """Host-side convenience for logs: the learning rate of the update made at `step`."""
-    return float(schedule(cfg, num_train_steps)(step))
-
-
 # --- Weight-decay mask -------------------------------------------------------------------------------
 
 def _dict_keys(path: tuple) -> list[str]:

@@ -185,10 +185,6 @@ class Trainer:
     init_state: Callable[[], TrainState]  # a fresh state, created sharded
     _eval_step: Callable = dataclasses.field(repr=False)
 
-    @property
-    def local_batch_size(self) -> int:
-        return process_batch_size(self.config.train)
-
     def global_batch(self, local: dict[str, np.ndarray]) -> Batch:
         """Every process's host batch → one global batch sharded over the mesh's batch axes."""
         return sharding_lib.global_batch(local, self.mesh, self.rules)

@@ -97,7 +97,7 @@ def test_linear_schedule_values():
     expected = {0: 0.0, 50: 5e-4, 99: 9.9e-4, 100: 1e-3, 550: 5e-4, 910: 1e-4, 1000: 0.0, 1500: 0.0}
     for step, value in expected.items():
         assert float(lr(step)) == pytest.approx(value, abs=1e-9), step
-    assert optim.learning_rate_at(_cfg(learning_rate=1e-3, warmup_steps=100), 1000, 550) == pytest.approx(5e-4)
+    assert float(lr(np.int64(550))) == pytest.approx(5e-4)  # a host step, as a log line would pass
     # traceable with an int32 step, as inside the train step
     assert float(jax.jit(lr)(jnp.int32(50))) == pytest.approx(5e-4)
 

@@ -5,6 +5,7 @@ way google-research/bert's create_pretraining_data.py writes them."""
 import collections
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -130,6 +131,25 @@ def test_two_processes_train_like_one_with_the_same_global_batch(pydocs_data, tm
     assert [r["step"] for r in two] == [1, 2, 3, 4]
     for key in ("loss", "mlm_accuracy", "nsp_accuracy", "grad_norm"):
         np.testing.assert_allclose([r[key] for r in two], [r[key] for r in one], rtol=1e-5, err_msg=key)
+
+
+def test_sigterm_stops_every_process_at_one_step(pydocs_data, tmp_path):
+    """Several processes: JAX's preemption service turns a SIGTERM into one agreed step at which every
+    process saves and exits 0, with no collective in the loop to find out."""
+    c = job_config(pydocs_data, **{"train.num_train_steps": 400, "checkpoint.every_steps": 1000})
+    c.mesh.shape = (-1, 1, 1)
+    config_file = train_setup.write_config(c, tmp_path / "config.py")
+    address = f"127.0.0.1:{free_port()}"
+    procs = [start(config_file, tmp_path / "work", devices=2,
+                   args=(f"--coordinator_address={address}", "--num_processes=2", f"--process_id={i}"))
+             for i in range(2)]
+    wait_for_step(procs[0], tmp_path / "work", 3)
+    procs[1].send_signal(signal.SIGTERM)  # one host is told; both must stop
+    outputs = [finish(p) for p in procs]
+    stopped = [int(re.search(r"stopped at step (\d+)", out).group(1)) for out in outputs]
+    assert stopped[0] == stopped[1] < 400, stopped
+    steps = [int(s) for s in os.listdir(tmp_path / "work" / checkpoint_lib.CHECKPOINTS) if s.isdigit()]
+    assert steps == [stopped[0]]
 
 
 def write_like_google_research_bert(records: list[dict], path: str) -> None:

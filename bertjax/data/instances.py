@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import dataclasses
 import random
-from typing import Optional
 
 import numpy as np
 
@@ -268,16 +267,3 @@ def unmask(input_ids: np.ndarray, positions: np.ndarray, ids: np.ndarray, weight
     r, c = np.nonzero(weights > 0)
     out[r, positions[r, c]] = ids[r, c]
     return out
-
-
-def masking_stats(arrays: dict[str, np.ndarray], vocab: Vocab, original: Optional[np.ndarray] = None) -> dict:
-    """Shares of [MASK] / random / kept among predictions, and predictions per token (for tests, metadata)."""
-    w = arrays["masked_lm_weights"] > 0
-    r, c = np.nonzero(w)
-    at = arrays["input_ids"][r, arrays["masked_lm_positions"][r, c]]
-    label = arrays["masked_lm_ids"][r, c]
-    total = max(len(at), 1)
-    return {"predictions": int(len(at)), "mask_share": float(np.mean(at == vocab.mask_id)) if len(at) else 0.0,
-            "kept_share": float(np.mean((at == label) & (at != vocab.mask_id))) if len(at) else 0.0,
-            "random_share": float(np.sum((at != label) & (at != vocab.mask_id)) / total),
-            "predictions_per_token": float(len(at) / max(arrays["input_mask"].sum(), 1))}

@@ -106,7 +106,7 @@ def _tf():
                     tf.config.set_visible_devices([], kind)
             except (RuntimeError, ValueError) as e:  # runtime already initialised by someone else
                 log.warning("pipeline: could not hide %s devices from TensorFlow (%s); it may hold "
-                                "accelerator memory. Build the pipeline before other TF use.", kind, e)
+                            "accelerator memory. Build the pipeline before other TF use.", kind, e)
         _HIDDEN = True
     return tf
 
@@ -222,7 +222,7 @@ class InputPipeline:
             per_process = [sum(counts[i::p]) for i in range(p)]
         if total < p:
             log.warning("pipeline: %d eval records for %d processes; processes %s get only padding rows.",
-                            total, p, [i for i, n in enumerate(per_process) if n == 0])
+                        total, p, [i for i, n in enumerate(per_process) if n == 0])
         self.num_examples = per_process[c.process_index]
         self.num_batches = max(1, math.ceil(max(per_process) / c.batch_size))
         if c.max_batches:

@@ -78,7 +78,7 @@ def prepare_data(config: JobConfig, workdir: str) -> JobConfig:
         if not vocab_file:
             log.info("data: training a %d-token WordPiece vocab on the train documents", d.corpus_vocab_size)
             tok = tokenization.train_wordpiece(_sentences(train_txt), d.corpus_vocab_size,
-                                                os.path.join(out, "vocab"), do_lower_case=d.do_lower_case)
+                                               os.path.join(out, "vocab"), do_lower_case=d.do_lower_case)
             vocab_file = str(tok.path)
         for name, text, dupe in (("train", train_txt, d.dupe_factor), ("heldout", heldout_txt, d.heldout_dupe_factor)):
             cfg = shards.PrepareConfig(
