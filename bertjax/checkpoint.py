@@ -65,9 +65,10 @@ class PipelineRestore(ocp.args.CheckpointArgs):
     pipeline: Any
 
 
-def model_fingerprint(model: model_lib.BertForPreTraining) -> dict:
-    """What a checkpoint's params depend on: the architecture and the layer layout."""
-    return {"model": model.config.to_dict(), "scan_layers": bool(model.scan_layers)}
+def model_fingerprint(architecture: model_lib.BertConfig, scan_layers: bool) -> dict:
+    """What a checkpoint's params depend on: the architecture and the layer layout (not the dtype, remat
+    or attention implementation, which compute the same function of the same params)."""
+    return {"model": architecture.to_dict(), "scan_layers": bool(scan_layers)}
 
 
 def _handlers() -> dict:

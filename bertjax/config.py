@@ -18,6 +18,7 @@ import types
 import typing
 from typing import Any, Mapping, Optional
 
+from bertjax import attention as attention_lib
 from bertjax import model as model_lib
 from bertjax.data import instances as instances_lib
 from bertjax.sharding import MESH_AXES
@@ -54,6 +55,7 @@ class ModelConfig:
     dtype: str = "float32"
     scan_layers: bool = True
     remat_policy: str = "none"
+    attention: str = "auto"
 
     @property
     def architecture(self) -> model_lib.BertConfig:
@@ -62,6 +64,8 @@ class ModelConfig:
     def validate(self) -> None:
         if self.dtype not in model_lib.DTYPES:
             raise _bad("config.model.dtype", self.dtype, f"is not one of {list(model_lib.DTYPES)}.")
+        if self.attention not in attention_lib.IMPLEMENTATIONS:
+            raise _bad("config.model.attention", self.attention, f"is not one of {list(attention_lib.IMPLEMENTATIONS)}.")
         if self.remat_policy not in model_lib.REMAT_POLICIES:
             raise _bad("config.model.remat_policy", self.remat_policy,
                        f"is not one of {list(model_lib.REMAT_POLICIES)}.")

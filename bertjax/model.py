@@ -21,6 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from bertjax import attention as attention_lib
 from bertjax import sharding as sharding_lib
 
 Array = jax.Array
@@ -255,14 +256,17 @@ def _reshape_boxed(value: Any, shape: tuple[int, ...]) -> Any:
 
 
 class BertLayer(nn.Module):
-    """One post-LayerNorm transformer layer. Signature `(x, bias) -> (x, None)` so `nn.scan` can carry x."""
+    """One post-LayerNorm transformer layer. Signature `(x, bias, mask) -> (x, None)` so `nn.scan` can
+    carry x. The xla attention adds `attention_bias`; fused kernels mask by `input_mask` (attention.py)."""
 
     config: BertConfig
     dtype: Dtype = jnp.float32
     deterministic: bool = True
+    attention: str = "xla"  # resolved: xla | splash | cudnn
+    packed: bool = False
 
     @nn.compact
-    def __call__(self, x: Array, attention_bias: Array) -> tuple[Array, None]:
+    def __call__(self, x: Array, attention_bias: Optional[Array], input_mask: Array) -> tuple[Array, None]:
         cfg = self.config
         heads, head_dim = cfg.num_attention_heads, cfg.head_dim
         act = ACTIVATIONS[cfg.hidden_act]
@@ -274,12 +278,15 @@ class BertLayer(nn.Module):
         bias = jnp.stack([b for _, b in projections]).astype(self.dtype)  # [3, heads, kv]
         qkv = jnp.einsum("bsm,mthd->bsthd", x.astype(self.dtype), kernel) + bias
         q, k, v = (sharding_lib.constrain(qkv[:, :, i], ("batch", "length", "heads", "kv")) for i in range(3))
-        # Scores and softmax in float32 whatever the compute dtype.
-        scores = jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=jnp.float32)
-        scores = scores / np.sqrt(head_dim).astype(np.float32) + attention_bias
-        probs = jax.nn.softmax(scores, axis=-1)
-        probs = Dropout(cfg.attention_probs_dropout_prob)(probs, deterministic=self.deterministic)
-        context = jnp.einsum("bhqk,bkhd->bqhd", probs.astype(self.dtype), v)
+        if self.attention == "xla":
+            # Scores and softmax in float32 whatever the compute dtype.
+            scores = jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=jnp.float32)
+            scores = scores / np.sqrt(head_dim).astype(np.float32) + attention_bias
+            probs = jax.nn.softmax(scores, axis=-1)
+            probs = Dropout(cfg.attention_probs_dropout_prob)(probs, deterministic=self.deterministic)
+            context = jnp.einsum("bhqk,bkhd->bqhd", probs.astype(self.dtype), v)
+        else:
+            context = attention_lib.fused(self.attention, q, k, v, input_mask, self.packed)
         attn = nn.DenseGeneral(cfg.hidden_size, axis=(-2, -1), dtype=self.dtype, name="attention_output",
                                kernel_init=_init(cfg, ("heads", "kv", "embed")),
                                bias_init=_zeros(("embed",)))(context)
@@ -306,21 +313,25 @@ class BertEncoder(nn.Module):
     dtype: Dtype = jnp.float32
     scan_layers: bool = False
     remat_policy: str = "none"
+    attention: str = "xla"
+    packed: bool = False
 
     @nn.compact
-    def __call__(self, x: Array, attention_bias: Array, deterministic: bool) -> Array:
+    def __call__(self, x: Array, attention_bias: Optional[Array], input_mask: Array, deterministic: bool) -> Array:
         layer_cls = BertLayer
         if self.remat_policy != "none":
             layer_cls = nn.remat(BertLayer, policy=REMAT_POLICIES[self.remat_policy],
                                  prevent_cse=not self.scan_layers)
         if self.scan_layers:
             stack = nn.scan(layer_cls, variable_axes={"params": 0}, split_rngs={"params": True, "dropout": True},
-                            in_axes=nn.broadcast, length=self.config.num_hidden_layers,
+                            in_axes=(nn.broadcast, nn.broadcast), length=self.config.num_hidden_layers,
                             metadata_params={nn.PARTITION_NAME: "layers"}, unroll=_scan_unroll(self.config))
-            x, _ = stack(self.config, self.dtype, deterministic, name="layers")(x, attention_bias)
+            x, _ = stack(self.config, self.dtype, deterministic, self.attention, self.packed,
+                         name="layers")(x, attention_bias, input_mask)
             return x
         for i in range(self.config.num_hidden_layers):
-            x, _ = layer_cls(self.config, self.dtype, deterministic, name=f"layer_{i}")(x, attention_bias)
+            x, _ = layer_cls(self.config, self.dtype, deterministic, self.attention, self.packed,
+                             name=f"layer_{i}")(x, attention_bias, input_mask)
         return x
 
 
@@ -331,19 +342,21 @@ class BertModel(nn.Module):
     dtype: Dtype = jnp.float32
     scan_layers: bool = False
     remat_policy: str = "none"
+    attention: str = "xla"
+    packed: bool = False
 
     def setup(self):
         cfg = self.config
         self.embeddings = BertEmbeddings(cfg, self.dtype)
-        self.encoder = BertEncoder(cfg, self.dtype, self.scan_layers, self.remat_policy)
+        self.encoder = BertEncoder(cfg, self.dtype, self.scan_layers, self.remat_policy, self.attention, self.packed)
         self.pooler = _dense(cfg, cfg.hidden_size, ("embed", "mlp"), self.dtype, "pooler")
 
     def __call__(self, input_ids: Array, segment_ids: Array, input_mask: Array,
                  deterministic: bool = True) -> tuple[Array, Array]:
         x = self.embeddings(input_ids, segment_ids, deterministic)
-        # Key padding mask as an additive bias, [batch, 1, 1, keys], as BERT and HF build it.
-        attention_bias = jnp.where(input_mask[:, None, None, :] > 0, 0.0, jnp.finfo(jnp.float32).min)
-        x = self.encoder(x, attention_bias.astype(jnp.float32), deterministic)
+        # Key padding (and, packed, other instances) as an additive bias, as BERT and HF build it.
+        attention_bias = attention_lib.xla_bias(input_mask, self.packed) if self.attention == "xla" else None
+        x = self.encoder(x, attention_bias, input_mask, deterministic)
         pooled = jnp.tanh(self.pooler(x[:, 0]))
         return x, pooled
 
@@ -355,12 +368,16 @@ class BertForPreTraining(nn.Module):
     dtype: Dtype = jnp.float32  # compute dtype; parameters stay float32
     scan_layers: bool = False  # nn.scan over layers: one compiled layer, params stacked on "layers"
     remat_policy: str = "none"  # one of REMAT_POLICIES
+    attention: str = "xla"  # xla | splash | cudnn (attention.choose resolves config.model.attention)
+    packed: bool = False  # rows hold several instances: input_mask numbers them 1..k
 
     def setup(self):
         cfg = self.config
         if self.remat_policy not in REMAT_POLICIES:
             raise ValueError(f"remat_policy={self.remat_policy!r} is not one of {list(REMAT_POLICIES)}.")
-        self.bert = BertModel(cfg, self.dtype, self.scan_layers, self.remat_policy)
+        if self.attention not in attention_lib.IMPLEMENTATIONS or self.attention == "auto":
+            raise ValueError(f"attention={self.attention!r} is not one of xla, splash, cudnn.")
+        self.bert = BertModel(cfg, self.dtype, self.scan_layers, self.remat_policy, self.attention, self.packed)
         self.transform = _dense(cfg, cfg.hidden_size, ("embed", "mlp"), self.dtype, "transform")
         self.transform_layer_norm = _layer_norm(cfg, self.dtype, "transform_layer_norm")
         self.mlm_bias = self.param("mlm_bias", _zeros(("vocab",)), (cfg.vocab_size,))
@@ -427,8 +444,13 @@ def unstack_layers(params: dict) -> dict:
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 
 
-def from_config(cfg: Any) -> BertForPreTraining:
-    """`config.model` (a `config.ModelConfig`) → the model: the one place the model section becomes code."""
+def from_config(cfg: Any, platform: Optional[str] = None) -> BertForPreTraining:
+    """`config.model` (a `config.ModelConfig`) → the model: the one place the model section becomes code.
+
+    `platform` (cpu, gpu, tpu; default: JAX's backend) is where it will run: what `attention=auto`
+    resolves to, and whether splash runs compiled or interpreted."""
     cfg.validate()
+    implementation = attention_lib.choose(cfg.attention, cfg.attention_probs_dropout_prob,
+                                          platform or jax.default_backend())
     return BertForPreTraining(cfg.architecture, dtype=DTYPES[cfg.dtype], scan_layers=cfg.scan_layers,
-                              remat_policy=cfg.remat_policy)
+                              remat_policy=cfg.remat_policy, attention=implementation)

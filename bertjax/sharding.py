@@ -113,15 +113,24 @@ def activation_rules(mesh: Mesh, rules: Rules) -> Iterator[None]:
         _ACTIVATION_CONTEXT.reset(token)
 
 
+def current_mesh_and_rules() -> tuple[Mesh, tuple] | None:
+    """(mesh, rules) while a step is traced inside `activation_rules`; None outside it."""
+    return _ACTIVATION_CONTEXT.get()
+
+
+def logical_spec(shape: tuple[int, ...], logical_axes: Sequence[str | None], mesh: Mesh, rules: Rules) -> PartitionSpec:
+    """The PartitionSpec of an array of `shape` whose dimensions carry these logical names."""
+    return _divisible(shape, nn.logical_to_mesh_axes(tuple(logical_axes), rules), mesh)
+
+
 def constrain(x: jax.Array, logical_axes: Sequence[str | None]) -> jax.Array:
     """Shards an activation by its logical axes (e.g. ("batch", "length", "embed")) inside
     `activation_rules`; unchanged outside it (init, eager use, single-device apply)."""
-    context = _ACTIVATION_CONTEXT.get()
+    context = current_mesh_and_rules()
     if context is None:
         return x
     mesh, rules = context
-    spec = _divisible(x.shape, nn.logical_to_mesh_axes(tuple(logical_axes), rules), mesh)
-    return jax.lax.with_sharding_constraint(x, NamedSharding(mesh, spec))
+    return jax.lax.with_sharding_constraint(x, NamedSharding(mesh, logical_spec(x.shape, logical_axes, mesh, rules)))
 
 
 def gathered_for_compute(shardings: Any, axis: str = "fsdp") -> Any:

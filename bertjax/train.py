@@ -20,7 +20,6 @@ import numpy as np
 
 from bertjax import checkpoint as checkpoint_lib
 from bertjax import metrics as metrics_lib
-from bertjax import model as model_lib
 from bertjax import pretrained
 from bertjax import trainer as trainer_lib
 from bertjax.config import JobConfig
@@ -129,10 +128,10 @@ def train_and_evaluate(config: Any, workdir: str, compile_only: bool = False) ->
         os.makedirs(workdir, exist_ok=True)
         with open(os.path.join(workdir, "config.json"), "w") as f:
             json.dump(job.to_dict(), f, indent=2, sort_keys=True)
-    model = model_lib.from_config(job.model)
+    architecture = job.model.architecture
     log.info("setup: %d process(es), %d device(s) (%s), model %s: %s", jax.process_count(), jax.device_count(),
-             jax.default_backend(), job.model.size, model.config)
-    fingerprint = checkpoint_lib.model_fingerprint(model)
+             jax.default_backend(), job.model.size, architecture)
+    fingerprint = checkpoint_lib.model_fingerprint(architecture, job.model.scan_layers)
 
     # ===== data =====
     # The schema check runs here, before compilation: a mismatched record set is one clear error.
@@ -173,7 +172,7 @@ def train_and_evaluate(config: Any, workdir: str, compile_only: bool = False) ->
         # ===== loop =====
         num_steps, global_batch, seq_len = (job.train.num_train_steps, job.train.global_batch_size,
                                             job.data.max_seq_length)
-        flops = metrics_lib.flops_per_sequence(model.config, seq_len, job.data.max_predictions_per_seq)
+        flops = metrics_lib.flops_per_sequence(architecture, seq_len, job.data.max_predictions_per_seq)
         peak = metrics_lib.peak_flops_per_device(jax.devices()[0].device_kind, job.model.dtype)
         meter = metrics_lib.Throughput(num_steps)
         profile = _Profile(workdir, start_step, job.train.profile_steps)
@@ -237,7 +236,7 @@ def train_and_evaluate(config: Any, workdir: str, compile_only: bool = False) ->
         from bertjax import predict
 
         eval_data.reset()
-        predict.show_predictions(model, jax.device_get(state.params), next(eval_data), job.data.vocab_file,
+        predict.show_predictions(trainer.model, jax.device_get(state.params), next(eval_data), job.data.vocab_file,
                                  job.data.do_lower_case, job.eval.show_predictions)
     log.info("done: %d steps in %s", step, workdir)
     return last_eval

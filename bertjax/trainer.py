@@ -217,11 +217,11 @@ def setup(config: JobConfig, devices: Optional[Sequence[jax.Device]] = None) -> 
     Errors a user can cause (a batch the mesh or the processes cannot split) are one ValueError."""
     train, data = config.train, config.data
     process_batch_size(train)
-    model = model_lib.from_config(config.model)
-    tx = optim_lib.make_optimizer(config.optim, train.num_train_steps)
-    learning_rate = optim_lib.schedule(config.optim, train.num_train_steps)
     rules = config.mesh.logical_axis_rules
     mesh = sharding_lib.make_mesh(config.mesh.shape, devices)
+    model = model_lib.from_config(config.model, platform=mesh.devices.flat[0].platform)
+    tx = optim_lib.make_optimizer(config.optim, train.num_train_steps)
+    learning_rate = optim_lib.schedule(config.optim, train.num_train_steps)
     split = sharding_lib.batch_axis_size(mesh, rules)
     if (train.global_batch_size // train.micro_batches) % split:
         raise ValueError(f"config.train.global_batch_size / micro_batches = "

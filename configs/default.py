@@ -52,6 +52,9 @@ def make(size: str, phase: int, init_from: str, runlocal: bool) -> ml_collection
     c.model.dtype = "float32"  # compute dtype: float32 or bfloat16 (params, softmax and loss stay float32)
     c.model.scan_layers = True  # nn.scan over layers: compile one layer, not num_hidden_layers of them
     c.model.remat_policy = "none"  # none | full | dots | dots_no_batch: what a layer keeps for backprop
+    # Fused kernels (splash, cudnn) have no attention dropout: they need attention_probs_dropout_prob=0, and
+    # auto keeps xla while it is > 0. The params are the same whichever computes them.
+    c.model.attention = "auto"  # xla (any backend) | splash (Pallas TPU kernel) | cudnn (GPU) | auto (the best one)
 
     # --- data: pre-masked TFRecords made by `python -m bertjax.prepare` (or google-research/bert).
     c.data = ml_collections.ConfigDict()

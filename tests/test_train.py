@@ -76,14 +76,14 @@ def test_checkpoint_saved_on_8_devices_restores_on_1(pydocs_data, data, tmp_path
     _, state = run_steps(config, (1, 4, 2), jax.devices(), data[:2])
     job = JobConfig.from_configdict(config)
     model = model_lib.from_config(job.model)
-    ckpt = checkpoint_lib.Checkpointer(str(tmp_path), CheckpointConfig(), checkpoint_lib.model_fingerprint(model))
+    ckpt = checkpoint_lib.Checkpointer(str(tmp_path), CheckpointConfig(), checkpoint_lib.model_fingerprint(model.config, model.scan_layers))
     ckpt.save(2, state, force=True)
     ckpt.close()
     # Onto a single device, through the resume path...
     tx = optim_lib.make_optimizer(job.optim, job.train.num_train_steps)
     mesh1 = sharding_lib.make_mesh((1, 1, 1), jax.devices()[:1])
     abstract, _, _ = trainer_lib.sharded_state(model, tx, 0, train_setup.SEQ, mesh1, job.mesh.logical_axis_rules)
-    ckpt = checkpoint_lib.Checkpointer(str(tmp_path), CheckpointConfig(), checkpoint_lib.model_fingerprint(model))
+    ckpt = checkpoint_lib.Checkpointer(str(tmp_path), CheckpointConfig(), checkpoint_lib.model_fingerprint(model.config, model.scan_layers))
     restored = ckpt.restore(2, abstract)
     ckpt.close()
     assert int(restored.step) == 2

@@ -1,0 +1,140 @@
+"""Attention implementations behind `config.model.attention`: xla, splash, cudnn, and auto.
+
+- `xla`: einsum + softmax in float32 with attention-probability dropout; the reference, any backend.
+- `splash`: Pallas's TPU splash-attention kernel (`make_splash_mha`, a full mask with segment ids),
+  under `shard_map` over the mesh's batch and head axes. Off TPU the same kernel runs in Pallas
+  interpret mode: slow, but how the tests and a user without a TPU check it.
+- `cudnn`: `jax.nn.dot_product_attention(implementation="cudnn")` on NVIDIA GPUs.
+- `auto`: splash on TPU, cudnn on GPU, xla elsewhere, and xla wherever attention dropout is on.
+
+One mask serves all of them: `input_mask` holds per token 0 for padding, else the number of the
+instance the token belongs to (1 in an unpacked row, 1..k in a packed row). A real token attends to the
+tokens of its own instance only. Padding queries differ by implementation (xla: every real key, as
+BERT's key-padding mask; splash: the other padding tokens) but their outputs are never used.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from bertjax import sharding as sharding_lib
+
+log = logging.getLogger(__name__)
+IMPLEMENTATIONS = ("xla", "splash", "cudnn", "auto")
+FUSED = ("splash", "cudnn")
+_SPLASH_LANES = 128  # splash's blocks are multiples of this: sequences are padded up to one
+
+
+def choose(requested: str, attention_probs_dropout_prob: float, platform: str) -> str:
+    """The implementation `requested` resolves to on `platform` (cpu, gpu, tpu); says why for auto.
+
+    Fused kernels have no attention-probability dropout: asking for one with dropout on is an error."""
+    if requested not in IMPLEMENTATIONS:
+        raise ValueError(f"config.model.attention={requested!r} is not one of {list(IMPLEMENTATIONS)}.")
+    if requested == "auto":
+        best = {"tpu": "splash", "gpu": "cudnn"}.get(platform, "xla")
+        if best != "xla" and attention_probs_dropout_prob > 0:
+            log.info("attention: auto chose xla on %s: config.model.attention_probs_dropout_prob=%g, and %s "
+                     "has no attention dropout (set it to 0 for %s)", platform, attention_probs_dropout_prob,
+                     best, best)
+            return "xla"
+        log.info("attention: auto chose %s on %s", best, platform)
+        return best
+    if requested in FUSED and attention_probs_dropout_prob > 0:
+        raise ValueError(f"config.model.attention={requested} has no attention-probability dropout but "
+                         f"config.model.attention_probs_dropout_prob={attention_probs_dropout_prob}; set "
+                         "--config.model.attention_probs_dropout_prob=0 (as MosaicBERT and ModernBERT do) or "
+                         "use --config.model.attention=xla.")
+    if requested == "cudnn" and platform != "gpu":
+        raise ValueError(f"config.model.attention=cudnn needs an NVIDIA GPU, but the devices are {platform}; "
+                         "use --config.model.attention=xla (or auto).")
+    if requested == "splash" and platform != "tpu":
+        log.info("attention: splash on %s runs the TPU kernel in Pallas interpret mode (slow: for checking "
+                 "numerics, not for training)", platform)
+    return requested
+
+
+def xla_bias(input_mask: jax.Array, packed: bool) -> jax.Array:
+    """Additive float32 bias: [batch, 1, 1, keys] masking padding keys, or [batch, 1, queries, keys]
+    also masking other instances when rows are packed."""
+    mask = input_mask.astype(jnp.int32)
+    allowed = (mask > 0)[:, None, None, :]
+    if packed:
+        same = (mask[:, :, None] == mask[:, None, :]) | (mask[:, :, None] == 0)
+        allowed = allowed & same[:, None]
+    return jnp.where(allowed, 0.0, jnp.finfo(jnp.float32).min).astype(jnp.float32)
+
+
+def fused(implementation: str, q: jax.Array, k: jax.Array, v: jax.Array, input_mask: jax.Array,
+          packed: bool) -> jax.Array:
+    """Attention output [batch, length, heads, kv] of q, k, v [batch, length, heads, kv] by a fused kernel."""
+    if implementation == "splash":
+        return _splash(q, k, v, input_mask.astype(jnp.int32))
+    return _cudnn(q, k, v, input_mask.astype(jnp.int32), packed)
+
+
+# --- splash -------------------------------------------------------------------------------------------
+
+def _splash_kernel(heads: int, length: int, interpret: bool):
+    from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel as kernel_lib
+    from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask as mask_lib
+
+    block = max(b for b in (512, 256, 128) if length % b == 0)
+    sizes = kernel_lib.BlockSizes(block_q=block, block_kv=block, block_kv_compute=block, block_q_dkv=block,
+                                  block_kv_dkv=block, block_kv_dkv_compute=block, block_q_dq=block,
+                                  block_kv_dq=block)
+    mask = mask_lib.MultiHeadMask([mask_lib.FullMask((length, length)) for _ in range(heads)])
+    return kernel_lib.make_splash_mha(mask, block_sizes=sizes, head_shards=1, q_seq_shards=1,
+                                      interpret=interpret), kernel_lib.SegmentIds
+
+
+def _splash_local(q: jax.Array, k: jax.Array, v: jax.Array, segments: jax.Array, interpret: bool) -> jax.Array:
+    """One device's share: q, k, v [batch, length, heads, kv], segments [batch, length]."""
+    length, heads, head_dim = q.shape[1:]
+    padded = math.ceil(length / _SPLASH_LANES) * _SPLASH_LANES
+    if padded != length:  # pad tokens form segment 0 with the row's own padding: no row is empty
+        q, k, v = (jnp.pad(x, ((0, 0), (0, padded - length), (0, 0), (0, 0))) for x in (q, k, v))
+        segments = jnp.pad(segments, ((0, 0), (0, padded - length)))
+    kernel, segment_ids = _splash_kernel(heads, padded, interpret)
+    scale = jnp.asarray(1.0 / np.sqrt(head_dim), q.dtype)  # the kernel does not scale by 1/√d itself
+
+    def one_row(q, k, v, s):  # kernel layout: [heads, length, kv]
+        return kernel(q.swapaxes(0, 1) * scale, k.swapaxes(0, 1), v.swapaxes(0, 1),
+                      segment_ids=segment_ids(s, s)).swapaxes(0, 1)
+
+    return jax.vmap(one_row)(q, k, v, segments)[:, :length]
+
+
+def _splash(q: jax.Array, k: jax.Array, v: jax.Array, segments: jax.Array) -> jax.Array:
+    context = sharding_lib.current_mesh_and_rules()
+    if context is None:  # eager use or one device outside the trainer
+        return _splash_local(q, k, v, segments, jax.default_backend() != "tpu")
+    mesh, rules = context
+    qkv_spec = sharding_lib.logical_spec(q.shape, ("batch", "length", "heads", "kv"), mesh, rules)
+    segment_spec = sharding_lib.logical_spec(segments.shape, ("batch", "length"), mesh, rules)
+    if qkv_spec[1] is not None:
+        raise ValueError("config.mesh.logical_axis_rules shard 'length', which splash attention needs whole on "
+                         "each device; map 'length' to None.")
+    interpret = mesh.devices.flat[0].platform != "tpu"
+    local = functools.partial(_splash_local, interpret=interpret)
+    return jax.shard_map(local, mesh=mesh, in_specs=(qkv_spec, qkv_spec, qkv_spec, segment_spec),
+                         out_specs=qkv_spec, check_vma=False)(q, k, v, segments)
+
+
+# --- cuDNN --------------------------------------------------------------------------------------------
+
+def _cudnn(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, packed: bool) -> jax.Array:
+    """Unpacked rows (real tokens first, then padding) pass their lengths; packed rows pass the instance
+    mask as a bias, which cuDNN's fused kernel takes too."""
+    if packed:
+        return jax.nn.dot_product_attention(q, k, v, bias=xla_bias(mask, True).astype(q.dtype),
+                                            implementation="cudnn")
+    lengths = jnp.sum(mask > 0, axis=1).astype(jnp.int32)
+    return jax.nn.dot_product_attention(q, k, v, query_seq_lengths=lengths, key_value_seq_lengths=lengths,
+                                        implementation="cudnn")

@@ -1,0 +1,143 @@
+"""config.model.attention: how each name resolves, and splash (Pallas interpret mode on this CPU) against
+the xla reference in fp32: outputs and gradients w.r.t. every parameter, with padding and with packed
+instances, loop and scan layers, on one device and on a (data, fsdp, tensor) mesh of 8 virtual devices."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from bertjax import attention
+from bertjax import metrics as metrics_lib
+from bertjax import model as model_lib
+from bertjax import sharding as sharding_lib
+from bertjax.config import JobConfig
+
+SEQ, PRED, VOCAB = 48, 6, 300  # 48 is no multiple of splash's 128: the kernel pads and slices
+RULES = JobConfig().mesh.logical_axis_rules
+
+
+# --- Which implementation ----------------------------------------------------------------------------
+
+def test_auto_picks_the_backends_kernel_and_says_why(caplog):
+    with caplog.at_level("INFO", logger="bertjax"):
+        assert attention.choose("auto", 0.0, "cpu") == "xla"
+        assert attention.choose("auto", 0.0, "tpu") == "splash"
+        assert attention.choose("auto", 0.0, "gpu") == "cudnn"
+        assert attention.choose("auto", 0.1, "tpu") == "xla"
+    assert "auto chose splash on tpu" in caplog.text
+    assert "auto chose xla on tpu: config.model.attention_probs_dropout_prob=0.1" in caplog.text
+
+
+@pytest.mark.parametrize("name", ["splash", "cudnn"])
+def test_a_fused_kernel_with_attention_dropout_names_both_ways_out(name):
+    with pytest.raises(ValueError, match=rf"attention={name} has no attention-probability dropout .*"
+                                         r"attention_probs_dropout_prob=0 .* or use --config.model.attention=xla"):
+        attention.choose(name, 0.1, "gpu")
+
+
+def test_cudnn_off_a_gpu_and_unknown_names_are_one_sentence():
+    with pytest.raises(ValueError, match="attention=cudnn needs an NVIDIA GPU, but the devices are cpu"):
+        attention.choose("cudnn", 0.0, "cpu")
+    with pytest.raises(ValueError, match=r"config.model.attention='flash' is not one of"):
+        JobConfig.from_configdict(dict(JobConfig().to_dict(), model=dict(JobConfig().to_dict()["model"],
+                                                                           attention="flash")))
+
+
+def test_splash_off_tpu_says_it_interprets(caplog):
+    with caplog.at_level("INFO", logger="bertjax"):
+        assert attention.choose("splash", 0.0, "cpu") == "splash"
+    assert "Pallas interpret mode" in caplog.text
+
+
+# --- splash equals xla ---------------------------------------------------------------------------------
+
+def batch(packed: bool) -> dict[str, np.ndarray]:
+    """4 rows: padded unpacked rows, or rows of 1–3 instances (input_mask numbers them) and padding."""
+    rng = np.random.default_rng(0)
+    input_mask = np.zeros((4, SEQ), np.int32)
+    for row, lengths in enumerate([[48], [30], [20, 15, 10], [12, 30]] if packed else [[48], [30], [40], [9]]):
+        start = 0
+        for i, n in enumerate(lengths):
+            input_mask[row, start:start + n] = i + 1
+            start += n
+    input_ids = rng.integers(5, VOCAB, (4, SEQ)) * (input_mask > 0)
+    positions = np.stack([rng.choice(np.flatnonzero(m), PRED, replace=False) for m in input_mask])
+    return dict(input_ids=input_ids.astype(np.int32), input_mask=input_mask,
+                segment_ids=(rng.random((4, SEQ)) < 0.5).astype(np.int32) * (input_mask > 0),
+                masked_lm_positions=positions.astype(np.int32),
+                masked_lm_ids=rng.integers(5, VOCAB, (4, PRED)).astype(np.int32),
+                masked_lm_weights=np.ones((4, PRED), np.float32),
+                next_sentence_labels=rng.integers(0, 2, (4,)).astype(np.int32))
+
+
+def loss_grads_and_output(implementation: str, scan: bool, packed: bool, mesh_shape=None):
+    arch = model_lib.config_for_size("tiny", vocab_size=VOCAB, hidden_size=64, num_attention_heads=4,
+                                     intermediate_size=128, max_position_embeddings=64,
+                                     hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    model = model_lib.BertForPreTraining(arch, scan_layers=scan, attention=implementation, packed=packed)
+    params = model_lib.init_params(model, jax.random.PRNGKey(0))
+    b = {k: jnp.asarray(v) for k, v in batch(packed).items()}
+
+    def loss(params, b):
+        out = model.apply({"params": params}, b["input_ids"], b["segment_ids"], b["input_mask"],
+                          masked_lm_positions=b["masked_lm_positions"])
+        sums = metrics_lib.pretraining_metrics(out.mlm_logits, b["masked_lm_ids"], b["masked_lm_weights"],
+                                               out.nsp_logits, b["next_sentence_labels"])
+        real = (b["input_mask"] > 0)[..., None]
+        return metrics_lib.pretraining_loss(sums), jnp.where(real, out.sequence_output, 0.0)
+
+    step = jax.jit(jax.value_and_grad(loss, has_aux=True))
+    if mesh_shape is None:
+        return step(params, b)
+    mesh = sharding_lib.make_mesh(mesh_shape)
+    boxed = jax.eval_shape(lambda: model.init(jax.random.PRNGKey(0), **model_lib.dummy_inputs(1, SEQ))["params"])
+    params = jax.device_put(params, sharding_lib.logical_shardings(boxed, mesh, RULES))
+    b = {k: jax.device_put(v, sharding_lib.batch_sharding(mesh, RULES, v.ndim)) for k, v in b.items()}
+    with sharding_lib.activation_rules(mesh, RULES):
+        return step(params, b)
+
+
+def assert_same(reference, other, label: str):
+    (loss_a, out_a), grads_a = reference
+    (loss_b, out_b), grads_b = other
+    np.testing.assert_allclose(float(loss_b), float(loss_a), rtol=1e-6, err_msg=label)
+    np.testing.assert_allclose(np.asarray(out_b), np.asarray(out_a), atol=1e-5, err_msg=label)
+    flat_a = jax.tree_util.tree_leaves_with_path(grads_a)
+    flat_b = jax.tree.leaves(grads_b)
+    assert len(flat_a) == len(flat_b)
+    for (path, a), b in zip(flat_a, flat_b):
+        np.testing.assert_allclose(np.asarray(b), np.asarray(a), atol=1e-5,
+                                   err_msg=f"{label}: d loss / d {jax.tree_util.keystr(path)}")
+
+
+@pytest.mark.parametrize("scan,packed", [(False, False), (True, True)], ids=["loop-padded", "scan-packed"])
+def test_splash_equals_xla_on_one_device(scan, packed):
+    reference = loss_grads_and_output("xla", scan, packed)
+    assert_same(reference, loss_grads_and_output("splash", scan, packed), f"scan={scan} packed={packed}")
+
+
+def test_splash_equals_xla_on_a_mesh_of_8_devices():
+    """Batch over data and fsdp, heads over tensor: splash runs under shard_map on each device's share."""
+    reference = loss_grads_and_output("xla", False, True)
+    assert_same(reference, loss_grads_and_output("splash", False, True, (2, 2, 2)), "mesh (2, 2, 2)")
+
+
+def test_packed_instances_do_not_see_each_other():
+    """A packed row computes each instance as if it stood alone in its own row (xla reference)."""
+    arch = model_lib.config_for_size("tiny", vocab_size=VOCAB, max_position_embeddings=64,
+                                     hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    packed = model_lib.BertForPreTraining(arch, packed=True)
+    alone = model_lib.BertForPreTraining(arch)
+    params = model_lib.init_params(alone, jax.random.PRNGKey(1))
+    ids = np.random.default_rng(1).integers(5, VOCAB, (1, SEQ)).astype(np.int32)
+    mask = np.zeros((1, SEQ), np.int32)
+    mask[0, :20], mask[0, 20:44] = 1, 2
+    together = packed.apply({"params": params}, ids, np.zeros_like(ids), mask).sequence_output
+    first = alone.apply({"params": params}, ids[:, :20], np.zeros((1, 20), np.int32),
+                        np.ones((1, 20), np.int32)).sequence_output
+    np.testing.assert_allclose(np.asarray(together[0, :20]), np.asarray(first[0]), atol=1e-5)
+    other = ids.copy()
+    other[0, 20:44] = 7  # the second instance's tokens change; the first instance's outputs must not
+    again = packed.apply({"params": params}, other, np.zeros_like(ids), mask).sequence_output
+    np.testing.assert_allclose(np.asarray(again[0, :20]), np.asarray(together[0, :20]), atol=1e-6)
