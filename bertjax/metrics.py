@@ -54,11 +54,15 @@ def _mlm_terms(mlm_logits, masked_lm_ids, masked_lm_weights, example_weight):
     return ce, correct, w
 
 
-def _nsp_terms(nsp_logits, next_sentence_labels, example_weight):
-    """Per-example cross-entropy, correctness and weight, float32 [batch]."""
+def _nsp_terms(nsp_logits, next_sentence_labels, example_weight, next_sentence_weights=None):
+    """Per-instance cross-entropy, correctness and weight, float32 [batch] (or [batch, k] for packed rows,
+    whose `next_sentence_weights` mark the instance slots in use)."""
     logits = jnp.asarray(nsp_logits, jnp.float32)
-    labels = jnp.asarray(next_sentence_labels).reshape(logits.shape[0]).astype(jnp.int32)
-    w = _example_weight(example_weight, logits.shape[0])
+    labels = jnp.asarray(next_sentence_labels).reshape(logits.shape[:-1]).astype(jnp.int32)
+    w = _example_weight(example_weight, logits.shape[0]).reshape((-1,) + (1,) * (logits.ndim - 2))
+    if next_sentence_weights is not None:
+        w = w * jnp.asarray(next_sentence_weights, jnp.float32)
+    w = jnp.broadcast_to(w, labels.shape)
     ce = optax.softmax_cross_entropy_with_integer_labels(logits, labels)
     correct = (_argmax(logits) == labels).astype(jnp.float32)
     return ce, correct, w
@@ -66,17 +70,19 @@ def _nsp_terms(nsp_logits, next_sentence_labels, example_weight):
 
 def pretraining_metrics(mlm_logits: Array, masked_lm_ids: Array, masked_lm_weights: Array,
                         nsp_logits: Optional[Array] = None, next_sentence_labels: Optional[Array] = None,
-                        example_weight: Optional[Array] = None) -> Metrics:
+                        example_weight: Optional[Array] = None,
+                        next_sentence_weights: Optional[Array] = None) -> Metrics:
     """{mlm_loss, mlm_accuracy[, nsp_loss, nsp_accuracy]} as (sum, count) float32 scalars.
 
-    MLM terms are weighted by masked_lm_weights × example_weight, NSP terms by example_weight.
-    With nsp_logits None (MLM-only data) the NSP keys are absent.
+    MLM terms are weighted by masked_lm_weights × example_weight, NSP terms by example_weight (times
+    next_sentence_weights for packed rows: one NSP term per instance). With nsp_logits None (MLM-only
+    data) the NSP keys are absent.
     """
     ce, correct, w = _mlm_terms(mlm_logits, masked_lm_ids, masked_lm_weights, example_weight)
     count = jnp.sum(w)
     out = {"mlm_loss": (jnp.sum(ce * w), count), "mlm_accuracy": (jnp.sum(correct * w), count)}
     if nsp_logits is not None:
-        ce, correct, w = _nsp_terms(nsp_logits, next_sentence_labels, example_weight)
+        ce, correct, w = _nsp_terms(nsp_logits, next_sentence_labels, example_weight, next_sentence_weights)
         count = jnp.sum(w)
         out["nsp_loss"] = (jnp.sum(ce * w), count)
         out["nsp_accuracy"] = (jnp.sum(correct * w), count)

@@ -223,8 +223,9 @@ class BertEmbeddings(nn.Module):
         self.layer_norm = _layer_norm(cfg, self.dtype, "LayerNorm")
         self.dropout = Dropout(cfg.hidden_dropout_prob)
 
-    def __call__(self, input_ids: Array, segment_ids: Array, deterministic: bool) -> Array:
-        positions = jnp.arange(input_ids.shape[-1])[None, :]
+    def __call__(self, input_ids: Array, segment_ids: Array, deterministic: bool,
+                 position_ids: Optional[Array] = None) -> Array:
+        positions = jnp.arange(input_ids.shape[-1])[None, :] if position_ids is None else position_ids
         x = self.word_embeddings(input_ids) + self.position_embeddings(positions)
         x = x + self.token_type_embeddings(segment_ids)
         x = self.layer_norm(x)
@@ -351,14 +352,17 @@ class BertModel(nn.Module):
         self.encoder = BertEncoder(cfg, self.dtype, self.scan_layers, self.remat_policy, self.attention, self.packed)
         self.pooler = _dense(cfg, cfg.hidden_size, ("embed", "mlp"), self.dtype, "pooler")
 
-    def __call__(self, input_ids: Array, segment_ids: Array, input_mask: Array,
-                 deterministic: bool = True) -> tuple[Array, Array]:
-        x = self.embeddings(input_ids, segment_ids, deterministic)
+    def __call__(self, input_ids: Array, segment_ids: Array, input_mask: Array, deterministic: bool = True,
+                 position_ids: Optional[Array] = None, cls_positions: Optional[Array] = None) -> tuple[Array, Array]:
+        """(sequence output, pooled output): the pooler reads the [CLS] at position 0, or with
+        `cls_positions` [batch, k] the [CLS] of each of a packed row's instances ([batch, k, hidden])."""
+        x = self.embeddings(input_ids, segment_ids, deterministic, position_ids)
         # Key padding (and, packed, other instances) as an additive bias, as BERT and HF build it.
         attention_bias = attention_lib.xla_bias(input_mask, self.packed) if self.attention == "xla" else None
         x = self.encoder(x, attention_bias, input_mask, deterministic)
-        pooled = jnp.tanh(self.pooler(x[:, 0]))
-        return x, pooled
+        cls = x[:, 0] if cls_positions is None else jnp.take_along_axis(
+            x, cls_positions[..., None].astype(jnp.int32), axis=1)
+        return x, jnp.tanh(self.pooler(cls))
 
 
 class BertForPreTraining(nn.Module):
@@ -384,8 +388,12 @@ class BertForPreTraining(nn.Module):
         self.nsp = _dense(cfg, 2, ("embed", None), self.dtype, "nsp")
 
     def __call__(self, input_ids: Array, segment_ids: Array, input_mask: Array,
-                 masked_lm_positions: Optional[Array] = None, deterministic: bool = True) -> BertOutput:
-        sequence, pooled = self.bert(input_ids, segment_ids, input_mask, deterministic)
+                 masked_lm_positions: Optional[Array] = None, deterministic: bool = True,
+                 position_ids: Optional[Array] = None, cls_positions: Optional[Array] = None) -> BertOutput:
+        """Packed rows (`packed=True`) number their instances 1..k in `input_mask` and pass each token's
+        position within its instance (`position_ids`) and each instance's [CLS] (`cls_positions`
+        [batch, k]): nsp_logits and pooled_output then have one row per instance ([batch, k, …])."""
+        sequence, pooled = self.bert(input_ids, segment_ids, input_mask, deterministic, position_ids, cls_positions)
         hidden = sequence
         if masked_lm_positions is not None:
             # Gather first so the vocabulary projection only runs on predicted positions.

@@ -1,0 +1,114 @@
+"""Sequence packing (bertjax.data.packing) and the model on packed rows: the same instances packed and
+unpacked give the same per-instance MLM and NSP losses and the same gradients, with xla and with splash
+(Pallas interpret mode)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from bertjax import metrics as metrics_lib
+from bertjax import model as model_lib
+from bertjax.data import packing
+
+SEQ, PRED, VOCAB, N = 64, 10, 300, 14
+
+
+def instances(seed: int = 0) -> dict[str, np.ndarray]:
+    """N unpacked instances of 8–60 tokens ([CLS] first), up to PRED masked positions each, NSP labels."""
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(8, 61, N)
+    input_mask = (np.arange(SEQ)[None] < lengths[:, None]).astype(np.int64)
+    input_ids = rng.integers(5, VOCAB, (N, SEQ)) * input_mask
+    input_ids[:, 0] = 2  # [CLS]
+    segment_ids = ((np.arange(SEQ)[None] >= lengths[:, None] // 2) * input_mask).astype(np.int64)
+    positions = np.zeros((N, PRED), np.int64)
+    weights = np.zeros((N, PRED), np.float32)
+    for i, n in enumerate(lengths):
+        p = np.sort(rng.choice(np.arange(1, n), min(PRED, max(1, n // 6)), replace=False))
+        positions[i, :len(p)], weights[i, :len(p)] = p, 1.0
+    return dict(input_ids=input_ids, input_mask=input_mask, segment_ids=segment_ids,
+                masked_lm_positions=positions, masked_lm_ids=rng.integers(5, VOCAB, (N, PRED)) * (weights > 0),
+                masked_lm_weights=weights, next_sentence_labels=rng.integers(0, 2, (N, 1)))
+
+
+CFG = packing.PackingConfig(SEQ, max_instances_per_row=3, max_predictions_per_row=2 * PRED)
+
+
+def test_every_instance_lands_once_within_the_row_limits():
+    arrays = instances()
+    lengths = arrays["input_mask"].sum(1)
+    rows = packing.assign_rows(lengths, (arrays["masked_lm_weights"] > 0).sum(1), CFG)
+    assert sorted(i for row in rows for i in row) == list(range(N))
+    for row in rows:
+        assert 1 <= len(row) <= 3 and lengths[row].sum() <= SEQ
+    packed = packing.pack(arrays, CFG)
+    assert len(packed["input_ids"]) == len(rows) < N
+    assert (packed["input_mask"] > 0).sum() == lengths.sum()  # every real token, no more
+    padding = {"unpacked": 1 - lengths.sum() / (N * SEQ), "packed": 1 - lengths.sum() / (len(rows) * SEQ)}
+    assert padding["packed"] < padding["unpacked"] / 2, padding
+    for r, row in enumerate(rows):  # each instance's tokens, positions, [CLS] and masks where they belong
+        for j, i in enumerate(row):
+            at = np.flatnonzero(packed["input_mask"][r] == j + 1)
+            np.testing.assert_array_equal(packed["input_ids"][r, at], arrays["input_ids"][i, :lengths[i]])
+            np.testing.assert_array_equal(packed["position_ids"][r, at], np.arange(lengths[i]))
+            assert packed["next_sentence_positions"][r, j] == at[0] and packed["next_sentence_weights"][r, j] == 1
+            assert packed["next_sentence_labels"][r, j] == arrays["next_sentence_labels"][i, 0]
+            mine = np.isin(packed["masked_lm_positions"][r], at) & (packed["masked_lm_weights"][r] > 0)
+            np.testing.assert_array_equal(packed["masked_lm_ids"][r, mine],
+                                          arrays["masked_lm_ids"][i][arrays["masked_lm_weights"][i] > 0])
+
+
+def test_an_instance_that_cannot_fit_is_refused():
+    with pytest.raises(ValueError, match="cannot be packed"):
+        packing.assign_rows(np.array([70]), np.array([3]), CFG)
+
+
+def per_instance_losses(implementation: str, packed: bool, arrays: dict):
+    """Loss, gradients, and each instance's summed MLM cross-entropy and its NSP cross-entropy."""
+    arch = model_lib.config_for_size("tiny", vocab_size=VOCAB, max_position_embeddings=SEQ,
+                                     hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    model = model_lib.BertForPreTraining(arch, attention=implementation, packed=packed)
+    params = model_lib.init_params(model_lib.BertForPreTraining(arch), jax.random.PRNGKey(0))
+    b = {k: jnp.asarray(v) for k, v in arrays.items()}
+    extra = dict(position_ids=b["position_ids"], cls_positions=b["next_sentence_positions"]) if packed else {}
+
+    def loss(params):
+        out = model.apply({"params": params}, b["input_ids"], b["segment_ids"], b["input_mask"],
+                          masked_lm_positions=b["masked_lm_positions"], **extra)
+        sums = metrics_lib.pretraining_metrics(out.mlm_logits, b["masked_lm_ids"], b["masked_lm_weights"],
+                                               out.nsp_logits, b["next_sentence_labels"],
+                                               next_sentence_weights=b.get("next_sentence_weights"))
+        mlm_ce = optax.softmax_cross_entropy_with_integer_labels(out.mlm_logits, b["masked_lm_ids"])
+        nsp_ce = optax.softmax_cross_entropy_with_integer_labels(
+            out.nsp_logits, b["next_sentence_labels"].reshape(out.nsp_logits.shape[:-1]))
+        return metrics_lib.pretraining_loss(sums), (mlm_ce * b["masked_lm_weights"], nsp_ce)
+
+    (value, (mlm_ce, nsp_ce)), grads = jax.jit(jax.value_and_grad(loss, has_aux=True))(params)
+    mlm_ce, nsp_ce = np.asarray(mlm_ce), np.asarray(nsp_ce)
+    if not packed:
+        return float(value), grads, mlm_ce.sum(1), nsp_ce
+    rows = packing.assign_rows(arrays["_lengths"], arrays["_predictions"], CFG)
+    mlm, nsp = np.zeros(N), np.zeros(N)
+    for r, members in enumerate(rows):
+        owner = arrays["input_mask"][r][arrays["masked_lm_positions"][r]]  # instance number of each slot
+        for j, i in enumerate(members):
+            mlm[i] = mlm_ce[r][(owner == j + 1) & (arrays["masked_lm_weights"][r] > 0)].sum()
+            nsp[i] = nsp_ce[r, j]
+    return float(value), grads, mlm, nsp
+
+
+@pytest.mark.parametrize("implementation", ["xla", "splash"])
+def test_packed_and_unpacked_give_the_same_losses_and_gradients(implementation):
+    arrays = instances()
+    packed = packing.pack(arrays, CFG)
+    packed.update(_lengths=arrays["input_mask"].sum(1), _predictions=(arrays["masked_lm_weights"] > 0).sum(1))
+    loss_u, grads_u, mlm_u, nsp_u = per_instance_losses("xla", False, arrays)
+    loss_p, grads_p, mlm_p, nsp_p = per_instance_losses(implementation, True,
+                                                        {k: v for k, v in packed.items()})
+    np.testing.assert_allclose(mlm_p, mlm_u, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(nsp_p, nsp_u, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(loss_p, loss_u, rtol=1e-6)
+    for (path, a), b in zip(jax.tree_util.tree_leaves_with_path(grads_u), jax.tree.leaves(grads_p)):
+        np.testing.assert_allclose(np.asarray(b), np.asarray(a), atol=1e-5, err_msg=jax.tree_util.keystr(path))
