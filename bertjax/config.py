@@ -21,6 +21,7 @@ from typing import Any, Mapping, Optional
 from bertjax import attention as attention_lib
 from bertjax import model as model_lib
 from bertjax.data import instances as instances_lib
+from bertjax.data import packing as packing_lib
 from bertjax.sharding import MESH_AXES
 
 OPTIMIZERS = ("adamw", "lamb")
@@ -97,6 +98,31 @@ class DataConfig:
     do_whole_word_mask: bool = False
     num_shards: int = 8
     num_workers: int = 0
+    packing: bool = False
+    max_instances_per_row: int = 3
+    max_predictions_per_row: int = 0
+
+    @property
+    def predictions_per_row(self) -> int:
+        """Prediction slots a packed row holds: the setting, or (0) max_predictions_per_seq plus one per
+        instance (each instance rounds its 15% up)."""
+        return self.max_predictions_per_row or self.max_predictions_per_seq + self.max_instances_per_row
+
+    @property
+    def record_predictions(self) -> int:
+        """Prediction slots per record: per instance, or per row when packed."""
+        return self.predictions_per_row if self.packing else self.max_predictions_per_seq
+
+    @property
+    def record_instances(self) -> int:
+        """Instance slots per record: 0 for unpacked records (one instance, google-research/bert's schema)."""
+        return self.max_instances_per_row if self.packing else 0
+
+    def packing_config(self) -> Optional[packing_lib.PackingConfig]:
+        """How prepare packs rows, or None when config.data.packing is off."""
+        if not self.packing:
+            return None
+        return packing_lib.PackingConfig(self.max_seq_length, self.max_instances_per_row, self.predictions_per_row)
 
     def instance_config(self, dupe_factor: Optional[int] = None) -> instances_lib.InstanceConfig:
         """How instances are paired and masked, for `prepare` and for dynamic masking."""
@@ -111,6 +137,12 @@ class DataConfig:
                      "corpus_vocab_size", "dupe_factor", "heldout_dupe_factor", "num_shards"):
             if getattr(self, name) < 1:
                 raise _bad(f"config.data.{name}", getattr(self, name), "must be ≥ 1.")
+        for name in ("max_instances_per_row",):
+            if getattr(self, name) < 1:
+                raise _bad(f"config.data.{name}", getattr(self, name), "must be ≥ 1.")
+        if self.max_predictions_per_row < 0:
+            raise _bad("config.data.max_predictions_per_row", self.max_predictions_per_row,
+                       "must be ≥ 0 (0 = max_predictions_per_seq + max_instances_per_row).")
         if self.num_workers < 0:
             raise _bad("config.data.num_workers", self.num_workers, "must be ≥ 0 (0 = one per core).")
 
@@ -119,6 +151,9 @@ class DataConfig:
         if not self.train_files:
             raise ValueError("config.data.train_files is empty; point it at record shards made by "
                              "`python -m bertjax.prepare` (a glob or comma list), or set config.data.corpus.")
+        if self.dynamic_masking and self.packing:
+            raise ValueError("config.data.dynamic_masking=True does not re-mask packed records yet; turn one of "
+                             "config.data.dynamic_masking and config.data.packing off.")
         if self.dynamic_masking and not self.vocab_file:
             raise ValueError("config.data.dynamic_masking=True re-masks with the records' vocabulary: set "
                              "config.data.vocab_file to the vocab the records were made with.")

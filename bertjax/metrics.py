@@ -162,9 +162,10 @@ def baselines(batches: Iterable[Mapping[str, np.ndarray]]) -> dict[str, float]:
             token_counts[:counts.size] += counts
         if batch.get("next_sentence_labels") is not None:
             has_nsp = True
-            labels = np.asarray(batch["next_sentence_labels"]).reshape(ids.shape[0])
-            nsp_total += float(ew.sum())
-            nsp_zero += float(ew[labels == 0].sum())
+            labels = np.asarray(batch["next_sentence_labels"]).reshape(ids.shape[0], -1)
+            nsp_w = ew[:, None] * np.asarray(batch.get("next_sentence_weights", np.ones(labels.shape)), np.float64)
+            nsp_total += float(nsp_w.sum())
+            nsp_zero += float(nsp_w[labels == 0].sum())
     total = float(token_counts.sum())
     out = {"mlm_accuracy_baseline": float(token_counts.max()) / total if total > 0 else float("nan")}
     if has_nsp:
@@ -222,12 +223,18 @@ def peak_flops_per_device(device_kind: str, dtype: str = "bfloat16") -> Optional
 
 def throughput(step_time_s: float, global_batch_size: int, seq_len: int,
                flops_per_seq: Optional[float] = None, peak_flops: Optional[float] = None,
-               num_devices: int = 1) -> dict[str, float]:
-    """seq_per_s, tokens_per_s and, when flops_per_seq and a peak (per device) are known, mfu (0-1)."""
-    seq_per_s = global_batch_size / step_time_s
-    out = {"seq_per_s": seq_per_s, "tokens_per_s": seq_per_s * seq_len}
+               num_devices: int = 1, instances_per_row: float = 1.0,
+               real_tokens_per_row: Optional[float] = None) -> dict[str, float]:
+    """seq_per_s (instances: several a row when packed), tokens_per_s (positions computed), and with
+    `real_tokens_per_row` real_tokens_per_s and padding_fraction; mfu (0-1) when flops_per_seq (per row)
+    and a peak (per device) are known."""
+    rows_per_s = global_batch_size / step_time_s
+    out = {"seq_per_s": rows_per_s * instances_per_row, "tokens_per_s": rows_per_s * seq_len}
+    if real_tokens_per_row is not None:
+        out.update(real_tokens_per_s=rows_per_s * real_tokens_per_row,
+                   padding_fraction=1.0 - real_tokens_per_row / seq_len)
     if flops_per_seq and peak_flops:
-        out["mfu"] = flops_per_seq * seq_per_s / (peak_flops * num_devices)
+        out["mfu"] = flops_per_seq * rows_per_s / (peak_flops * num_devices)
     return out
 
 
@@ -285,7 +292,7 @@ def format_log_line(m: Mapping[str, Any]) -> str:
     """One log line from a dict of host floats; keys that are absent are left out.
 
     Keys: step, num_train_steps, loss, mlm_accuracy, nsp_accuracy, learning_rate, grad_norm, seq_per_s,
-    tokens_per_s, mfu (0-1), eta_s.
+    tokens_per_s, real_tokens_per_s, padding_fraction (0-1), mfu (0-1), eta_s.
     """
     parts = []
     if "step" in m:
@@ -294,7 +301,8 @@ def format_log_line(m: Mapping[str, Any]) -> str:
     fields = (("loss", "loss {:.4f}", 1), ("mlm_accuracy", "mlm_acc {:.2f}%", 100),
               ("nsp_accuracy", "nsp_acc {:.2f}%", 100), ("learning_rate", "lr {:.3e}", 1),
               ("grad_norm", "grad_norm {:.3f}", 1), ("seq_per_s", "{:,.1f} seq/s", 1),
-              ("tokens_per_s", "{:,.0f} tok/s", 1), ("mfu", "MFU {:.1f}%", 100))
+              ("tokens_per_s", "{:,.0f} tok/s", 1), ("real_tokens_per_s", "{:,.0f} real tok/s", 1),
+              ("padding_fraction", "padding {:.1f}%", 100), ("mfu", "MFU {:.1f}%", 100))
     for key, fmt, scale in fields:
         if m.get(key) is not None:
             parts.append(fmt.format(float(m[key]) * scale))

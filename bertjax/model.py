@@ -407,6 +407,13 @@ class BertForPreTraining(nn.Module):
                           pooled_output=pooled)
 
 
+def packed_inputs(batch: dict) -> dict:
+    """The keyword arguments a packed batch (records of `prepare --packing`) adds to `apply`; {} otherwise."""
+    if "position_ids" not in batch:
+        return {}
+    return {"position_ids": batch["position_ids"], "cls_positions": batch["next_sentence_positions"]}
+
+
 def dummy_inputs(batch: int = 1, seq_len: int = 8) -> dict[str, Array]:
     """Shapes-only inputs for `init` and `eval_shape`."""
     ids = jnp.zeros((batch, seq_len), jnp.int32)
@@ -452,13 +459,13 @@ def unstack_layers(params: dict) -> dict:
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 
 
-def from_config(cfg: Any, platform: Optional[str] = None) -> BertForPreTraining:
+def from_config(cfg: Any, platform: Optional[str] = None, packed: bool = False) -> BertForPreTraining:
     """`config.model` (a `config.ModelConfig`) → the model: the one place the model section becomes code.
 
     `platform` (cpu, gpu, tpu; default: JAX's backend) is where it will run: what `attention=auto`
-    resolves to, and whether splash runs compiled or interpreted."""
+    resolves to, and whether splash runs compiled or interpreted. `packed`: rows of several instances."""
     cfg.validate()
     implementation = attention_lib.choose(cfg.attention, cfg.attention_probs_dropout_prob,
                                           platform or jax.default_backend())
     return BertForPreTraining(cfg.architecture, dtype=DTYPES[cfg.dtype], scan_layers=cfg.scan_layers,
-                              remat_policy=cfg.remat_policy, attention=implementation)
+                              remat_policy=cfg.remat_policy, attention=implementation, packed=packed)

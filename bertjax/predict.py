@@ -7,13 +7,15 @@ from typing import Any
 import jax
 import numpy as np
 
+from bertjax import model as model_lib
 from bertjax.data import tokenization
 
 
 def top_k_predictions(model: Any, params: Any, batch: dict[str, np.ndarray], k: int = 5) -> tuple[np.ndarray, np.ndarray]:
     """(ids, probabilities) of the k most likely tokens at every masked position: [batch, predictions, k]."""
     out = jax.jit(lambda p, b: model.apply({"params": p}, b["input_ids"], b["segment_ids"], b["input_mask"],
-                                           masked_lm_positions=b["masked_lm_positions"]))(params, batch)
+                                           masked_lm_positions=b["masked_lm_positions"],
+                                           **model_lib.packed_inputs(b)))(params, batch)
     probs = jax.nn.softmax(out.mlm_logits, axis=-1)
     top_probs, top_ids = jax.lax.top_k(probs, k)
     return np.asarray(top_ids), np.asarray(top_probs)
@@ -35,7 +37,7 @@ def format_predictions(tokenizer: tokenization.Tokenizer, batch: dict[str, np.nd
     """Each row: the input with its masks, then for every masked position the truth and the top-k guesses."""
     lines = []
     for r in range(min(rows, len(batch["input_ids"]))):
-        length = int(batch["input_mask"][r].sum())
+        length = int((batch["input_mask"][r] > 0).sum())
         lines.append(f"[{r}] {_words(tokenizer, list(batch['input_ids'][r][:length]))}")
         for j in np.flatnonzero(batch["masked_lm_weights"][r] > 0):
             truth = tokenizer.convert_ids_to_tokens([batch["masked_lm_ids"][r][j]])[0]

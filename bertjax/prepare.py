@@ -13,7 +13,7 @@ import sys
 
 from absl import app, flags
 
-from bertjax.data import instances, shards
+from bertjax.data import instances, packing, shards
 
 FLAGS = flags.FLAGS
 
@@ -34,6 +34,11 @@ def define_flags() -> None:
     flags.DEFINE_float("masked_lm_prob", 0.15, "Share of tokens masked.")
     flags.DEFINE_float("short_seq_prob", 0.1, "Probability of a shorter target length.")
     flags.DEFINE_bool("no_nsp", False, "MLM only: one segment per instance, no sentence pairs.")
+    flags.DEFINE_bool("packing", False, "Pack several instances into each row (bertjax/data/packing.py); train "
+                      "on them with --config.data.packing=true.")
+    flags.DEFINE_integer("max_instances_per_row", 3, "With --packing: most instances in one row.")
+    flags.DEFINE_integer("max_predictions_per_row", None, "With --packing: prediction slots per row (default: "
+                         "max_predictions_per_seq + max_instances_per_row).")
     flags.DEFINE_integer("num_shards", 16, "Output shards; results depend on this and the seed only.")
     flags.DEFINE_integer("num_workers", os.cpu_count() or 1, "Local worker processes.")
     flags.DEFINE_enum("runner", "local", ["local", "beam"], "local processes or Apache Beam.")
@@ -55,7 +60,11 @@ def main(argv):
             max_seq_length=FLAGS.max_seq_length, max_predictions_per_seq=FLAGS.max_predictions_per_seq,
             masked_lm_prob=FLAGS.masked_lm_prob, short_seq_prob=FLAGS.short_seq_prob,
             dupe_factor=FLAGS.dupe_factor, do_whole_word_mask=FLAGS.do_whole_word_mask,
-            next_sentence_prediction=not FLAGS.no_nsp))
+            next_sentence_prediction=not FLAGS.no_nsp),
+        packing=packing.PackingConfig(
+            FLAGS.max_seq_length, FLAGS.max_instances_per_row,
+            FLAGS.max_predictions_per_row or FLAGS.max_predictions_per_seq + FLAGS.max_instances_per_row)
+        if FLAGS.packing else None)
     try:
         metadata = shards.prepare(cfg, num_workers=FLAGS.num_workers, runner=FLAGS.runner, beam_args=beam_args)
     except (FileNotFoundError, ValueError, RuntimeError) as e:

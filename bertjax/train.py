@@ -95,7 +95,8 @@ def _pipeline(job: JobConfig, files: str, training: bool, batch_size: int) -> pi
         vocab = instances.Vocab.from_tokenizer(tokenization.load(d.vocab_file, d.do_lower_case))
     return pipeline_lib.InputPipeline(pipeline_lib.PipelineConfig(
         files=files, batch_size=batch_size, max_seq_length=d.max_seq_length,
-        max_predictions_per_seq=d.max_predictions_per_seq, seed=job.seed, shuffle_buffer=d.shuffle_buffer,
+        max_predictions_per_seq=d.record_predictions, max_instances_per_row=d.record_instances, seed=job.seed,
+        shuffle_buffer=d.shuffle_buffer,
         training=training, process_index=jax.process_index(), process_count=jax.process_count(),
         vocab_size=job.model.vocab_size, max_batches=None if training else (job.eval.num_batches or None),
         dynamic_masking=vocab is not None, vocab=vocab))
@@ -206,8 +207,9 @@ def train_and_evaluate(config: Any, workdir: str, compile_only: bool = False) ->
                     values = metrics_lib.normalize(running)
                     timing = meter.update(step)
                     if timing:
-                        values.update(timing, **metrics_lib.throughput(timing["step_time_s"], global_batch, seq_len,
-                                                                       flops, peak, jax.device_count()))
+                        values.update(timing, **metrics_lib.throughput(
+                            timing["step_time_s"], global_batch, seq_len, flops, peak, jax.device_count(),
+                            values["instances_per_row"], values["real_tokens_per_row"]))
                     writer.write(step, values, kind="train")
                     log.info("train %s", metrics_lib.format_log_line(dict(values, step=step, num_train_steps=num_steps)))
                     running = None

@@ -45,13 +45,21 @@ class TrainState:
 # --- The steps ---------------------------------------------------------------------------------------
 
 def _forward_sums(model: nn.Module, params: Any, batch: Batch, nsp: bool, rng: Optional[jax.Array]) -> dict:
-    """Weighted (sum, count) metrics of one batch; dropout on when rng is given."""
+    """Weighted (sum, count) metrics of one batch; dropout on when rng is given. Packed rows carry
+    per-instance positions and [CLS] positions, and one NSP term per instance."""
+    packed = model_lib.packed_inputs(batch)
     out = model.apply({"params": params}, batch["input_ids"], batch["segment_ids"], batch["input_mask"],
                       masked_lm_positions=batch["masked_lm_positions"], deterministic=rng is None,
-                      rngs=None if rng is None else {"dropout": rng})
-    return metrics_lib.pretraining_metrics(
-        out.mlm_logits, batch["masked_lm_ids"], batch["masked_lm_weights"],
-        out.nsp_logits if nsp else None, batch["next_sentence_labels"], batch[pipeline_lib.EXAMPLE_WEIGHT])
+                      rngs=None if rng is None else {"dropout": rng}, **packed)
+    weight = batch[pipeline_lib.EXAMPLE_WEIGHT]
+    sums = metrics_lib.pretraining_metrics(
+        out.mlm_logits, batch["masked_lm_ids"], batch["masked_lm_weights"], out.nsp_logits if nsp else None,
+        batch["next_sentence_labels"], weight, batch.get("next_sentence_weights"))
+    # Per row, for the log: instances (seq/s counts them) and real tokens (tokens/s, padding).
+    rows = jnp.sum(weight)
+    instances = jnp.sum(batch["next_sentence_weights"] * weight[:, None]) if packed else rows
+    real = jnp.sum((batch["input_mask"] > 0) * weight[:, None])
+    return dict(sums, instances_per_row=(instances, rows), real_tokens_per_row=(real, rows))
 
 
 def make_train_step(model: nn.Module, tx: optax.GradientTransformation, micro_batches: int, nsp: bool,
@@ -68,7 +76,8 @@ def make_train_step(model: nn.Module, tx: optax.GradientTransformation, micro_ba
     def step(state: TrainState, batch: Batch) -> tuple[TrainState, dict]:
         weight = batch[pipeline_lib.EXAMPLE_WEIGHT]
         mlm_count = jnp.sum(batch["masked_lm_weights"] * weight[:, None])
-        nsp_count = jnp.sum(weight)
+        nsp_count = jnp.sum(batch["next_sentence_weights"] * weight[:, None]) if "next_sentence_weights" in batch \
+            else jnp.sum(weight)
         step_rng = jax.random.fold_in(state.rng, state.step)
 
         def loss_fn(params, micro, rng):
@@ -219,7 +228,7 @@ def setup(config: JobConfig, devices: Optional[Sequence[jax.Device]] = None) -> 
     process_batch_size(train)
     rules = config.mesh.logical_axis_rules
     mesh = sharding_lib.make_mesh(config.mesh.shape, devices)
-    model = model_lib.from_config(config.model, platform=mesh.devices.flat[0].platform)
+    model = model_lib.from_config(config.model, platform=mesh.devices.flat[0].platform, packed=data.packing)
     tx = optim_lib.make_optimizer(config.optim, train.num_train_steps)
     learning_rate = optim_lib.schedule(config.optim, train.num_train_steps)
     split = sharding_lib.batch_axis_size(mesh, rules)
@@ -231,7 +240,7 @@ def setup(config: JobConfig, devices: Optional[Sequence[jax.Device]] = None) -> 
     batch_abstract = {
         name: jax.ShapeDtypeStruct(shape, dtype, sharding=sharding_lib.batch_sharding(mesh, rules, len(shape)))
         for name, (shape, dtype) in pipeline_lib.batch_shapes(train.global_batch_size, data.max_seq_length,
-                                                              data.max_predictions_per_seq).items()}
+                                                              data.record_predictions, data.record_instances).items()}
     compute_shardings = sharding_lib.gathered_for_compute(shardings.params)
     nsp = data.next_sentence_prediction
     train_step = compile_train_step(make_train_step(model, tx, train.micro_batches, nsp, learning_rate,

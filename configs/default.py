@@ -67,6 +67,10 @@ def make(size: str, phase: int, init_from: str, runlocal: bool) -> ml_collection
     c.data.next_sentence_prediction = True  # False for MLM-only records (prepare --no_nsp)
     c.data.shuffle_buffer = 10_000  # records held for shuffling, per process
     c.data.dynamic_masking = False  # re-mask every epoch instead of using the stored masks
+    # Packing: several instances per row (records made with `prepare --packing`; the corpus stage packs its own).
+    c.data.packing = False  # rows of up to max_instances_per_row instances: no compute spent on padding
+    c.data.max_instances_per_row = 3  # must equal the packed records' (NVIDIA's MLPerf BERT packs up to 3)
+    c.data.max_predictions_per_row = 0  # a packed row's prediction slots (0 = max_predictions_per_seq + max_instances_per_row)
     # Corpus stage: with a corpus set, the job makes its own vocab and records in workdir/data first
     # (train_files / eval_files / vocab_file are then filled in), reusing them when it resumes.
     c.data.corpus = ""  # builtin:pydocs, a glob of raw-text files, or tfds:NAME[/CONFIG][:SPLIT] ("" = off)

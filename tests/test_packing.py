@@ -112,3 +112,42 @@ def test_packed_and_unpacked_give_the_same_losses_and_gradients(implementation):
     np.testing.assert_allclose(loss_p, loss_u, rtol=1e-6)
     for (path, a), b in zip(jax.tree_util.tree_leaves_with_path(grads_u), jax.tree.leaves(grads_p)):
         np.testing.assert_allclose(np.asarray(b), np.asarray(a), atol=1e-5, err_msg=jax.tree_util.keystr(path))
+
+
+# --- The job on packed records --------------------------------------------------------------------------
+
+def test_the_job_packs_its_corpus_and_trains_per_instance(tmp_path, capsys):
+    import json
+
+    import train_setup
+    from bertjax import train
+
+    words = "the a model packs rows of short documents into one sequence so no compute is spent on pads".split()
+    rng = np.random.default_rng(0)
+    corpus = tmp_path / "short.txt"  # documents of two short sentences: instances of ~8–20 tokens
+    corpus.write_text("\n\n".join("\n".join(" ".join(rng.choice(words, rng.integers(3, 9))) + "."
+                                             for _ in range(2)) for _ in range(400)) + "\n")
+    c = train_setup.small_config()
+    c.data.update(corpus=str(corpus), corpus_vocab_size=200, dupe_factor=2, num_shards=2, num_workers=1,
+                  packing=True)
+    c.train.num_train_steps = 3
+    c.eval.update(every_steps=1000, num_batches=2, show_predictions=1)
+    result = train.train_and_evaluate(c, str(tmp_path / "work"))
+    metadata = json.loads((tmp_path / "work" / "data" / "train" / "metadata.json").read_text())
+    assert metadata["schema"]["max_instances_per_row"] == 3 and metadata["instances_per_row"] > 1.3
+    rows = [json.loads(line) for line in (tmp_path / "work" / "metrics.jsonl").read_text().splitlines()]
+    train_rows = [r for r in rows if r["kind"] == "train"]
+    assert all(r["instances_per_row"] > 1.0 for r in train_rows)  # NSP counted per instance, not per row
+    assert all(0 <= r["padding_fraction"] < 0.5 and r["real_tokens_per_s"] > 0 for r in train_rows[1:])
+    assert train_rows[1]["seq_per_s"] > train_rows[1]["tokens_per_s"] / train_setup.SEQ  # instances, not rows
+    assert 0 < result["mlm_accuracy_baseline"] < 1 and np.isfinite(result["nsp_loss"])
+    assert "Top-5 predictions" in capsys.readouterr().out
+
+
+def test_packing_must_agree_with_the_records(pydocs_data, tmp_path):
+    import train_setup
+    from bertjax import train
+
+    c = train_setup.small_config(pydocs_data, **{"data.packing": True})
+    with pytest.raises(ValueError, match=r"the records are unpacked but config.data.packing=True; set it to False"):
+        train.train_and_evaluate(c, str(tmp_path))

@@ -38,7 +38,8 @@ class PackingConfig:
 
 
 def assign_rows(lengths: np.ndarray, predictions: np.ndarray, cfg: PackingConfig) -> list[list[int]]:
-    """Instance indices per row, best-fit decreasing under the row's token, instance and prediction limits."""
+    """Instance indices per row (ascending, rows ordered by their first), best-fit decreasing under the
+    row's token, instance and prediction limits."""
     cfg.validate()
     if np.any(lengths > cfg.max_seq_length) or np.any(predictions > cfg.max_predictions_per_row):
         raise ValueError(f"an instance longer than max_seq_length={cfg.max_seq_length} or with more than "
@@ -68,7 +69,9 @@ def assign_rows(lengths: np.ndarray, predictions: np.ndarray, cfg: PackingConfig
         budget[chosen] -= p
         if len(rows[chosen]) < cfg.max_instances_per_row and room[chosen] > 0:
             open_by_room[room[chosen]].append(chosen)
-    return rows
+    # Rows in the order of their first instance, as the instances came: filling longest-first must not
+    # leave the long instances' rows at the front of every block.
+    return sorted((sorted(row) for row in rows), key=lambda row: row[0])
 
 
 def pack(arrays: dict[str, np.ndarray], cfg: PackingConfig) -> dict[str, np.ndarray]:

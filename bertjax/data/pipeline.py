@@ -32,14 +32,15 @@ EXAMPLE_WEIGHT = "example_weight"
 _MASKED = ("input_ids", "masked_lm_positions", "masked_lm_ids", "masked_lm_weights")
 
 
-def batch_shapes(batch_size: int, max_seq_length: int,
-                 max_predictions_per_seq: int) -> dict[str, tuple[tuple[int, ...], type]]:
-    """Name → (shape, dtype) of the batches `InputPipeline` yields: the record features (ints as int32,
-    `next_sentence_labels` as [batch]) plus `example_weight`."""
-    schema = records.RecordSchema(max_seq_length, max_predictions_per_seq)
-    out = {name: ((batch_size, schema.length(name)), np.float32 if dtype == "float32" else np.int32)
-           for name, (dtype, _) in records.FEATURES.items()}
-    out["next_sentence_labels"] = ((batch_size,), np.int32)
+def batch_shapes(batch_size: int, max_seq_length: int, max_predictions_per_seq: int,
+                 max_instances_per_row: int = 0) -> dict[str, tuple[tuple[int, ...], type]]:
+    """Name → (shape, dtype) of the batches `InputPipeline` yields: the record features (ints as int32;
+    unpacked `next_sentence_labels` as [batch]) plus `example_weight`."""
+    schema = records.RecordSchema(max_seq_length, max_predictions_per_seq, max_instances_per_row)
+    out = {name: ((batch_size, n), np.float32 if dtype == "float32" else np.int32)
+           for name, (dtype, n) in schema.features().items()}
+    if not max_instances_per_row:
+        out["next_sentence_labels"] = ((batch_size,), np.int32)
     out[EXAMPLE_WEIGHT] = ((batch_size,), np.float32)
     return out
 
@@ -49,7 +50,8 @@ class PipelineConfig:
     files: str | tuple[str, ...]  # glob(s) or comma list, as records.expand_patterns takes
     batch_size: int  # per process
     max_seq_length: int = 128
-    max_predictions_per_seq: int = 20
+    max_predictions_per_seq: int = 20  # packed records: prediction slots per row
+    max_instances_per_row: int = 0  # packed records (data/packing.py); 0: unpacked
     seed: int = 0
     shuffle_buffer: int = 10_000  # records; training only
     training: bool = True  # False (eval): one pass in file order, last batch padded, no shuffle
@@ -83,6 +85,9 @@ class PipelineConfig:
         if self.vocab is not None and len(self.vocab.is_continuation) != self.vocab.size:
             raise ValueError(f"vocab.is_continuation has {len(self.vocab.is_continuation)} entries but "
                              f"vocab.size={self.vocab.size}; build the Vocab from one tokenizer.")
+        if self.dynamic_masking and self.max_instances_per_row:
+            raise ValueError("config.data.dynamic_masking=True does not re-mask packed records yet; turn one of "
+                             "config.data.dynamic_masking and config.data.packing off.")
         m = self.masking
         if m is not None and (m.max_seq_length, m.max_predictions_per_seq) != (self.max_seq_length,
                                                                                 self.max_predictions_per_seq):
@@ -160,8 +165,9 @@ class InputPipeline:
         tf = _tf()
         all_files = records.expand_patterns(c.files if isinstance(c.files, str) else list(c.files), "record")
         vocab_size = c.vocab_size if c.vocab_size is not None else (c.vocab.size if c.vocab else None)
-        self.metadata = records.check_schema(all_files, c.max_seq_length, c.max_predictions_per_seq, vocab_size)
-        self.schema = records.RecordSchema(c.max_seq_length, c.max_predictions_per_seq)
+        self.metadata = records.check_schema(all_files, c.max_seq_length, c.max_predictions_per_seq, vocab_size,
+                                             c.max_instances_per_row)
+        self.schema = records.RecordSchema(c.max_seq_length, c.max_predictions_per_seq, c.max_instances_per_row)
         self.files, self.split_by_example = split_files(all_files, c.process_index, c.process_count)
         self.masking = self._masking_config() if c.dynamic_masking else None
         self._parallel = tf.data.AUTOTUNE if c.threads is None else (c.threads if c.threads > 1 else None)
@@ -257,14 +263,15 @@ class InputPipeline:
     def _zeros(self) -> dict:
         tf, c = _tf(), self.config
         return {name: tf.zeros(shape, tf.as_dtype(dtype))
-                for name, (shape, dtype) in batch_shapes(c.batch_size, c.max_seq_length,
-                                                         c.max_predictions_per_seq).items()}
+                for name, (shape, dtype) in batch_shapes(c.batch_size, c.max_seq_length, c.max_predictions_per_seq,
+                                                         c.max_instances_per_row).items()}
 
     def _parse(self, index, serialized) -> dict:
         tf, c = _tf(), self.config
         parsed = tf.io.parse_example(serialized, self.schema.feature_spec())
         batch = {k: tf.cast(v, tf.int32) if v.dtype == tf.int64 else v for k, v in parsed.items()}
-        batch["next_sentence_labels"] = tf.reshape(batch["next_sentence_labels"], [-1])
+        if not c.max_instances_per_row:
+            batch["next_sentence_labels"] = tf.reshape(batch["next_sentence_labels"], [-1])
         rows = tf.shape(serialized)[0]
         batch[EXAMPLE_WEIGHT] = tf.ones([rows], tf.float32)
         if c.dynamic_masking:

@@ -36,24 +36,40 @@ FORMAT_VERSION = 1
 
 @dataclasses.dataclass(frozen=True)
 class RecordSchema:
+    """Feature shapes of a record set. Packed records (`max_instances_per_row` > 0; layout in
+    data/packing.py) hold several instances a row: their prediction slots (`max_predictions_per_seq`
+    here) are the row's budget, and they add per-instance features."""
+
     max_seq_length: int
     max_predictions_per_seq: int
+    max_instances_per_row: int = 0  # 0: unpacked, google-research/bert's schema exactly
+
+    def features(self) -> dict[str, tuple[str, int]]:
+        """Feature name → (dtype, length)."""
+        sizes = {"seq": self.max_seq_length, "pred": self.max_predictions_per_seq}
+        out = {name: (dtype, sizes.get(size, size)) for name, (dtype, size) in FEATURES.items()}
+        k = self.max_instances_per_row
+        if k:
+            out.update(next_sentence_labels=("int64", k), position_ids=("int64", self.max_seq_length),
+                       next_sentence_positions=("int64", k), next_sentence_weights=("float32", k))
+        return out
 
     def length(self, feature: str) -> int:
-        size = FEATURES[feature][1]
-        return {"seq": self.max_seq_length, "pred": self.max_predictions_per_seq}.get(size, size)
+        return self.features()[feature][1]
 
     def feature_spec(self) -> dict:
         """`tf.io.parse_example` spec."""
         import tensorflow as tf
 
-        return {name: tf.io.FixedLenFeature([self.length(name)], tf.float32 if dtype == "float32" else tf.int64)
-                for name, (dtype, _) in FEATURES.items()}
+        return {name: tf.io.FixedLenFeature([n], tf.float32 if dtype == "float32" else tf.int64)
+                for name, (dtype, n) in self.features().items()}
 
     def to_dict(self) -> dict:
-        return {"max_seq_length": self.max_seq_length, "max_predictions_per_seq": self.max_predictions_per_seq,
-                "features": {name: {"dtype": dtype, "shape": [self.length(name)]}
-                             for name, (dtype, _) in FEATURES.items()}}
+        out = {"max_seq_length": self.max_seq_length, "max_predictions_per_seq": self.max_predictions_per_seq,
+               "features": {name: {"dtype": dtype, "shape": [n]} for name, (dtype, n) in self.features().items()}}
+        if self.max_instances_per_row:
+            out["max_instances_per_row"] = self.max_instances_per_row
+        return out
 
 
 # --- Wire format ---------------------------------------------------------------------------------
@@ -273,7 +289,8 @@ def infer_schema(files: Sequence[str]) -> tuple[RecordSchema, Optional[dict]]:
     metadata = read_metadata(files)
     if metadata is not None:
         s = metadata["schema"]
-        return RecordSchema(s["max_seq_length"], s["max_predictions_per_seq"]), metadata
+        return RecordSchema(s["max_seq_length"], s["max_predictions_per_seq"],
+                            s.get("max_instances_per_row", 0)), metadata
     import tensorflow as tf
 
     for first in tf.data.TFRecordDataset(files[0]).take(1):
@@ -285,15 +302,30 @@ def infer_schema(files: Sequence[str]) -> tuple[RecordSchema, Optional[dict]]:
     missing = [name for name in FEATURES if name not in feature]
     if missing:
         raise ValueError(f"{files[0]}: records lack feature(s) {missing}; they are not BERT pre-training records.")
-    return RecordSchema(len(feature["input_ids"].int64_list.value),
-                        len(feature["masked_lm_ids"].int64_list.value)), None
+    packed = "next_sentence_positions" in feature
+    return RecordSchema(len(feature["input_ids"].int64_list.value), len(feature["masked_lm_ids"].int64_list.value),
+                        len(feature["next_sentence_positions"].int64_list.value) if packed else 0), None
 
 
 def check_schema(files: Sequence[str], max_seq_length: int, max_predictions_per_seq: int,
-                 vocab_size: Optional[int] = None) -> Optional[dict]:
-    """Raises one clear error when the records disagree with the config; returns their metadata."""
+                 vocab_size: Optional[int] = None, max_instances_per_row: int = 0) -> Optional[dict]:
+    """Raises one clear error when the records disagree with the config; returns their metadata.
+
+    For packed records (max_instances_per_row > 0) max_predictions_per_seq is the row's budget."""
     schema, metadata = infer_schema(files)
     where = os.path.join(os.path.dirname(files[0]), METADATA_NAME) if metadata else files[0]
+    if bool(schema.max_instances_per_row) != bool(max_instances_per_row):
+        raise ValueError(f"{where}: the records are {'packed' if schema.max_instances_per_row else 'unpacked'} but "
+                         f"config.data.packing={bool(max_instances_per_row)}; set it to "
+                         f"{bool(schema.max_instances_per_row)} or use records made with"
+                         f"{'out' if not max_instances_per_row else ''} `prepare --packing`.")
+    if schema.max_instances_per_row != max_instances_per_row:
+        raise ValueError(f"{where}: records pack up to {schema.max_instances_per_row} instances a row but "
+                         f"config.data.max_instances_per_row={max_instances_per_row}; set the config to match.")
+    if max_instances_per_row and schema.max_predictions_per_seq != max_predictions_per_seq:
+        raise ValueError(f"{where}: packed records have {schema.max_predictions_per_seq} prediction slots a row "
+                         f"but config.data.max_predictions_per_row={max_predictions_per_seq}; set the config to "
+                         "match or re-run prepare.")
     if schema.max_seq_length != max_seq_length:
         raise ValueError(f"{where}: records have max_seq_length={schema.max_seq_length} but config.data."
                          f"max_seq_length={max_seq_length}; set the config to match or re-run prepare.")

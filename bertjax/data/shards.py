@@ -28,6 +28,7 @@ import numpy as np
 
 from bertjax.data import corpus as corpus_lib
 from bertjax.data import instances as instances_lib
+from bertjax.data import packing as packing_lib
 from bertjax.data import records
 from bertjax.data import tokenization
 
@@ -36,7 +37,8 @@ BLOCK_CHARS = 1_000_000
 # Sentences per tokenizer call: bounds the tokenizer's per-sentence objects (offsets, strings).
 ENCODE_BATCH = 4096
 SHARD_STATS_SUFFIX = ".stats.json"
-COUNT_KEYS = ("documents", "sentences", "tokens", "empty_sentences", "empty_documents", "instances", "masked")
+COUNT_KEYS = ("documents", "sentences", "tokens", "empty_sentences", "empty_documents", "instances", "masked",
+              "rows", "real_tokens")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,6 +53,14 @@ class PrepareConfig:
     tfds_data_dir: Optional[str] = None
     tfds_text_feature: str = "text"
     block_chars: int = BLOCK_CHARS
+    packing: Optional[packing_lib.PackingConfig] = None  # several instances a row (data/packing.py)
+
+    @property
+    def schema(self) -> records.RecordSchema:
+        if self.packing is None:
+            return records.RecordSchema(self.instance.max_seq_length, self.instance.max_predictions_per_seq)
+        return records.RecordSchema(self.instance.max_seq_length, self.packing.max_predictions_per_row,
+                                    self.packing.max_instances_per_row)
 
     def shard_path(self, k: int) -> str:
         return os.path.join(self.output_dir, f"records-{k:05d}-of-{self.num_shards:05d}.tfrecord")
@@ -163,11 +173,16 @@ def process_shard(cfg: PrepareConfig, work: ShardWork | int, progress: Optional[
             if block.num_documents == 0:
                 continue
             arrays = instances_lib.create_instances(block, cfg.instance, vocab, shard_seed(cfg.random_seed, k, b))
-            writer.write_block(arrays)
-            counts["instances"] += len(arrays["input_ids"])
+            made = len(arrays["input_ids"])
+            counts["instances"] += made
             counts["masked"] += int(arrays["masked_lm_weights"].sum())
+            counts["real_tokens"] += int(arrays["input_mask"].sum())
+            if cfg.packing is not None:
+                arrays = packing_lib.pack(arrays, cfg.packing)
+            counts["rows"] += len(arrays["input_ids"])
+            writer.write_block(arrays)
             if progress:
-                progress(dict(shard=k, instances=len(arrays["input_ids"]), documents=block.num_documents))
+                progress(dict(shard=k, instances=made, documents=block.num_documents))
             del arrays, block
     # A shard that read the whole corpus to keep its share reports the corpus only as shard 0.
     result = dict(shard=k, file=os.path.basename(cfg.shard_path(k)), **counts,
@@ -182,8 +197,9 @@ def process_shard(cfg: PrepareConfig, work: ShardWork | int, progress: Optional[
 class Progress:
     """Rate and ETA on stderr, at most every `interval` seconds."""
 
-    def __init__(self, total_shards: int, interval: float = 2.0, stream=sys.stderr):
-        self.total, self.interval, self.stream = total_shards, interval, stream
+    def __init__(self, total_shards: int, interval: float = 2.0, stream=None):
+        # sys.stderr looked up now, not at import: a replaced stream (pytest's capture, a notebook) is used
+        self.total, self.interval, self.stream = total_shards, interval, stream or sys.stderr
         self.start = self.last = time.monotonic()
         self.instances = self.documents = self.shards_done = 0
 
@@ -355,7 +371,7 @@ def check_inputs(cfg: PrepareConfig) -> tokenization.Tokenizer:
 
 
 def prepare(cfg: PrepareConfig, num_workers: int = 1, runner: str = "local", beam_args: tuple[str, ...] = (),
-            progress_stream=sys.stderr) -> dict:
+            progress_stream=None) -> dict:
     """Runs the whole job; returns (and writes) the metadata."""
     if runner not in ("local", "beam"):
         raise ValueError(f"--runner={runner!r} is not one of local, beam.")
@@ -415,15 +431,20 @@ def write_job_metadata(cfg: PrepareConfig, tokenizer: tokenization.Tokenizer, re
         raise ValueError(f"{cfg.input_file} yielded no training instances ({totals['documents']:,} documents; "
                          f"skipped {skipped or 'nothing'}): point --input_file at plain text, one sentence per line "
                          "and a blank line between documents.")
-    records.write_metadata(cfg.output_dir, records.RecordSchema(inst.max_seq_length, inst.max_predictions_per_seq),
-                           **metadata)
+    metadata["padding_fraction"] = round(1 - totals["real_tokens"] / max(totals["rows"] * inst.max_seq_length, 1), 4)
+    if cfg.packing is not None:
+        metadata.update(max_predictions_per_seq=inst.max_predictions_per_seq,
+                        instances_per_row=round(totals["instances"] / max(totals["rows"], 1), 3))
+    records.write_metadata(cfg.output_dir, cfg.schema, **metadata)
     return metadata
 
 
 def summary(metadata: dict) -> str:
     c, s, r = metadata["counts"], metadata["skipped"], metadata["replaced"]
-    return (f"prepare: wrote {c['instances']:,} instances from {c['documents']:,} documents "
+    packed = f" packed into {c['rows']:,} rows" if metadata.get("instances_per_row") else ""
+    return (f"prepare: wrote {c['instances']:,} instances{packed} from {c['documents']:,} documents "
             f"({c['sentences']:,} sentences, {c['tokens']:,} tokens) into {metadata['num_shards']} shards in "
-            f"{metadata['seconds']:.1f}s ({metadata['instances_per_second']:,.0f} instances/s); skipped "
+            f"{metadata['seconds']:.1f}s ({metadata['instances_per_second']:,.0f} instances/s; padding "
+            f"{100 * metadata['padding_fraction']:.1f}% of the tokens); skipped "
             + ", ".join(f"{v:,} {k.replace('_', ' ')}" for k, v in s.items())
             + "; replaced " + ", ".join(f"{v:,} {k.replace('_', ' ')}" for k, v in r.items()))
