@@ -22,6 +22,7 @@ import dataclasses
 import json
 import os
 import runpy
+import shutil
 import statistics
 import sys
 import tempfile
@@ -85,6 +86,7 @@ def prepare(root: str, seq: int, predictions: int) -> dict[str, dict]:
 def run(c, workdir: str) -> dict:
     from bertjax import train
 
+    shutil.rmtree(workdir, ignore_errors=True)  # a fresh run, never a resumed one
     final = train.train_and_evaluate(c, workdir)
     rows = [json.loads(line) for line in open(os.path.join(workdir, "metrics.jsonl"))]
     timed = [r for r in rows if r["kind"] == "train" and r.get("real_tokens_per_s")][1:]
