@@ -66,7 +66,7 @@ def prepare(root: str, seq: int, predictions: int) -> dict[str, dict]:
     train_txt, heldout_txt, _ = stage.split_corpus("builtin:pydocs", root, heldout_every=20)
     vocab = os.path.join(root, "vocab", "vocab.txt")
     if not os.path.exists(vocab):
-        tokenization.train_wordpiece(stage._sentences(train_txt), VOCAB, os.path.dirname(vocab))
+        tokenization.train_wordpiece(stage.read_sentences(train_txt), VOCAB, os.path.dirname(vocab))
     data = JobConfig().data
     metadata = {}
     for packing in (False, True):

@@ -104,9 +104,9 @@ class DataConfig:
 
     @property
     def predictions_per_row(self) -> int:
-        """Prediction slots a packed row holds: the setting, or (0) max_predictions_per_seq plus one per
-        instance (each instance rounds its 15% up)."""
-        return self.max_predictions_per_row or self.max_predictions_per_seq + self.max_instances_per_row
+        """Prediction slots a packed row holds (`packing.predictions_per_row`)."""
+        return packing_lib.predictions_per_row(self.max_predictions_per_row, self.max_predictions_per_seq,
+                                               self.max_instances_per_row)
 
     @property
     def record_predictions(self) -> int:
@@ -134,10 +134,8 @@ class DataConfig:
 
     def validate(self) -> None:
         for name in ("max_seq_length", "max_predictions_per_seq", "shuffle_buffer", "heldout_every",
-                     "corpus_vocab_size", "dupe_factor", "heldout_dupe_factor", "num_shards"):
-            if getattr(self, name) < 1:
-                raise _bad(f"config.data.{name}", getattr(self, name), "must be ≥ 1.")
-        for name in ("max_instances_per_row",):
+                     "corpus_vocab_size", "dupe_factor", "heldout_dupe_factor", "num_shards",
+                     "max_instances_per_row"):
             if getattr(self, name) < 1:
                 raise _bad(f"config.data.{name}", getattr(self, name), "must be ≥ 1.")
         if self.max_predictions_per_row < 0:
@@ -151,9 +149,6 @@ class DataConfig:
         if not self.train_files:
             raise ValueError("config.data.train_files is empty; point it at record shards made by "
                              "`python -m bertjax.prepare` (a glob or comma list), or set config.data.corpus.")
-        if self.dynamic_masking and self.packing:
-            raise ValueError("config.data.dynamic_masking=True does not re-mask packed records yet; turn one of "
-                             "config.data.dynamic_masking and config.data.packing off.")
         if self.dynamic_masking and not self.vocab_file:
             raise ValueError("config.data.dynamic_masking=True re-masks with the records' vocabulary: set "
                              "config.data.vocab_file to the vocab the records were made with.")

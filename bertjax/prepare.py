@@ -63,7 +63,8 @@ def main(argv):
             next_sentence_prediction=not FLAGS.no_nsp),
         packing=packing.PackingConfig(
             FLAGS.max_seq_length, FLAGS.max_instances_per_row,
-            FLAGS.max_predictions_per_row or FLAGS.max_predictions_per_seq + FLAGS.max_instances_per_row)
+            packing.predictions_per_row(FLAGS.max_predictions_per_row or 0, FLAGS.max_predictions_per_seq,
+                                        FLAGS.max_instances_per_row))
         if FLAGS.packing else None)
     try:
         metadata = shards.prepare(cfg, num_workers=FLAGS.num_workers, runner=FLAGS.runner, beam_args=beam_args)

@@ -25,6 +25,12 @@ import numpy as np
 PACKED_FEATURES = ("position_ids", "next_sentence_positions", "next_sentence_weights")
 
 
+def predictions_per_row(setting: int, max_predictions_per_seq: int, max_instances_per_row: int) -> int:
+    """A packed row's prediction slots: `setting`, or when 0 max_predictions_per_seq plus one per
+    instance (each instance rounds its 15% up)."""
+    return setting or max_predictions_per_seq + max_instances_per_row
+
+
 @dataclasses.dataclass(frozen=True)
 class PackingConfig:
     max_seq_length: int

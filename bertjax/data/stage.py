@@ -54,7 +54,7 @@ def split_corpus(spec: str, out_dir: str, heldout_every: int, tfds_data_dir: str
     return train_path, heldout_path, counts
 
 
-def _sentences(path: str) -> Iterator[str]:
+def read_sentences(path: str) -> Iterator[str]:
     with open(path, encoding="utf-8") as f:
         for line in f:
             if line.strip():
@@ -77,7 +77,7 @@ def prepare_data(config: JobConfig, workdir: str) -> JobConfig:
         vocab_file = d.vocab_file
         if not vocab_file:
             log.info("data: training a %d-token WordPiece vocab on the train documents", d.corpus_vocab_size)
-            tok = tokenization.train_wordpiece(_sentences(train_txt), d.corpus_vocab_size,
+            tok = tokenization.train_wordpiece(read_sentences(train_txt), d.corpus_vocab_size,
                                                os.path.join(out, "vocab"), do_lower_case=d.do_lower_case)
             vocab_file = str(tok.path)
         for name, text, dupe in (("train", train_txt, d.dupe_factor), ("heldout", heldout_txt, d.heldout_dupe_factor)):
