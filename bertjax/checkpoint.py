@@ -102,8 +102,7 @@ class Checkpointer:
     def check_compatible(self, step: int) -> None:
         """Refuses a workdir whose checkpoints belong to a different model, before restoring anything."""
         saved = self.manager.restore(step, args=ocp.args.Composite(config=ocp.args.JsonRestore()))["config"]
-        mine, theirs = self.fingerprint["model"], saved.get("model", {})
-        diff = [f"{k}: {theirs.get(k)} there, {v} here" for k, v in mine.items() if theirs.get(k) != v]
+        diff = model_lib.BertConfig(**self.fingerprint["model"]).differences(saved.get("model", {}))
         if diff:
             raise ValueError(
                 f"{self.directory}/{step} was made with a different model config ({'; '.join(diff)}); use a new "

@@ -33,6 +33,9 @@ CONFIG_FIELDS = (
     "hidden_act", "hidden_dropout_prob", "attention_probs_dropout_prob", "max_position_embeddings",
     "type_vocab_size", "initializer_range", "layer_norm_eps",
 )
+# Settings of training, not of the function the params compute: a run may resume, or start from weights,
+# with other values (dropout 0 for a fused attention kernel, say).
+TRAINING_ONLY_FIELDS = ("hidden_dropout_prob", "attention_probs_dropout_prob", "initializer_range")
 
 ACTIVATIONS: dict[str, Callable[[Array], Array]] = {
     "gelu": functools.partial(jax.nn.gelu, approximate=False),
@@ -115,6 +118,12 @@ class BertConfig:
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
+
+    def differences(self, other: dict) -> list[str]:
+        """'field: theirs there, mine here' for each field (of a saved config dict) that would make the same
+        params compute a different function; training-only fields may differ."""
+        return [f"{f}: {other.get(f)} there, {getattr(self, f)} here" for f in CONFIG_FIELDS
+                if f not in TRAINING_ONLY_FIELDS and other.get(f) != getattr(self, f)]
 
 
 # Model sizes from the BERT paper and the "Well-Read Students" compact models.
@@ -284,20 +293,22 @@ class BertLayer(nn.Module):
             scores = jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=jnp.float32)
             scores = scores / np.sqrt(head_dim).astype(np.float32) + attention_bias
             probs = jax.nn.softmax(scores, axis=-1)
-            probs = Dropout(cfg.attention_probs_dropout_prob)(probs, deterministic=self.deterministic)
+            probs = Dropout(cfg.attention_probs_dropout_prob, name="probs_dropout")(
+                probs, deterministic=self.deterministic)
             context = jnp.einsum("bhqk,bkhd->bqhd", probs.astype(self.dtype), v)
         else:
             context = attention_lib.fused(self.attention, q, k, v, input_mask, self.packed)
         attn = nn.DenseGeneral(cfg.hidden_size, axis=(-2, -1), dtype=self.dtype, name="attention_output",
                                kernel_init=_init(cfg, ("heads", "kv", "embed")),
                                bias_init=_zeros(("embed",)))(context)
-        attn = Dropout(cfg.hidden_dropout_prob)(attn, deterministic=self.deterministic)
+        # Named: the masks of these two must not depend on whether the kernel above has a dropout module.
+        attn = Dropout(cfg.hidden_dropout_prob, name="attention_dropout")(attn, deterministic=self.deterministic)
         x = _layer_norm(cfg, self.dtype, "attention_layer_norm")(x + attn)
 
         h = act(_dense(cfg, cfg.intermediate_size, ("embed", "mlp"), self.dtype, "intermediate")(x))
         h = sharding_lib.constrain(h, ("batch", "length", "mlp"))
         h = _dense(cfg, cfg.hidden_size, ("mlp", "embed"), self.dtype, "output")(h)
-        h = Dropout(cfg.hidden_dropout_prob)(h, deterministic=self.deterministic)
+        h = Dropout(cfg.hidden_dropout_prob, name="output_dropout")(h, deterministic=self.deterministic)
         x = _layer_norm(cfg, self.dtype, "output_layer_norm")(x + h)
         return sharding_lib.constrain(x, ("batch", "length", "embed")), None
 

@@ -42,10 +42,9 @@ def init_params(path: str, model: model_lib.BertForPreTraining) -> dict:
         raise FileNotFoundError(f"config.train.init_from={path} is neither a bertjax workdir (with "
                                 f"{checkpoint_lib.CHECKPOINTS}/) nor a Hugging Face directory (with {hf.CONFIG_NAME}).")
     arch, params = load(path)
-    if arch != model.config:
-        diff = ", ".join(f"{f}={getattr(arch, f)}" for f in model_lib.CONFIG_FIELDS
-                         if getattr(arch, f) != getattr(model.config, f))
-        raise ValueError(f"config.train.init_from={path} holds a different model ({diff}); set config.model to "
-                         "match it.")
+    diff = model.config.differences(arch.to_dict())
+    if diff:
+        raise ValueError(f"config.train.init_from={path} holds a different model ({'; '.join(diff)}); set "
+                         "config.model to match it.")
     params = jax.device_get(params)
     return model_lib.stack_layers(params, arch.num_hidden_layers) if model.scan_layers else params

@@ -175,11 +175,37 @@ def test_init_from_a_workdir_or_hf_directory_without_optimizer_state(trained, py
     assert first_loss["hf"] == pytest.approx(first_loss["workdir"], abs=1e-4)
 
 
+def test_checkpoints_and_export_do_not_depend_on_the_attention_kernel(trained, pydocs_data, tmp_path):
+    """The xla job's workdir resumes under splash (interpreted here; attention dropout off, as fused kernels
+    need) and trains on exactly as under xla: same losses, same checkpoint, same Hugging Face export."""
+    from safetensors.numpy import load_file
+
+    workdir, _, _ = trained
+    runs = {}
+    for attention in ("xla", "splash"):
+        run = tmp_path / attention
+        shutil.copytree(workdir, run, ignore=shutil.ignore_patterns("hf", "plugins", "events.out.*"))
+        config = train_setup.small_config(pydocs_data, **{
+            "train.num_train_steps": 8, "model.attention": attention, "model.attention_probs_dropout_prob": 0.0,
+            "checkpoint.export_hf": True})
+        train.train_and_evaluate(config, str(run))
+        rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+        losses = [r["loss"] for r in rows if r["kind"] == "train" and r["step"] > 6]
+        runs[attention] = losses, checkpoint_lib.load_params(str(run))[1], load_file(str(run / "hf" / "model.safetensors"))
+    (xla_losses, xla_params, xla_hf), (splash_losses, splash_params, splash_hf) = runs["xla"], runs["splash"]
+    assert len(xla_losses) == 2
+    np.testing.assert_allclose(splash_losses, xla_losses, rtol=1e-5)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5), splash_params, xla_params)
+    assert splash_hf.keys() == xla_hf.keys()
+    for name in xla_hf:
+        np.testing.assert_allclose(splash_hf[name], xla_hf[name], atol=1e-5, err_msg=name)
+
+
 def test_init_from_a_different_model_is_refused(trained, pydocs_data, tmp_path):
     workdir, _, _ = trained
     config = train_setup.small_config(pydocs_data, **{"train.init_from": str(workdir)})
     config.model.intermediate_size = 256
-    with pytest.raises(ValueError, match="init_from=.* holds a different model .*intermediate_size=128"):
+    with pytest.raises(ValueError, match=r"init_from=.* holds a different model \(intermediate_size: 128 there, 256 here\)"):
         train.train_and_evaluate(config, str(tmp_path))
 
 
