@@ -3,28 +3,44 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 export TF_CPP_MIN_LOG_LEVEL ?= 2
+SHELL := bash
+.SHELLFLAGS := -eo pipefail -c
+
+# pip -q hides minutes of work on a fresh machine, and pip's own output is hundreds of lines: this keeps a
+# line per stage (every 20 packages resolved, then the install), pip's errors, and its full log in a file.
+PIP_LOG := $(VENV)/pip-install.log
+PIP_INSTALL := $(PY) -m pip install --progress-bar off --log $(PIP_LOG)
+PIP_STAGES := awk '/^(Collecting|Processing) / { n++; if (n % 20 == 1) { print "make:   resolving and fetching, " n " packages so far"; fflush() } } \
+	/^Installing collected packages/ { print "make:   installing " n " packages"; fflush() } \
+	/^Successfully installed/ { print "make:   installed" } \
+	/^ERROR/ { print; err = 1 } END { if (err) print "make: pip failed; its full log is $(PIP_LOG)" }'
 
 .PHONY: demo test clean
 
 $(PY):
+	@echo "make: creating $(VENV) with $$($(PYTHON) --version), and upgrading pip in it"
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 
 # Stamps are newer than setup.cfg/pyproject.toml when the install is current.
 $(VENV)/.base-installed: setup.cfg pyproject.toml | $(PY)
-	$(PY) -m pip install -q -e .
+	@echo "make: installing bertjax and its dependencies into $(VENV) (about 2 minutes on a fresh machine)"
+	@$(PIP_INSTALL) -e . 2>&1 | $(PIP_STAGES)
 	touch $@
 
 $(VENV)/.test-installed: setup.cfg pyproject.toml | $(PY)
-	$(PY) -m pip install -q -e '.[test]'
+	@echo "make: installing bertjax, its dependencies and the test tools into $(VENV) (about 3 minutes on a fresh machine)"
+	@$(PIP_INSTALL) -e '.[test]' 2>&1 | $(PIP_STAGES)
 	touch $@ $(VENV)/.base-installed
 
 # A fresh run each time: workdir/demo holds the vocab, records, checkpoints, metrics and the HF export.
 demo: $(VENV)/.base-installed
 	rm -rf workdir/demo
+	@echo "make: the demo job, into workdir/demo (it logs its progress and ETA)"
 	$(PY) -m bertjax.main --config=configs/demo.py --workdir=workdir/demo
 
 test: $(VENV)/.test-installed
+	@echo "make: the test suite (about 15 minutes on a 2-core CPU)"
 	$(PY) -m pytest -q tests
 
 clean:
