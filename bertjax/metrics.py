@@ -243,12 +243,15 @@ class Throughput:
 
     Call `update(step)` once after the first (compiling) step has finished — that call only starts
     the clock — then at every log point, after the step's metrics reached the host (so the device is
-    done). Time spent inside `with tracker.paused():` (eval, checkpointing) is not counted.
+    done). Time spent inside `with tracker.paused():` (eval, checkpointing) is not in the step time; the
+    ETA spreads all the time since the clock started, pauses included, over the steps left: steadier than
+    the last interval alone, and it counts the evals and saves still to come.
     """
 
     def __init__(self, num_train_steps: int, clock=time.perf_counter):
         self.num_train_steps = int(num_train_steps)
         self._clock = clock
+        self._start: Optional[tuple[int, float]] = None
         self._last: Optional[tuple[int, float]] = None
         self._excluded = 0.0
 
@@ -259,8 +262,11 @@ class Throughput:
         if self._last is not None and step > self._last[0]:
             elapsed = max(now - self._last[1] - self._excluded, 1e-9)
             step_time = elapsed / (step - self._last[0])
+            wall_per_step = (now - self._start[1]) / (step - self._start[0])
             out = {"step_time_s": step_time, "steps_per_s": 1.0 / step_time,
-                   "eta_s": max(self.num_train_steps - step, 0) * step_time}
+                   "eta_s": max(self.num_train_steps - step, 0) * wall_per_step}
+        if self._start is None:
+            self._start = (int(step), now)
         self._last, self._excluded = (int(step), now), 0.0
         return out
 

@@ -183,9 +183,11 @@ def test_throughput_tracker_excludes_first_step_and_pauses():
     out = tracker.update(101)  # 100 steps in 70 s − 50 s paused = 20 s
     assert out["step_time_s"] == pytest.approx(0.2)
     assert out["steps_per_s"] == pytest.approx(5.0)
-    assert out["eta_s"] == pytest.approx(899 * 0.2)
+    assert out["eta_s"] == pytest.approx(899 * 0.7)  # the pause recurs: 70 s of wall time per 100 steps
     now[0] = 210.0
-    assert tracker.update(151)["step_time_s"] == pytest.approx(0.2)
+    out = tracker.update(151)
+    assert out["step_time_s"] == pytest.approx(0.2)
+    assert out["eta_s"] == pytest.approx(849 * 80 / 150)  # the mean since the clock started, not the last 50
 
 
 def test_log_line():
