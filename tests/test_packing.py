@@ -10,6 +10,7 @@ import pytest
 
 from bertjax import metrics as metrics_lib
 from bertjax import model as model_lib
+from bertjax.data import instances as instances_lib
 from bertjax.data import packing
 
 SEQ, PRED, VOCAB, N = 64, 10, 300, 14
@@ -63,6 +64,32 @@ def test_every_instance_lands_once_within_the_row_limits():
 def test_an_instance_that_cannot_fit_is_refused():
     with pytest.raises(ValueError, match="cannot be packed"):
         packing.assign_rows(np.array([70]), np.array([3]), CFG)
+
+
+def test_dynamic_masking_masks_each_packed_instance_as_if_alone():
+    packed = packing.pack(instances(), CFG)
+    mask = packed["input_mask"]
+    original = instances_lib.unmask(*(packed[k] for k in ("input_ids", "masked_lm_positions", "masked_lm_ids",
+                                                            "masked_lm_weights")))
+    vocab = instances_lib.Vocab(VOCAB, pad_id=0, cls_id=2, sep_id=3, mask_id=4, is_continuation=np.zeros(VOCAB, bool))
+    cfg = instances_lib.InstanceConfig(SEQ, PRED, masked_lm_prob=0.15)
+    m = packing.mask_rows(original, mask, cfg, vocab, np.random.default_rng(0), CFG.max_predictions_per_row)
+    positions, weights = m["masked_lm_positions"], m["masked_lm_weights"]
+    np.testing.assert_array_equal(instances_lib.unmask(m["input_ids"], positions, m["masked_lm_ids"], weights),
+                                  original)
+    assert np.all(np.diff(weights, axis=1) <= 0)  # used slots first
+    for r in range(len(mask)):
+        chosen = set(positions[r, weights[r] > 0].tolist())
+        assert set(np.flatnonzero(m["input_ids"][r] != original[r]).tolist()) <= chosen  # only masked tokens change
+        for j in range(1, mask[r].max() + 1):
+            at = np.flatnonzero(mask[r] == j)
+            mine = chosen & set(at.tolist())
+            assert len(mine) == min(PRED, max(1, int(np.rint(len(at) * 0.15)))), (r, j)  # its own 15%
+            assert at[0] not in mine  # never its [CLS]
+    fresh = packing.mask_rows(original, mask, cfg, vocab, np.random.default_rng(1), CFG.max_predictions_per_row)
+    assert not np.array_equal(fresh["masked_lm_positions"], positions)
+    with pytest.raises(ValueError, match="needs .* prediction slots .* max_predictions_per_row=5; re-run prepare"):
+        packing.mask_rows(original, mask, cfg, vocab, np.random.default_rng(0), 5)
 
 
 def per_instance_losses(implementation: str, packed: bool, arrays: dict):
@@ -142,6 +169,25 @@ def test_the_job_packs_its_corpus_and_trains_per_instance(tmp_path, capsys):
     assert train_rows[1]["seq_per_s"] > train_rows[1]["tokens_per_s"] / train_setup.SEQ  # instances, not rows
     assert 0 < result["mlm_accuracy_baseline"] < 1 and np.isfinite(result["nsp_loss"])
     assert "Top-5 predictions" in capsys.readouterr().out
+
+    # Dynamic masking re-masks the packed rows: the same tokens, fresh masks inside each instance.
+    from bertjax.data import pipeline as pipeline_lib
+    from bertjax.data import tokenization
+
+    data = tmp_path / "work" / "data"
+    vocab = instances_lib.Vocab.from_tokenizer(tokenization.load(str(data / "vocab" / "vocab.txt"), True))
+    common = dict(files=str(data / "train" / "*.tfrecord"), batch_size=8, max_seq_length=train_setup.SEQ,
+                  max_predictions_per_seq=metadata["schema"]["max_predictions_per_seq"], max_instances_per_row=3,
+                  shuffle_buffer=1)
+    stored = next(pipeline_lib.InputPipeline(pipeline_lib.PipelineConfig(**common)))
+    remasked = next(pipeline_lib.InputPipeline(pipeline_lib.PipelineConfig(**common, dynamic_masking=True,
+                                                                            vocab=vocab)))
+    keys = ("input_ids", "masked_lm_positions", "masked_lm_ids", "masked_lm_weights")
+    np.testing.assert_array_equal(instances_lib.unmask(*(remasked[k] for k in keys)),
+                                  instances_lib.unmask(*(stored[k] for k in keys)))
+    assert not np.array_equal(remasked["masked_lm_positions"], stored["masked_lm_positions"])
+    inside = np.take_along_axis(remasked["input_mask"], remasked["masked_lm_positions"], axis=1)
+    assert np.all(inside[remasked["masked_lm_weights"] > 0] > 0)
 
 
 def test_packing_must_agree_with_the_records(pydocs_data, tmp_path):

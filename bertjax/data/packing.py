@@ -22,6 +22,8 @@ import dataclasses
 
 import numpy as np
 
+from bertjax.data import instances
+
 PACKED_FEATURES = ("position_ids", "next_sentence_positions", "next_sentence_weights")
 
 
@@ -113,3 +115,26 @@ def pack(arrays: dict[str, np.ndarray], cfg: PackingConfig) -> dict[str, np.ndar
             out["next_sentence_weights"][r, j] = 1.0
             start, slot = start + n, slot + len(p)
     return out
+
+
+def mask_rows(input_ids: np.ndarray, input_mask: np.ndarray, cfg: instances.InstanceConfig,
+              vocab: instances.Vocab, rng: np.random.Generator, max_predictions_per_row: int) -> dict[str, np.ndarray]:
+    """`instances.mask_tokens` for packed rows (dynamic masking): each instance masked as if it stood alone
+    (its own 15%, at most cfg.max_predictions_per_seq), its predictions in the row's slots in instance order."""
+    n, length = input_ids.shape
+    k = max(int(input_mask.max()) if input_mask.size else 0, 1)
+    own = input_mask[:, None, :] == np.arange(1, k + 1)[None, :, None]  # [row, instance, token]
+    alone = instances.mask_tokens(np.repeat(input_ids, k, axis=0), own.reshape(n * k, length).astype(np.int32),
+                                  cfg, vocab, rng)  # one virtual row per (row, instance), tokens in place
+    masked = np.where(own, alone["input_ids"].reshape(n, k, length), 0).sum(axis=1)
+    masked = np.where(input_mask > 0, masked, input_ids).astype(np.int32)
+    weights = alone["masked_lm_weights"].reshape(n, -1)
+    used = (weights > 0).sum(axis=1)
+    if used.max(initial=0) > max_predictions_per_row:
+        raise ValueError(f"a packed row needs {used.max()} prediction slots after re-masking but the records have "
+                         f"max_predictions_per_row={max_predictions_per_row}; re-run prepare with a larger "
+                         "--max_predictions_per_row.")
+    first = np.argsort(weights == 0, axis=1, kind="stable")[:, :max_predictions_per_row]  # used slots first
+    out = {key: np.take_along_axis(alone[key].reshape(n, -1), first, axis=1)
+           for key in ("masked_lm_positions", "masked_lm_ids", "masked_lm_weights")}
+    return dict(input_ids=masked, **out)

@@ -25,7 +25,7 @@ from typing import Iterator, Optional
 
 import numpy as np
 
-from bertjax.data import instances, records
+from bertjax.data import instances, packing, records
 
 log = logging.getLogger(__name__)
 EXAMPLE_WEIGHT = "example_weight"
@@ -85,12 +85,9 @@ class PipelineConfig:
         if self.vocab is not None and len(self.vocab.is_continuation) != self.vocab.size:
             raise ValueError(f"vocab.is_continuation has {len(self.vocab.is_continuation)} entries but "
                              f"vocab.size={self.vocab.size}; build the Vocab from one tokenizer.")
-        if self.dynamic_masking and self.max_instances_per_row:
-            raise ValueError("config.data.dynamic_masking=True does not re-mask packed records yet; turn one of "
-                             "config.data.dynamic_masking and config.data.packing off.")
         m = self.masking
-        if m is not None and (m.max_seq_length, m.max_predictions_per_seq) != (self.max_seq_length,
-                                                                                self.max_predictions_per_seq):
+        if m is not None and not self.max_instances_per_row and (
+                (m.max_seq_length, m.max_predictions_per_seq) != (self.max_seq_length, self.max_predictions_per_seq)):
             raise ValueError(f"masking has max_seq_length={m.max_seq_length}, max_predictions_per_seq="
                              f"{m.max_predictions_per_seq} but the pipeline {self.max_seq_length}, "
                              f"{self.max_predictions_per_seq}; make them equal.")
@@ -188,8 +185,11 @@ class InputPipeline:
         c, md = self.config, self.metadata or {}
         if c.masking is not None:
             return c.masking
+        # Packed records: the pipeline's predictions are the row's slots; each instance keeps its own cap.
+        per_instance = md.get("max_predictions_per_seq", c.max_predictions_per_seq) if c.max_instances_per_row \
+            else c.max_predictions_per_seq
         return instances.InstanceConfig(max_seq_length=c.max_seq_length,
-                                        max_predictions_per_seq=c.max_predictions_per_seq,
+                                        max_predictions_per_seq=per_instance,
                                         masked_lm_prob=md.get("masked_lm_prob", 0.15),
                                         do_whole_word_mask=md.get("do_whole_word_mask", False))
 
@@ -293,7 +293,10 @@ class InputPipeline:
             raise ValueError(f"records hold token id {original.max()} ≥ vocab.size={c.vocab.size}; the vocab "
                              "does not belong to these records.")
         rng = np.random.default_rng([c.seed, c.process_index, int(index)])
-        m = instances.mask_tokens(original, input_mask, self.masking, c.vocab, rng)
+        if c.max_instances_per_row:
+            m = packing.mask_rows(original, input_mask, self.masking, c.vocab, rng, c.max_predictions_per_seq)
+        else:
+            m = instances.mask_tokens(original, input_mask, self.masking, c.vocab, rng)
         return tuple(m[k].astype(np.float32 if k == "masked_lm_weights" else np.int32) for k in _MASKED)
 
     # --- Iteration ---------------------------------------------------------------------------------
