@@ -86,8 +86,9 @@ class PipelineConfig:
             raise ValueError(f"vocab.is_continuation has {len(self.vocab.is_continuation)} entries but "
                              f"vocab.size={self.vocab.size}; build the Vocab from one tokenizer.")
         m = self.masking
-        if m is not None and not self.max_instances_per_row and (
-                (m.max_seq_length, m.max_predictions_per_seq) != (self.max_seq_length, self.max_predictions_per_seq)):
+        # Packed rows: the pipeline's predictions are the row's slots, the masking's are each instance's cap.
+        if m is not None and (m.max_seq_length != self.max_seq_length or (
+                not self.max_instances_per_row and m.max_predictions_per_seq != self.max_predictions_per_seq)):
             raise ValueError(f"masking has max_seq_length={m.max_seq_length}, max_predictions_per_seq="
                              f"{m.max_predictions_per_seq} but the pipeline {self.max_seq_length}, "
                              f"{self.max_predictions_per_seq}; make them equal.")
