@@ -15,7 +15,6 @@ Prints one JSON object.
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile

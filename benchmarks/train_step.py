@@ -29,7 +29,6 @@ import json
 import os
 import platform
 import statistics
-import sys
 import time
 
 SEQ, PRED, VOCAB = 128, 20, 30522
@@ -61,6 +60,7 @@ os.environ["XLA_FLAGS"] = (ARGS.xla_flags + " " + os.environ.get("XLA_FLAGS", ""
 import jax  # noqa: E402  (after XLA_FLAGS)
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
+from ml_collections import ConfigDict  # noqa: E402
 
 from bertjax import metrics as metrics_lib  # noqa: E402
 from bertjax import model as model_lib  # noqa: E402
@@ -111,7 +111,7 @@ def matmul_peak(sizes=(1024, 2048, 3072, 4096), reps: int = 3) -> dict:
 
 # --- JAX --------------------------------------------------------------------------------------------
 
-def jax_config(size: str, batch_size: int) -> "ml_collections.ConfigDict":
+def jax_config(size: str, batch_size: int) -> ConfigDict:
     """configs/<size>.py as users get it, with this benchmark's batch, sequence length and predictions."""
     import runpy
 

@@ -29,6 +29,9 @@ def define_flags() -> None:
                         "workdir with checkpoints resumes from the latest.")
     flags.DEFINE_bool("compile_only", False, "Build the state, compile the train step, log its memory "
                       "analysis and stop.")
+    flags.DEFINE_string("topology", None, "With --compile_only: compile for this TPU topology (e.g. v5e:16x16) "
+                        "on a machine without TPUs and without data, and write WORKDIR/compile_report.json "
+                        "(needs libtpu: pip install 'bertjax[tpu]').")
     flags.DEFINE_string("coordinator_address", None, "host:port of process 0, for multi-process runs outside "
                         "TPU VMs and SLURM (where it is found automatically).")
     flags.DEFINE_integer("num_processes", None, "Processes in a multi-process run.")
@@ -53,6 +56,11 @@ def main(argv):
         raise app.UsageError(f"unexpected arguments {argv[1:]}; settings go in --config.* flags.")
     logging.getLogger("bertjax").setLevel(logging.INFO)
     absl_logging.set_verbosity(absl_logging.WARNING)  # orbax and JAX log every step at INFO
+    from bertjax import aot
+
+    aot.quiet_libtpu()  # before any backend starts: a no-op on TPU VMs
+    if FLAGS.topology:
+        return _compile_for_topology()
     if _multi_process():
         if FLAGS.coordinator_address and (FLAGS.num_processes is None or FLAGS.process_id is None):
             raise app.UsageError("--coordinator_address needs --num_processes and --process_id too.")
@@ -64,6 +72,19 @@ def main(argv):
                                           "BERT-base CPU steps run 20–40% faster (see bertjax/tcmalloc.py)")
 
     train.train_and_evaluate(FLAGS.config, FLAGS.workdir, compile_only=FLAGS.compile_only)
+
+
+def _compile_for_topology() -> None:
+    """--compile_only --topology: one process, no devices of this machine, no data."""
+    if not FLAGS.compile_only:
+        raise app.UsageError("--topology compiles for a TPU topology without running: add --compile_only.")
+    from bertjax import aot
+    from bertjax.config import JobConfig
+
+    try:
+        aot.compile_for_topology(JobConfig.from_configdict(FLAGS.config), FLAGS.workdir, FLAGS.topology)
+    except ValueError as e:  # does not fit, a bad topology or mesh: one sentence, no traceback
+        raise SystemExit(f"bertjax: {e}") from None
 
 
 if __name__ == "__main__":

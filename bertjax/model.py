@@ -278,7 +278,7 @@ class BertLayer(nn.Module):
     @nn.compact
     def __call__(self, x: Array, attention_bias: Optional[Array], input_mask: Array) -> tuple[Array, None]:
         cfg = self.config
-        heads, head_dim = cfg.num_attention_heads, cfg.head_dim
+        head_dim = cfg.head_dim
         act = ACTIVATIONS[cfg.hidden_act]
 
         # Query, key and value as one matmul (x is read once; one [H, 3H] weight-gradient matmul), with

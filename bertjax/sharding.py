@@ -36,12 +36,17 @@ def resolve_mesh_shape(shape: Sequence[int], num_devices: int) -> tuple[int, ...
     if -1 in shape:
         if num_devices % known:
             raise ValueError(f"config.mesh.shape={shape}: {num_devices} devices do not divide by {known}; "
-                             "choose sizes whose product divides the device count.")
+                             f"choose sizes whose product divides {num_devices} ({_divisors(num_devices)}).")
         shape = tuple(num_devices // known if s == -1 else s for s in shape)
     if math.prod(shape) != num_devices:
         raise ValueError(f"config.mesh.shape={shape} needs {math.prod(shape)} devices but {num_devices} are "
-                         "available; make the product equal the device count or use -1 for one axis.")
+                         f"available; make the product {num_devices}, or set one axis to -1 and the others to "
+                         f"sizes whose product divides {num_devices} ({_divisors(num_devices)}).")
     return shape
+
+
+def _divisors(n: int) -> str:
+    return "its divisors: " + ", ".join(str(d) for d in range(1, n + 1) if n % d == 0)
 
 
 def make_mesh(shape: Sequence[int], devices: Sequence[jax.Device] | None = None) -> Mesh:
@@ -178,6 +183,12 @@ def global_batch(local: Mapping[str, np.ndarray], mesh: Mesh, rules: Rules) -> d
     for name, value in local.items():
         out[name] = jax.make_array_from_process_local_data(batch_sharding(mesh, rules, value.ndim), value)
     return out
+
+
+def per_device_bytes(abstract: Any) -> int:
+    """Bytes one device holds of a tree of ShapeDtypeStructs carrying shardings (the largest shard)."""
+    return sum(math.prod(x.sharding.shard_shape(x.shape)) * np.dtype(x.dtype).itemsize
+               for x in jax.tree.leaves(abstract))
 
 
 def replicated(mesh: Mesh) -> NamedSharding:

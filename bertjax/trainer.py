@@ -146,32 +146,49 @@ def sharded_state(model: nn.Module, tx: optax.GradientTransformation, seed: int,
     return abstract, shardings, jax.jit(create, out_shardings=shardings)
 
 
-def compile_train_step(step_fn: Callable, abstract: TrainState, shardings: TrainState, batch_abstract: dict,
-                       mesh: jax.sharding.Mesh, rules: sharding_lib.Rules) -> Any:
-    """The train step jitted with explicit shardings and donated state, compiled ahead of time.
+def jit_train_step(step_fn: Callable, shardings: TrainState, batch_abstract: dict,
+                   mesh: jax.sharding.Mesh) -> Any:
+    """The train step jitted with explicit shardings and donated state (not yet lowered)."""
+    batch_shardings = {k: v.sharding for k, v in batch_abstract.items()}
+    return jax.jit(step_fn, in_shardings=(shardings, batch_shardings),
+                   out_shardings=(shardings, sharding_lib.replicated(mesh)), donate_argnums=0)
+
+
+def memory_bytes(compiled: Any) -> Optional[dict[str, int]]:
+    """Per-device bytes of a compiled program (`memory_analysis`), or None where the backend has none.
+
+    `total` counts the donated state once: outputs aliased with arguments share their buffers."""
+    try:
+        mem = compiled.memory_analysis()
+    except (NotImplementedError, AttributeError):
+        mem = None
+    if mem is None:
+        return None
+    out = dict(argument=mem.argument_size_in_bytes, output=mem.output_size_in_bytes, alias=mem.alias_size_in_bytes,
+               temp=mem.temp_size_in_bytes, code=mem.generated_code_size_in_bytes)
+    out["total"] = out["argument"] + out["output"] - out["alias"] + out["temp"] + out["code"]
+    return out
+
+
+def compile_train_step(jitted: Any, abstract: TrainState, batch_abstract: dict, mesh: jax.sharding.Mesh,
+                       rules: sharding_lib.Rules) -> Any:
+    """Lowers and compiles the jitted step ahead of time; logs the time taken and the memory per device.
 
     Traced under the mesh and the logical-axis rules, so that the model's activation constraints
     (`sharding.constrain`) pin activations to the batch axes instead of leaving the partitioner to
     guess from the parameters."""
-    batch_shardings = {k: v.sharding for k, v in batch_abstract.items()}
-    jitted = jax.jit(step_fn, in_shardings=(shardings, batch_shardings),
-                     out_shardings=(shardings, sharding_lib.replicated(mesh)), donate_argnums=0)
     start = time.perf_counter()
     with sharding_lib.activation_rules(mesh, rules):
         compiled = jitted.lower(abstract, batch_abstract).compile()
     log.info("compile: train step compiled in %.1fs", time.perf_counter() - start)
-    try:
-        mem = compiled.memory_analysis()
-    except (NotImplementedError, AttributeError):  # some backends do not report it
-        mem = None
+    mem = memory_bytes(compiled)
     if mem is None:
-        log.info("compile: memory analysis not available on %s", jax.default_backend())
+        log.info("compile: memory analysis not available on %s", mesh.devices.flat[0].platform)
     else:
         gib = 2**30
         log.info("compile: per-device memory — arguments %.3f GiB, outputs %.3f GiB, temporaries %.3f GiB, "
-                 "code %.3f GiB (arguments aliased with outputs: %.3f GiB)",
-                 mem.argument_size_in_bytes / gib, mem.output_size_in_bytes / gib, mem.temp_size_in_bytes / gib,
-                 mem.generated_code_size_in_bytes / gib, mem.alias_size_in_bytes / gib)
+                 "code %.3f GiB (arguments aliased with outputs: %.3f GiB)", mem["argument"] / gib,
+                 mem["output"] / gib, mem["temp"] / gib, mem["code"] / gib, mem["alias"] / gib)
     return compiled
 
 
@@ -190,7 +207,8 @@ class Trainer:
     abstract_state: TrainState  # ShapeDtypeStructs carrying their shardings
     state_shardings: TrainState
     batch_abstract: dict[str, jax.ShapeDtypeStruct]  # the global batch, with its shardings
-    train_step: Any  # compiled: (state, global batch) → (state, metrics); the state is donated
+    jitted_train_step: Any  # jax.jit of the step with its shardings, for callers that lower it themselves
+    train_step: Any  # compiled: (state, global batch) → (state, metrics), the state donated; None if not compiled
     init_state: Callable[[], TrainState]  # a fresh state, created sharded
     _eval_step: Callable = dataclasses.field(repr=False)
 
@@ -220,8 +238,9 @@ def process_batch_size(train: TrainConfig) -> int:
     return train.global_batch_size // jax.process_count()
 
 
-def setup(config: JobConfig, devices: Optional[Sequence[jax.Device]] = None) -> Trainer:
-    """Model, optimizer, mesh over `devices` (default: all), sharded abstract state, compiled train step.
+def setup(config: JobConfig, devices: Optional[Sequence[jax.Device]] = None, compile: bool = True) -> Trainer:
+    """Model, optimizer, mesh over `devices` (default: all), sharded abstract state, compiled train step
+    (with compile=False only jitted: `aot` lowers it for a TPU topology and reads what compiling says).
 
     Errors a user can cause (a batch the mesh or the processes cannot split) are one ValueError."""
     train, data = config.train, config.data
@@ -243,12 +262,12 @@ def setup(config: JobConfig, devices: Optional[Sequence[jax.Device]] = None) -> 
                                                               data.record_predictions, data.record_instances).items()}
     compute_shardings = sharding_lib.gathered_for_compute(shardings.params)
     nsp = data.next_sentence_prediction
-    train_step = compile_train_step(make_train_step(model, tx, train.micro_batches, nsp, learning_rate,
-                                                    compute_shardings), abstract, shardings, batch_abstract,
-                                    mesh, rules)
+    jitted = jit_train_step(make_train_step(model, tx, train.micro_batches, nsp, learning_rate, compute_shardings),
+                            shardings, batch_abstract, mesh)
+    train_step = compile_train_step(jitted, abstract, batch_abstract, mesh, rules) if compile else None
     eval_step = jax.jit(make_eval_step(model, nsp, compute_shardings),
                         in_shardings=(shardings.params, {k: v.sharding for k, v in batch_abstract.items()}),
                         out_shardings=sharding_lib.replicated(mesh))
     return Trainer(config=config, model=model, tx=tx, learning_rate=learning_rate, mesh=mesh, rules=rules,
                    abstract_state=abstract, state_shardings=shardings, batch_abstract=batch_abstract,
-                   train_step=train_step, init_state=init, _eval_step=eval_step)
+                   jitted_train_step=jitted, train_step=train_step, init_state=init, _eval_step=eval_step)

@@ -10,6 +10,10 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import pathlib  # noqa: E402
 
+from bertjax import aot  # noqa: E402
+
+aot.quiet_libtpu()  # TPU topology compiles in the tests and in the job processes they start, side by side
+
 import pytest  # noqa: E402
 
 
