@@ -1,0 +1,166 @@
+"""Which TPU slice fits BERT-Base and BERT-Large pre-training, and with what settings: compiled, not guessed.
+
+    python benchmarks/tpu_fit.py [--models=base,large] [--phases=128:4096,128:65536,512:4096,512:32768]
+                                 [--slices=v4-8,v5e-16,v5e-256,v5p-8,v6e-8] [--results=FILE] [--markdown]
+
+For every (model, phase, slice) case the script runs the job's own `python -m bertjax.main
+--compile_only --topology=…` (libtpu compiles the real bf16 train step, no TPUs needed; see bertjax/aot.py)
+and searches for the cheapest settings that fit, trying in this order and stopping at the first fit:
+
+  1. data parallelism (mesh (-1,1,1)), no rematerialisation, then the fewest micro-batches that fit;
+  2. the same with remat_policy=full (recompute each layer: ~1/3 more FLOPs, far fewer activations);
+  3. the same two with the state fully sharded (fsdp: mesh (1,-1,1)).
+
+Micro-batches are estimated from what the last attempt needed (libtpu's out-of-memory report, or the
+compiled program's temporaries: activations scale with the rows a micro-batch holds), then doubled until
+the step fits; a setting whose micro-batch would hold less than one row per device is skipped.
+Phases: `SEQ:GLOBAL_BATCH`, with 20 predictions at seq 128 and 80 at 512 (BERT's). Models are
+configs/<model>.py as users get them (xla attention with BERT's dropout) in bfloat16.
+
+Each attempt is one JSON line appended to --results (default benchmarks/results/tpu_fit.jsonl), so an
+interrupted search resumes where it stopped. The script prints one JSON row per case (`fits`, the
+settings, per-device GiB, FLOPs per step, the attempts it took) and, with --markdown, the README's table.
+Compiles of BERT-Large take minutes each on a 2-core machine: run it in the background.
+"""
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# Cloud TPU accelerator types → topologies (chips per dimension). v4 and v5p count TensorCores in the
+# name, two a chip: v4-8 is 4 chips.
+SLICES = {"v4-8": "v4:2x2x1", "v5e-16": "v5e:4x4", "v5e-256": "v5e:16x16", "v5p-8": "v5p:2x2x1", "v6e-8": "v6e:2x4"}
+PREDICTIONS = {128: 20, 512: 80}
+MESHES = {"data": "(-1,1,1)", "fsdp": "(1,-1,1)"}
+PLANS = (("data", "none"), ("data", "full"), ("fsdp", "none"), ("fsdp", "full"))
+GIB = 2**30
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--models", default="base,large")
+    p.add_argument("--phases", default="128:4096,128:65536,512:4096,512:32768", help="SEQ:GLOBAL_BATCH list")
+    p.add_argument("--slices", default=",".join(SLICES))
+    p.add_argument("--results", default=os.path.join(ROOT, "benchmarks", "results", "tpu_fit.jsonl"))
+    p.add_argument("--timeout", type=int, default=1800, help="seconds per compile")
+    p.add_argument("--markdown", action="store_true", help="also print the README's markdown table")
+    return p.parse_args()
+
+
+def _key(model, seq, batch, slice_name, mesh, remat, micro) -> str:
+    return f"{model}|{seq}|{batch}|{slice_name}|{mesh}|{remat}|{micro}"
+
+
+def attempt(args, done: dict, model: str, seq: int, batch: int, slice_name: str, mesh: str, remat: str,
+            micro: int) -> dict:
+    """One compile by the job's CLI (or its earlier result from --results)."""
+    key = _key(model, seq, batch, slice_name, mesh, remat, micro)
+    if key in done:
+        return done[key]
+    with tempfile.TemporaryDirectory() as workdir:
+        command = [sys.executable, "-m", "bertjax.main", f"--config={os.path.join(ROOT, 'configs', model + '.py')}",
+                   f"--workdir={workdir}", "--compile_only", f"--topology={SLICES[slice_name]}",
+                   "--config.model.dtype=bfloat16", f"--config.data.max_seq_length={seq}",
+                   f"--config.data.max_predictions_per_seq={PREDICTIONS[seq]}",
+                   f"--config.train.global_batch_size={batch}", f"--config.mesh.shape={MESHES[mesh]}",
+                   f"--config.model.remat_policy={remat}", f"--config.train.micro_batches={micro}"]
+        start = time.time()
+        try:
+            run = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=args.timeout)
+            error = "" if run.returncode == 0 else run.stderr.strip().splitlines()[-1][:400]
+        except subprocess.TimeoutExpired:
+            run, error = None, f"compile timed out after {args.timeout}s"
+        path = os.path.join(workdir, "compile_report.json")
+        report = json.load(open(path)) if os.path.exists(path) else None
+    row = dict(key=key, model=model, seq=seq, global_batch_size=batch, slice=slice_name, mesh=mesh, remat=remat,
+               micro_batches=micro, compile_s=round(time.time() - start, 1), report=report,
+               error=None if report else error)
+    with open(args.results, "a") as f:
+        f.write(json.dumps(row) + "\n")
+    done[key] = row
+    print(f"  {key}: {'fits' if report and report['fits'] else 'no'} ({row['compile_s']}s)"
+          f"{'' if report else ' ' + error}", file=sys.stderr, flush=True)
+    return row
+
+
+def micro_batches_needed(report: dict, micro: int, limit: int) -> int:
+    """The next micro-batch count to try: what the activations of the last attempt say, as a power of 2."""
+    room = report.get("compiler_available_bytes") or 0.95 * report["hbm_bytes_per_device"]
+    room -= report["argument_bytes"] + report["code_bytes"]
+    if room <= 0:
+        return limit * 2  # the state alone does not fit: no micro-batching helps
+    needed = micro * report["temp_bytes"] / room
+    return min(max(2 * micro, 2 ** math.ceil(math.log2(max(needed, 1)))), limit * 2)
+
+
+def search(args, done: dict, model: str, seq: int, batch: int, slice_name: str) -> dict:
+    tried = []
+    for mesh, remat in PLANS:
+        micro = 1
+        while True:
+            row = attempt(args, done, model, seq, batch, slice_name, mesh, remat, micro)
+            tried.append(row)
+            report = row["report"]
+            if report is None:
+                break  # an error other than memory: next plan
+            if report["fits"]:
+                return dict(_summary(model, seq, batch, slice_name, report), attempts=len(tried))
+            limit = batch // report["num_devices"]  # at least one row per device per micro-batch
+            micro = micro_batches_needed(report, micro, limit)
+            if micro > limit or batch % (micro * report["num_devices"]):
+                break
+    last = next((r["report"] for r in reversed(tried) if r["report"]), None)
+    return dict(_summary(model, seq, batch, slice_name, last) if last else
+                dict(model=model, seq=seq, global_batch_size=batch, slice=slice_name),
+                fits=False, attempts=len(tried), errors=sorted({r["error"] for r in tried if r["error"]}))
+
+
+def _summary(model: str, seq: int, batch: int, slice_name: str, report: dict) -> dict:
+    return dict(model=model, seq=seq, global_batch_size=batch, slice=slice_name, topology=report["topology"],
+                devices=report["num_devices"], fits=report["fits"], mesh=report["mesh"],
+                remat_policy=report["remat_policy"], micro_batches=report["micro_batches"],
+                gib_per_device=round(report["total_bytes"] / GIB, 2),
+                hbm_gib=round(report["hbm_bytes_per_device"] / GIB), flops_per_step=report["flops_per_step"])
+
+
+def markdown(rows: list[dict]) -> str:
+    lines = ["| model | seq × global batch | slice | fits | mesh (data, fsdp, tensor) | remat | micro-batches | "
+             "GiB / device (HBM) | TFLOPs / step |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        mesh = ", ".join(str(v) for v in r["mesh"].values()) if r.get("mesh") else "—"
+        flops = f"{r['flops_per_step'] / 1e12:,.0f}" if r.get("flops_per_step") else "—"
+        fits = "yes" if r["fits"] else "**no**"
+        gib = f"{r['gib_per_device']} ({r['hbm_gib']})" if "gib_per_device" in r else "—"
+        lines.append(f"| {r['model']} | {r['seq']} × {r['global_batch_size']:,} | {r['slice']} | {fits} | {mesh} | "
+                     f"{r.get('remat_policy', '—')} | {r.get('micro_batches', '—')} | {gib} | {flops} |")
+    return "\n".join(lines)
+
+
+def main():
+    args = parse_args()
+    os.makedirs(os.path.dirname(args.results), exist_ok=True)
+    done = {}
+    if os.path.exists(args.results):
+        for line in open(args.results):
+            row = json.loads(line)
+            done[row["key"]] = row
+    rows = []
+    for model in args.models.split(","):
+        for phase in args.phases.split(","):
+            seq, batch = (int(x) for x in phase.split(":"))
+            for slice_name in args.slices.split(","):
+                row = search(args, done, model, seq, batch, slice_name)
+                print(json.dumps(row), flush=True)
+                rows.append(row)
+    if args.markdown:
+        print(markdown(rows))
+
+
+if __name__ == "__main__":
+    main()
