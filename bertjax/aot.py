@@ -16,6 +16,7 @@ import dataclasses
 import glob
 import json
 import logging
+import math
 import os
 import re
 import importlib.util
@@ -33,13 +34,16 @@ REPORT_FILE = "compile_report.json"
 
 @dataclasses.dataclass(frozen=True)
 class Chip:
-    hbm_gib: float  # HBM per chip (one JAX device; v4's two TensorCores are one megacore device)
+    hbm_gib: float  # HBM per chip
     source: str  # where the figure comes from
+    chip_config: str = ""  # libtpu's chip config: "megacore" = one JAX device per chip, as on a TPU VM
 
 
-# HBM per chip from Google's Cloud TPU system-architecture pages (as of 2026).
+# HBM per chip from Google's Cloud TPU system-architecture pages (as of 2026). v4 and v5p chips have two
+# TensorCores that JAX on a TPU VM drives as one megacore device; libtpu's topology descriptions default
+# to one device per core for v4, so v4 asks for megacore (MaxText's train_compile.py does the same).
 CHIPS = {
-    "v4": Chip(32, "https://cloud.google.com/tpu/docs/v4 (32 GiB HBM2 per chip)"),
+    "v4": Chip(32, "https://cloud.google.com/tpu/docs/v4 (32 GiB HBM2 per chip)", "megacore"),
     "v5e": Chip(16, "https://cloud.google.com/tpu/docs/v5e (16 GiB HBM2 per chip)"),
     "v5p": Chip(95, "https://cloud.google.com/tpu/docs/v5p (95 GiB HBM2e per chip)"),
     "v6e": Chip(32, "https://cloud.google.com/tpu/docs/v6e (32 GiB HBM per chip)"),
@@ -74,8 +78,9 @@ def quiet_libtpu() -> None:
         os.environ.setdefault("TPU_WORKER_HOSTNAMES", "localhost")
 
 
-def topology_devices(name: str) -> tuple[str, Sequence[jax.Device]]:
-    """(chip, devices) of a TPU topology such as v5e:16x16; one clear ValueError for a bad name."""
+def topology_devices(name: str) -> tuple[str, int, Sequence[jax.Device]]:
+    """(chip, number of chips, devices) of a TPU topology such as v5e:16x16; one clear ValueError for a
+    bad name."""
     match = _TOPOLOGY.fullmatch(name.strip().lower())
     if not match or match["chip"] not in CHIPS:
         raise ValueError(f"--topology={name!r} is not a TPU topology bertjax knows; use {_valid_topologies()}.")
@@ -85,12 +90,13 @@ def topology_devices(name: str) -> tuple[str, Sequence[jax.Device]]:
     from jax.experimental import topologies
 
     try:
-        devices = topologies.get_topology_desc(topology_name=match.group(0), platform="tpu").devices
+        options = {"chip_config_name": CHIPS[match["chip"]].chip_config} if CHIPS[match["chip"]].chip_config else {}
+        devices = topologies.get_topology_desc(topology_name=match.group(0), platform="tpu", **options).devices
     except jax.errors.JaxRuntimeError as e:
         reason = str(e).splitlines()[0]
         raise ValueError(f"--topology={name!r}: libtpu cannot lay it out ({reason}); use "
                          f"{_valid_topologies()}.") from None
-    return match["chip"], devices
+    return match["chip"], math.prod(int(n) for n in match["shape"].split("x")), devices
 
 
 def _bytes(amount: str, unit: str) -> int:
@@ -126,8 +132,8 @@ def compile_for_topology(job: "JobConfig", workdir: str, topology: str) -> dict[
     from bertjax import sharding as sharding_lib
     from bertjax import trainer as trainer_lib
 
-    chip, devices = topology_devices(topology)
-    hbm = int(CHIPS[chip].hbm_gib * GIB)
+    chip, chips, devices = topology_devices(topology)
+    hbm = int(CHIPS[chip].hbm_gib * GIB * chips / len(devices))  # per device (a chip's share)
     if job.data.corpus and not job.data.vocab_file:  # the data stage would train a vocab of this size
         job = job.replace(model={"vocab_size": job.data.corpus_vocab_size})
     log.info("aot: compiling %s's train step for %s (%d devices, %s), without TPUs and without data",

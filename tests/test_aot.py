@@ -52,9 +52,9 @@ def test_the_cli_compiles_the_job_for_a_topology_and_writes_the_report(tmp_path)
 
 
 @pytest.mark.parametrize("topology, mesh, packing, dtype", [
-    ("v4:2x2x1", (2, 2, 2), True, "bfloat16"),
+    ("v4:2x2x1", (1, 2, 2), True, "bfloat16"),
     ("v5e:2x2", (1, 4, 1), False, "float32"),
-    ("v4:2x2x1", (1, 1, 8), True, "float32"),
+    ("v6e:2x4", (2, 2, 2), True, "float32"),
 ])
 def test_a_4_layer_model_with_splash_compiles_on_fsdp_and_tensor_meshes(tmp_path, topology, mesh, packing, dtype):
     job = JobConfig.from_configdict(train_setup.small_config(
@@ -65,6 +65,8 @@ def test_a_4_layer_model_with_splash_compiles_on_fsdp_and_tensor_meshes(tmp_path
     assert report["num_devices"] == math.prod(mesh) and report["mesh"] == dict(zip(("data", "fsdp", "tensor"), mesh))
     assert report["attention"] == "splash" and report["packing"] == packing and report["fits"]
     assert report["dtype"] == dtype and report["flops_per_step"] > 0
+    # One JAX device per chip, as on a TPU VM (v4's two TensorCores run as one megacore device).
+    assert report["hbm_bytes_per_device"] == {"v4": 32, "v5e": 16, "v6e": 32}[report["chip"]] * 2**30
     # fsdp × tensor split the parameters and optimizer state (a few small ones stay whole).
     split = mesh[1] * mesh[2]
     assert report["state_bytes"] < _state_bytes_unsharded(job) / (0.6 * split)
