@@ -6,6 +6,16 @@ layers); only `sharding.py` decides how those map onto a device mesh.
 
 Implementation choices that leave fp32 numerics unchanged are constructor arguments, not config:
 layers as a Python loop or `nn.scan`, rematerialisation policy, compute dtype.
+
+Mixed precision (`dtype=jnp.bfloat16`, config.model.dtype): where each value is bf16 and where float32.
+  - Parameters are float32 always (and so are their gradients and the optimizer); each layer casts its
+    weights to the compute dtype where it uses them (Dense/Embed `dtype=`, the fused QKV kernel's astype).
+  - Activations between layers (embeddings, residual stream, FFN) are bf16.
+  - LayerNorm statistics are float32 (flax reduces bf16 inputs in float32); its output is bf16.
+  - Attention scores accumulate in float32 (`preferred_element_type`), the softmax is float32, the
+    probabilities are cast to bf16 for the context matmul (splash and cuDNN accumulate in float32 inside).
+  - MLM and NSP logits are cast to float32 (the MLM bias is added in float32), so the loss and every
+    metric are float32 (metrics.py). tests/test_model.py holds each stage to measured tolerances.
 """
 
 from __future__ import annotations
