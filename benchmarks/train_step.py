@@ -1,10 +1,15 @@
 """Train-step speed, bertjax vs transformers.BertForPreTraining (PyTorch), side by side in one run.
 
     python benchmarks/train_step.py [--sizes=tiny,base] [--steps=N] [--frameworks=jax,torch]
+        [--seq=128] [--dtype=auto] [--attention=auto] [--batch=0] [--torch_compile]
 
-One full pre-training step on the CPU, fp32, seq 128, vocab 30,522, dropout 0.1 on (training mode):
-forward + backward + AdamW update, loss = MLM cross-entropy (weighted by masked_lm_weights) over
-max_predictions_per_seq=20 positions + NSP cross-entropy, the same batch for both frameworks.
+One full pre-training step, vocab 30,522, dropout 0.1 on (training mode): forward + backward + AdamW
+update, loss = MLM cross-entropy (weighted by masked_lm_weights) over 20 positions at seq 128 (80 at
+512) + NSP cross-entropy, the same synthetic batch for both frameworks (no TensorFlow, no data files).
+On the CPU it runs fp32; on a GPU (or TPU) bf16 by default (`--dtype`): bertjax computes in bf16 with
+float32 params, PyTorch under `torch.autocast(bfloat16)` with SDPA attention (`--torch_compile` wraps the
+model in `torch.compile`). `--attention=cudnn|splash` picks bertjax's fused kernel; fused kernels have
+no attention-probability dropout, so that option sets it to 0 for both frameworks.
 
 - JAX: bertjax's own train step as the job runs it: configs/<size>.py's model (scan_layers as
   configured) and optimizer (AdamW with BERT's weight-decay mask, global-norm clipping, the schedule),
@@ -19,7 +24,8 @@ FLOPs (per layer and token 4 H×H projections, 2 H×4H FFN matmuls, attention sc
 pooler and NSP per sequence; MLM transform H×H and vocab projection H×V on the 20 gathered positions
 only). MFU is measured against
 a float32 matmul peak the script measures itself, in the same process: a jitted `jnp.dot` of square
-fp32 matrices, best of several sizes, 2n³ FLOPs. Each timing is the median of --steps steps after a
+fp32 matrices, best of several sizes, 2n³ FLOPs; on a GPU or TPU against the chip's dense peak for the
+dtype (`bertjax.metrics.PEAK_FLOPS`: H100 SXM and H200 989 TFLOP/s bf16). Each timing is the median of --steps steps after a
 warm-up. Both frameworks run in one process, under tcmalloc when the machine has it (see
 bertjax/tcmalloc.py; the JSON says which allocator). Prints one JSON line per size.
 """
@@ -31,8 +37,9 @@ import platform
 import statistics
 import time
 
-SEQ, PRED, VOCAB = 128, 20, 30522
-BATCH = {"tiny": 32, "mini": 32, "small": 16, "medium": 16, "base": 8, "large": 4}
+VOCAB = 30522
+PREDICTIONS = {128: 20, 512: 80}
+BATCH = {"tiny": 32, "mini": 32, "small": 16, "medium": 16, "base": 8, "large": 4}  # CPU defaults
 STEPS = {"tiny": 20, "base": 5}
 
 
@@ -48,10 +55,17 @@ def parse_args():
     # None of XLA:CPU's dot-library, fusion or scheduler flags made this step faster (issue 4's note).
     p.add_argument("--xla_flags", default="", help="XLA flags to try; the user's own XLA_FLAGS come after, and win")
     p.add_argument("--no_peak", action="store_true", help="skip the matmul peak (MFU is then null)")
+    p.add_argument("--seq", type=int, default=128, choices=sorted(PREDICTIONS))
+    p.add_argument("--batch", type=int, default=0, help="sequences per step; 0 = a CPU default per size")
+    p.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16"),
+                   help="compute dtype; auto = float32 on CPU, bfloat16 on accelerators")
+    p.add_argument("--attention", default="auto", choices=("auto", "xla", "splash", "cudnn"))
+    p.add_argument("--torch_compile", action="store_true", help="wrap the PyTorch model in torch.compile")
     return p.parse_args()
 
 
 ARGS = parse_args()
+SEQ, PRED = ARGS.seq, PREDICTIONS[ARGS.seq]
 from bertjax import tcmalloc  # noqa: E402
 
 tcmalloc.reexec_under_tcmalloc()  # as `python -m bertjax.main` runs; BERTJAX_NO_TCMALLOC=1 keeps glibc's
@@ -111,6 +125,12 @@ def matmul_peak(sizes=(1024, 2048, 3072, 4096), reps: int = 3) -> dict:
 
 # --- JAX --------------------------------------------------------------------------------------------
 
+def compute_dtype() -> str:
+    if ARGS.dtype != "auto":
+        return ARGS.dtype
+    return "float32" if jax.default_backend() == "cpu" else "bfloat16"
+
+
 def jax_config(size: str, batch_size: int) -> ConfigDict:
     """configs/<size>.py as users get it, with this benchmark's batch, sequence length and predictions."""
     import runpy
@@ -122,6 +142,10 @@ def jax_config(size: str, batch_size: int) -> ConfigDict:
     c.train.global_batch_size = batch_size
     c.train.micro_batches = 1
     c.mesh.shape = (1, 1, 1)
+    c.model.dtype = compute_dtype()
+    c.model.attention = ARGS.attention
+    if ARGS.attention in ("splash", "cudnn"):
+        c.model.attention_probs_dropout_prob = 0.0  # fused kernels have none (for PyTorch too: same model)
     if ARGS.scan_layers >= 0:
         c.model.scan_layers = bool(ARGS.scan_layers)
     return c
@@ -156,24 +180,29 @@ def torch_runner(cfg: model_lib.BertConfig, batch_np: dict):
     import transformers
 
     torch.manual_seed(0)
-    model = transformers.BertForPreTraining(transformers.BertConfig(**cfg.to_dict())).train()
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    bf16 = compute_dtype() == "bfloat16"
+    config = transformers.BertConfig(**cfg.to_dict(), attn_implementation="sdpa")
+    model = transformers.BertForPreTraining(config).to(device).train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.01)
+    forward = torch.compile(model) if ARGS.torch_compile else model
     labels = np.full(batch_np["input_ids"].shape, -100, np.int64)
     np.put_along_axis(labels, batch_np["masked_lm_positions"], batch_np["masked_lm_ids"], axis=1)
-    kwargs = dict(input_ids=torch.tensor(batch_np["input_ids"], dtype=torch.long),
-                  token_type_ids=torch.tensor(batch_np["segment_ids"], dtype=torch.long),
-                  attention_mask=torch.tensor(batch_np["input_mask"], dtype=torch.long),
-                  labels=torch.tensor(labels),
-                  next_sentence_label=torch.tensor(batch_np["next_sentence_labels"][:, 0], dtype=torch.long))
+    kwargs = {k: torch.tensor(v, dtype=torch.long, device=device) for k, v in dict(
+        input_ids=batch_np["input_ids"], token_type_ids=batch_np["segment_ids"],
+        attention_mask=batch_np["input_mask"], labels=labels,
+        next_sentence_label=batch_np["next_sentence_labels"][:, 0]).items()}
 
     def run() -> float:
-        loss = model(**kwargs).loss
+        with torch.autocast(device, dtype=torch.bfloat16, enabled=bf16):
+            loss = forward(**kwargs).loss
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-        return float(loss.detach())
+        return float(loss.detach())  # synchronises with the device
 
-    return run, dict(attn_implementation=model.config._attn_implementation)
+    return run, dict(attn_implementation=model.config._attn_implementation, device=device,
+                     autocast="bfloat16" if bf16 else None, compiled=ARGS.torch_compile)
 
 
 def time_interleaved(runners: dict, steps: int, warmup: int) -> dict:
@@ -200,40 +229,48 @@ def main():
     torch.set_num_threads(os.cpu_count())
     frameworks = ARGS.frameworks.split(",")
     t0 = time.perf_counter()
-    peak = None if ARGS.no_peak else matmul_peak()
+    on_cpu = jax.default_backend() == "cpu"
+    peak = None if ARGS.no_peak or not on_cpu else matmul_peak()
     for size in ARGS.sizes.split(","):
-        cfg = JobConfig.from_configdict(jax_config(size, BATCH[size])).model.architecture
-        batch_size = BATCH[size]
+        batch_size = ARGS.batch or BATCH[size]
+        cfg = JobConfig.from_configdict(jax_config(size, batch_size)).model.architecture
         steps = ARGS.steps or STEPS.get(size, 5)
         batch_np = make_batch(batch_size)
         flops = metrics_lib.flops_per_sequence(cfg, SEQ, PRED) * batch_size  # the job's own MFU count
         row = dict(size=size, batch=batch_size, seq=SEQ, predictions=PRED, vocab=VOCAB, steps=steps,
-                   model_tflops_per_step=flops / 1e12)
+                   dtype=compute_dtype(), device=jax.devices()[0].device_kind, model_tflops_per_step=flops / 1e12)
         runners, infos = {}, {}
         if "jax" in frameworks:
             runners["jax"], infos["jax"] = jax_runner(size, batch_np)
         if "torch" in frameworks:
             runners["torch"], infos["torch"] = torch_runner(cfg, batch_np)
         res = time_interleaved(runners, steps, ARGS.warmup)
-        if not ARGS.no_peak:  # the best of before and after, so a busy moment cannot inflate MFU
+        if peak:  # the best of before and after, so a busy moment cannot inflate MFU
             peak = max(peak, matmul_peak(), key=lambda p: p["flops"])
+        elif not ARGS.no_peak:  # an accelerator: the chip's dense peak for the dtype
+            chip_peak = metrics_lib.peak_flops_per_device(jax.devices()[0].device_kind, compute_dtype())
+            peak = dict(flops=chip_peak, n=None) if chip_peak else None
         if "jax" in res:
             jx = res["jax"]
             row.update(jax_step_s=jx["step_s"], jax_step_min_max_s=[jx["min_s"], jx["max_s"]],
-                       jax_seq_per_s=batch_size / jx["step_s"], jax_compile_s=infos["jax"]["compile_s"],
+                       jax_seq_per_s=batch_size / jx["step_s"], jax_tokens_per_s=batch_size * SEQ / jx["step_s"],
+                       jax_compile_s=infos["jax"]["compile_s"],
                        jax_loss=jx["loss"], achieved_tflops=flops / jx["step_s"] / 1e12,
                        **{f"jax_{k}": v for k, v in infos["jax"].items() if k != "compile_s"})
         if "torch" in res:
             tc = res["torch"]
             row.update(torch_step_s=tc["step_s"], torch_step_min_max_s=[tc["min_s"], tc["max_s"]],
-                       torch_seq_per_s=batch_size / tc["step_s"], torch_loss=tc["loss"],
-                       torch_attn_implementation=infos["torch"]["attn_implementation"])
+                       torch_seq_per_s=batch_size / tc["step_s"], torch_tokens_per_s=batch_size * SEQ / tc["step_s"],
+                       torch_loss=tc["loss"], **{f"torch_{k}": v for k, v in infos["torch"].items()})
         if len(res) == 2:
             row["speedup"] = res["torch"]["step_s"] / res["jax"]["step_s"]
         if peak:
-            row.update(matmul_peak_tflops=peak["flops"] / 1e12, matmul_peak_n=peak["n"])
+            row.update(matmul_peak_tflops=peak["flops"] / 1e12, matmul_peak_n=peak["n"],
+                       peak_source="measured fp32 matmul" if on_cpu else "chip's dense peak (bertjax.metrics)")
             if "jax" in res:
                 row["mfu"] = flops / res["jax"]["step_s"] / peak["flops"]
+            if "torch" in res:  # the same model-FLOPs count: PyTorch's extra MLM logits are not useful work
+                row["torch_mfu"] = flops / res["torch"]["step_s"] / peak["flops"]
         row.update(jax=jax.__version__, torch=torch.__version__, transformers=transformers.__version__,
                    python=platform.python_version(), cpu_count=os.cpu_count(), loadavg_1m=os.getloadavg()[0],
                    xla_flags=os.environ.get("XLA_FLAGS", ""),
