@@ -50,6 +50,8 @@ def parse_args():
     p.add_argument("--results", default=os.path.join(ROOT, "benchmarks", "results", "tpu_fit.jsonl"))
     p.add_argument("--timeout", type=int, default=1800, help="seconds per compile")
     p.add_argument("--markdown", action="store_true", help="also print the README's markdown table")
+    p.add_argument("--cached_only", action="store_true",
+                   help="compile nothing: report what --results already holds (unsearched cases say so)")
     return p.parse_args()
 
 
@@ -63,6 +65,8 @@ def attempt(args, done: dict, model: str, seq: int, batch: int, slice_name: str,
     key = _key(model, seq, batch, slice_name, mesh, remat, micro)
     if key in done:
         return done[key]
+    if args.cached_only:
+        raise LookupError(key)
     with tempfile.TemporaryDirectory() as workdir:
         command = [sys.executable, "-m", "bertjax.main", f"--config={os.path.join(ROOT, 'configs', model + '.py')}",
                    f"--workdir={workdir}", "--compile_only", f"--topology={SLICES[slice_name]}",
@@ -135,7 +139,7 @@ def markdown(rows: list[dict]) -> str:
     for r in rows:
         mesh = ", ".join(str(v) for v in r["mesh"].values()) if r.get("mesh") else "—"
         flops = f"{r['flops_per_step'] / 1e12:,.0f}" if r.get("flops_per_step") else "—"
-        fits = "yes" if r["fits"] else "**no**"
+        fits = {True: "yes", False: "**no**", None: "not compiled yet"}[r["fits"]]
         gib = f"{r['gib_per_device']} ({r['hbm_gib']})" if "gib_per_device" in r else "—"
         lines.append(f"| {r['model']} | {r['seq']} × {r['global_batch_size']:,} | {r['slice']} | {fits} | {mesh} | "
                      f"{r.get('remat_policy', '—')} | {r.get('micro_batches', '—')} | {gib} | {flops} |")
@@ -155,7 +159,10 @@ def main():
         for phase in args.phases.split(","):
             seq, batch = (int(x) for x in phase.split(":"))
             for slice_name in args.slices.split(","):
-                row = search(args, done, model, seq, batch, slice_name)
+                try:
+                    row = search(args, done, model, seq, batch, slice_name)
+                except LookupError:  # --cached_only and this case's search is not finished
+                    row = dict(model=model, seq=seq, global_batch_size=batch, slice=slice_name, fits=None)
                 print(json.dumps(row), flush=True)
                 rows.append(row)
     if args.markdown:

@@ -165,6 +165,8 @@ def compile_for_topology(job: "JobConfig", workdir: str, topology: str) -> dict[
         cost = compiled.cost_analysis()
         cost = cost[0] if isinstance(cost, (list, tuple)) else cost
         flops_per_device = float(cost.get("flops", 0.0)) if cost else None
+        if flops_per_device is not None:  # XLA counts the micro-batch loop's body once; it runs k times
+            flops_per_device *= job.train.micro_batches
         report.update({f"{k}_bytes": v for k, v in mem.items()}, fits=mem["total"] <= hbm,
                       flops_per_device=flops_per_device,
                       flops_per_step=None if flops_per_device is None else flops_per_device * len(devices))

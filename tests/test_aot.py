@@ -73,6 +73,17 @@ def test_a_4_layer_model_with_splash_compiles_on_fsdp_and_tensor_meshes(tmp_path
     assert json.loads((tmp_path / aot.REPORT_FILE).read_text()) == json.loads(json.dumps(report))
 
 
+def test_flops_per_step_count_every_micro_batch(tmp_path):
+    reports = []
+    for micro in (1, 2):
+        job = JobConfig.from_configdict(train_setup.small_config(
+            **{"model.num_hidden_layers": 2, "model.scan_layers": True, "train.global_batch_size": 16,
+               "train.micro_batches": micro}))
+        reports.append(aot.compile_for_topology(job, str(tmp_path / str(micro)), "v5e:2x2"))
+    one, two = (r["model_flops_share"] for r in reports)
+    assert 0.5 < one <= 1.0 and abs(two / one - 1) < 0.1, (one, two)
+
+
 def test_a_step_that_cannot_fit_is_refused_with_the_bytes_and_the_knobs(tmp_path):
     # A 2M-token vocab at width 1024: 2G parameters, 23 GiB of state with Adam, on a 16 GiB chip.
     job = JobConfig.from_configdict(train_setup.small_config(
