@@ -10,6 +10,11 @@ Items of a step directory:
 Saves are asynchronous for arrays; the pipeline position is written synchronously at save time so it
 matches the step. Orbax writes into a temporary directory and renames it when every item and process is
 done, so a step directory that exists is complete: a job killed mid-save resumes from the previous one.
+
+A step damaged afterwards (a truncated file, a deleted item, an emptied directory) does not stop a run:
+`restore_latest` resumes from the newest step that restores completely and moves each newer one aside to
+`checkpoints/damaged-STEP` (never deleted, never used). A checkpoint of another model or pipeline config
+is the user's mistake, not damage: that stays an error.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import dataclasses
 import json
 import logging
 import os
+import shutil
 from typing import Any, Optional
 
 import jax
@@ -27,9 +33,15 @@ from etils import epath
 
 from bertjax import model as model_lib
 from bertjax.config import CheckpointConfig
+from bertjax.data import pipeline as pipeline_lib
 
 log = logging.getLogger(__name__)
 CHECKPOINTS = "checkpoints"
+DAMAGED_PREFIX = "damaged-"
+
+
+class IncompatibleCheckpoint(ValueError):
+    """A checkpoint made by another model or process count: the config is wrong, the files are fine."""
 
 
 # --- The input-pipeline position as an orbax item ------------------------------------------------
@@ -46,7 +58,7 @@ class PipelineHandler(ocp.CheckpointHandler):
     def restore(self, directory: epath.Path, args: "PipelineRestore") -> Any:
         saved = json.loads((directory / "processes.json").read_text())["process_count"]
         if saved != jax.process_count():
-            raise ValueError(f"{directory} holds input positions for {saved} process(es) but this run has "
+            raise IncompatibleCheckpoint(f"{directory} holds input positions for {saved} process(es) but this run has "
                              f"{jax.process_count()}; resume with {saved}, or start a new workdir with "
                              f"--config.train.init_from={directory.parent.parent.parent} (weights only).")
         args.pipeline.restore_state(str(directory / f"process_{jax.process_index()}"))
@@ -104,11 +116,11 @@ class Checkpointer:
         saved = self.manager.restore(step, args=ocp.args.Composite(config=ocp.args.JsonRestore()))["config"]
         diff = model_lib.BertConfig(**self.fingerprint["model"]).differences(saved.get("model", {}))
         if diff:
-            raise ValueError(
+            raise IncompatibleCheckpoint(
                 f"{self.directory}/{step} was made with a different model config ({'; '.join(diff)}); use a new "
                 "--workdir, or --config.train.init_from for weights from a compatible model.")
         if saved.get("scan_layers") != self.fingerprint["scan_layers"]:
-            raise ValueError(f"{self.directory}/{step} was saved with scan_layers={saved.get('scan_layers')}; "
+            raise IncompatibleCheckpoint(f"{self.directory}/{step} was saved with scan_layers={saved.get('scan_layers')}; "
                              f"resume with --config.model.scan_layers={saved.get('scan_layers')} (export and "
                              "init_from convert between layouts, resume does not).")
 
@@ -134,16 +146,77 @@ class Checkpointer:
                                      ("train", abstract_train))}
         if pipeline is not None:
             items["pipeline"] = PipelineRestore(pipeline)
-        try:
-            out = self.manager.restore(step, args=ocp.args.Composite(**items))
-        except (ValueError, KeyError, FileNotFoundError) as e:
-            if "input positions" in str(e) or "pipeline differs" in str(e):
-                raise
-            raise ValueError(f"{self.directory}/{step} could not be restored ({type(e).__name__}: "
-                             f"{str(e).splitlines()[0][:300]}); if it is damaged, delete that step directory "
-                             "to resume from the one before.") from e
+        out = self.manager.restore(step, args=ocp.args.Composite(**items))
         return abstract_state.replace(step=out["train"]["step"], params=out["params"],
                                       opt_state=out["opt_state"], rng=out["train"]["rng"])
+
+    def check_compatible_with_newest(self) -> None:
+        """check_compatible on the newest step whose config item reads (damaged ones are restore's
+        business): a foreign workdir is refused before anything is compiled."""
+        for step in sorted(self.manager.all_steps(), reverse=True):
+            try:
+                self.check_compatible(step)
+                return
+            except IncompatibleCheckpoint:
+                raise
+            except Exception:  # noqa: BLE001  (unreadable: restore_latest names it)
+                continue
+
+    def restore_latest(self, abstract_state: Any, pipeline: Any = None, start_over_if_damaged: bool = False) -> Any:
+        """The newest step that restores completely (as `restore`), or None when there is no checkpoint.
+
+        Each newer step that does not restore is named in a warning with the reason and, once an older
+        one has restored, moved aside to checkpoints/damaged-STEP. When no step restores the job stops
+        with one error listing them, unless start_over_if_damaged: then all are moved aside and None
+        is returned (a fresh start that cannot overwrite them)."""
+        damaged: list[tuple[int, str]] = []
+        for step in sorted(self.manager.all_steps(), reverse=True):
+            try:
+                state = self.restore(step, abstract_state, pipeline)
+            except (IncompatibleCheckpoint, pipeline_lib.PipelineMismatch):
+                raise
+            except Exception as e:  # noqa: BLE001  (orbax, tensorstore and TF each raise their own types)
+                first_line = (str(e).strip() or "no message").splitlines()[0].split(". See full TensorStore")[0]
+                reason = f"{type(e).__name__}: {first_line[:200]}"
+                log.warning("checkpoint: %s/%d does not restore (%s); trying the step before it", self.directory,
+                            step, reason)
+                damaged.append((step, reason))
+                continue
+            self._move_aside([s for s, _ in damaged])
+            return state
+        if damaged and not start_over_if_damaged:
+            tried = "; ".join(f"step {s}: {r}" for s, r in damaged)
+            raise ValueError(f"no checkpoint in {self.directory} restores ({tried}); nothing was changed. Restore "
+                             "the files, or rerun with --config.checkpoint.start_over_if_damaged=true to move them "
+                             "aside and train from scratch.")
+        if damaged:
+            log.warning("checkpoint: no step restores; moving all %d aside and starting over "
+                        "(config.checkpoint.start_over_if_damaged)", len(damaged))
+            self._move_aside([s for s, _ in damaged])
+            if pipeline is not None:
+                pipeline.reset()  # a failed restore may have moved it
+        return None
+
+    def _move_aside(self, steps: list[int]) -> None:
+        """Renames damaged step directories to damaged-STEP (process 0; the others wait for it)."""
+        if not steps:
+            return
+        if jax.process_index() == 0:
+            for step in steps:
+                source = os.path.join(self.directory, str(step))
+                target = os.path.join(self.directory, f"{DAMAGED_PREFIX}{step}")
+                n = 1
+                while os.path.exists(target):
+                    n += 1
+                    target = os.path.join(self.directory, f"{DAMAGED_PREFIX}{step}.{n}")
+                shutil.move(source, target)
+                log.warning("checkpoint: moved the damaged step %d aside to %s (delete it when you no longer "
+                            "need it)", step, target)
+        if jax.process_count() > 1:
+            from jax.experimental import multihost_utils
+
+            multihost_utils.sync_global_devices("bertjax: damaged checkpoints moved aside")
+        self.manager.reload()
 
     def reached_preemption(self, step: int) -> bool:
         """Whether every process has reached JAX's preemption sync point (multi-process runs: the

@@ -257,6 +257,7 @@ class CheckpointConfig:
     keep: int = 3
     keep_every: int = 100_000
     export_hf: bool = False
+    start_over_if_damaged: bool = False
 
     def validate(self) -> None:
         for name in ("every_steps", "keep"):

@@ -147,9 +147,7 @@ def train_and_evaluate(config: Any, workdir: str, compile_only: bool = False) ->
     with contextlib.ExitStack() as cleanup:  # the one exit path
         checkpoints = checkpoint_lib.Checkpointer(workdir, job.checkpoint, fingerprint)
         cleanup.callback(checkpoints.close)
-        latest = checkpoints.latest_step()
-        if latest is not None:  # refuse a foreign workdir before spending time on compilation
-            checkpoints.check_compatible(latest)
+        checkpoints.check_compatible_with_newest()  # refuse a foreign workdir before compiling
 
         # ===== trainer: mesh, sharded state, compiled step =====
         trainer = trainer_lib.setup(job)
@@ -160,9 +158,9 @@ def train_and_evaluate(config: Any, workdir: str, compile_only: bool = False) ->
         cleanup.callback(writer.close)
 
         # ===== restore =====
-        if latest is not None:
-            state = checkpoints.restore(latest, trainer.abstract_state, train_data)
-            log.info("restore: resumed from %s/%d", checkpoints.directory, latest)
+        state = checkpoints.restore_latest(trainer.abstract_state, train_data, job.checkpoint.start_over_if_damaged)
+        if state is not None:
+            log.info("restore: resumed from %s/%d", checkpoints.directory, int(state.step))
         elif job.train.init_from:
             state = trainer.state_from_params(pretrained.init_params(job.train.init_from, trainer.model))
             log.info("restore: weights from %s; fresh optimizer state", job.train.init_from)

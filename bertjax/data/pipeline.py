@@ -45,6 +45,10 @@ def batch_shapes(batch_size: int, max_seq_length: int, max_predictions_per_seq: 
     return out
 
 
+class PipelineMismatch(ValueError):
+    """A saved position belongs to a pipeline of another config: a user error, not a damaged file."""
+
+
 @dataclasses.dataclass(frozen=True)
 class PipelineConfig:
     files: str | tuple[str, ...]  # glob(s) or comma list, as records.expand_patterns takes
@@ -308,7 +312,8 @@ class InputPipeline:
 
     def reset(self) -> None:
         """Back to the beginning (eval: the next pass starts at the first batch)."""
-        if self.config.training:
+        if self.config.training:  # rebuilt: a seeded shuffle's second iterator would take another order
+            self.dataset = self._build()
             self._iterator = iter(self.dataset)
         else:  # the iterator repeats the pass: skip what is left of this one
             for _ in range(self.num_batches - self._position if self._position else 0):
@@ -359,7 +364,7 @@ class InputPipeline:
         mine = self._fingerprint()
         diff = sorted(k for k in set(saved) | set(mine) if saved.get(k) != mine.get(k))
         if diff:
-            raise ValueError(f"{info}: the saved pipeline differs in {', '.join(diff)}; restore with the "
+            raise PipelineMismatch(f"{info}: the saved pipeline differs in {', '.join(diff)}; restore with the "
                              "config it was saved with.")
         self._iterator, self._exhausted = iter(self.dataset), False
         tf.train.Checkpoint(iterator=self._iterator).read(path).assert_consumed()

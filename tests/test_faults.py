@@ -1,0 +1,108 @@
+"""Damaged checkpoints never stop a run: the job resumes from the newest step that restores completely,
+moves the damaged ones aside (never deletes or uses them), and ends with the params of a run that was
+never damaged. Only when no step restores does it stop, changing nothing, unless told to start over."""
+
+import glob
+import os
+import shutil
+
+import jax
+import numpy as np
+import pytest
+
+import train_setup
+from bertjax import checkpoint as checkpoint_lib
+from bertjax import train
+
+STEPS = 8
+
+
+def config(pydocs_data: str, steps: int = STEPS, **overrides):
+    return train_setup.small_config(pydocs_data, **{"train.num_train_steps": steps, "checkpoint.every_steps": 2,
+                                                    "checkpoint.keep": 10, **overrides})
+
+
+def final_params(workdir) -> list[np.ndarray]:
+    return jax.tree.leaves(checkpoint_lib.load_params(str(workdir))[1])
+
+
+def step_dirs(workdir) -> list[str]:
+    return sorted(os.listdir(os.path.join(workdir, checkpoint_lib.CHECKPOINTS)))
+
+
+@pytest.fixture(scope="module")
+def runs(pydocs_data, tmp_path_factory):
+    """(an uninterrupted STEPS-step run's final params, the same run as if stopped after step 6: saves at
+    2, 4 and 6)."""
+    tmp = tmp_path_factory.mktemp("faults")
+    train.train_and_evaluate(config(pydocs_data), str(tmp / "uninterrupted"))
+    shutil.copytree(tmp / "uninterrupted", tmp / "stopped")
+    shutil.rmtree(tmp / "stopped" / checkpoint_lib.CHECKPOINTS / str(STEPS))
+    return final_params(tmp / "uninterrupted"), tmp / "stopped"
+
+
+def _truncate_largest_opt_state_file(step_dir: str) -> None:
+    files = [f for f in glob.glob(os.path.join(step_dir, "opt_state", "**"), recursive=True) if os.path.isfile(f)]
+    with open(max(files, key=os.path.getsize), "r+b") as f:
+        f.truncate(5000)
+
+
+DAMAGES = {
+    "opt_state array file truncated to 5,000 bytes": (6, _truncate_largest_opt_state_file),
+    "params item deleted": (6, lambda d: shutil.rmtree(os.path.join(d, "params"))),
+    "an empty step directory": (8, lambda d: os.makedirs(d)),
+    "pipeline index truncated to 0 bytes": (6, lambda d: open(os.path.join(d, "pipeline", "process_0.index"),
+                                                               "w").close()),
+}
+
+
+@pytest.mark.parametrize("damage", list(DAMAGES))
+def test_a_damaged_newest_step_is_moved_aside_and_the_one_before_resumes_exactly(runs, pydocs_data, tmp_path,
+                                                                                damage, caplog):
+    expected, stopped = runs
+    workdir = tmp_path / "work"
+    shutil.copytree(stopped, workdir)
+    step, harm = DAMAGES[damage]
+    harm(os.path.join(workdir, checkpoint_lib.CHECKPOINTS, str(step)))
+    with caplog.at_level("INFO", logger="bertjax"):
+        train.train_and_evaluate(config(pydocs_data), str(workdir))
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert any(f"checkpoints/{step} does not restore (" in w for w in warnings), warnings
+    assert any(f"moved the damaged step {step} aside" in w for w in warnings), warnings
+    resumed = 4 if step == 6 else 6
+    assert any(f"resumed from {workdir / checkpoint_lib.CHECKPOINTS}/{resumed}" in r.getMessage()
+               for r in caplog.records)
+    assert f"damaged-{step}" in step_dirs(workdir)  # kept for the user, under a name orbax ignores
+    for a, b in zip(expected, final_params(workdir)):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_when_no_step_restores_the_job_stops_and_changes_nothing_unless_told_to_start_over(
+        runs, pydocs_data, tmp_path):
+    expected, _ = runs
+    workdir = tmp_path / "work"
+    shutil.copytree(runs[1], workdir)  # keep only step 2, and damage it
+    for step in (4, 6):
+        shutil.rmtree(workdir / checkpoint_lib.CHECKPOINTS / str(step))
+    shutil.rmtree(workdir / checkpoint_lib.CHECKPOINTS / "2" / "params")
+    before = step_dirs(workdir)
+    with pytest.raises(ValueError) as error:
+        train.train_and_evaluate(config(pydocs_data), str(workdir))
+    message = str(error.value)
+    assert "no checkpoint in" in message and "step 2: KeyError" in message and "nothing was changed" in message
+    assert "--config.checkpoint.start_over_if_damaged=true" in message and "\n" not in message
+    assert step_dirs(workdir) == before
+    # Told to: the damaged step is moved aside and the run starts from scratch, like one never damaged.
+    train.train_and_evaluate(config(pydocs_data, **{"checkpoint.start_over_if_damaged": True}), str(workdir))
+    assert "damaged-2" in step_dirs(workdir)
+    for a, b in zip(expected, final_params(workdir)):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_a_checkpoint_of_another_model_is_still_refused_not_moved_aside(runs, pydocs_data, tmp_path):
+    _, stopped = runs
+    workdir = tmp_path / "work"
+    shutil.copytree(stopped, workdir)
+    with pytest.raises(ValueError, match="different model config"):
+        train.train_and_evaluate(config(pydocs_data, **{"model.intermediate_size": 96}), str(workdir))
+    assert not [d for d in step_dirs(workdir) if d.startswith(checkpoint_lib.DAMAGED_PREFIX)]
