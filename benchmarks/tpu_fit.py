@@ -11,9 +11,10 @@ and searches for the cheapest settings that fit, trying in this order and stoppi
   2. the same with remat_policy=full (recompute each layer: ~1/3 more FLOPs, far fewer activations);
   3. the same two with the state fully sharded (fsdp: mesh (1,-1,1)).
 
-Micro-batches are estimated from what the last attempt needed (libtpu's out-of-memory report, or the
-compiled program's temporaries: activations scale with the rows a micro-batch holds), then doubled until
-the step fits; a setting whose micro-batch would hold less than one row per device is skipped.
+Micro-batches are estimated from what the last attempt needed (libtpu's out-of-memory report: activations
+scale with the rows a micro-batch holds), doubled until the step fits, then halved while the half still
+fits (so the count is the fewest power of two that fits); a setting whose micro-batch would hold less than
+one row per device is skipped.
 Phases: `SEQ:GLOBAL_BATCH`, with 20 predictions at seq 128 and 80 at 512 (BERT's). Models are
 configs/<model>.py as users get them (xla attention with BERT's dropout) in bfloat16.
 
@@ -106,7 +107,7 @@ def micro_batches_needed(report: dict, micro: int, limit: int) -> int:
 def search(args, done: dict, model: str, seq: int, batch: int, slice_name: str) -> dict:
     tried = []
     for mesh, remat in PLANS:
-        micro = 1
+        micro, too_few = 1, 0  # too_few: the most micro-batches known not to fit
         while True:
             row = attempt(args, done, model, seq, batch, slice_name, mesh, remat, micro)
             tried.append(row)
@@ -114,7 +115,15 @@ def search(args, done: dict, model: str, seq: int, batch: int, slice_name: str) 
             if report is None:
                 break  # an error other than memory: next plan
             if report["fits"]:
+                # The estimate may overshoot: halve while the half is still above a known failure.
+                while micro // 2 > too_few:
+                    half = attempt(args, done, model, seq, batch, slice_name, mesh, remat, micro // 2)
+                    tried.append(half)
+                    if not (half["report"] and half["report"]["fits"]):
+                        break
+                    micro, report = micro // 2, half["report"]
                 return dict(_summary(model, seq, batch, slice_name, report), attempts=len(tried))
+            too_few = micro
             limit = batch // report["num_devices"]  # at least one row per device per micro-batch
             micro = micro_batches_needed(report, micro, limit)
             if micro > limit or batch % (micro * report["num_devices"]):
