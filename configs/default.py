@@ -128,9 +128,8 @@ def make(size: str, phase: int, init_from: str, runlocal: bool) -> ml_collection
     c.checkpoint.keep = 3  # most recent checkpoints kept
     c.checkpoint.keep_every = 100_000  # also keep every checkpoint whose step is a multiple of this (0 = none)
     c.checkpoint.export_hf = False  # at the end, also write workdir/hf: a Hugging Face BertForPreTraining directory
-    # A step that does not restore is moved aside to checkpoints/damaged-STEP and the one before it resumes;
-    # when none restores the job stops, unless this is true: then it moves them all aside and starts over.
-    c.checkpoint.start_over_if_damaged = False
+    # A step that does not restore is moved aside to checkpoints/damaged-STEP and the one before it resumes.
+    c.checkpoint.start_over_if_damaged = False  # when no step restores: move all aside and start over (else stop)
 
     # --- eval
     c.eval = ml_collections.ConfigDict()
