@@ -11,7 +11,7 @@ SHELL := bash
 PIP_LOG := $(VENV)/pip-install.log
 PIP_INSTALL := $(PY) -m pip install --progress-bar off --log $(PIP_LOG)
 PIP_STAGES := awk '/^(Collecting|Processing) / { n++; if (n % 20 == 1) { print "make:   resolving and fetching, " n " packages so far"; fflush() } } \
-	/^Installing collected packages/ { print "make:   installing " n " packages"; fflush() } \
+	/^Installing collected packages: / { print "make:   installing " split(substr($$0, 32), pkgs, ", ") " packages"; fflush() } \
 	/^Successfully installed/ { print "make:   installed" } \
 	/^ERROR/ { print; err = 1 } END { if (err) print "make: pip failed; its full log is $(PIP_LOG)" }'
 
