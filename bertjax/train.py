@@ -29,8 +29,12 @@ log = logging.getLogger(__name__)
 PROFILE_DIR = os.path.join("plugins", "profile")  # where TensorBoard's profile plugin looks under the logdir
 
 
+class _StoppedBeforeTraining(Exception):
+    """A SIGTERM arrived before the first step: there is nothing to save."""
+
+
 class _StopRequest:
-    """SIGTERM → save at the next step and exit 0.
+    """SIGTERM → save at the next step and exit 0; before training starts, stop at once (nothing to save).
 
     One process: our own handler sets a flag checked after every step. Several processes: JAX's
     preemption service (started by `jax.distributed.initialize`) takes the signal and agrees on one
@@ -38,10 +42,17 @@ class _StopRequest:
 
     def __init__(self):
         self.requested = False
+        self.training = False
         self._previous = None
+
+    def training_started(self) -> None:
+        self.training = True
 
     def __enter__(self) -> "_StopRequest":
         def handler(signum, frame):
+            if not self.training:
+                log.warning("received signal %d before training started: stopping", signum)
+                raise _StoppedBeforeTraining()
             log.warning("received signal %d: saving a checkpoint after this step, then exiting", signum)
             self.requested = True
 
@@ -117,7 +128,18 @@ def evaluate(trainer: trainer_lib.Trainer, params: Any, pipeline: pipeline_lib.I
 def train_and_evaluate(config: Any, workdir: str, compile_only: bool = False) -> dict:
     """Runs (or resumes) the configured pre-training job in workdir; returns the last eval metrics.
 
-    `config` is a ConfigDict (converted strictly into a `JobConfig` here) or a `JobConfig`."""
+    `config` is a ConfigDict (converted strictly into a `JobConfig` here) or a `JobConfig`. A SIGTERM
+    before the first step (data preparation, compilation, restore) ends it cleanly: nothing was trained."""
+    with _StopRequest() as stop:
+        try:
+            return _train_and_evaluate(config, workdir, compile_only, stop)
+        except _StoppedBeforeTraining:
+            log.info("stopped on request before training started: no step had been taken, so nothing was lost; "
+                     "rerun the same command to go on")
+            return {}
+
+
+def _train_and_evaluate(config: Any, workdir: str, compile_only: bool, stop: "_StopRequest") -> dict:
     # ===== setup =====
     from bertjax.data import stage as stage_lib  # corpus → vocab → records, when the config asks for it
 
@@ -192,38 +214,38 @@ def train_and_evaluate(config: Any, workdir: str, compile_only: bool = False) ->
 
         running = None
         step = start_step
-        with _StopRequest() as stop:
-            while step < num_steps:
-                state, step_metrics = trainer.train_step(state, trainer.global_batch(next(train_data)))
-                running = metrics_lib.merge(running, step_metrics)
-                step += 1
-                if step == start_step + 1:  # the clock starts after the first step: warm-up
-                    jax.block_until_ready(state.step)
-                    meter.update(step)
-                profile.after_step(step, state)
-                if step % job.train.log_every_steps == 0 or step == num_steps:
-                    values = metrics_lib.normalize(running)
-                    timing = meter.update(step)
-                    if timing:
-                        values.update(timing, **metrics_lib.throughput(
-                            timing["step_time_s"], global_batch, seq_len, flops, peak, jax.device_count(),
-                            values["instances_per_row"], values["real_tokens_per_row"]))
-                    writer.write(step, values, kind="train")
-                    log.info("train %s", metrics_lib.format_log_line(dict(values, step=step, num_train_steps=num_steps)))
-                    running = None
-                    if not np.isfinite(values.get("loss", 0.0)):
-                        raise FloatingPointError(
-                            f"the training loss is {values['loss']} at step {step}; lower config.optim.learning_rate "
-                            f"(now {job.optim.learning_rate}), raise config.optim.warmup_steps, or resume from the "
-                            f"last checkpoint in {checkpoints.directory}.")
-                if step % job.eval.every_steps == 0 and step < num_steps:
-                    last_eval = run_eval(step)
-                with meter.paused():
-                    checkpoints.save(step, state, train_data)
-                if stop.reached(step, checkpoints):
-                    checkpoints.save(step, state, train_data, force=True)
-                    log.info("stopped at step %d on request; rerun the same command to resume", step)
-                    return last_eval
+        stop.training_started()  # from here a SIGTERM saves at the next step
+        while step < num_steps:
+            state, step_metrics = trainer.train_step(state, trainer.global_batch(next(train_data)))
+            running = metrics_lib.merge(running, step_metrics)
+            step += 1
+            if step == start_step + 1:  # the clock starts after the first step: warm-up
+                jax.block_until_ready(state.step)
+                meter.update(step)
+            profile.after_step(step, state)
+            if step % job.train.log_every_steps == 0 or step == num_steps:
+                values = metrics_lib.normalize(running)
+                timing = meter.update(step)
+                if timing:
+                    values.update(timing, **metrics_lib.throughput(
+                        timing["step_time_s"], global_batch, seq_len, flops, peak, jax.device_count(),
+                        values["instances_per_row"], values["real_tokens_per_row"]))
+                writer.write(step, values, kind="train")
+                log.info("train %s", metrics_lib.format_log_line(dict(values, step=step, num_train_steps=num_steps)))
+                running = None
+                if not np.isfinite(values.get("loss", 0.0)):
+                    raise FloatingPointError(
+                        f"the training loss is {values['loss']} at step {step}; lower config.optim.learning_rate "
+                        f"(now {job.optim.learning_rate}), raise config.optim.warmup_steps, or resume from the "
+                        f"last checkpoint in {checkpoints.directory}.")
+            if step % job.eval.every_steps == 0 and step < num_steps:
+                last_eval = run_eval(step)
+            with meter.paused():
+                checkpoints.save(step, state, train_data)
+            if stop.reached(step, checkpoints):
+                checkpoints.save(step, state, train_data, force=True)
+                log.info("stopped at step %d on request; rerun the same command to resume", step)
+                return last_eval
 
         # ===== end =====
         last_eval = run_eval(step) or last_eval

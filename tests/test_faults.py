@@ -5,6 +5,9 @@ never damaged. Only when no step restores does it stop, changing nothing, unless
 import glob
 import os
 import shutil
+import signal
+import subprocess
+import sys
 
 import jax
 import numpy as np
@@ -106,3 +109,24 @@ def test_a_checkpoint_of_another_model_is_still_refused_not_moved_aside(runs, py
     with pytest.raises(ValueError, match="different model config"):
         train.train_and_evaluate(config(pydocs_data, **{"model.intermediate_size": 96}), str(workdir))
     assert not [d for d in step_dirs(workdir) if d.startswith(checkpoint_lib.DAMAGED_PREFIX)]
+
+
+def test_sigterm_before_training_starts_exits_0_saying_nothing_was_lost(tmp_path):
+    """During the corpus stage (documents, vocab, records): the job stops there, exit 0, one line."""
+    c = train_setup.small_config()
+    c.data.update(corpus="builtin:pydocs", corpus_vocab_size=train_setup.VOCAB, dupe_factor=2, num_workers=1)
+    config_file = train_setup.write_config(c, tmp_path / "config.py")
+    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONUNBUFFERED="1")
+    proc = subprocess.Popen([sys.executable, "-m", "bertjax.main", f"--config={config_file}",
+                             f"--workdir={tmp_path / 'work'}"], cwd=train_setup.ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    seen = []
+    for line in proc.stdout:  # the first line of the data stage: the job is up and preparing
+        seen.append(line)
+        if "data:" in line:
+            break
+    proc.send_signal(signal.SIGTERM)
+    out = "".join(seen) + proc.communicate(timeout=300)[0]
+    assert proc.returncode == 0, out[-3000:]
+    assert "stopped on request before training started" in out and "nothing was lost" in out
+    assert "train step" not in out and "Traceback" not in out
