@@ -19,6 +19,7 @@ import jax
 import numpy as np
 
 from bertjax import checkpoint as checkpoint_lib
+from bertjax import lock as lock_lib
 from bertjax import metrics as metrics_lib
 from bertjax import pretrained
 from bertjax import trainer as trainer_lib
@@ -130,16 +131,17 @@ def train_and_evaluate(config: Any, workdir: str, compile_only: bool = False) ->
 
     `config` is a ConfigDict (converted strictly into a `JobConfig` here) or a `JobConfig`. A SIGTERM
     before the first step (data preparation, compilation, restore) ends it cleanly: nothing was trained."""
-    with _StopRequest() as stop:
+    with _StopRequest() as stop, lock_lib.WorkdirLock(workdir, enabled=jax.process_index() == 0) as lock:
         try:
-            return _train_and_evaluate(config, workdir, compile_only, stop)
+            return _train_and_evaluate(config, workdir, compile_only, stop, lock)
         except _StoppedBeforeTraining:
             log.info("stopped on request before training started: no step had been taken, so nothing was lost; "
                      "rerun the same command to go on")
             return {}
 
 
-def _train_and_evaluate(config: Any, workdir: str, compile_only: bool, stop: "_StopRequest") -> dict:
+def _train_and_evaluate(config: Any, workdir: str, compile_only: bool, stop: "_StopRequest",
+                        lock: lock_lib.WorkdirLock) -> dict:
     # ===== setup =====
     from bertjax.data import stage as stage_lib  # corpus → vocab → records, when the config asks for it
 
@@ -231,6 +233,7 @@ def _train_and_evaluate(config: Any, workdir: str, compile_only: bool, stop: "_S
                         timing["step_time_s"], global_batch, seq_len, flops, peak, jax.device_count(),
                         values["instances_per_row"], values["real_tokens_per_row"]))
                 writer.write(step, values, kind="train")
+                lock.refresh()
                 log.info("train %s", metrics_lib.format_log_line(dict(values, step=step, num_train_steps=num_steps)))
                 running = None
                 if not np.isfinite(values.get("loss", 0.0)):

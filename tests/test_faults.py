@@ -1,13 +1,17 @@
-"""Damaged checkpoints never stop a run: the job resumes from the newest step that restores completely,
-moves the damaged ones aside (never deletes or uses them), and ends with the params of a run that was
-never damaged. Only when no step restores does it stop, changing nothing, unless told to start over."""
+"""Faults a long run meets. Damaged checkpoints never stop a run: the job resumes from the newest step
+that restores completely, moves the damaged ones aside (never deletes or uses them), and ends with the
+params of a run that was never damaged; only when no step restores does it stop, changing nothing, unless
+told to start over. A SIGTERM before training exits 0. A second job in a busy workdir is refused; a dead
+job's lock is taken over."""
 
 import glob
+import json
 import os
 import shutil
 import signal
 import subprocess
 import sys
+import time
 
 import jax
 import numpy as np
@@ -15,6 +19,7 @@ import pytest
 
 import train_setup
 from bertjax import checkpoint as checkpoint_lib
+from bertjax import lock as lock_lib
 from bertjax import train
 
 STEPS = 8
@@ -130,3 +135,39 @@ def test_sigterm_before_training_starts_exits_0_saying_nothing_was_lost(tmp_path
     assert proc.returncode == 0, out[-3000:]
     assert "stopped on request before training started" in out and "nothing was lost" in out
     assert "train step" not in out and "Traceback" not in out
+
+
+def test_a_second_job_in_a_busy_workdir_is_refused_and_a_dead_jobs_lock_is_taken_over(pydocs_data, tmp_path,
+                                                                                      caplog):
+    workdir = tmp_path / "work"
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from bertjax import lock; "
+                               f"lock.WorkdirLock({str(workdir)!r}).acquire(); print('held', flush=True); "
+                               "time.sleep(600)"], cwd=train_setup.ROOT, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(ValueError) as error:
+            train.train_and_evaluate(config(pydocs_data, steps=2), str(workdir))
+        assert f"is in use by another job (pid {holder.pid} on " in str(error.value) and "\n" not in str(error.value)
+        assert not (workdir / checkpoint_lib.CHECKPOINTS).exists()  # refused before touching anything
+    finally:
+        holder.kill()  # like kill -9: the lock file stays behind
+        holder.wait()
+    assert (workdir / lock_lib.LOCK_FILE).exists()
+    with caplog.at_level("WARNING", logger="bertjax"):
+        train.train_and_evaluate(config(pydocs_data, steps=2), str(workdir))
+    assert any(f"pid {holder.pid} no longer runs on this host" in r.getMessage() for r in caplog.records)
+    assert step_dirs(workdir) == ["2"] and not (workdir / lock_lib.LOCK_FILE).exists()  # released at the end
+
+
+def test_a_lock_from_another_host_is_respected_until_it_goes_stale(tmp_path):
+    path = tmp_path / lock_lib.LOCK_FILE
+    for minutes_ago, refused in ((1, True), (lock_lib.STALE_AFTER_S / 60 + 1, False)):
+        path.write_text(json.dumps({"host": "another-host", "pid": 4242, "refreshed": time.time() - 60 * minutes_ago}))
+        workdir_lock = lock_lib.WorkdirLock(str(tmp_path))
+        if refused:
+            with pytest.raises(ValueError, match="in use by another job .pid 4242 on another-host"):
+                workdir_lock.acquire()
+        else:
+            with workdir_lock:
+                assert json.loads(path.read_text())["pid"] == os.getpid()
+            assert not path.exists()
