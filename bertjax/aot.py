@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import dataclasses
 import glob
+import importlib.util
 import json
 import logging
 import math
 import os
 import re
-import importlib.util
 from typing import TYPE_CHECKING, Any, Sequence
 
 import jax
@@ -153,8 +153,7 @@ def compile_for_topology(job: "JobConfig", workdir: str, topology: str) -> dict[
         remat_policy=job.model.remat_policy, dtype=job.model.dtype, attention=trainer.model.attention,
         packing=job.data.packing, state_bytes=state_bytes)
     try:
-        compiled = trainer_lib.compile_train_step(trainer.jitted_train_step, trainer.abstract_state,
-                                                  trainer.batch_abstract, trainer.mesh, trainer.rules)
+        compiled = trainer.compile_step()
     except jax.errors.JaxRuntimeError as e:
         memory = _out_of_memory(str(e), state_bytes, batch_bytes) if "RESOURCE_EXHAUSTED" in str(e) else None
         if memory is None:

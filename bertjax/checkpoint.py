@@ -58,9 +58,10 @@ class PipelineHandler(ocp.CheckpointHandler):
     def restore(self, directory: epath.Path, args: "PipelineRestore") -> Any:
         saved = json.loads((directory / "processes.json").read_text())["process_count"]
         if saved != jax.process_count():
-            raise IncompatibleCheckpoint(f"{directory} holds input positions for {saved} process(es) but this run has "
-                             f"{jax.process_count()}; resume with {saved}, or start a new workdir with "
-                             f"--config.train.init_from={directory.parent.parent.parent} (weights only).")
+            raise IncompatibleCheckpoint(
+                f"{directory} holds input positions for {saved} process(es) but this run has {jax.process_count()}; "
+                f"resume with {saved}, or start a new workdir with "
+                f"--config.train.init_from={directory.parent.parent.parent} (weights only).")
         args.pipeline.restore_state(str(directory / f"process_{jax.process_index()}"))
         return args.pipeline
 
@@ -120,9 +121,10 @@ class Checkpointer:
                 f"{self.directory}/{step} was made with a different model config ({'; '.join(diff)}); use a new "
                 "--workdir, or --config.train.init_from for weights from a compatible model.")
         if saved.get("scan_layers") != self.fingerprint["scan_layers"]:
-            raise IncompatibleCheckpoint(f"{self.directory}/{step} was saved with scan_layers={saved.get('scan_layers')}; "
-                             f"resume with --config.model.scan_layers={saved.get('scan_layers')} (export and "
-                             "init_from convert between layouts, resume does not).")
+            raise IncompatibleCheckpoint(
+                f"{self.directory}/{step} was saved with scan_layers={saved.get('scan_layers')}; resume with "
+                f"--config.model.scan_layers={saved.get('scan_layers')} (export and init_from convert between "
+                "layouts, resume does not).")
 
     def save(self, step: int, state: Any, pipeline: Any = None, force: bool = False) -> bool:
         """Saves if the step is due (or force); returns whether a save started."""

@@ -18,6 +18,8 @@ from absl import app, flags  # noqa: E402
 from absl import logging as absl_logging  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
 
+from bertjax import aot  # noqa: E402  (jax and the standard library only: safe before jax.distributed)
+
 FLAGS = flags.FLAGS
 
 
@@ -56,8 +58,6 @@ def main(argv):
         raise app.UsageError(f"unexpected arguments {argv[1:]}; settings go in --config.* flags.")
     logging.getLogger("bertjax").setLevel(logging.INFO)
     absl_logging.set_verbosity(absl_logging.WARNING)  # orbax and JAX log every step at INFO
-    from bertjax import aot
-
     aot.quiet_libtpu()  # before any backend starts: a no-op on TPU VMs
     if FLAGS.topology:
         return _compile_for_topology()
@@ -78,7 +78,6 @@ def _compile_for_topology() -> None:
     """--compile_only --topology: one process, no devices of this machine, no data."""
     if not FLAGS.compile_only:
         raise app.UsageError("--topology compiles for a TPU topology without running: add --compile_only.")
-    from bertjax import aot
     from bertjax.config import JobConfig
 
     try:

@@ -207,10 +207,15 @@ class Trainer:
     abstract_state: TrainState  # ShapeDtypeStructs carrying their shardings
     state_shardings: TrainState
     batch_abstract: dict[str, jax.ShapeDtypeStruct]  # the global batch, with its shardings
-    jitted_train_step: Any  # jax.jit of the step with its shardings, for callers that lower it themselves
+    jitted_train_step: Any  # jax.jit of the step with its shardings (compile_step lowers and compiles it)
     train_step: Any  # compiled: (state, global batch) → (state, metrics), the state donated; None if not compiled
     init_state: Callable[[], TrainState]  # a fresh state, created sharded
     _eval_step: Callable = dataclasses.field(repr=False)
+
+    def compile_step(self) -> Any:
+        """The train step lowered and compiled for this mesh (what `setup` does unless compile=False)."""
+        return compile_train_step(self.jitted_train_step, self.abstract_state, self.batch_abstract, self.mesh,
+                                  self.rules)
 
     def global_batch(self, local: dict[str, np.ndarray]) -> Batch:
         """Every process's host batch → one global batch sharded over the mesh's batch axes."""
@@ -264,10 +269,10 @@ def setup(config: JobConfig, devices: Optional[Sequence[jax.Device]] = None, com
     nsp = data.next_sentence_prediction
     jitted = jit_train_step(make_train_step(model, tx, train.micro_batches, nsp, learning_rate, compute_shardings),
                             shardings, batch_abstract, mesh)
-    train_step = compile_train_step(jitted, abstract, batch_abstract, mesh, rules) if compile else None
     eval_step = jax.jit(make_eval_step(model, nsp, compute_shardings),
                         in_shardings=(shardings.params, {k: v.sharding for k, v in batch_abstract.items()}),
                         out_shardings=sharding_lib.replicated(mesh))
-    return Trainer(config=config, model=model, tx=tx, learning_rate=learning_rate, mesh=mesh, rules=rules,
-                   abstract_state=abstract, state_shardings=shardings, batch_abstract=batch_abstract,
-                   jitted_train_step=jitted, train_step=train_step, init_state=init, _eval_step=eval_step)
+    trainer = Trainer(config=config, model=model, tx=tx, learning_rate=learning_rate, mesh=mesh, rules=rules,
+                      abstract_state=abstract, state_shardings=shardings, batch_abstract=batch_abstract,
+                      jitted_train_step=jitted, train_step=None, init_state=init, _eval_step=eval_step)
+    return dataclasses.replace(trainer, train_step=trainer.compile_step()) if compile else trainer

@@ -365,6 +365,6 @@ class InputPipeline:
         diff = sorted(k for k in set(saved) | set(mine) if saved.get(k) != mine.get(k))
         if diff:
             raise PipelineMismatch(f"{info}: the saved pipeline differs in {', '.join(diff)}; restore with the "
-                             "config it was saved with.")
+                                   "config it was saved with.")
         self._iterator, self._exhausted = iter(self.dataset), False
         tf.train.Checkpoint(iterator=self._iterator).read(path).assert_consumed()
