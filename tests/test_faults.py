@@ -8,7 +8,6 @@ import glob
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -117,24 +116,29 @@ def test_a_checkpoint_of_another_model_is_still_refused_not_moved_aside(runs, py
 
 
 def test_sigterm_before_training_starts_exits_0_saying_nothing_was_lost(tmp_path):
-    """During the corpus stage (documents, vocab, records): the job stops there, exit 0, one line."""
+    """The job as a user runs it, sent SIGTERM as its data stage begins (no race: the stage sends it)."""
     c = train_setup.small_config()
     c.data.update(corpus="builtin:pydocs", corpus_vocab_size=train_setup.VOCAB, dupe_factor=2, num_workers=1)
     config_file = train_setup.write_config(c, tmp_path / "config.py")
-    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONUNBUFFERED="1")
-    proc = subprocess.Popen([sys.executable, "-m", "bertjax.main", f"--config={config_file}",
-                             f"--workdir={tmp_path / 'work'}"], cwd=train_setup.ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    seen = []
-    for line in proc.stdout:  # the first line of the data stage: the job is up and preparing
-        seen.append(line)
-        if "data:" in line:
-            break
-    proc.send_signal(signal.SIGTERM)
-    out = "".join(seen) + proc.communicate(timeout=300)[0]
-    assert proc.returncode == 0, out[-3000:]
+    program = (
+        "import os, signal, sys\n"
+        "from bertjax.data import stage\n"
+        "prepare = stage.prepare_data\n"
+        "def signalled(*args, **kwargs):\n"
+        "    os.kill(os.getpid(), signal.SIGTERM)\n"
+        "    return prepare(*args, **kwargs)\n"
+        "stage.prepare_data = signalled\n"
+        f"sys.argv = ['bertjax.main', '--config={config_file}', '--workdir={tmp_path / 'work'}']\n"
+        "from bertjax import main\n"
+        "main.define_flags()\n"
+        "main.app.run(main.main)\n")
+    done = subprocess.run([sys.executable, "-c", program], cwd=train_setup.ROOT, capture_output=True, text=True,
+                          env=dict(os.environ, JAX_PLATFORMS="cpu"), timeout=300)
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out[-3000:]
     assert "stopped on request before training started" in out and "nothing was lost" in out
     assert "train step" not in out and "Traceback" not in out
+    assert not (tmp_path / "work" / "data" / "train").exists()  # stopped before the stage wrote records
 
 
 def test_a_second_job_in_a_busy_workdir_is_refused_and_a_dead_jobs_lock_is_taken_over(pydocs_data, tmp_path,
