@@ -126,9 +126,13 @@ class Checkpointer:
                 f"--config.model.scan_layers={saved.get('scan_layers')} (export and init_from convert between "
                 "layouts, resume does not).")
 
+    def due(self, step: int) -> bool:
+        """Whether `save` saves at this step (not orbax's should_save: that also saves any first step)."""
+        return step % self.every_steps == 0
+
     def save(self, step: int, state: Any, pipeline: Any = None, force: bool = False) -> bool:
         """Saves if the step is due (or force); returns whether a save started."""
-        if not force and step % self.every_steps:  # not orbax's should_save: it also saves any first step
+        if not force and not self.due(step):
             return False
         if step in self.manager.all_steps():
             return False
@@ -148,7 +152,18 @@ class Checkpointer:
                                      ("train", abstract_train))}
         if pipeline is not None:
             items["pipeline"] = PipelineRestore(pipeline)
-        out = self.manager.restore(step, args=ocp.args.Composite(**items))
+        try:
+            out = self.manager.restore(step, args=ocp.args.Composite(**items))
+        except ValueError as e:
+            # The params' layout is the fingerprint's business (checked above), so a tree that reads but
+            # differs is the optimizer's: another config.optim, not a damaged file.
+            if "tree structures do not match" not in str(e):
+                raise
+            raise IncompatibleCheckpoint(
+                f"{self.directory}/{step} holds optimizer state of another layout than config.optim makes (the "
+                "optimizer, or clipping on or off, changed); resume with the optim settings it was saved with, "
+                f"or start a new workdir with --config.train.init_from={os.path.dirname(self.directory)} "
+                "(weights only).") from None
         return abstract_state.replace(step=out["train"]["step"], params=out["params"],
                                       opt_state=out["opt_state"], rng=out["train"]["rng"])
 

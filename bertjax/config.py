@@ -26,6 +26,7 @@ from bertjax.sharding import MESH_AXES
 
 OPTIMIZERS = ("adamw", "lamb")
 DECAYS = ("linear", "cosine", "constant")
+NONFINITE_POLICIES = ("skip", "stop")  # what the job does after a step whose loss or gradients are not finite
 
 _BASE = model_lib.config_for_size("base")
 
@@ -165,8 +166,14 @@ class TrainConfig:
     init_from: str = ""
     phase: int = 1
     profile_steps: int = 0
+    on_nonfinite: str = "skip"
+    max_consecutive_nonfinite: int = 10
 
     def validate(self) -> None:
+        if self.on_nonfinite not in NONFINITE_POLICIES:
+            raise _bad("config.train.on_nonfinite", self.on_nonfinite, f"is not one of {list(NONFINITE_POLICIES)}.")
+        if self.max_consecutive_nonfinite < 1:
+            raise _bad("config.train.max_consecutive_nonfinite", self.max_consecutive_nonfinite, "must be ≥ 1.")
         for name in ("global_batch_size", "micro_batches", "num_train_steps", "log_every_steps"):
             if getattr(self, name) < 1:
                 raise _bad(f"config.train.{name}", getattr(self, name), "must be ≥ 1.")

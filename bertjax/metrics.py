@@ -298,7 +298,7 @@ def format_log_line(m: Mapping[str, Any]) -> str:
     """One log line from a dict of host floats; keys that are absent are left out.
 
     Keys: step, num_train_steps, loss, mlm_accuracy, nsp_accuracy, learning_rate, grad_norm, seq_per_s,
-    tokens_per_s, real_tokens_per_s, padding_fraction (0-1), mfu (0-1), eta_s.
+    tokens_per_s, real_tokens_per_s, padding_fraction (0-1), mfu (0-1), eta_s, skipped_steps (shown when > 0).
     """
     parts = []
     if "step" in m:
@@ -314,6 +314,8 @@ def format_log_line(m: Mapping[str, Any]) -> str:
             parts.append(fmt.format(float(m[key]) * scale))
     if m.get("eta_s") is not None:
         parts.append(f"ETA {format_eta(float(m['eta_s']))}")
+    if m.get("skipped_steps"):
+        parts.append(f"{int(m['skipped_steps'])} non-finite step(s) skipped")
     return " | ".join(parts)
 
 

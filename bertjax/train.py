@@ -2,8 +2,8 @@
 
 setup → data → trainer (mesh, sharded state, compiled step: `trainer.setup`) → restore → loop
 (train step / log / eval / checkpoint / profile), then a final eval, checkpoint and export. Every exit
-— the end, a stop request, a non-finite loss, an error — leaves through one clean-up path that waits
-for pending checkpoint writes and closes the metric writer.
+— the end, a stop request, non-finite steps past `config.train.on_nonfinite`'s limit, an error — leaves
+through one clean-up path that waits for pending checkpoint writes and closes the metric writer.
 """
 
 from __future__ import annotations
@@ -13,17 +13,16 @@ import json
 import logging
 import os
 import signal
-from typing import Any
+from typing import Any, Optional
 
 import jax
-import numpy as np
 
 from bertjax import checkpoint as checkpoint_lib
 from bertjax import lock as lock_lib
 from bertjax import metrics as metrics_lib
 from bertjax import pretrained
 from bertjax import trainer as trainer_lib
-from bertjax.config import JobConfig
+from bertjax.config import JobConfig, TrainConfig
 from bertjax.data import pipeline as pipeline_lib
 
 log = logging.getLogger(__name__)
@@ -96,6 +95,55 @@ class _Profile:
         if self.active:
             jax.profiler.stop_trace()
             self.active = False
+
+
+class _NonfiniteGuard:
+    """`config.train.on_nonfinite`: counts the steps the train step skipped (loss or gradients not finite;
+    their updates were never applied) and stops the job when the policy says so, before anything after
+    them is saved. Each step's flag is read one step late, once the next step is dispatched, so the host
+    never waits on the device only to check it; `flush` reads the last one (before a save or a log line)."""
+
+    def __init__(self, train: TrainConfig, checkpoints: checkpoint_lib.Checkpointer, learning_rate: float):
+        self.policy, self.limit = train.on_nonfinite, train.max_consecutive_nonfinite
+        self.checkpoints, self.learning_rate = checkpoints, learning_rate
+        self.in_a_row = self.total = self.since_log = 0
+        self._pending: Optional[tuple[int, Any]] = None
+
+    def after_step(self, step: int, flag: Any) -> None:
+        previous, self._pending = self._pending, (step, flag)
+        if previous is not None:
+            self._check(*previous)
+
+    def flush(self) -> None:
+        if self._pending is not None:
+            pending, self._pending = self._pending, None
+            self._check(*pending)
+
+    def take_log_count(self) -> int:
+        """Steps skipped since the last log line (for its `skipped_steps`)."""
+        count, self.since_log = self.since_log, 0
+        return count
+
+    def _check(self, step: int, flag: Any) -> None:
+        if not float(flag):
+            self.in_a_row = 0
+            return
+        self.in_a_row += 1
+        self.total += 1
+        self.since_log += 1
+        log.warning("step %d: the loss or gradients are not finite; its update was not applied (%d such steps in "
+                    "a row, %d in all)", step, self.in_a_row, self.total)
+        if self.policy == "skip" and self.in_a_row < self.limit:
+            return
+        why = ("config.train.on_nonfinite=stop" if self.policy == "stop" else
+               f"{self.in_a_row} steps in a row, config.train.max_consecutive_nonfinite={self.limit}")
+        newest = self.checkpoints.latest_step()
+        kept = (f"the newest checkpoint, {self.checkpoints.directory}/{newest}, holds finite weights"
+                if newest is not None else "no checkpoint was written yet")
+        raise FloatingPointError(
+            f"the loss or gradients of step {step} are not finite ({why}); no such update was applied and {kept}: "
+            f"lower config.optim.learning_rate (now {self.learning_rate}), raise config.optim.warmup_steps or "
+            "clip with config.optim.max_grad_norm, then rerun the same command to resume.")
 
 
 def _pipeline(job: JobConfig, files: str, training: bool, batch_size: int) -> pipeline_lib.InputPipeline:
@@ -216,17 +264,22 @@ def _train_and_evaluate(config: Any, workdir: str, compile_only: bool, stop: "_S
 
         running = None
         step = start_step
+        guard = _NonfiniteGuard(job.train, checkpoints, job.optim.learning_rate)
         stop.training_started()  # from here a SIGTERM saves at the next step
         while step < num_steps:
             state, step_metrics = trainer.train_step(state, trainer.global_batch(next(train_data)))
+            nonfinite = step_metrics.pop("nonfinite")[0]
             running = metrics_lib.merge(running, step_metrics)
             step += 1
+            guard.after_step(step, nonfinite)
             if step == start_step + 1:  # the clock starts after the first step: warm-up
                 jax.block_until_ready(state.step)
                 meter.update(step)
             profile.after_step(step, state)
             if step % job.train.log_every_steps == 0 or step == num_steps:
+                guard.flush()
                 values = metrics_lib.normalize(running)
+                values["skipped_steps"] = guard.take_log_count()
                 timing = meter.update(step)
                 if timing:
                     values.update(timing, **metrics_lib.throughput(
@@ -236,21 +289,20 @@ def _train_and_evaluate(config: Any, workdir: str, compile_only: bool, stop: "_S
                 lock.refresh()
                 log.info("train %s", metrics_lib.format_log_line(dict(values, step=step, num_train_steps=num_steps)))
                 running = None
-                if not np.isfinite(values.get("loss", 0.0)):
-                    raise FloatingPointError(
-                        f"the training loss is {values['loss']} at step {step}; lower config.optim.learning_rate "
-                        f"(now {job.optim.learning_rate}), raise config.optim.warmup_steps, or resume from the "
-                        f"last checkpoint in {checkpoints.directory}.")
             if step % job.eval.every_steps == 0 and step < num_steps:
                 last_eval = run_eval(step)
+            stopping = stop.reached(step, checkpoints)
+            if stopping or checkpoints.due(step):
+                guard.flush()  # nothing after a step that stops the job is saved
             with meter.paused():
                 checkpoints.save(step, state, train_data)
-            if stop.reached(step, checkpoints):
+            if stopping:
                 checkpoints.save(step, state, train_data, force=True)
                 log.info("stopped at step %d on request; rerun the same command to resume", step)
                 return last_eval
 
         # ===== end =====
+        guard.flush()
         last_eval = run_eval(step) or last_eval
         checkpoints.save(step, state, train_data, force=True)
     if job.checkpoint.export_hf and primary:

@@ -66,6 +66,10 @@ def make_train_step(model: nn.Module, tx: optax.GradientTransformation, micro_ba
                     learning_rate: Callable[[jax.Array], jax.Array], compute_shardings: Any = None) -> Callable:
     """(state, batch) → (state, metrics). Gradients are summed over micro-batches inside the step.
 
+    A step whose loss or gradient norm is not finite changes nothing but the step count (the batch is
+    consumed); its `nonfinite` metric is 1 and its other metrics are zero, so the host can count it and
+    apply `config.train.on_nonfinite`.
+
     `compute_shardings` (sharding.gathered_for_compute of the parameter shardings), when given, is how
     the parameters are laid out for the forward and backward pass.
 
@@ -106,9 +110,19 @@ def make_train_step(model: nn.Module, tx: optax.GradientTransformation, micro_ba
             (loss, sums, grads), _ = jax.lax.scan(accumulate, init, (jnp.arange(micro_batches), split))
         updates, opt_state = tx.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
-        metrics = dict(sums, loss=(loss, jnp.ones((), jnp.float32)),
-                       grad_norm=(optax.global_norm(grads), jnp.ones((), jnp.float32)),
-                       learning_rate=(learning_rate(state.step), jnp.ones((), jnp.float32)))
+        # The guard: a step whose loss or gradients are not finite leaves params and optimizer state as
+        # they were (optax.apply_if_finite's rule, without its extra state). The gradient norm is needed
+        # for clipping anyway, so the check costs one scalar and the selects fuse into the update.
+        grad_norm = optax.global_norm(grads)
+        finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
+        params, opt_state = jax.tree.map(lambda new, old: jnp.where(finite, new, old), (params, opt_state),
+                                         (state.params, state.opt_state))
+        one = jnp.ones((), jnp.float32)
+        # A skipped step's loss and accuracies stay out of the logged means; the host counts the skips.
+        metrics = jax.tree.map(lambda x: jnp.where(finite, x, jnp.zeros_like(x)),
+                               dict(sums, loss=(loss, one), grad_norm=(grad_norm, one)))
+        metrics.update(learning_rate=(learning_rate(state.step), one),
+                       nonfinite=(1.0 - finite.astype(jnp.float32), one))
         return state.replace(step=state.step + 1, params=params, opt_state=opt_state), metrics
 
     return step

@@ -95,6 +95,9 @@ def make(size: str, phase: int, init_from: str, runlocal: bool) -> ml_collection
     c.train.init_from = init_from  # weights only: an HF directory or a bertjax workdir
     c.train.phase = phase  # 2 refuses to start without init_from (phase 1's weights)
     c.train.profile_steps = 0  # trace this many steps after warm-up into workdir/plugins/profile (0 = off)
+    # A step whose loss or gradients are NaN/Inf is never applied (params and optimizer state stay as they were).
+    c.train.on_nonfinite = "skip"  # skip: go on with the next batch (counted in the log and metrics) | stop at once
+    c.train.max_consecutive_nonfinite = 10  # with skip: stop when this many steps in a row are not finite
 
     # --- optim
     c.optim = ml_collections.ConfigDict()

@@ -2,7 +2,8 @@
 that restores completely, moves the damaged ones aside (never deletes or uses them), and ends with the
 params of a run that was never damaged; only when no step restores does it stop, changing nothing, unless
 told to start over. A SIGTERM before training exits 0. A second job in a busy workdir is refused; a dead
-job's lock is taken over."""
+job's lock is taken over. A step whose loss or gradients are not finite is never applied: skipped and
+counted, or the job stops with the last checkpoint intact."""
 
 import glob
 import json
@@ -20,6 +21,9 @@ import train_setup
 from bertjax import checkpoint as checkpoint_lib
 from bertjax import lock as lock_lib
 from bertjax import train
+from bertjax import trainer as trainer_lib
+from bertjax.config import JobConfig
+from bertjax.data import pipeline as pipeline_lib
 
 STEPS = 8
 
@@ -106,12 +110,18 @@ def test_when_no_step_restores_the_job_stops_and_changes_nothing_unless_told_to_
         np.testing.assert_array_equal(a, b)
 
 
-def test_a_checkpoint_of_another_model_is_still_refused_not_moved_aside(runs, pydocs_data, tmp_path):
+@pytest.mark.parametrize("change, refusal", [
+    ({"model.intermediate_size": 96}, "different model config"),
+    ({"optim.max_grad_norm": 0.0}, "optimizer state of another layout than config.optim makes"),
+    ({"optim.name": "lamb"}, "optimizer state of another layout than config.optim makes"),
+])
+def test_a_checkpoint_of_another_model_or_optimizer_is_refused_not_moved_aside(runs, pydocs_data, tmp_path, change,
+                                                                              refusal):
     _, stopped = runs
     workdir = tmp_path / "work"
     shutil.copytree(stopped, workdir)
-    with pytest.raises(ValueError, match="different model config"):
-        train.train_and_evaluate(config(pydocs_data, **{"model.intermediate_size": 96}), str(workdir))
+    with pytest.raises(ValueError, match=refusal):
+        train.train_and_evaluate(config(pydocs_data, **change), str(workdir))
     assert not [d for d in step_dirs(workdir) if d.startswith(checkpoint_lib.DAMAGED_PREFIX)]
 
 
@@ -175,3 +185,95 @@ def test_a_lock_from_another_host_is_respected_until_it_goes_stale(tmp_path):
             with workdir_lock:
                 assert json.loads(path.read_text())["pid"] == os.getpid()
             assert not path.exists()
+
+
+# --- Non-finite steps --------------------------------------------------------------------------------
+
+def _poison(batch: dict, value: float) -> dict:
+    """A batch whose MLM loss (and so every gradient) is `value`: NaN or Inf."""
+    return dict(batch, masked_lm_weights=batch["masked_lm_weights"] * np.float32(value))
+
+
+@pytest.mark.parametrize("value", [np.nan, np.inf])
+def test_a_nonfinite_step_changes_nothing_but_the_step_count(pydocs_data, value):
+    job = JobConfig.from_configdict(config(pydocs_data)).replace(mesh={"shape": (1, 1, 1)})
+    trainer = trainer_lib.setup(job, jax.devices()[:1])
+    pipe = pipeline_lib.InputPipeline(pipeline_lib.PipelineConfig(
+        files=job.data.train_files, batch_size=16, max_seq_length=job.data.max_seq_length,
+        max_predictions_per_seq=job.data.max_predictions_per_seq, shuffle_buffer=100))
+    state = trainer.init_state()
+    for _ in range(2):  # real steps first: the Adam moments are not zero
+        state, _ = trainer.train_step(state, trainer.global_batch(next(pipe)))
+    before = jax.device_get(state)  # a copy: the step donates its input state
+    state, metrics = trainer.train_step(state, trainer.global_batch(_poison(next(pipe), value)))
+    after = jax.device_get(state)
+    assert int(after.step) == int(before.step) + 1
+    for a, b in zip(jax.tree.leaves((before.params, before.opt_state)), jax.tree.leaves((after.params, after.opt_state))):
+        np.testing.assert_array_equal(a, b)
+    assert float(metrics["nonfinite"][0]) == 1.0
+    assert float(metrics["loss"][1]) == 0.0 and float(metrics["mlm_accuracy"][1]) == 0.0  # out of the logged means
+    state, metrics = trainer.train_step(state, trainer.global_batch(next(pipe)))  # the next finite step trains
+    assert float(metrics["nonfinite"][0]) == 0.0 and np.isfinite(float(metrics["loss"][0]))
+    assert not all(np.array_equal(a, b) for a, b in zip(jax.tree.leaves(jax.device_get(state.params)),
+                                                        jax.tree.leaves(after.params)))
+
+
+def _poison_training_batches(monkeypatch, steps: set[int]) -> None:
+    """The training pipeline hands out NaN batches at these (1-based) steps."""
+    original = pipeline_lib.InputPipeline.__next__
+    served = [0]
+
+    def poisoning_next(self):
+        batch = original(self)
+        if self.config.training:
+            served[0] += 1
+            if served[0] in steps:
+                batch = _poison(batch, np.nan)
+        return batch
+
+    monkeypatch.setattr(pipeline_lib.InputPipeline, "__next__", poisoning_next)
+
+
+def _rows(workdir) -> dict[int, dict]:
+    lines = (workdir / "metrics.jsonl").read_text().splitlines()
+    return {r["step"]: r for r in map(json.loads, lines) if r["kind"] == "train"}
+
+
+def test_skip_counts_nonfinite_steps_and_stops_after_too_many_in_a_row(pydocs_data, tmp_path, monkeypatch, caplog):
+    _poison_training_batches(monkeypatch, {3, 5, 6})
+    workdir = tmp_path / "skip"
+    with caplog.at_level("WARNING", logger="bertjax"):
+        train.train_and_evaluate(config(pydocs_data), str(workdir))  # skip, up to 10 in a row: the run ends
+    rows = _rows(workdir)
+    assert [s for s, r in sorted(rows.items()) if r["skipped_steps"]] == [3, 5, 6]
+    assert rows[3]["loss"] is None and all(np.isfinite(rows[s]["loss"]) for s in (1, 2, 4, 7, 8))
+    assert sum("its update was not applied (2 such steps in a row, 3 in all)" in r.getMessage()
+               for r in caplog.records) == 1
+    assert step_dirs(workdir)[-1] == str(STEPS) and all(np.isfinite(p).all() for p in final_params(workdir))
+
+    _poison_training_batches(monkeypatch, {3, 5, 6})
+    workdir = tmp_path / "limit"
+    with pytest.raises(FloatingPointError) as error:
+        train.train_and_evaluate(config(pydocs_data, **{"train.max_consecutive_nonfinite": 2}), str(workdir))
+    message = str(error.value)
+    assert message.startswith("the loss or gradients of step 6 are not finite (2 steps in a row, "
+                              "config.train.max_consecutive_nonfinite=2)") and "\n" not in message
+    assert f"{workdir / checkpoint_lib.CHECKPOINTS}/4, holds finite weights" in message
+    assert step_dirs(workdir) == ["2", "4"]  # nothing after the stopping step was saved
+
+
+def test_an_absurd_learning_rate_stops_the_job_and_its_last_checkpoint_resumes_exactly(runs, pydocs_data, tmp_path):
+    expected, stopped = runs
+    workdir = tmp_path / "work"
+    shutil.copytree(stopped, workdir)  # steps 2, 4, 6 of the uninterrupted run
+    absurd = config(pydocs_data, **{"train.on_nonfinite": "stop"})
+    absurd.optim.update(learning_rate=1e30, warmup_steps=0)
+    with pytest.raises(FloatingPointError) as error:  # step 7's update is huge but finite; step 8 overflows
+        train.train_and_evaluate(absurd, str(workdir))
+    message = str(error.value)
+    assert "step 8 are not finite (config.train.on_nonfinite=stop)" in message
+    assert "lower config.optim.learning_rate (now 1e+30)" in message and "\n" not in message
+    assert step_dirs(workdir) == ["2", "4", "6"]
+    train.train_and_evaluate(config(pydocs_data), str(workdir))  # the same command with a sane rate resumes at 6
+    for a, b in zip(expected, final_params(workdir)):
+        np.testing.assert_array_equal(a, b)

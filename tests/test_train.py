@@ -223,13 +223,13 @@ def test_a_nan_loss_stops_with_a_clear_error_and_closes_everything(pydocs_data, 
             closed.append(_name)
             _original(self)
         monkeypatch.setattr(cls, "close", close)
-    config = train_setup.small_config(pydocs_data, **{"train.num_train_steps": 3})
+    config = train_setup.small_config(pydocs_data, **{"train.num_train_steps": 3, "train.on_nonfinite": "stop"})
     config.optim.update(learning_rate=1e30, warmup_steps=0, max_grad_norm=0.0)
     with pytest.raises(FloatingPointError, match="lower config.optim.learning_rate"):
         train.train_and_evaluate(config, str(tmp_path))
     assert sorted(closed) == ["Checkpointer", "MetricWriter"]  # the one exit path, as at the end of a run
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
-    assert rows and rows[-1]["loss"] is None  # the non-finite row was written and flushed
+    assert [r["step"] for r in rows] == [1]  # step 1's row was written and flushed; step 2 stopped the job
 
 
 def test_library_modules_log_under_the_bertjax_logger(caplog):
