@@ -36,6 +36,11 @@ def run_vocab(workdir: str) -> tuple[Optional[str], bool]:
 
 
 def export(workdir: str, output_dir: str, step: Optional[int] = None) -> str:
+    if "://" not in workdir and not checkpoint_lib.is_workdir(workdir):  # else orbax says "train first"
+        fix = ("it is a Hugging Face directory already, which bertjax.from_pretrained and transformers load as it is"
+               if hf.has_config(workdir) else "pass the --workdir of a training run")
+        raise FileNotFoundError(f"--workdir={workdir} is not a bertjax workdir (it has no "
+                                f"{checkpoint_lib.CHECKPOINTS}/ directory); {fix}.")
     fingerprint, params = checkpoint_lib.load_params(workdir, step)
     model = model_lib.BertForPreTraining(model_lib.BertConfig(**fingerprint["model"]))
     vocab_file, do_lower_case = run_vocab(workdir)
@@ -59,7 +64,7 @@ def main(argv):
     logging.getLogger("bertjax").setLevel(logging.INFO)
     try:
         export(FLAGS.workdir, FLAGS.output_dir, FLAGS.step)
-    except (FileNotFoundError, ValueError) as e:
+    except (OSError, ValueError) as e:  # a user's bad file or flag: one line, no traceback
         sys.stderr.write(f"export: error: {e}\n")
         return 1
     print(f"exported {FLAGS.workdir} to {FLAGS.output_dir}")

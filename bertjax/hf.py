@@ -146,6 +146,9 @@ def hf_config_dict(config: model_lib.BertConfig) -> dict:
 def save_pretrained(path: str, model: model_lib.BertForPreTraining, params: dict,
                     vocab_file: Optional[str] = None, do_lower_case: bool = True) -> None:
     """Writes a directory that `transformers.BertForPreTraining.from_pretrained(path)` loads as is."""
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise NotADirectoryError(f"{path} is a file, not a directory; pass a new or existing directory for the "
+                                 "Hugging Face files.")
     os.makedirs(path, exist_ok=True)
     config = model.config
     params = jax.device_get(params)
@@ -198,7 +201,8 @@ def _read_safetensors(files: list[str]) -> tuple[dict[str, np.ndarray], dict[str
                     tensors[key] = f.get_tensor(key)
                     origin[key] = file
         except Exception as e:  # safetensors raises its own error types for truncated/corrupt files
-            raise ValueError(f"{file} is not a readable safetensors file ({e}); re-export or re-download it.") from None
+            raise ValueError(f"{file} is not a readable safetensors file ({' '.join(str(e).split())}); re-export "
+                             "or re-download it.") from None
     return tensors, origin
 
 
@@ -280,7 +284,10 @@ def load(path: str, seed: int = 0) -> tuple[model_lib.BertConfig, dict]:
     """(architecture, params in the loop layout) of a Hugging Face BERT directory (safetensors); heads the
     directory lacks are initialised from `seed`. `bertjax.from_pretrained` also takes bertjax workdirs."""
     if not os.path.isdir(path):
-        raise FileNotFoundError(f"{path} is not a directory; point at a Hugging Face BERT directory.")
+        hint = (f"it is a file: pass the directory that holds it, {os.path.dirname(os.path.abspath(path))}"
+                if os.path.exists(path) else "nothing is there: check the path")
+        raise FileNotFoundError(f"{path} is not a directory ({hint}); point at a Hugging Face BERT directory "
+                                f"({CONFIG_NAME} + {WEIGHTS_NAME}).")
     config = load_config(path)
     tensors, origin = _read_safetensors(_weight_files(path))
     return config, from_hf_state_dict(config, tensors, jax.random.PRNGKey(seed), source=path, origin=origin)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import numbers
 from typing import Any, Callable, Optional
 
 import flax
@@ -43,6 +44,9 @@ CONFIG_FIELDS = (
     "hidden_act", "hidden_dropout_prob", "attention_probs_dropout_prob", "max_position_embeddings",
     "type_vocab_size", "initializer_range", "layer_norm_eps",
 )
+# Hugging Face config.json fields with the value BERT has; any other value changes what the weights compute
+# (relative positions, causal self-attention, cross-attention layers), which bertjax does not implement.
+FIXED_HF_FIELDS = {"position_embedding_type": "absolute", "is_decoder": False, "add_cross_attention": False}
 # Settings of training, not of the function the params compute: a run may resume, or start from weights,
 # with other values (dropout 0 for a fused attention kernel, say).
 TRAINING_ONLY_FIELDS = ("hidden_dropout_prob", "attention_probs_dropout_prob", "initializer_range")
@@ -90,8 +94,9 @@ class BertConfig:
         """Raises one clear ValueError for an architecture that cannot be built."""
         for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
                      "intermediate_size", "max_position_embeddings", "type_vocab_size"):
-            if int(getattr(self, name)) < 1:
-                raise ValueError(f"{source}: {name}={getattr(self, name)} must be a positive integer.")
+            value = getattr(self, name)
+            if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{source}: {name}={value!r} must be a positive integer.")
         if self.hidden_size % self.num_attention_heads:
             raise ValueError(
                 f"{source}: hidden_size={self.hidden_size} is not divisible by "
@@ -99,7 +104,7 @@ class BertConfig:
         if self.hidden_act not in ACTIVATIONS:
             raise ValueError(f"{source}: hidden_act={self.hidden_act!r} is not one of {sorted(ACTIVATIONS)}.")
         for name in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
-            if not 0.0 <= getattr(self, name) < 1.0:
+            if not (isinstance(getattr(self, name), numbers.Real) and 0.0 <= getattr(self, name) < 1.0):
                 raise ValueError(f"{source}: {name}={getattr(self, name)} must be in [0, 1).")
 
     @property
@@ -119,11 +124,24 @@ class BertConfig:
 
     @classmethod
     def from_json_file(cls, path: str) -> "BertConfig":
-        with open(path) as f:
-            d = json.load(f)
-        if d.get("position_embedding_type", "absolute") != "absolute":
-            raise ValueError(f"{path}: position_embedding_type={d['position_embedding_type']!r} is not "
-                             "supported; bertjax implements BERT's absolute learned positions only.")
+        """Reads bert_config.json / HF config.json, refusing settings under which the same weights compute
+        something other than BERT's encoder (they would load, then silently give wrong outputs)."""
+        try:
+            with open(path, encoding="utf-8") as f:
+                d = json.load(f)
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise ValueError(f"{path} is not valid JSON ({e}); restore the config.json the checkpoint came "
+                             "with.") from None
+        if not isinstance(d, dict):
+            raise ValueError(f"{path} holds a JSON {type(d).__name__}, not an object of BERT config fields; "
+                             "restore the config.json the checkpoint came with.")
+        if d.get("model_type", "bert") != "bert":
+            raise ValueError(f"{path}: model_type={d['model_type']!r} is not BERT; bertjax loads BERT "
+                             "checkpoints only (model_type \"bert\").")
+        for field, bert_value in FIXED_HF_FIELDS.items():
+            if d.get(field, bert_value) != bert_value:
+                raise ValueError(f"{path}: {field}={d[field]!r} is not supported; bertjax implements only BERT's "
+                                 f"encoder ({field}={bert_value!r}), so load this checkpoint with transformers.")
         return cls.from_dict(d, source=path)
 
     def to_dict(self) -> dict:

@@ -68,7 +68,7 @@ def main(argv):
         if FLAGS.packing else None)
     try:
         metadata = shards.prepare(cfg, num_workers=FLAGS.num_workers, runner=FLAGS.runner, beam_args=beam_args)
-    except (FileNotFoundError, ValueError, RuntimeError) as e:
+    except (OSError, ValueError, RuntimeError) as e:  # a user's bad file or flag: one line, no traceback
         sys.stderr.write(f"prepare: error: {e}\n")
         return 1
     print(shards.summary(metadata))

@@ -31,7 +31,8 @@ def resolve_mesh_shape(shape: Sequence[int], num_devices: int) -> tuple[int, ...
     if len(shape) != len(MESH_AXES):
         raise ValueError(f"config.mesh.shape={shape} must have {len(MESH_AXES)} entries, one per axis {MESH_AXES}.")
     if shape.count(-1) > 1 or any(s == 0 or s < -1 for s in shape):
-        raise ValueError(f"config.mesh.shape={shape}: sizes must be positive, with at most one -1 (= the rest).")
+        raise ValueError(f"config.mesh.shape={shape}: sizes must be positive, with at most one -1 (= the rest); "
+                         "e.g. (-1, 1, 1) puts every device on the data axis.")
     known = math.prod(s for s in shape if s != -1)
     if -1 in shape:
         if num_devices % known:

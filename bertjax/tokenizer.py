@@ -44,7 +44,7 @@ def main(argv: list[str]) -> None:
         train = (tokenization.train_wordpiece if FLAGS.model_type == "wordpiece"
                  else tokenization.train_sentencepiece)
         tok = train(sentences(source), FLAGS.vocab_size, FLAGS.output_dir, do_lower_case=FLAGS.do_lower_case)
-    except (FileNotFoundError, ValueError) as e:
+    except (OSError, ValueError) as e:  # a user's bad file or flag: one line, no traceback
         raise SystemExit(f"error: {e}") from None
     written = [tok.path] + ([tok.path.with_suffix(".vocab")] if FLAGS.model_type == "sentencepiece" else [])
     stats = source.stats

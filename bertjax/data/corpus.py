@@ -29,6 +29,7 @@ import io
 import os
 import re
 import sysconfig
+import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, NamedTuple, Optional
 
@@ -127,6 +128,9 @@ def expand_patterns(patterns: str | Iterable[str], what: str = "--input_file") -
         else:
             matches = sorted(m for m in glob.glob(name) if not os.path.isdir(m))
         if not matches:
+            if not _is_remote(name) and os.path.isdir(name):
+                raise IsADirectoryError(f"{what} {name!r} is a directory: name its files, e.g. "
+                                        f"{os.path.join(name, '*.txt')!r}.")
             if set(name) & set("*?["):
                 raise FileNotFoundError(
                     f"{what} pattern {name!r} matches no files: check the directory and "
@@ -252,9 +256,9 @@ class TextSource(Source):
     """
 
     def __init__(self, patterns: str, min_sentences: int = 1,
-                 max_line_chars: int = DEFAULT_MAX_LINE_CHARS):
+                 max_line_chars: int = DEFAULT_MAX_LINE_CHARS, what: str = "--input_file"):
         super().__init__(min_sentences, max_line_chars)
-        self._files = expand_patterns(patterns)
+        self._files = expand_patterns(patterns, what)
 
     def list_units(self) -> list[str]:
         return list(self._files)
@@ -284,6 +288,13 @@ class TextSource(Source):
 
     def _read_unit(self, unit: Any, stats: CorpusStats) -> Iterator[Document]:
         part = unit if isinstance(unit, FileRange) else FileRange(unit)
+        try:
+            yield from self._read_range(part, stats)
+        except (gzip.BadGzipFile, EOFError, zlib.error) as e:  # only a .gz stream raises these
+            raise ValueError(f"{part.path} is not a readable gzip file ({e}); re-compress it with gzip, or "
+                             "drop the .gz from the name of a plain-text file.") from None
+
+    def _read_range(self, part: FileRange, stats: CorpusStats) -> Iterator[Document]:
         with _open_binary(part.path, part.start - 1 if part.start else 0) as raw:
             if part.path.endswith(".gz"):
                 if part.start or part.end is not None:
@@ -553,7 +564,7 @@ BUILTIN_CORPORA = ("builtin:pydocs",)
 
 def open_source(spec: str, *, data_dir: str | None = None, text_feature: str = "text",
                 language: str = "en", min_sentences: int | None = None,
-                max_line_chars: int = DEFAULT_MAX_LINE_CHARS) -> Source:
+                max_line_chars: int = DEFAULT_MAX_LINE_CHARS, what: str = "--input_file") -> Source:
     """Opens the corpus a spec names; fails here, in one clear sentence, if it cannot be read.
 
     spec: `tfds:NAME[/CONFIG][:SPLIT]` (SPLIT defaults to train; `data_dir` is --tfds_data_dir,
@@ -561,6 +572,7 @@ def open_source(spec: str, *, data_dir: str | None = None, text_feature: str = "
       a path, glob or comma-separated list of them (`.gz` is decompressed; `gs://` works).
     min_sentences: documents with fewer sentences are dropped and counted (default 1; pydocs 2).
     max_line_chars: longer lines / sentences are cut into pieces of at most this size (counted).
+    what: the flag or config field that gave `spec`, named in the errors about its files.
     """
     spec = spec.strip()
     if spec.startswith("tfds:"):
@@ -576,4 +588,4 @@ def open_source(spec: str, *, data_dir: str | None = None, text_feature: str = "
             raise ValueError(f"Unknown builtin corpus {spec!r}: use one of {BUILTIN_CORPORA}.")
         return PyDocsSource(language=language, min_sentences=min_sentences or 2,
                             max_line_chars=max_line_chars)
-    return TextSource(spec, min_sentences=min_sentences or 1, max_line_chars=max_line_chars)
+    return TextSource(spec, min_sentences=min_sentences or 1, max_line_chars=max_line_chars, what=what)

@@ -365,6 +365,9 @@ def check_inputs(cfg: PrepareConfig) -> tokenization.Tokenizer:
     cfg.instance.validate()
     if cfg.num_shards < 1:
         raise ValueError(f"--num_shards={cfg.num_shards} must be ≥ 1.")
+    if "://" not in cfg.output_dir and os.path.isfile(cfg.output_dir):
+        raise NotADirectoryError(f"--output_dir={cfg.output_dir} is a file; pass a directory for the record shards "
+                                 "(it is created if missing).")
     tokenizer, _ = load_tokenizer(cfg)
     cfg.open_source().list_units()  # a glob that matches nothing, a missing file, an unknown dataset
     return tokenizer

@@ -40,7 +40,8 @@ def _write_documents(path: str, documents: Iterator[list[str]]) -> int:
 def split_corpus(spec: str, out_dir: str, heldout_every: int, tfds_data_dir: str | None = None,
                  tfds_text_feature: str = "text") -> tuple[str, str, dict]:
     """Writes train.txt and heldout.txt (disjoint documents) under out_dir; returns their paths and counts."""
-    source = corpus_lib.open_source(spec, data_dir=tfds_data_dir, text_feature=tfds_text_feature)
+    source = corpus_lib.open_source(spec, data_dir=tfds_data_dir, text_feature=tfds_text_feature,
+                                    what="config.data.corpus")
     train_path, heldout_path = os.path.join(out_dir, "train.txt"), os.path.join(out_dir, "heldout.txt")
     documents = list(source.documents())
     if len(documents) < 2:

@@ -191,7 +191,12 @@ def _hf_wordpiece(vocab: dict[str, int] | None, do_lower_case: bool) -> tokenize
 
 def read_vocab_txt(path: pathlib.Path) -> list[str]:
     """One token per line, id = line number; lines stripped as google-research/bert's load_vocab does."""
-    lines = path.read_text(encoding="utf-8").splitlines()
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError as e:  # a gzip, a binary or a Latin-1 file: name it rather than the codec
+        raise ValueError(f"Vocabulary file {path} is not UTF-8 text (byte {e.object[e.start]:#04x} at offset "
+                         f"{e.start}); pass a WordPiece vocab.txt with one token per line, or a SentencePiece "
+                         "file named *.model.") from None
     vocab = [line.strip() for line in lines]
     for i, token in enumerate(vocab):
         if not token:
@@ -242,8 +247,8 @@ class SentencePieceTokenizer(Tokenizer):
         try:
             self._sp = spm.SentencePieceProcessor(model_file=str(self.path))
         except (OSError, RuntimeError) as e:
-            raise ValueError(f"SentencePiece model {self.path} cannot be read ({e}); pass a file written by "
-                             "sentencepiece training.") from None
+            raise ValueError(f"SentencePiece model {self.path} cannot be read ({' '.join(str(e).split())}); pass "
+                             "a file written by sentencepiece training.") from None
         self._set_vocab([self._sp.id_to_piece(i) for i in range(self._sp.get_piece_size())])
 
     def _prep(self, text: str) -> str:
@@ -291,6 +296,16 @@ def _nonempty(texts: Iterable[str]) -> Iterator[str]:
             yield text
 
 
+def _output_dir(output_dir: str | os.PathLike) -> pathlib.Path:
+    """Creates the trainers' output directory; a file in its place is one sentence, not mkdir's errno."""
+    out = pathlib.Path(output_dir)
+    if out.exists() and not out.is_dir():
+        raise NotADirectoryError(f"Tokenizer output directory {out} is a file; pass a directory (it is created if "
+                                 "missing).")
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
 def train_wordpiece(texts: Iterable[str], vocab_size: int, output_dir: str | os.PathLike, do_lower_case: bool = True,
                     min_frequency: int = 2) -> WordPieceTokenizer:
     """Learns a WordPiece vocab from an iterator of text lines (any corpus source) and writes output_dir/vocab.txt.
@@ -302,6 +317,7 @@ def train_wordpiece(texts: Iterable[str], vocab_size: int, output_dir: str | os.
     if vocab_size <= len(SPECIAL_TOKENS):
         raise ValueError(f"vocab_size={vocab_size} leaves no room beside the {len(SPECIAL_TOKENS)} special tokens; "
                          "ask for a larger --vocab_size.")
+    out = _output_dir(output_dir)
     tok = _hf_wordpiece(None, do_lower_case)
     trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, min_frequency=min_frequency,
                                         special_tokens=list(SPECIAL_TOKENS),
@@ -311,8 +327,6 @@ def train_wordpiece(texts: Iterable[str], vocab_size: int, output_dir: str | os.
     if len(vocab) <= len(SPECIAL_TOKENS):
         raise ValueError("WordPiece training saw no text; check that --input_file matches non-empty text files.")
     assert [t for t, _ in vocab[:len(SPECIAL_TOKENS)]] == list(SPECIAL_TOKENS), vocab[:len(SPECIAL_TOKENS)]
-    out = pathlib.Path(output_dir)
-    out.mkdir(parents=True, exist_ok=True)
     (out / VOCAB_FILE).write_text("".join(f"{t}\n" for t, _ in vocab), encoding="utf-8")
     return WordPieceTokenizer(out / VOCAB_FILE, do_lower_case)
 
@@ -327,8 +341,7 @@ def train_sentencepiece(texts: Iterable[str], vocab_size: int, output_dir: str |
     like BERT's specials they sit in the vocab but are never produced from text (raw "[MASK]" in a corpus stays text).
     No BOS/EOS: instances add [CLS]/[SEP] themselves. input_sentence_size caps the lines kept in memory (sampled).
     """
-    out = pathlib.Path(output_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    out = _output_dir(output_dir)
     lines = (t.lower() if do_lower_case else t for t in _nonempty(texts))
     try:
         spm.SentencePieceTrainer.train(
