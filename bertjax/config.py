@@ -102,6 +102,7 @@ class DataConfig:
     packing: bool = False
     max_instances_per_row: int = 3
     max_predictions_per_row: int = 0
+    skip_damaged_records: bool = False
 
     @property
     def predictions_per_row(self) -> int:

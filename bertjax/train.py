@@ -159,7 +159,7 @@ def _pipeline(job: JobConfig, files: str, training: bool, batch_size: int) -> pi
         shuffle_buffer=d.shuffle_buffer,
         training=training, process_index=jax.process_index(), process_count=jax.process_count(),
         vocab_size=job.model.vocab_size, max_batches=None if training else (job.eval.num_batches or None),
-        dynamic_masking=vocab is not None, vocab=vocab))
+        dynamic_masking=vocab is not None, vocab=vocab, skip_damaged_records=d.skip_damaged_records))
 
 
 def evaluate(trainer: trainer_lib.Trainer, params: Any, pipeline: pipeline_lib.InputPipeline,
@@ -228,6 +228,11 @@ def _train_and_evaluate(config: Any, workdir: str, compile_only: bool, stop: "_S
             return {}
         writer = metrics_lib.MetricWriter(workdir, is_primary=primary)  # after the pipelines: TF stays off GPUs
         cleanup.callback(writer.close)
+        if job.data.skip_damaged_records:  # what this process skipped, beside the training metrics
+            writer.write(0, {f"{name}_{key}": value for name, data in (("train", train_data), ("eval", eval_data))
+                             if data is not None for key, value in (("damaged_files", len(data.damaged)),
+                                                                    ("skipped_records", data.skipped_records))},
+                         kind="data")
 
         # ===== restore =====
         state = checkpoints.restore_latest(trainer.abstract_state, train_data, job.checkpoint.start_over_if_damaged)

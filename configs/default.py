@@ -67,6 +67,8 @@ def make(size: str, phase: int, init_from: str, runlocal: bool) -> ml_collection
     c.data.next_sentence_prediction = True  # False for MLM-only records (prepare --no_nsp)
     c.data.shuffle_buffer = 10_000  # records held for shuffling, per process
     c.data.dynamic_masking = False  # re-mask every epoch instead of using the stored masks
+    # A damaged record file (truncated, a bad CRC, not a record file) stops the job, naming it and the byte.
+    c.data.skip_damaged_records = False  # instead check every file at start (~200 MB/s), read each up to its first damage, count the loss
     # Packing: several instances per row (records made with `prepare --packing`; the corpus stage packs its own).
     c.data.packing = False  # rows of up to max_instances_per_row instances: no compute spent on padding
     c.data.max_instances_per_row = 3  # must equal the packed records' (NVIDIA's MLPerf BERT packs up to 3)

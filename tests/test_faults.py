@@ -3,7 +3,9 @@ that restores completely, moves the damaged ones aside (never deletes or uses th
 params of a run that was never damaged; only when no step restores does it stop, changing nothing, unless
 told to start over. A SIGTERM before training exits 0. A second job in a busy workdir is refused; a dead
 job's lock is taken over. A step whose loss or gradients are not finite is never applied: skipped and
-counted, or the job stops with the last checkpoint intact."""
+counted, or the job stops with the last checkpoint intact. A damaged record file (truncated, a flipped byte,
+not a record file) is named with the byte where the damage is, or, when told to, read up to that byte with
+the loss counted."""
 
 import glob
 import json
@@ -24,6 +26,7 @@ from bertjax import train
 from bertjax import trainer as trainer_lib
 from bertjax.config import JobConfig
 from bertjax.data import pipeline as pipeline_lib
+from bertjax.data import records as records_lib
 
 STEPS = 8
 
@@ -277,3 +280,80 @@ def test_an_absurd_learning_rate_stops_the_job_and_its_last_checkpoint_resumes_e
     train.train_and_evaluate(config(pydocs_data), str(workdir))  # the same command with a sane rate resumes at 6
     for a, b in zip(expected, final_params(workdir)):
         np.testing.assert_array_equal(a, b)
+
+
+# --- Damaged records ---------------------------------------------------------------------------------
+
+def _damaged_copy(pydocs_data: str, tmp_path, damage: str) -> tuple[str, str, int]:
+    """The train records copied, one shard damaged: (directory, damaged file, records left readable)."""
+    directory = tmp_path / "train"
+    shutil.copytree(os.path.join(pydocs_data, "train"), directory)
+    shard = sorted(glob.glob(str(directory / "*.tfrecord")))[0]
+    data = bytearray(open(shard, "rb").read())
+    offsets = [0]  # where each record's frame starts
+    while offsets[-1] < len(data):
+        offsets.append(offsets[-1] + records_lib.FRAME_BYTES + int.from_bytes(data[offsets[-1]:offsets[-1] + 8], "little"))
+    if damage == "truncated":
+        data = data[:offsets[-2] + 30]  # the last record cut short
+        good = len(offsets) - 2
+    elif damage == "flipped byte":
+        data[offsets[3] + 12 + 7] ^= 0xFF  # a byte of record 3's data: its CRC fails
+        good = 3
+    else:  # a file the glob matches that holds no records
+        shard, data, good = str(directory / "notes.tfrecord"), bytearray(b"shard list, written by hand\n"), 0
+    open(shard, "wb").write(bytes(data))
+    return str(directory), shard, good
+
+
+def _pipeline(files: str, **overrides) -> pipeline_lib.InputPipeline:
+    return pipeline_lib.InputPipeline(pipeline_lib.PipelineConfig(
+        files=files, batch_size=16, max_seq_length=train_setup.SEQ, max_predictions_per_seq=train_setup.PRED,
+        shuffle_buffer=100, **overrides))
+
+
+@pytest.mark.parametrize("damage", ["truncated", "flipped byte", "not a record file"])
+def test_a_damaged_record_file_is_named_with_the_byte_or_read_up_to_its_damage(pydocs_data, tmp_path, damage):
+    directory, shard, good = _damaged_copy(pydocs_data, tmp_path, damage)
+    files = os.path.join(directory, "*.tfrecord")
+    with pytest.raises(ValueError) as error:
+        pipe = _pipeline(files)  # a file that is no record file is refused here, the others when read
+        for _ in range(10_000):
+            next(pipe)
+    message = str(error.value)
+    assert shard in message and "\n" not in message and "config.data.skip_damaged_records=true" in message
+    expected_problem = {"truncated": "a truncated record at byte", "flipped byte": "a record whose data fails its CRC",
+                        "not a record file": "no TFRecord header (it is not a record file)"}[damage]
+    assert expected_problem in message
+
+    # Told to skip: every file is read up to its first damage, and the loss is counted.
+    listed = records_lib.listed_counts([shard], records_lib.read_metadata([shard]))
+    intact = sum(records_lib.scan_file(f).records for f in glob.glob(files) if f != shard)
+    for training in (False, True):
+        pipe = _pipeline(files, skip_damaged_records=True, training=training, num_epochs=1)
+        assert [d.path for d in pipe.damaged] == [shard] and pipe.damaged[0].records == good
+        assert pipe.skipped_records == (listed[shard] - good if shard in listed else 0)
+        rows = sum(int(b[pipeline_lib.EXAMPLE_WEIGHT].sum()) for b in pipe)
+        assert rows == (intact + good if not training else (intact + good) // 16 * 16)  # training drops the remainder
+
+
+def test_a_glob_that_also_matches_metadata_json_says_so(pydocs_data):
+    with pytest.raises(ValueError, match=r"metadata.json has no TFRecord header .* use 'train/\*.tfrecord'"):
+        _pipeline(os.path.join(pydocs_data, "train", "*"))
+
+
+def test_the_job_stops_on_a_damaged_record_file_or_skips_what_it_is_told_to(pydocs_data, tmp_path, caplog):
+    directory, shard, good = _damaged_copy(pydocs_data, tmp_path, "flipped byte")
+    job = config(pydocs_data, steps=4, **{"data.train_files": os.path.join(directory, "*.tfrecord")})
+    with pytest.raises(ValueError, match=f"record file {shard} has a record whose data fails its CRC check at byte"):
+        train.train_and_evaluate(job, str(tmp_path / "strict"))
+    job.data.skip_damaged_records = True
+    with caplog.at_level("WARNING", logger="bertjax"):
+        train.train_and_evaluate(job, str(tmp_path / "skipping"))
+    assert any("skipping the rest of a damaged file" in r.getMessage() and shard in r.getMessage()
+               for r in caplog.records)
+    rows = [json.loads(line) for line in (tmp_path / "skipping" / "metrics.jsonl").read_text().splitlines()]
+    data_row = next(r for r in rows if r["kind"] == "data")
+    assert data_row["train_damaged_files"] == 1 and data_row["eval_damaged_files"] == 0
+    listed = records_lib.listed_counts([shard], records_lib.read_metadata([shard]))[shard]
+    assert data_row["train_skipped_records"] == listed - good > 0
+    assert [r["step"] for r in rows if r["kind"] == "train"] == [1, 2, 3, 4]

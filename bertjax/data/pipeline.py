@@ -70,6 +70,7 @@ class PipelineConfig:
     threads: Optional[int] = None  # tf.data threads (None: tf.data's autotuned pool)
     prefetch: int = 2  # batches
     max_batches: Optional[int] = None  # eval: at most this many batches per pass (None: the whole set)
+    skip_damaged_records: bool = False  # read each file up to its first damage (scanned at start) instead of failing
 
     def validate(self) -> None:
         if self.batch_size < 1:
@@ -134,10 +135,7 @@ def split_files(files: list[str], process_index: int, process_count: int) -> tup
 def count_records(files: list[str], metadata: Optional[dict]) -> list[int]:
     """Records per file: from metadata.json's per-shard counts where it lists the file, else by reading."""
     tf = _tf()
-    listed = {}
-    if metadata and files:
-        here = os.path.dirname(files[0])
-        listed = {os.path.join(here, f["file"]): int(f["instances"]) for f in metadata.get("files", ())}
+    listed = records.listed_counts(files, metadata)
     counts = []
     for f in files:
         try:
@@ -166,11 +164,19 @@ class InputPipeline:
         self.config = c = config
         tf = _tf()
         all_files = records.expand_patterns(c.files if isinstance(c.files, str) else list(c.files), "record")
+        not_records = self._check_headers(all_files)
         vocab_size = c.vocab_size if c.vocab_size is not None else (c.vocab.size if c.vocab else None)
-        self.metadata = records.check_schema(all_files, c.max_seq_length, c.max_predictions_per_seq, vocab_size,
+        self.metadata = records.check_schema([f for f in all_files if f not in not_records] or all_files,
+                                             c.max_seq_length, c.max_predictions_per_seq, vocab_size,
                                              c.max_instances_per_row)
         self.schema = records.RecordSchema(c.max_seq_length, c.max_predictions_per_seq, c.max_instances_per_row)
         self.files, self.split_by_example = split_files(all_files, c.process_index, c.process_count)
+        # With skip_damaged_records: readable records per file (each file is read up to its first damage).
+        self.readable: Optional[dict[str, int]] = None
+        self.damaged: list[records.FileScan] = []  # what skip_damaged_records skipped, for the log and metrics
+        self.skipped_records = 0  # of them, records lost where metadata.json lists the file's count
+        if c.skip_damaged_records:
+            self._scan_for_damage(all_files if not c.training else self.files)
         self.masking = self._masking_config() if c.dynamic_masking else None
         self._parallel = tf.data.AUTOTUNE if c.threads is None else (c.threads if c.threads > 1 else None)
         self._deterministic = True if self._parallel else None  # tf.data warns when given to sequential ops
@@ -186,6 +192,41 @@ class InputPipeline:
         self._position = 0  # eval: batches of the current pass handed out
 
     # --- Construction ----------------------------------------------------------------------------
+    def _check_headers(self, files: list[str]) -> set[str]:
+        """Files whose first bytes are no record header: an error, or (skip_damaged_records) skipped."""
+        from concurrent import futures
+
+        with futures.ThreadPoolExecutor(16) as pool:  # one small read a file: many at once on remote storage
+            problems = dict(zip(files, pool.map(records.record_header_problem, files)))
+        bad = {f: p for f, p in problems.items() if p}
+        if bad and not self.config.skip_damaged_records:
+            path = next(iter(bad))
+            hint = " (a glob such as 'train/*' also matches metadata.json: use 'train/*.tfrecord')" \
+                if os.path.basename(path) == records.METADATA_NAME else ""
+            raise ValueError(f"record file {path} has {bad[path]}{hint}; drop it from the file list, or set "
+                             "config.data.skip_damaged_records=true to skip unreadable files and records (counted "
+                             "in the log).")
+        return set(bad)
+
+    def _scan_for_damage(self, files: list[str]) -> None:
+        """skip_damaged_records: every frame of `files` checked once, so that each is read only up to its
+        first damage (TF's reader cannot read past one) and what is lost is known and logged."""
+        listed = records.listed_counts(files, self.metadata)
+        self.readable = {}
+        for scan in map(records.scan_file, files):
+            self.readable[scan.path] = scan.records
+            if scan.problem:
+                self.damaged.append(scan)
+                log.warning("pipeline: skipping the rest of a damaged file (config.data.skip_damaged_records): %s",
+                            scan.describe(listed.get(scan.path)))
+        if self.config.training:  # files with nothing readable leave the rotation
+            self.files = [f for f in self.files if self.readable[f]]
+        self.skipped_records = sum(max(listed[d.path] - d.records, 0) for d in self.damaged if d.path in listed)
+        if self.damaged:
+            log.warning("pipeline: %d of %d record file(s) damaged; %s record(s) skipped where metadata.json lists "
+                        "them, %s bytes unread", len(self.damaged), len(files), f"{self.skipped_records:,}",
+                        f"{sum(d.size - d.end for d in self.damaged):,}")
+
     def _masking_config(self) -> instances.InstanceConfig:
         c, md = self.config, self.metadata or {}
         if c.masking is not None:
@@ -201,12 +242,17 @@ class InputPipeline:
     def _examples(self, epochs: Optional[int], shuffle_files: bool):
         """Serialized records of this process: files (shuffled per epoch) → interleave → split."""
         tf, c = _tf(), self.config
-        ds = tf.data.Dataset.from_tensor_slices(self.files)
+        if self.readable is None:
+            ds, read = tf.data.Dataset.from_tensor_slices(self.files), tf.data.TFRecordDataset
+        else:  # each file up to its first damage
+            ds = tf.data.Dataset.from_tensor_slices((self.files, np.array([self.readable[f] for f in self.files],
+                                                                          np.int64)))
+            read = lambda path, count: tf.data.TFRecordDataset(path).take(count)  # noqa: E731
         if shuffle_files:
             ds = ds.shuffle(len(self.files), seed=c.seed, reshuffle_each_iteration=True)
         if epochs != 1:
             ds = ds.repeat(epochs)
-        ds = ds.interleave(tf.data.TFRecordDataset, cycle_length=min(c.cycle_length, len(self.files)),
+        ds = ds.interleave(read, cycle_length=min(c.cycle_length, len(self.files)),
                            block_length=1, num_parallel_calls=self._parallel, deterministic=self._deterministic)
         if self.split_by_example:  # every process reads the same stream and keeps every P-th record
             ds = ds.shard(c.process_count, c.process_index)
@@ -214,16 +260,22 @@ class InputPipeline:
 
     def _check_not_empty(self) -> None:
         """A process with no records would spin forever on repeat(); say why instead."""
-        if not any(True for _ in self._examples(1, False).take(1)):
-            c = self.config
+        tf, c = _tf(), self.config
+        try:
+            empty = not self.files or not any(True for _ in self._examples(1, False).take(1))
+        except (tf.errors.DataLossError, tf.errors.InvalidArgumentError) as e:
+            raise self._read_error(e) from None
+        if empty:
             what = (f"hold fewer records than process_count={c.process_count}" if self.split_by_example
-                    else f"given to process {c.process_index} ({', '.join(self.files)}) are empty")
+                    else f"given to process {c.process_index} ({', '.join(self.files)}) are empty"
+                    + (" or wholly damaged" if self.damaged else ""))
             raise ValueError(f"the record files {what}, so process {c.process_index} gets no examples; write "
                              f"more records or shards, or use fewer processes.")
 
     def _count_eval(self, all_files: list[str]) -> None:
         c = self.config
-        counts = count_records(all_files, self.metadata)
+        counts = [self.readable[f] for f in all_files] if self.readable is not None else \
+            count_records(all_files, self.metadata)
         total, p = sum(counts), c.process_count
         if total == 0:
             raise ValueError(f"the eval files {', '.join(all_files)} hold no records; re-run prepare.")
@@ -331,10 +383,21 @@ class InputPipeline:
             self._exhausted = True
             raise
         except (tf.errors.DataLossError, tf.errors.InvalidArgumentError) as e:
-            raise ValueError(f"reading {', '.join(self.files)} failed: {_tf_message(e)}; re-run prepare for "
-                             "the damaged shard or drop it.") from None
+            raise self._read_error(e) from None
         self._position += 1
         return {k: v.numpy() for k, v in batch.items()}
+
+    def _read_error(self, error) -> ValueError:
+        """TF names a damaged record by byte offset only: find the file (on this failure path only)."""
+        listed = records.listed_counts(self.files, self.metadata)
+        for scan in map(records.scan_file, self.files):
+            if scan.problem:
+                return ValueError(f"record file {scan.describe(listed.get(scan.path))}; re-create it with `python -m "
+                                  "bertjax.prepare`, drop it from the file list, or set config.data."
+                                  "skip_damaged_records=true to read every file up to its first damage (counted in "
+                                  "the log).")
+        return ValueError(f"reading {', '.join(self.files)} failed: {_tf_message(error)}; these are not BERT "
+                          "pre-training records of this schema: re-run prepare, or drop the file that is not.")
 
     # --- State -------------------------------------------------------------------------------------
     def _fingerprint(self) -> dict:

@@ -337,3 +337,84 @@ def check_schema(files: Sequence[str], max_seq_length: int, max_predictions_per_
         raise ValueError(f"{where}: records were made with a vocabulary of {metadata['vocab_size']} tokens but "
                          f"config.model.vocab_size={vocab_size}; set the config to match or re-run prepare.")
     return metadata
+
+
+# --- Damaged files -------------------------------------------------------------------------------------
+# TFRecord framing: length (8 bytes little-endian) and its masked CRC (4), the data, the data's masked CRC
+# (4). TensorFlow's reader reports a damaged frame by byte offset only, without the file, and cannot read
+# past it; walking the frames here names the file, the offset and what is wrong, at ~200 MB/s a core.
+
+FRAME_BYTES = 16
+_HEADER = struct.Struct("<QI")
+
+
+@dataclasses.dataclass(frozen=True)
+class FileScan:
+    """How much of a record file reads: `records` whole records from the start, ending at byte `end` of
+    `size`; `problem` names what stands at `end` when that is not the end of the file ("" when it is)."""
+
+    path: str
+    records: int
+    end: int
+    size: int
+    problem: str = ""
+
+    def describe(self, listed: Optional[int] = None) -> str:
+        """'PATH has a truncated record at byte N after K good records (...)': one clause for a sentence."""
+        lost = (f"{listed - self.records:,} of the {listed:,} records metadata.json lists are lost"
+                if listed is not None and listed >= self.records else f"{self.size - self.end:,} bytes unread")
+        return f"{self.path} has {self.problem} at byte {self.end:,} after {self.records:,} good records ({lost})"
+
+
+def _frame_problem(head: bytes, at: int) -> str:
+    if len(head) < _HEADER.size:
+        return "a truncated record header"
+    if _masked_crc(head[:8]) != head[8:12]:
+        return "no TFRecord header (it is not a record file)" if at == 0 else "a damaged record header"
+    return ""
+
+
+def record_header_problem(path: str) -> str:
+    """What is wrong with the file's first record header ("" when it is one, or the file is empty): a
+    non-record file that a glob matched (a README, metadata.json) is named before training starts."""
+    import tensorflow as tf
+
+    with tf.io.gfile.GFile(path, "rb") as f:
+        head = f.read(_HEADER.size)
+    return _frame_problem(head, 0) if head else ""
+
+
+def scan_file(path: str, chunk_bytes: int = 1 << 24) -> FileScan:
+    """Walks every frame of a record file, checking both CRCs, up to the first damage."""
+    import tensorflow as tf
+
+    size = tf.io.gfile.stat(path).length
+    records = end = 0
+    with tf.io.gfile.GFile(path, "rb") as f:
+        buf, base = b"", 0  # buf holds the file's bytes from offset `base`
+        while end < size:
+            pos = end - base
+            if len(buf) - pos < _HEADER.size:
+                buf, base, pos = buf[pos:] + f.read(max(chunk_bytes, _HEADER.size)), end, 0
+            problem = _frame_problem(buf[pos:pos + _HEADER.size], end)
+            if problem:
+                return FileScan(path, records, end, size, problem)
+            length = _HEADER.unpack_from(buf, pos)[0]
+            stop = pos + _HEADER.size + length + 4
+            if stop > len(buf):
+                buf, base, pos = buf[pos:] + f.read(max(chunk_bytes, stop - pos)), end, 0
+                stop = _HEADER.size + length + 4
+                if stop > len(buf):
+                    return FileScan(path, records, end, size, "a truncated record")
+            if _masked_crc(buf[pos + _HEADER.size:stop - 4]) != buf[stop - 4:stop]:
+                return FileScan(path, records, end, size, "a record whose data fails its CRC check")
+            records, end = records + 1, end + FRAME_BYTES + length
+    return FileScan(path, records, end, size)
+
+
+def listed_counts(files: Sequence[str], metadata: Optional[dict]) -> dict[str, int]:
+    """Records per file as metadata.json lists them (files it does not list are absent)."""
+    if not metadata or not files:
+        return {}
+    here = os.path.dirname(files[0])
+    return {os.path.join(here, f["file"]): int(f["instances"]) for f in metadata.get("files", ())}
