@@ -11,6 +11,10 @@ Saves are asynchronous for arrays; the pipeline position is written synchronousl
 matches the step. Orbax writes into a temporary directory and renames it when every item and process is
 done, so a step directory that exists is complete: a job killed mid-save resumes from the previous one.
 
+A save that finds no room (checked before writing on local disks; a write that runs out all the same is
+caught too) stops the job with `DiskFull`, one sentence with the bytes; the partial write is removed and
+the newest committed step stays as it was.
+
 A step damaged afterwards (a truncated file, a deleted item, an emptied directory) does not stop a run:
 `restore_latest` resumes from the newest step that restores completely and moves each newer one aside to
 `checkpoints/damaged-STEP` (never deleted, never used). A checkpoint of another model or pipeline config
@@ -20,6 +24,8 @@ is the user's mistake, not damage: that stays an error.
 from __future__ import annotations
 
 import dataclasses
+import errno
+import glob
 import json
 import logging
 import os
@@ -42,6 +48,24 @@ DAMAGED_PREFIX = "damaged-"
 
 class IncompatibleCheckpoint(ValueError):
     """A checkpoint made by another model or process count: the config is wrong, the files are fine."""
+
+
+class DiskFull(OSError):
+    """No room for a checkpoint; the newest committed step is intact."""
+
+    errno = errno.ENOSPC
+
+
+def _out_of_space(error: Optional[BaseException]) -> bool:
+    """Whether ENOSPC is behind an error (tensorstore reports it as a ValueError with the OS's words)."""
+    while error is not None:
+        if getattr(error, "errno", None) == errno.ENOSPC or "No space left on device" in str(error):
+            return True
+        error = error.__cause__ or error.__context__
+    return False
+
+
+ROOM_MARGIN = 1.05  # a checkpoint on disk is the state's bytes plus a little metadata
 
 
 # --- The input-pipeline position as an orbax item ------------------------------------------------
@@ -108,6 +132,9 @@ class Checkpointer:
             enable_async_checkpointing=async_save, read_only=read_only,
             cleanup_tmp_directories=not read_only)
         self.manager = ocp.CheckpointManager(self.directory, options=options, item_handlers=_handlers())
+        self.keep = cfg.keep
+        self._state_bytes = 0  # of the last save: what the next one needs on disk
+        self._failed = False  # a save ran out of space: close() then only tidies up
 
     def latest_step(self) -> Optional[int]:
         return self.manager.latest_step()
@@ -136,12 +163,66 @@ class Checkpointer:
             return False
         if step in self.manager.all_steps():
             return False
+        self._state_bytes = sum(x.nbytes for x in jax.tree.leaves((state.params, state.opt_state)))
+        self._wait()  # the previous save's failure first: it decides what this one finds on disk
+        self._check_room(step)
         items = dict(params=ocp.args.PyTreeSave(state.params), opt_state=ocp.args.PyTreeSave(state.opt_state),
                      train=ocp.args.PyTreeSave({"step": state.step, "rng": state.rng}),
                      config=ocp.args.JsonSave(self.fingerprint))
         if pipeline is not None:
             items["pipeline"] = PipelineSave(pipeline)
-        return self.manager.save(step, args=ocp.args.Composite(**items), force=True)
+        try:
+            return self.manager.save(step, args=ocp.args.Composite(**items), force=True)
+        except Exception as e:  # noqa: BLE001
+            if _out_of_space(e):
+                raise self._disk_full(f"writing step {step}") from None
+            raise
+
+    def _wait(self) -> None:
+        """Waits for a pending asynchronous save; one that ran out of space is `DiskFull`."""
+        try:
+            self.manager.wait_until_finished()
+        except Exception as e:  # noqa: BLE001
+            if _out_of_space(e):
+                raise self._disk_full("writing a checkpoint") from None
+            raise
+
+    def _committed(self) -> list[int]:
+        return sorted(int(d) for d in os.listdir(self.directory) if d.isdigit()) if os.path.isdir(self.directory) \
+            else []
+
+    def _needed_bytes(self) -> int:
+        """What one more checkpoint takes: the newest one's size on disk, at least the state's bytes."""
+        committed = self._committed()
+        on_disk = sum(os.path.getsize(os.path.join(root, f)) for root, _, files in
+                      os.walk(os.path.join(self.directory, str(committed[-1]))) for f in files) if committed else 0
+        return int(max(on_disk, self._state_bytes) * ROOM_MARGIN)
+
+    def _check_room(self, step: int) -> None:
+        """Refuses a save the file system has no room for, before writing anything (local disks only:
+        object stores have no free-space figure)."""
+        if "://" in self.directory:
+            return
+        needed, free = self._needed_bytes(), shutil.disk_usage(self.directory).free
+        if free < needed:
+            raise self._disk_full(f"saving step {step}", free)
+
+    def _disk_full(self, what: str, free: Optional[int] = None) -> DiskFull:
+        """The one sentence, after removing what a failed write left behind (orbax's *-tmp directories)."""
+        self._failed = True
+        if jax.process_index() == 0:
+            for partial in glob.glob(os.path.join(self.directory, "*.orbax-checkpoint-tmp*")):
+                shutil.rmtree(partial, ignore_errors=True)
+        if free is None:  # after a failed write: what is free once its partial files are gone
+            free = shutil.disk_usage(self.directory).free if "://" not in self.directory else 0
+        committed = self._committed()
+        kept = (f"the newest committed checkpoint, step {committed[-1]}, is intact and resumes" if committed
+                else "no checkpoint had been committed yet")
+        mib = 2**20
+        return DiskFull(f"no space left on device for {what} in {self.directory}: a checkpoint needs about "
+                        f"{self._needed_bytes() / mib:,.1f} MiB and {free / mib:,.1f} MiB are free; free some space "
+                        f"(config.checkpoint.keep={self.keep} steps are kept) or move the workdir to a larger disk, "
+                        f"then rerun: {kept}.")
 
     def restore(self, step: int, abstract_state: Any, pipeline: Any = None) -> Any:
         """The state saved at step, placed with abstract_state's shardings; the pipeline repositioned."""
@@ -241,8 +322,15 @@ class Checkpointer:
         return self.manager.reached_preemption(step)
 
     def close(self) -> None:
-        self.manager.wait_until_finished()
-        self.manager.close()
+        """Waits for a pending save (its failure for lack of space is `DiskFull`), then closes."""
+        try:
+            self._wait()
+        except Exception as e:  # noqa: BLE001
+            if not self._failed or not isinstance(e, DiskFull):
+                raise
+            log.debug("checkpoint: after the failed save: %s", e)  # already reported: the job is on its way out
+        finally:
+            self.manager.close()
 
 
 # --- Weights only ------------------------------------------------------------------------------------

@@ -318,7 +318,8 @@ class JobConfig:
         self.optim.validate(self.train.num_train_steps)
         if self.data.max_seq_length > self.model.max_position_embeddings:
             raise ValueError(f"config.data.max_seq_length={self.data.max_seq_length} exceeds "
-                             f"config.model.max_position_embeddings={self.model.max_position_embeddings}.")
+                             f"config.model.max_position_embeddings={self.model.max_position_embeddings}; lower the "
+                             "first (and the records' max_seq_length with it) or raise the second.")
 
     def replace(self, **sections: Mapping[str, Any]) -> "JobConfig":
         """A copy with fields of sections changed: `job.replace(data={"vocab_file": v})`."""

@@ -71,7 +71,18 @@ def main(argv):
         logging.getLogger("bertjax").info("setup: system malloc; with tcmalloc installed (libtcmalloc-minimal4) "
                                           "BERT-base CPU steps run 20–40% faster (see bertjax/tcmalloc.py)")
 
-    train.train_and_evaluate(FLAGS.config, FLAGS.workdir, compile_only=FLAGS.compile_only)
+    try:
+        train.train_and_evaluate(FLAGS.config, FLAGS.workdir, compile_only=FLAGS.compile_only)
+    except (ValueError, OSError, FloatingPointError) as e:
+        _exit_with_sentence(e)
+
+
+def _exit_with_sentence(error: Exception) -> None:
+    """A bad config, file or environment (and a run stopped by non-finite steps or a full disk) ends in the
+    error's one sentence; BERTJAX_TRACEBACK=1 shows the traceback as well."""
+    if os.environ.get("BERTJAX_TRACEBACK", "") not in ("", "0"):
+        raise error
+    raise SystemExit(f"bertjax: {error} (BERTJAX_TRACEBACK=1 shows where it was raised)") from None
 
 
 def _compile_for_topology() -> None:
@@ -83,7 +94,7 @@ def _compile_for_topology() -> None:
     try:
         aot.compile_for_topology(JobConfig.from_configdict(FLAGS.config), FLAGS.workdir, FLAGS.topology)
     except ValueError as e:  # does not fit, a bad topology or mesh: one sentence, no traceback
-        raise SystemExit(f"bertjax: {e}") from None
+        _exit_with_sentence(e)
 
 
 if __name__ == "__main__":

@@ -277,3 +277,20 @@ def test_config_json_that_is_not_bert(tmp_path, minilm_dir):
         with pytest.raises(ValueError) as e:
             bertjax.from_pretrained(str(path))
         sentence(e, path / "config.json", says)
+
+
+# --- The job's command line ---------------------------------------------------------------------------------------
+
+def test_the_job_ends_a_bad_input_in_its_one_sentence(tmp_path):
+    """python -m bertjax.main: a user's mistake is the error's sentence on stderr, exit 1, no traceback."""
+    command = [sys.executable, "-m", "bertjax.main", "--config=configs/tiny.py:runlocal", f"--workdir={tmp_path}/w",
+               f"--config.data.train_files={tmp_path}/records/*.tfrecord"]
+    env = dict(os.environ, JAX_PLATFORMS="cpu", BERTJAX_NO_TCMALLOC="1")
+    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300, env=env)
+    last = done.stderr.strip().splitlines()[-1]
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert last.startswith(f"bertjax: record pattern '{tmp_path}/records/*.tfrecord' matches no files"), last
+    assert last.endswith("(BERTJAX_TRACEBACK=1 shows where it was raised)")
+    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300,
+                          env=dict(env, BERTJAX_TRACEBACK="1"))
+    assert done.returncode == 1 and "Traceback" in done.stderr

@@ -5,7 +5,7 @@ told to start over. A SIGTERM before training exits 0. A second job in a busy wo
 job's lock is taken over. A step whose loss or gradients are not finite is never applied: skipped and
 counted, or the job stops with the last checkpoint intact. A damaged record file (truncated, a flipped byte,
 not a record file) is named with the byte where the damage is, or, when told to, read up to that byte with
-the loss counted."""
+the loss counted. A full disk stops the job with one sentence, and the newest committed step resumes."""
 
 import glob
 import json
@@ -357,3 +357,58 @@ def test_the_job_stops_on_a_damaged_record_file_or_skips_what_it_is_told_to(pydo
     listed = records_lib.listed_counts([shard], records_lib.read_metadata([shard]))[shard]
     assert data_row["train_skipped_records"] == listed - good > 0
     assert [r["step"] for r in rows if r["kind"] == "train"] == [1, 2, 3, 4]
+
+
+# --- A full disk -------------------------------------------------------------------------------------
+
+def test_a_save_with_no_room_is_refused_before_writing_and_the_run_resumes_exactly(runs, pydocs_data, tmp_path,
+                                                                                   monkeypatch):
+    expected, _ = runs
+    workdir = tmp_path / "work"
+    real = shutil.disk_usage
+
+    def usage(path):  # the disk fills up once step 4 is written
+        full = (workdir / checkpoint_lib.CHECKPOINTS / "4").is_dir()
+        return real(path)._replace(free=100_000) if full else real(path)
+
+    monkeypatch.setattr(checkpoint_lib.shutil, "disk_usage", usage)
+    with pytest.raises(checkpoint_lib.DiskFull) as error:
+        train.train_and_evaluate(config(pydocs_data), str(workdir))
+    message = str(error.value)
+    assert message.startswith(f"no space left on device for saving step 6 in {workdir / checkpoint_lib.CHECKPOINTS}: "
+                              "a checkpoint needs about ") and "MiB and 0.1 MiB are free" in message
+    assert "the newest committed checkpoint, step 4, is intact and resumes." in message and "\n" not in message
+    assert step_dirs(workdir) == ["2", "4"]  # nothing half-written
+    monkeypatch.undo()
+    train.train_and_evaluate(config(pydocs_data), str(workdir))
+    for a, b in zip(expected, final_params(workdir)):
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 3 MiB tmpfs: room for one checkpoint of the test model (~1.4 MiB), not two."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(mount)], capture_output=True)
+    if done.returncode:
+        pytest.skip(f"cannot mount a tmpfs here ({done.stderr.decode().strip()}); the test above covers the refusal")
+    yield mount
+    subprocess.run(["umount", str(mount)], check=True)
+
+
+def test_a_write_that_runs_out_of_space_is_one_sentence_and_the_run_resumes_exactly(runs, pydocs_data, tmp_path,
+                                                                                    small_disk, monkeypatch):
+    expected, _ = runs
+    monkeypatch.setattr(checkpoint_lib.Checkpointer, "_check_room", lambda self, step: None)  # write into a full disk
+    with pytest.raises(checkpoint_lib.DiskFull) as error:
+        train.train_and_evaluate(config(pydocs_data), str(small_disk / "work"))
+    message = str(error.value)
+    assert message.startswith(f"no space left on device for writing a checkpoint in {small_disk}/work/checkpoints")
+    assert "the newest committed checkpoint, step 2, is intact and resumes." in message and "\n" not in message
+    assert step_dirs(small_disk / "work") == ["2"]  # the failed write's partial files are gone
+    monkeypatch.undo()
+    shutil.copytree(small_disk / "work", tmp_path / "moved")  # the user moves the workdir to a larger disk
+    train.train_and_evaluate(config(pydocs_data), str(tmp_path / "moved"))
+    for a, b in zip(expected, final_params(tmp_path / "moved")):
+        np.testing.assert_array_equal(a, b)
