@@ -132,18 +132,23 @@ def split_files(files: list[str], process_index: int, process_count: int) -> tup
     return list(files), True
 
 
+def damaged_file_error(scan: records.FileScan, listed: dict[str, int]) -> ValueError:
+    return ValueError(f"record file {scan.describe(listed.get(scan.path))}; re-create it with `python -m "
+                      "bertjax.prepare`, drop it from the file list, or set config.data.skip_damaged_records=true "
+                      "to read every file up to its first damage (counted in the log).")
+
+
 def count_records(files: list[str], metadata: Optional[dict]) -> list[int]:
-    """Records per file: from metadata.json's per-shard counts where it lists the file, else by reading."""
-    tf = _tf()
+    """Records per file: from metadata.json's per-shard counts where it lists the file, else by walking its
+    frames (which also names a damaged one)."""
     listed = records.listed_counts(files, metadata)
     counts = []
     for f in files:
-        try:
-            counts.append(listed[f] if f in listed else
-                          int(tf.data.TFRecordDataset(f).reduce(np.int64(0), lambda n, _: n + 1)))
-        except tf.errors.DataLossError as e:
-            raise ValueError(f"reading {f} failed: {_tf_message(e)}; re-run prepare for this shard or drop "
-                             "it.") from None
+        if f not in listed:
+            scan = records.scan_file(f)
+            if scan.problem:
+                raise damaged_file_error(scan, listed)
+        counts.append(listed[f] if f in listed else scan.records)
     return counts
 
 
@@ -392,10 +397,7 @@ class InputPipeline:
         listed = records.listed_counts(self.files, self.metadata)
         for scan in map(records.scan_file, self.files):
             if scan.problem:
-                return ValueError(f"record file {scan.describe(listed.get(scan.path))}; re-create it with `python -m "
-                                  "bertjax.prepare`, drop it from the file list, or set config.data."
-                                  "skip_damaged_records=true to read every file up to its first damage (counted in "
-                                  "the log).")
+                return damaged_file_error(scan, listed)
         return ValueError(f"reading {', '.join(self.files)} failed: {_tf_message(error)}; these are not BERT "
                           "pre-training records of this schema: re-run prepare, or drop the file that is not.")
 
