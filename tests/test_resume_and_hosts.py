@@ -34,13 +34,9 @@ def job_config(pydocs_data: str, **overrides):
     return c
 
 
-# Compiled steps shared between the subprocesses: a resumed run compiles what the first one did.
-CACHE = os.path.join(train_setup.ROOT, ".pytest_cache", "jax_compilation_cache")
-
-
 def start(config_file: str, workdir, devices: int = 8, args: tuple = ()) -> subprocess.Popen:
     env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}", JAX_PLATFORMS="cpu",
-               JAX_COMPILATION_CACHE_DIR=CACHE, JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0")
+               **train_setup.COMPILATION_CACHE)
     return subprocess.Popen([sys.executable, "-m", "bertjax.main", f"--config={config_file}",
                              f"--workdir={workdir}", *args], env=env, cwd=train_setup.ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
