@@ -18,6 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from etils import epath
 
 Array = jax.Array
 Metrics = dict[str, tuple[Any, Any]]  # name → (weighted sum, weight)
@@ -321,13 +322,43 @@ def format_log_line(m: Mapping[str, Any]) -> str:
 
 # --- Writers -----------------------------------------------------------------------------------------
 
+class _AppendOnlyFile:
+    """A text file lines are appended to and flushed: appended locally, rewritten whole on object stores."""
+
+    def __init__(self, path: str, rewrite: Optional[bool] = None):
+        self.path = epath.Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if "://" in path if rewrite is None else rewrite:  # an object store (gs://): no appends
+            self._local, self._text = None, self.path.read_text() if self.path.exists() else ""
+        else:
+            self._local = open(path, "a", encoding="utf-8")
+
+    def write(self, text: str) -> None:
+        if self._local is not None:
+            self._local.write(text)
+        else:
+            self._text += text
+
+    def flush(self) -> None:
+        if self._local is not None:
+            self._local.flush()
+        else:
+            self.path.write_text(self._text)
+
+    def close(self) -> None:
+        if self._local is not None:
+            self._local.close()
+
+
 class MetricWriter:
     """TensorBoard events (tag `kind/key`) and `metrics.jsonl` in workdir, written by process 0 only.
 
     metrics.jsonl holds one object per write, {"step": N, "kind": "train"|"eval"|..., key: float, ...},
     non-finite values as null; it is opened in append mode, so a resumed run continues the file (steps
     between its last checkpoint and the interruption then appear twice: the later line wins). Every
-    write is flushed. On other processes every method is a no-op.
+    write is flushed. On other processes every method is a no-op. In a workdir on an object store
+    (gs://, which a multi-host TPU slice needs), which cannot append, each write replaces the object
+    with its whole new content (a few MB over a long run).
     """
 
     def __init__(self, workdir: str, is_primary: bool, tensorboard: bool = True,
@@ -338,9 +369,8 @@ class MetricWriter:
         self._tf = None
         if not self.is_primary:
             return
-        os.makedirs(workdir, exist_ok=True)
         self.jsonl_path = os.path.join(workdir, filename)
-        self._jsonl = open(self.jsonl_path, "a", encoding="utf-8")
+        self._jsonl = _AppendOnlyFile(self.jsonl_path)
         if tensorboard:
             import tensorflow as tf  # lazy: only process 0 pays for it
             from tensorflow.core.framework import summary_pb2

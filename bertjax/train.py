@@ -16,6 +16,7 @@ import signal
 from typing import Any, Optional
 
 import jax
+from etils import epath
 
 from bertjax import checkpoint as checkpoint_lib
 from bertjax import lock as lock_lib
@@ -197,10 +198,9 @@ def _train_and_evaluate(config: Any, workdir: str, compile_only: bool, stop: "_S
     job = stage_lib.prepare_data(job, workdir)
     job.data.check_records()
     primary = jax.process_index() == 0
-    if primary:
-        os.makedirs(workdir, exist_ok=True)
-        with open(os.path.join(workdir, "config.json"), "w") as f:
-            json.dump(job.to_dict(), f, indent=2, sort_keys=True)
+    if primary:  # epath: local or gs://, as orbax
+        epath.Path(workdir).mkdir(parents=True, exist_ok=True)
+        (epath.Path(workdir) / "config.json").write_text(json.dumps(job.to_dict(), indent=2, sort_keys=True))
     architecture = job.model.architecture
     log.info("setup: %d process(es), %d device(s) (%s), model %s: %s", jax.process_count(), jax.device_count(),
              jax.default_backend(), job.model.size, architecture)

@@ -256,3 +256,23 @@ def test_accuracy_argmax_is_jnp_argmax_with_ties_and_nan():
     logits[0] = np.nan
     np.testing.assert_array_equal(metrics._argmax(jnp.asarray(logits))[1:], np.argmax(logits[1:], axis=-1))
     assert metrics._argmax(jnp.asarray(logits))[0] == 50  # NaN logits: no class is right
+
+
+
+@pytest.mark.parametrize("rewrite", [False, True])
+def test_metrics_file_continues_across_runs_appended_or_rewritten_whole(tmp_path, rewrite):
+    """metrics.jsonl: a resumed run continues it, appending locally; on an object store (gs://, no appends)
+    each flush rewrites the whole object, starting from what an earlier run left."""
+    path = str(tmp_path / "metrics.jsonl")
+    for run in range(2):
+        f = metrics._AppendOnlyFile(path, rewrite=rewrite)
+        f.write(f"run {run} a\n")
+        f.flush()
+        assert (tmp_path / "metrics.jsonl").read_text().endswith(f"run {run} a\n")  # flushed, visible
+        f.write(f"run {run} b\n")
+        f.flush()
+        f.close()
+    assert (tmp_path / "metrics.jsonl").read_text() == "run 0 a\nrun 0 b\nrun 1 a\nrun 1 b\n"
+    local = metrics._AppendOnlyFile(path)  # by default a local path appends
+    assert local._local is not None
+    local.close()

@@ -10,9 +10,6 @@ import ml_collections
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 SEQ, PRED, VOCAB = 32, 5, 1000
-# Steps compiled by job subprocesses, shared between them: a resumed run compiles what the first one did.
-COMPILATION_CACHE = {"JAX_COMPILATION_CACHE_DIR": str(ROOT / ".pytest_cache" / "jax_compilation_cache"),
-                     "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"}
 
 
 def small_config(workdir_data: str | None = None, **overrides) -> ml_collections.ConfigDict:
