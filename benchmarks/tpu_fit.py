@@ -86,9 +86,10 @@ def attempt(args, done: dict, model: str, seq: int, batch: int, slice_name: str,
     row = dict(key=key, model=model, seq=seq, global_batch_size=batch, slice=slice_name, mesh=mesh, remat=remat,
                micro_batches=micro, compile_s=round(time.time() - start, 1), report=report,
                error=None if report else error)
-    with open(args.results, "a") as f:
-        f.write(json.dumps(row) + "\n")
-    done[key] = row
+    if run is not None:  # a compile that timed out says nothing about fitting: not cached, tried again next time
+        with open(args.results, "a") as f:
+            f.write(json.dumps(row) + "\n")
+        done[key] = row
     print(f"  {key}: {'fits' if report and report['fits'] else 'no'} ({row['compile_s']}s)"
           f"{'' if report else ' ' + error}", file=sys.stderr, flush=True)
     return row
