@@ -129,7 +129,7 @@ class Checkpointer:
         self.every_steps = cfg.every_steps
         options = ocp.CheckpointManagerOptions(
             max_to_keep=cfg.keep, keep_period=cfg.keep_every or None, create=not read_only,
-            enable_async_checkpointing=async_save, read_only=read_only,
+            enable_async_checkpointing=async_save, read_only=read_only, save_interval_steps=0 if read_only else 1,
             cleanup_tmp_directories=not read_only)
         self.manager = ocp.CheckpointManager(self.directory, options=options, item_handlers=_handlers())
         self.keep = cfg.keep
@@ -346,7 +346,8 @@ def load_params(workdir: str, step: Optional[int] = None) -> tuple[dict, dict]:
     """
     directory = os.path.join(workdir, CHECKPOINTS)
     manager = ocp.CheckpointManager(os.path.abspath(directory), item_handlers=_handlers(),
-                                    options=ocp.CheckpointManagerOptions(read_only=True, create=False))
+                                    options=ocp.CheckpointManagerOptions(read_only=True, create=False,
+                                                                         save_interval_steps=0))
     try:
         step = manager.latest_step() if step is None else step
         if step is None or step not in manager.all_steps():
