@@ -33,6 +33,7 @@ import shutil
 from typing import Any, Optional
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
 from etils import epath
@@ -66,6 +67,29 @@ def _out_of_space(error: Optional[BaseException]) -> bool:
 
 
 ROOM_MARGIN = 1.05  # a checkpoint on disk is the state's bytes plus a little metadata
+
+
+class DamagedCheckpoint(ValueError):
+    """A step whose arrays read but do not match the checksums saved with them."""
+
+
+def _words(x: jax.Array) -> jax.Array:
+    """An array's bits as uint32 words."""
+    if x.dtype.itemsize in (4, 8):
+        return jax.lax.bitcast_convert_type(x, jnp.uint32)  # 8-byte values: a trailing axis of two words
+    return jax.lax.bitcast_convert_type(x, {1: jnp.uint8, 2: jnp.uint16}[x.dtype.itemsize]).astype(jnp.uint32)
+
+
+@jax.jit
+def _checksums(tree: Any) -> list[jax.Array]:
+    """One uint32 per array: the wrapping sum of its words. Tensorstore keeps no checksum of array data, so
+    flipped bytes would restore silently; any single flipped bit changes this sum, on any sharding (the sum
+    is order-free), and it costs one reduction over the state on the device at each save and restore."""
+    return [jnp.sum(_words(x), dtype=jnp.uint32) for x in jax.tree.leaves(tree)]
+
+
+def checksums(tree: Any) -> list[int]:
+    return [int(v) for v in jax.device_get(_checksums(tree))]
 
 
 # --- The input-pipeline position as an orbax item ------------------------------------------------
@@ -139,8 +163,9 @@ class Checkpointer:
     def latest_step(self) -> Optional[int]:
         return self.manager.latest_step()
 
-    def check_compatible(self, step: int) -> None:
-        """Refuses a workdir whose checkpoints belong to a different model, before restoring anything."""
+    def check_compatible(self, step: int) -> dict:
+        """Refuses a workdir whose checkpoints belong to a different model, before restoring anything;
+        returns the step's config item (with the arrays' checksums, for steps saved since they exist)."""
         saved = self.manager.restore(step, args=ocp.args.Composite(config=ocp.args.JsonRestore()))["config"]
         diff = model_lib.BertConfig(**self.fingerprint["model"]).differences(saved.get("model", {}))
         if diff:
@@ -152,6 +177,7 @@ class Checkpointer:
                 f"{self.directory}/{step} was saved with scan_layers={saved.get('scan_layers')}; resume with "
                 f"--config.model.scan_layers={saved.get('scan_layers')} (export and init_from convert between "
                 "layouts, resume does not).")
+        return saved
 
     def due(self, step: int) -> bool:
         """Whether `save` saves at this step (not orbax's should_save: that also saves any first step)."""
@@ -168,7 +194,8 @@ class Checkpointer:
         self._check_room(step)
         items = dict(params=ocp.args.PyTreeSave(state.params), opt_state=ocp.args.PyTreeSave(state.opt_state),
                      train=ocp.args.PyTreeSave({"step": state.step, "rng": state.rng}),
-                     config=ocp.args.JsonSave(self.fingerprint))
+                     config=ocp.args.JsonSave(dict(self.fingerprint,
+                                                   checksums=checksums((state.params, state.opt_state)))))
         if pipeline is not None:
             items["pipeline"] = PipelineSave(pipeline)
         try:
@@ -225,8 +252,9 @@ class Checkpointer:
                         f"then rerun: {kept}.")
 
     def restore(self, step: int, abstract_state: Any, pipeline: Any = None) -> Any:
-        """The state saved at step, placed with abstract_state's shardings; the pipeline repositioned."""
-        self.check_compatible(step)
+        """The state saved at step, placed with abstract_state's shardings; the pipeline repositioned.
+        Arrays that do not match their saved checksums are `DamagedCheckpoint`."""
+        saved = self.check_compatible(step)
         abstract_train = {"step": abstract_state.step, "rng": abstract_state.rng}
         items = {name: ocp.args.PyTreeRestore(item=value, restore_args=_restore_args(value))
                  for name, value in (("params", abstract_state.params), ("opt_state", abstract_state.opt_state),
@@ -245,6 +273,13 @@ class Checkpointer:
                 "optimizer, or clipping on or off, changed); resume with the optim settings it was saved with, "
                 f"or start a new workdir with --config.train.init_from={os.path.dirname(self.directory)} "
                 "(weights only).") from None
+        if "checksums" in saved:  # steps saved before checksums existed restore unchecked
+            restored = (out["params"], out["opt_state"])
+            bad = [jax.tree_util.keystr(path) for (path, _), now, then in zip(
+                jax.tree_util.tree_leaves_with_path(restored), checksums(restored), saved["checksums"]) if now != then]
+            if bad or len(saved["checksums"]) != len(jax.tree.leaves(restored)):
+                raise DamagedCheckpoint(f"{len(bad)} array(s) differ from the checksums saved with them, first "
+                                        f"{bad[0] if bad else 'the count'}")
         return abstract_state.replace(step=out["train"]["step"], params=out["params"],
                                       opt_state=out["opt_state"], rng=out["train"]["rng"])
 
