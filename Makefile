@@ -40,7 +40,7 @@ demo: $(VENV)/.base-installed
 	$(PY) -m bertjax.main --config=configs/demo.py --workdir=workdir/demo
 
 test: $(VENV)/.test-installed
-	@echo "make: the test suite (about 15 minutes on a 2-core CPU)"
+	@echo "make: the test suite (about 25 minutes on a fast 2-core CPU, longer on a slow one)"
 	$(PY) -m pytest -q tests
 
 clean:
