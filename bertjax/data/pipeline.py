@@ -144,11 +144,13 @@ def count_records(files: list[str], metadata: Optional[dict]) -> list[int]:
     listed = records.listed_counts(files, metadata)
     counts = []
     for f in files:
-        if f not in listed:
-            scan = records.scan_file(f)
-            if scan.problem:
-                raise damaged_file_error(scan, listed)
-        counts.append(listed[f] if f in listed else scan.records)
+        if f in listed:
+            counts.append(listed[f])
+            continue
+        scan = records.scan_file(f)
+        if scan.problem:
+            raise damaged_file_error(scan, listed)
+        counts.append(scan.records)
     return counts
 
 
