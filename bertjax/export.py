@@ -3,6 +3,7 @@
 Reads the params of the latest checkpoint (or --step) on the host — whatever mesh they were saved
 from — and writes config.json, model.safetensors and, when the run names one, the WordPiece vocab.txt
 with its tokenizer_config.json. `transformers.BertForPreTraining.from_pretrained(HF)` loads the result.
+A google-research/bert TF1 directory as --workdir is converted the same way (`export_tf1`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from absl import app, flags
 from bertjax import checkpoint as checkpoint_lib
 from bertjax import hf
 from bertjax import model as model_lib
+from bertjax import tf1
 
 log = logging.getLogger(__name__)
 
@@ -35,10 +37,27 @@ def run_vocab(workdir: str) -> tuple[Optional[str], bool]:
     return vocab, bool(data.get("do_lower_case", True))
 
 
+def export_tf1(path: str, output_dir: str, step: Optional[int] = None) -> str:
+    """A google-research/bert directory → Hugging Face, with its vocab.txt and casing."""
+    if step is not None:
+        raise ValueError(f"--step={step} selects a bertjax checkpoint, but --workdir={path} is a TF1 directory; "
+                         "drop --step: the checkpoint its `checkpoint` file names (else bert_model.ckpt) is converted.")
+    config, params = tf1.load(path)
+    vocab_file, do_lower_case = tf1.vocab(path)
+    hf.save_pretrained(output_dir, model_lib.BertForPreTraining(config), params, vocab_file=vocab_file,
+                       do_lower_case=do_lower_case)
+    log.info("export: converted TF1 %s to %s (vocab: %s, do_lower_case=%s)", path, output_dir,
+             vocab_file or "none", do_lower_case)
+    return output_dir
+
+
 def export(workdir: str, output_dir: str, step: Optional[int] = None) -> str:
     if "://" not in workdir and not checkpoint_lib.is_workdir(workdir):  # else orbax says "train first"
+        if tf1.is_tf1_dir(workdir):
+            return export_tf1(workdir, output_dir, step)
         fix = ("it is a Hugging Face directory already, which bertjax.from_pretrained and transformers load as it is"
-               if hf.has_config(workdir) else "pass the --workdir of a training run")
+               if hf.has_config(workdir) else "pass the --workdir of a training run or a google-research/bert TF1 "
+               f"directory ({tf1.LAYOUT})")
         raise FileNotFoundError(f"--workdir={workdir} is not a bertjax workdir (it has no "
                                 f"{checkpoint_lib.CHECKPOINTS}/ directory); {fix}.")
     fingerprint, params = checkpoint_lib.load_params(workdir, step)
@@ -52,7 +71,8 @@ def export(workdir: str, output_dir: str, step: Optional[int] = None) -> str:
 def define_flags() -> None:
     """The CLI's flags; defined only when run as a program, so that importing `export` (as the training
     job does for `checkpoint.export_hf`) never clashes with the importer's own flags."""
-    flags.DEFINE_string("workdir", None, "The training run's workdir (holding checkpoints/).")
+    flags.DEFINE_string("workdir", None, "The training run's workdir (holding checkpoints/), or a "
+                        "google-research/bert TF1 directory (bert_config.json + bert_model.ckpt.*).")
     flags.DEFINE_string("output_dir", None, "Directory for the Hugging Face files.")
     flags.DEFINE_integer("step", None, "Checkpoint step (default: the latest).")
     flags.mark_flags_as_required(["workdir", "output_dir"])

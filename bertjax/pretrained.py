@@ -1,8 +1,9 @@
-"""Weights from a path, whatever wrote them: a bertjax workdir or a Hugging Face directory.
+"""Weights from a path, whatever wrote them: a bertjax workdir, a Hugging Face directory or a
+google-research/bert TF1 directory.
 
 `bertjax.from_pretrained(path)` and the job's `config.train.init_from` both resolve a path here, so a
-new kind of source (google-research/bert's TF1 checkpoints) is added in one place. checkpoint.py reads
-workdirs and hf.py reads Hugging Face directories; neither knows about the other.
+new kind of source is added in one place. checkpoint.py reads workdirs, hf.py Hugging Face directories
+and tf1.py TF1 checkpoints (renamed into hf.py's import); checkpoint.py knows about neither of the others.
 """
 
 from __future__ import annotations
@@ -15,20 +16,24 @@ import jax.numpy as jnp
 from bertjax import checkpoint as checkpoint_lib
 from bertjax import hf
 from bertjax import model as model_lib
+from bertjax import tf1
 
 
 def load(path: str, seed: int = 0) -> tuple[model_lib.BertConfig, dict]:
-    """(architecture, params in the loop layout) from a bertjax workdir (its latest checkpoint) or a Hugging
-    Face directory (heads it lacks initialised from `seed`)."""
+    """(architecture, params in the loop layout) from a bertjax workdir (its latest checkpoint), a Hugging
+    Face directory or a TF1 directory (heads either lacks initialised from `seed`)."""
     if checkpoint_lib.is_workdir(path):
         fingerprint, params = checkpoint_lib.load_params(path)
         return model_lib.BertConfig(**fingerprint["model"]), params
+    if tf1.is_tf1_dir(path):
+        return tf1.load(path, seed)
     return hf.load(path, seed)
 
 
 def from_pretrained(path: str, *, dtype: Any = jnp.float32, scan_layers: bool = False,
                     remat_policy: str = "none", seed: int = 0) -> tuple[model_lib.BertForPreTraining, dict]:
-    """(model, params) from a Hugging Face BERT directory (safetensors) or a bertjax workdir."""
+    """(model, params) from a Hugging Face BERT directory (safetensors), a bertjax workdir or a
+    google-research/bert TF1 directory."""
     config, params = load(path, seed)
     model = model_lib.BertForPreTraining(config, dtype=dtype, scan_layers=scan_layers, remat_policy=remat_policy)
     params = jax.tree.map(jnp.asarray, params)
@@ -38,9 +43,10 @@ def from_pretrained(path: str, *, dtype: Any = jnp.float32, scan_layers: bool = 
 def init_params(path: str, model: model_lib.BertForPreTraining) -> dict:
     """`config.train.init_from`: weights only, as host arrays in the model's layer layout; a different
     architecture is one clear error."""
-    if not (checkpoint_lib.is_workdir(path) or hf.has_config(path)):
+    if not (checkpoint_lib.is_workdir(path) or hf.has_config(path) or tf1.is_tf1_dir(path)):
         raise FileNotFoundError(f"config.train.init_from={path} is neither a bertjax workdir (with "
-                                f"{checkpoint_lib.CHECKPOINTS}/) nor a Hugging Face directory (with {hf.CONFIG_NAME}).")
+                                f"{checkpoint_lib.CHECKPOINTS}/), a Hugging Face directory (with {hf.CONFIG_NAME}) "
+                                f"nor a google-research/bert TF1 directory (with {tf1.LAYOUT}).")
     arch, params = load(path)
     diff = model.config.differences(arch.to_dict())
     if diff:
