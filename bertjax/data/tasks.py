@@ -1,0 +1,792 @@
+"""Fine-tuning data: readers and feature conversion for classification, token classification (NER) and SQuAD QA.
+
+Features follow google-research/bert (run_classifier.py, run_squad.py) so that scores compare with the paper's: the
+same [CLS]/[SEP] layout, longest-first pair truncation, strided QA windows with max-context scoring. Every example
+keeps its `Source` (file and line), so a bad row is reported where the user can find it, and whatever is truncated or
+skipped is counted and returned, never dropped silently. Pure Python and numpy: no JAX, TensorFlow only for TFDS.
+
+    examples = read_text_examples("glue/mrpc/train.tsv")              # or "tfds:glue/mrpc:train"
+    label_map = LabelMap.from_labels(e.label for e in examples)
+    arrays, truncated = text_features(examples, tokenizer, 128, label_map)
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+import json
+import logging
+import math
+import re
+import unicodedata
+from collections.abc import Iterable, Sequence
+from typing import Any, Optional, Union
+
+import numpy as np
+
+from bertjax.data.corpus import expand_patterns
+from bertjax.data.tokenization import CLS, PAD, SEP, UNK, WORDPIECE_PREFIX, SENTENCEPIECE_SPACE, Tokenizer
+
+log = logging.getLogger(__name__)
+
+Arrays = dict[str, np.ndarray]
+
+
+@dataclasses.dataclass(frozen=True)
+class Source:
+    """Where an example came from: file and 1-based line (0 = not line-based), plus a JSON path or record index."""
+
+    file: str
+    line: int = 0
+    path: str = ""
+
+    def __str__(self) -> str:
+        where = f"{self.file}:{self.line}" if self.line else self.file
+        return f"{where} at {self.path}" if self.path else where
+
+
+# ----------------------------------------------------------------------------------------------------- shared
+
+
+def _check_specials(tokenizer: Tokenizer) -> tuple[int, int, int]:
+    """(cls, sep, pad) ids, found by name; a vocab without them cannot frame a BERT input."""
+    index = set(tokenizer.vocab)
+    missing = [t for t in (CLS, SEP, PAD) if t not in index]
+    if missing:
+        raise ValueError(f"Vocabulary file {tokenizer.path} lacks {' '.join(missing)}; fine-tuning frames every input "
+                         "as [CLS] ... [SEP] padded with [PAD], so use the vocab of the pre-trained checkpoint.")
+    cls_id, sep_id, pad_id = tokenizer.convert_tokens_to_ids([CLS, SEP, PAD])
+    return cls_id, sep_id, pad_id
+
+
+def _check_length(max_seq_length: int, least: int) -> None:
+    if max_seq_length < least:
+        raise ValueError(f"max_seq_length={max_seq_length} leaves no room for text beside [CLS]/[SEP]; set "
+                         f"max_seq_length to at least {least}.")
+
+
+def _pad(ids: list[int], length: int, value: int) -> list[int]:
+    return ids + [value] * (length - len(ids))
+
+
+def _read_text(path: str) -> str:
+    """A whole UTF-8 file (a BOM dropped); a decoding error names the file, line and byte."""
+    if "://" in path:
+        import tensorflow as tf  # Deferred: only remote files need it.
+
+        with tf.io.gfile.GFile(path, "rb") as f:
+            data = f.read()
+    else:
+        with open(path, "rb") as f:
+            data = f.read()
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        line = data[:e.start].count(b"\n") + 1
+        raise ValueError(f"{path}:{line}: byte {data[e.start]:#04x} is not UTF-8; save the file as UTF-8.") from None
+
+
+class LabelMap:
+    """Labels ↔ ids in one stable order (sorted by str), so ids never depend on file order; saved with the model."""
+
+    def __init__(self, labels: Sequence[str]):
+        labels = tuple(labels)
+        if not labels:
+            raise ValueError("A label map needs at least one label; the training data has none.")
+        if len(set(labels)) != len(labels):
+            raise ValueError(f"A label map lists a label twice ({list(labels)}); each label needs one id.")
+        self.labels: tuple[str, ...] = labels
+        self._ids = {label: i for i, label in enumerate(labels)}
+
+    @classmethod
+    def from_labels(cls, labels: Iterable[Any]) -> "LabelMap":
+        return cls(sorted({str(label) for label in labels if label is not None}))
+
+    def id(self, label: Any, source: Source | str = "") -> int:
+        try:
+            return self._ids[str(label)]
+        except KeyError:
+            raise ValueError(f"{source}: label {str(label)!r} is not one of the {len(self.labels)} known labels "
+                             f"{list(self.labels)}; fix the label or train with data that has it.") from None
+
+    def label(self, index: int) -> str:
+        return self.labels[index]
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, LabelMap) and other.labels == self.labels
+
+    def __repr__(self) -> str:
+        return f"LabelMap({list(self.labels)})"
+
+    def to_json(self) -> list[str]:
+        return list(self.labels)
+
+    @classmethod
+    def from_json(cls, data: Any, where: str = "label map") -> "LabelMap":
+        if not isinstance(data, list) or not all(isinstance(x, str) for x in data):
+            raise ValueError(f"{where} is not a JSON list of label strings ({data!r:.80}); save it with "
+                             "LabelMap.to_json().")
+        return cls(data)
+
+
+# ----------------------------------------------------------------------------------------- sequence classification
+
+
+@dataclasses.dataclass(frozen=True)
+class TextExample:
+    text_a: str
+    text_b: Optional[str]
+    label: Union[str, float, None]
+    source: Source
+
+
+def _label_value(value: Any, source: Source, regression: bool, require_labels: bool) -> Union[str, float, None]:
+    if value is None or (isinstance(value, str) and not value.strip()):
+        if require_labels:
+            raise ValueError(f"{source}: field 'label' is empty; give every training/eval example a label.")
+        return None
+    if regression:
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            number = math.nan
+        if isinstance(value, bool) or not math.isfinite(number):
+            raise ValueError(f"{source}: field 'label' is {value!r}, not a finite number; a regression task needs "
+                             "numeric labels (or configure a classification task).")
+        return number
+    if isinstance(value, (dict, list)):
+        raise ValueError(f"{source}: field 'label' is {value!r:.60}; a label is one string or number.")
+    return str(value).strip() if isinstance(value, str) else str(value)
+
+
+def _text_columns(columns: Sequence[str], source: Source) -> tuple[str, Optional[str]]:
+    text_a = "text_a" if "text_a" in columns else "text" if "text" in columns else None
+    if text_a is None:
+        raise ValueError(f"{source}: no column 'text' or 'text_a' (found {list(columns)}); name the text column "
+                         "text (or text_a, with text_b for pairs).")
+    return text_a, ("text_b" if "text_b" in columns else None)
+
+
+def _read_delimited(path: str, text: str, delimiter: str, regression: bool, require_labels: bool
+                    ) -> list[TextExample]:
+    """TSV (no quoting, as GLUE's files and bert's _read_tsv) or CSV (quoted fields) with a header row."""
+    quoting = csv.QUOTE_NONE if delimiter == "\t" else csv.QUOTE_MINIMAL
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter, quoting=quoting, strict=True)
+    examples: list[TextExample] = []
+    header: Optional[list[str]] = None
+    line = 1
+    try:
+        for row in reader:
+            source, line = Source(path, line), reader.line_num + 1
+            if not row or (len(row) == 1 and not row[0].strip()):
+                continue  # a blank line is no example
+            if header is None:
+                header = [c.strip() for c in row]
+                a, b = _text_columns(header, source)
+                if require_labels and "label" not in header:
+                    raise ValueError(f"{source}: no column 'label' in the header {header}; add a label column "
+                                     "(prediction-only files may omit it).")
+                continue
+            if len(row) != len(header):
+                raise ValueError(f"{source}: {len(row)} fields where the header has {len(header)} ({header}); "
+                                 f"quote or remove the extra {'tab' if delimiter == chr(9) else 'comma'}s in this row.")
+            fields = dict(zip(header, row))
+            examples.append(TextExample(fields[a], fields[b] if b else None, _label_value(
+                fields.get("label"), source, regression, require_labels and "label" in header), source))
+    except csv.Error as e:
+        raise ValueError(f"{path}:{reader.line_num}: {e}; fix the quoting of this row.") from None
+    if header is None:
+        raise ValueError(f"{path} is empty; it needs a header (text or text_a[, text_b], label) and rows.")
+    return examples
+
+
+def _read_jsonl(path: str, text: str, regression: bool, require_labels: bool) -> list[TextExample]:
+    examples = []
+    for number, raw in enumerate(text.splitlines(), 1):
+        if not raw.strip():
+            continue
+        source = Source(path, number)
+        try:
+            row = json.loads(raw)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{source}: invalid JSON ({e.msg} at column {e.colno}); write one object per line."
+                             ) from None
+        if not isinstance(row, dict):
+            raise ValueError(f"{source}: a JSON {type(row).__name__}, not an object with text/text_a and label.")
+        a, b = _text_columns(list(row), source)
+        for key in (a, b):
+            if key and row[key] is not None and not isinstance(row[key], str):
+                raise ValueError(f"{source}: field {key!r} is {row[key]!r:.60}, not a string; quote the text.")
+        if row[a] is None:
+            raise ValueError(f"{source}: field {a!r} is null; give the example its text.")
+        if require_labels and "label" not in row:
+            raise ValueError(f"{source}: no field 'label'; give every training/eval example a label.")
+        examples.append(TextExample(row[a], row.get(b) if b else None,
+                                    _label_value(row.get("label"), source, regression, require_labels), source))
+    if not examples:
+        raise ValueError(f"{path} is empty; write one JSON object per line with text (or text_a[, text_b]) and "
+                         "label.")
+    return examples
+
+
+def read_text_examples(pattern: str, regression: bool = False, require_labels: bool = True,
+                       what: str = "data file") -> list[TextExample]:
+    """Examples from .tsv/.csv/.jsonl files (a path, glob or comma list) or `tfds:NAME:SPLIT[:DATA_DIR]`.
+
+    Files need a header (`text` or `text_a`[, `text_b`], `label`); labels are strings, or floats when `regression`.
+    `require_labels=False` reads prediction files: the label column may be missing or empty (label None).
+    """
+    if pattern.startswith("tfds:"):
+        m = re.fullmatch(r"tfds:([^:]+)(?::([^:\[]+(?:\[[^\]]*\])?))?(?::(.+))?", pattern)
+        if not m:
+            raise ValueError(f"{what} {pattern!r} is not tfds:NAME[/CONFIG][:SPLIT[:DATA_DIR]]; e.g. "
+                             "tfds:glue/sst2:train.")
+        return read_tfds_text_examples(m[1], m[2] or "train", m[3], regression=regression,
+                                       require_labels=require_labels)
+    examples: list[TextExample] = []
+    for path in expand_patterns(pattern, what=what):
+        suffix = path.lower().rsplit(".", 1)[-1]
+        if suffix not in ("tsv", "csv", "jsonl"):
+            raise ValueError(f"{what} {path} is not .tsv, .csv or .jsonl; rename it to the format it holds.")
+        text = _read_text(path)
+        if suffix == "jsonl":
+            examples += _read_jsonl(path, text, regression, require_labels)
+        else:
+            examples += _read_delimited(path, text, "\t" if suffix == "tsv" else ",", regression, require_labels)
+    if not examples:
+        raise ValueError(f"{what} {pattern!r} holds a header but no examples; add rows.")
+    return examples
+
+
+# TFDS feature names of the text fields, pairs first (GLUE, SuperGLUE's BoolQ, IMDB and similar).
+TFDS_TEXT_FEATURES = (("sentence1", "sentence2"), ("question1", "question2"), ("premise", "hypothesis"),
+                      ("question", "sentence"), ("question", "passage"), ("text_a", "text_b"), ("sentence", None),
+                      ("text", None), ("text_a", None))
+
+
+def read_tfds_text_examples(name: str, split: str = "train", data_dir: Optional[str] = None,
+                            regression: bool = False, require_labels: bool = True,
+                            text_features: Optional[tuple[str, Optional[str]]] = None,
+                            label_feature: str = "label") -> list[TextExample]:
+    """A prepared TFDS split as examples; ClassLabel ids become their names, -1 (GLUE's test splits) no label."""
+    import tensorflow_datasets as tfds  # Deferred: heavy, and only this reader needs it.
+
+    where = f"data_dir {data_dir!r}" if data_dir else "the default TFDS data_dir"
+    fix = f"run `tfds build {name.split('/')[0]} --data_dir=DIR` and pass tfds:{name}:{split}:DIR."
+    try:
+        builder = tfds.builder(name, data_dir=data_dir)
+    except tfds.core.registered.DatasetNotFoundError:
+        raise FileNotFoundError(f"TFDS dataset {name!r} is neither registered nor prepared in {where}: {fix}") from None
+    if not builder.is_prepared():
+        raise FileNotFoundError(f"TFDS dataset {name!r} is not prepared in {where}: {fix}")
+    features = builder.info.features
+    if split.split("[", 1)[0] not in builder.info.splits:
+        raise ValueError(f"TFDS dataset {name!r} has no split {split!r}: use one of {sorted(builder.info.splits)}.")
+    if text_features is None:
+        text_features = next((pair for pair in TFDS_TEXT_FEATURES
+                              if pair[0] in features and (pair[1] is None or pair[1] in features)), None)
+    if text_features is None or any(k and k not in features for k in text_features):
+        raise ValueError(f"TFDS dataset {name!r} has features {sorted(features)}, none of the text features known "
+                         f"here {text_features or TFDS_TEXT_FEATURES}; pass text_features=(A, B or None).")
+    has_label = label_feature in features
+    if require_labels and not has_label:
+        raise ValueError(f"TFDS dataset {name!r} has no feature {label_feature!r} (features {sorted(features)}); "
+                         "pass label_feature=NAME.")
+    names = getattr(features[label_feature], "names", None) if has_label else None
+    if regression and names:
+        raise ValueError(f"TFDS dataset {name!r}: feature {label_feature!r} is a class label ({names}); configure a "
+                         "classification task, not regression.")
+    a, b = text_features
+    examples = []
+    for index, row in enumerate(tfds.as_numpy(builder.as_dataset(split=split, shuffle_files=False))):
+        source = Source(f"tfds:{name}:{split}", 0, f"example {index}")
+        texts = [row[k].decode("utf-8", errors="replace") if k else None for k in (a, b)]
+        value = row[label_feature].item() if has_label else None
+        if names is not None:
+            value = None if value < 0 else names[value]
+        examples.append(TextExample(texts[0], texts[1], _label_value(value, source, regression, require_labels),
+                                    source))
+    if not examples:
+        raise ValueError(f"TFDS split tfds:{name}:{split} is empty; pick a split with examples.")
+    return examples
+
+
+def _truncate_seq_pair(tokens_a: list[str], tokens_b: list[str], max_length: int) -> bool:
+    """google-research/bert's rule: pop from the longer list (b on ties) until both fit; True if anything was cut."""
+    cut = False
+    while len(tokens_a) + len(tokens_b) > max_length:
+        cut = True
+        (tokens_a if len(tokens_a) > len(tokens_b) else tokens_b).pop()
+    return cut
+
+
+def text_features(examples: Sequence[TextExample], tokenizer: Tokenizer, max_seq_length: int,
+                  label_map: Optional[LabelMap]) -> tuple[Arrays, int]:
+    """[CLS] a [SEP] (b [SEP]) as int32 [N, max_seq_length] arrays; returns (arrays, number of examples truncated).
+
+    "label" is int32 ids from `label_map`, or float32 when `label_map` is None (regression); it is left out when no
+    example has a label (prediction).
+    """
+    cls_id, sep_id, pad_id = _check_specials(tokenizer)
+    _check_length(max_seq_length, 3)
+    input_ids, segment_ids, input_mask = [], [], []
+    truncated = 0
+    for ex in examples:
+        a = tokenizer.tokenize(ex.text_a)
+        b = tokenizer.tokenize(ex.text_b) if ex.text_b is not None else None
+        if b is not None:
+            truncated += _truncate_seq_pair(a, b, max_seq_length - 3)
+        elif len(a) > max_seq_length - 2:
+            a, truncated = a[:max_seq_length - 2], truncated + 1
+        ids = [cls_id] + tokenizer.convert_tokens_to_ids(a) + [sep_id]
+        segments = [0] * len(ids)
+        if b is not None:
+            ids += tokenizer.convert_tokens_to_ids(b) + [sep_id]
+            segments += [1] * (len(b) + 1)
+        input_ids.append(_pad(ids, max_seq_length, pad_id))
+        segment_ids.append(_pad(segments, max_seq_length, 0))
+        input_mask.append(_pad([1] * len(ids), max_seq_length, 0))
+    shape = (len(examples), max_seq_length)
+    arrays = {k: np.array(v, np.int32).reshape(shape) for k, v in (
+        ("input_ids", input_ids), ("segment_ids", segment_ids), ("input_mask", input_mask))}
+    unlabelled = [ex for ex in examples if ex.label is None]
+    if unlabelled and len(unlabelled) < len(examples):
+        raise ValueError(f"{unlabelled[0].source}: this example has no label but others do; label every example "
+                         "(or none, for prediction).")
+    if examples and not unlabelled:
+        if label_map is None:
+            if not all(isinstance(ex.label, float) for ex in examples):
+                bad = next(ex for ex in examples if not isinstance(ex.label, float))
+                raise ValueError(f"{bad.source}: label {bad.label!r} is not a number; pass a LabelMap for "
+                                 "classification, or read the file with regression=True.")
+            arrays["label"] = np.array([ex.label for ex in examples], np.float32)
+        else:
+            arrays["label"] = np.array([label_map.id(ex.label, ex.source) for ex in examples], np.int32)
+    if truncated:
+        log.info("text_features: %d of %d examples truncated to max_seq_length=%d", truncated, len(examples),
+                 max_seq_length)
+    return arrays, truncated
+
+
+# ------------------------------------------------------------------------------------------ token classification
+
+
+@dataclasses.dataclass(frozen=True)
+class TokenExample:
+    """One sentence; word i is on line `source.line + i` of the CoNLL file."""
+
+    words: list[str]
+    labels: list[str]
+    source: Source
+
+
+def read_conll(pattern: str, what: str = "data file") -> list[TokenExample]:
+    """CoNLL-2003 style: a word per line, columns split on whitespace, word first and label last; blank line between
+    sentences; `-DOCSTART-` lines skipped."""
+    examples: list[TokenExample] = []
+    for path in expand_patterns(pattern, what=what):
+        words: list[str] = []
+        labels: list[str] = []
+        start = 0
+        lines = _read_text(path).splitlines()
+        for number, line in enumerate(lines + [""], 1):
+            columns = line.split()
+            if not columns or columns[0] == "-DOCSTART-":
+                if words:
+                    examples.append(TokenExample(words, labels, Source(path, start)))
+                    words, labels = [], []
+                continue
+            if len(columns) < 2:
+                raise ValueError(f"{path}:{number}: one column {line.strip()!r:.60}; each line needs the word first "
+                                 "and its label last, separated by whitespace (or a blank line between sentences).")
+            start = start if words else number
+            words.append(columns[0])
+            labels.append(columns[-1])
+        if not any(ex.source.file == path for ex in examples[-1:]):
+            raise ValueError(f"{path} holds no sentences; write one 'word label' pair per line.")
+    return examples
+
+
+def token_features(examples: Sequence[TokenExample], tokenizer: Tokenizer, max_seq_length: int,
+                   label_map: LabelMap) -> tuple[Arrays, list[np.ndarray], int]:
+    """Each word tokenized alone; its label on its first piece, other pieces and specials weighted 0.
+
+    Returns (arrays, per example the token index of each word's first piece or -1 when truncation cut the word,
+    number of examples truncated). A word with no pieces (only control characters) becomes [UNK], keeping its label.
+    """
+    cls_id, sep_id, pad_id = _check_specials(tokenizer)
+    _check_length(max_seq_length, 3)
+    rows: dict[str, list[list[Any]]] = {k: [] for k in ("input_ids", "input_mask", "label_ids", "label_weights")}
+    word_starts: list[np.ndarray] = []
+    truncated = 0
+    for ex in examples:
+        if len(ex.words) != len(ex.labels):
+            raise ValueError(f"{ex.source}: {len(ex.words)} words but {len(ex.labels)} labels; give each word one "
+                             "label.")
+        ids, label_ids, weights = [cls_id], [0], [0.0]
+        starts = np.full(len(ex.words), -1, np.int32)
+        cut = False
+        for i, (word, label) in enumerate(zip(ex.words, ex.labels)):
+            label_id = label_map.id(label, Source(ex.source.file, ex.source.line + i) if ex.source.line
+                                    else ex.source)
+            pieces = tokenizer.tokenize(word) or [UNK]
+            room = max_seq_length - 1 - len(ids)
+            if room <= 0 or len(pieces) > room:
+                cut = True
+            if room <= 0:
+                continue
+            pieces = pieces[:room]
+            starts[i] = len(ids)
+            ids += tokenizer.convert_tokens_to_ids(pieces)
+            label_ids += [label_id] + [0] * (len(pieces) - 1)
+            weights += [1.0] + [0.0] * (len(pieces) - 1)
+        truncated += cut
+        ids.append(sep_id)
+        rows["input_ids"].append(_pad(ids, max_seq_length, pad_id))
+        rows["input_mask"].append(_pad([1] * len(ids), max_seq_length, 0))
+        rows["label_ids"].append(_pad(label_ids + [0], max_seq_length, 0))
+        rows["label_weights"].append(_pad(weights + [0.0], max_seq_length, 0.0))
+        word_starts.append(starts)
+    shape = (len(examples), max_seq_length)
+    arrays = {"input_ids": np.array(rows["input_ids"], np.int32).reshape(shape),
+              "segment_ids": np.zeros(shape, np.int32),
+              "input_mask": np.array(rows["input_mask"], np.int32).reshape(shape)}
+    arrays["label_ids"] = np.array(rows["label_ids"], np.int32).reshape(shape)
+    arrays["label_weights"] = np.array(rows["label_weights"], np.float32).reshape(shape)
+    if truncated:
+        log.info("token_features: %d of %d sentences truncated to max_seq_length=%d (their cut words map to -1)",
+                 truncated, len(examples), max_seq_length)
+    return arrays, word_starts, truncated
+
+
+# --------------------------------------------------------------------------------------------- question answering
+
+
+@dataclasses.dataclass(frozen=True)
+class QAExample:
+    """One SQuAD question; `answers` are (text, answer_start char offset in context), empty when impossible."""
+
+    qid: str
+    question: str
+    context: str
+    answers: list[tuple[str, int]]
+    is_impossible: bool
+    source: Source
+
+
+def _field(obj: Any, key: str, kind: Union[type, tuple[type, ...]], path: str, file: str,
+           default: Any = dataclasses.MISSING) -> Any:
+    """obj[key] checked for type; the error names the file and the JSON path (data[3].paragraphs[0].qas[2].id)."""
+    where = f"{path}.{key}" if path else key
+    if not isinstance(obj, dict):
+        raise ValueError(f"{file}: {path or 'the top level'} is a JSON {type(obj).__name__}, not an object; follow "
+                         "the SQuAD format {\"data\": [{\"paragraphs\": [{\"context\", \"qas\": [...]}]}]}.")
+    if key not in obj:
+        if default is not dataclasses.MISSING:
+            return default
+        raise ValueError(f"{file}: {where} is missing; add it (SQuAD v1.1/v2.0 format).")
+    value = obj[key]
+    if not isinstance(value, kind) or (isinstance(value, bool) and kind in (int, (str, int))):
+        names = "/".join(t.__name__ for t in (kind if isinstance(kind, tuple) else (kind,)))
+        raise ValueError(f"{file}: {where} is {value!r:.60}, not a {names}; fix that value.")
+    return value
+
+
+def read_squad(pattern: str, require_answers: bool = True, what: str = "data file"
+               ) -> tuple[list[QAExample], dict[str, int]]:
+    """SQuAD v1.1 / v2.0 JSON → examples and stats {"examples", "skipped_bad_offsets", "impossible"}.
+
+    `require_answers=True` reads training data: every possible question needs an answer, and one whose first answer
+    does not sit at its answer_start (context[start:start+len(text)] != text) is skipped and counted, as
+    google-research/bert skips what it cannot find. False reads eval/prediction data: answers are optional and kept
+    as given (their texts are what scoring uses).
+    """
+    examples: list[QAExample] = []
+    stats = {"examples": 0, "skipped_bad_offsets": 0, "impossible": 0}
+    seen: dict[str, Source] = {}
+    bad: list[str] = []
+    for path in expand_patterns(pattern, what=what):
+        try:
+            root = json.loads(_read_text(path))
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path}:{e.lineno}: invalid JSON ({e.msg} at column {e.colno}); pass a SQuAD .json "
+                             "file.") from None
+        for i, article in enumerate(_field(root, "data", list, "", path)):
+            for j, paragraph in enumerate(_field(article, "paragraphs", list, f"data[{i}]", path)):
+                at = f"data[{i}].paragraphs[{j}]"
+                context = _field(paragraph, "context", str, at, path)
+                for k, qa in enumerate(_field(paragraph, "qas", list, at, path)):
+                    qpath = f"{at}.qas[{k}]"
+                    source = Source(path, 0, qpath)
+                    qid = str(_field(qa, "id", (str, int), qpath, path))
+                    question = _field(qa, "question", str, qpath, path)
+                    impossible = _field(qa, "is_impossible", bool, qpath, path, default=False)
+                    answers = []
+                    for n, answer in enumerate(_field(qa, "answers", list, qpath, path, default=[])):
+                        apath = f"{qpath}.answers[{n}]"
+                        answers.append((_field(answer, "text", str, apath, path),
+                                        _field(answer, "answer_start", int, apath, path)))
+                    if qid in seen:
+                        raise ValueError(f"{path}: {qpath}.id {qid!r} was used before ({seen[qid]}); give every "
+                                         "question its own id.")
+                    seen[qid] = source
+                    if require_answers and not impossible:
+                        if not answers:
+                            raise ValueError(f"{path}: {qpath}.answers is empty but is_impossible is not true; "
+                                             "training needs an answer (or is_impossible: true for SQuAD v2.0).")
+                        text, start = answers[0]
+                        if not text or start < 0 or context[start:start + len(text)] != text:
+                            stats["skipped_bad_offsets"] += 1
+                            bad.append(f"{qpath} ({text!r:.40} at {start})")
+                            continue
+                    stats["impossible"] += impossible
+                    examples.append(QAExample(qid, question, context, answers, impossible, source))
+    stats["examples"] = len(examples)
+    if bad:
+        log.warning("read_squad: skipped %d question(s) whose answer text is not at its answer_start in %s, e.g. %s",
+                    len(bad), pattern, "; ".join(bad[:3]))
+    if not examples:
+        raise ValueError(f"{what} {pattern!r} holds no usable questions ({stats}); check it is SQuAD JSON.")
+    return examples, stats
+
+
+@dataclasses.dataclass(frozen=True)
+class QAFeature:
+    """One window of one example: maps its tokens back to char spans of the ORIGINAL context for answers.
+
+    token_to_char[t] is (start, end) in the context ((-1, -1) for [CLS], question and [SEP] tokens);
+    token_is_max_context[t] says this window gives token t its most context (only there may an answer start).
+    """
+
+    example_index: int
+    token_to_char: tuple[tuple[int, int], ...]
+    token_is_max_context: tuple[bool, ...]
+
+
+_SQUAD_WHITESPACE = frozenset(" \t\r\n\u202f")  # run_squad.py's is_whitespace
+
+
+def _context_words(context: str) -> tuple[list[str], list[int], list[int]]:
+    """run_squad.py's doc_tokens and char_to_word_offset, plus each word's first char."""
+    words: list[str] = []
+    starts: list[int] = []
+    char_to_word: list[int] = []
+    prev_is_space = True
+    for i, c in enumerate(context):
+        if c in _SQUAD_WHITESPACE:
+            prev_is_space = True
+        else:
+            if prev_is_space:
+                words.append(c)
+                starts.append(i)
+            else:
+                words[-1] += c
+            prev_is_space = False
+        char_to_word.append(len(words) - 1)
+    return words, starts, char_to_word
+
+
+class _Aligner:
+    """Char span in the original text of each piece of a word, so answers keep the context's case and punctuation.
+
+    Pieces are spelled back (## / ▁ removed) and found in the word folded as the tokenizer folds it (controls and
+    spaces dropped; lower-cased and accents stripped when it lower-cases; NFKC for SentencePiece). A piece that
+    cannot be found ([UNK] aside) gets the whole word's span: the answer is then a little long, never wrong.
+    """
+
+    def __init__(self, tokenizer: Tokenizer):
+        from bertjax.data.tokenization import SentencePieceTokenizer
+
+        self.lower = tokenizer.do_lower_case
+        self.nfkc = isinstance(tokenizer, SentencePieceTokenizer)
+        self.is_continuation = tokenizer.is_continuation_token
+
+    def fold(self, c: str) -> str:
+        cat = unicodedata.category(c)
+        if cat[0] in "CZ" or c == "\ufffd":
+            return ""
+        if self.nfkc:
+            c = unicodedata.normalize("NFKC", c)
+        if self.lower:
+            c = "".join(x for x in unicodedata.normalize("NFD", c.lower()) if unicodedata.category(x) != "Mn")
+        return c.replace("ς", "σ")
+
+    def spell(self, piece: str) -> str:
+        if piece.startswith(WORDPIECE_PREFIX) and self.is_continuation(piece):
+            piece = piece[len(WORDPIECE_PREFIX):]
+        elif piece.startswith(SENTENCEPIECE_SPACE):
+            piece = piece[len(SENTENCEPIECE_SPACE):]
+        return piece.replace("ς", "σ")
+
+    def spans(self, word: str, start: int, pieces: list[str]) -> list[tuple[int, int]]:
+        chars = [(f, start + k) for k, c in enumerate(word) for f in self.fold(c)]
+        text = "".join(f for f, _ in chars)
+        spelled = [None if p == UNK else self.spell(p) for p in pieces]
+        out, p = [], 0
+        for j, s in enumerate(spelled):
+            if s is None:  # [UNK]: at least one char, up to where the next spelled piece is found
+                nxt = next((t for t in spelled[j + 1:] if t), None)
+                b, e = p, (text.find(nxt, p + 1) if nxt else -1)
+                e = len(text) if e < 0 else e
+            else:
+                b = text.find(s, p) if s else -1
+                e = b + len(s)
+            if b < 0 or b >= e or e > len(text):
+                out.append((start, start + len(word)))
+                continue
+            out.append((chars[b][1], chars[e - 1][1] + 1))
+            p = e
+        return out
+
+
+def _improve_answer_span(doc_tokens: list[str], start: int, end: int, tokenizer: Tokenizer,
+                         answer_text: str) -> tuple[int, int]:
+    """run_squad.py: the tightest token span equal to the tokenized answer (e.g. "1895" inside "(1895-1943).")."""
+    target = " ".join(tokenizer.tokenize(answer_text))
+    for new_start in range(start, end + 1):
+        for new_end in range(end, new_start - 1, -1):
+            if " ".join(doc_tokens[new_start:new_end + 1]) == target:
+                return new_start, new_end
+    return start, end
+
+
+def _check_is_max_context(windows: list[tuple[int, int]], current: int, position: int) -> bool:
+    """run_squad.py: a token belongs to the window where min(left, right) context (+ 0.01 * length) is largest."""
+    best_score, best = None, None
+    for index, (start, length) in enumerate(windows):
+        end = start + length - 1
+        if start <= position <= end:
+            score = min(position - start, end - position) + 0.01 * length
+            if best_score is None or score > best_score:
+                best_score, best = score, index
+    return best == current
+
+
+def qa_features(examples: Sequence[QAExample], tokenizer: Tokenizer, max_seq_length: int, doc_stride: int = 128,
+                max_query_length: int = 64, training: bool = False) -> tuple[Arrays, list[QAFeature]]:
+    """run_squad.py's convert_examples_to_features: [CLS] question [SEP] window [SEP], windows `doc_stride` apart.
+
+    Arrays: input_ids, input_mask, segment_ids int32 [F, max_seq_length]; with `training`, start_positions and
+    end_positions int32 [F] (0 = [CLS] when the answer is not inside the window or the question is impossible).
+    Every example yields at least one window, so every question gets a prediction.
+    """
+    cls_id, sep_id, pad_id = _check_specials(tokenizer)
+    if max_seq_length <= max_query_length + 3:
+        raise ValueError(f"max_seq_length={max_seq_length} leaves no room for the context after a question of up to "
+                         f"max_query_length={max_query_length} tokens; raise max_seq_length or lower "
+                         "max_query_length.")
+    if doc_stride < 1:
+        raise ValueError(f"doc_stride={doc_stride} must be at least 1 (google-research/bert uses 128).")
+    aligner = _Aligner(tokenizer)
+    rows: dict[str, list[Any]] = {k: [] for k in ("input_ids", "input_mask", "segment_ids", "start_positions",
+                                                  "end_positions")}
+    features: list[QAFeature] = []
+    queries_cut = 0
+    for example_index, ex in enumerate(examples):
+        query = tokenizer.tokenize(ex.question)
+        if len(query) > max_query_length:
+            query, queries_cut = query[:max_query_length], queries_cut + 1
+        words, word_starts, char_to_word = _context_words(ex.context)
+        doc_tokens: list[str] = []
+        doc_chars: list[tuple[int, int]] = []
+        word_to_tok: list[int] = []
+        for word, start in zip(words, word_starts):
+            word_to_tok.append(len(doc_tokens))
+            pieces = tokenizer.tokenize(word)
+            doc_tokens += pieces
+            doc_chars += aligner.spans(word, start, pieces)
+        tok_start = tok_end = -1
+        if training and not ex.is_impossible:
+            if not ex.answers:
+                raise ValueError(f"{ex.source}: no answer for a possible question; training needs one (or "
+                                 "is_impossible: true).")
+            text, char_start = ex.answers[0]
+            if not text or char_start < 0 or char_start + len(text) > len(ex.context):
+                raise ValueError(f"{ex.source}: answer {text!r:.40} at {char_start} lies outside the context; read "
+                                 "training data with read_squad(require_answers=True), which skips such answers.")
+            first = max(char_to_word[char_start], 0)
+            last = char_to_word[char_start + len(text) - 1]
+            tok_start = word_to_tok[first] if first < len(words) else len(doc_tokens)
+            tok_end = word_to_tok[last + 1] - 1 if last < len(words) - 1 else len(doc_tokens) - 1
+            tok_start, tok_end = _improve_answer_span(doc_tokens, tok_start, tok_end, tokenizer, text)
+        max_doc = max_seq_length - len(query) - 3
+        windows: list[tuple[int, int]] = []
+        offset = 0
+        while True:  # at least one window, even for an empty context
+            length = min(len(doc_tokens) - offset, max_doc)
+            windows.append((offset, length))
+            if offset + length >= len(doc_tokens):
+                break
+            offset += min(length, doc_stride)
+        head = len(query) + 2
+        query_ids = tokenizer.convert_tokens_to_ids(query)
+        for index, (start, length) in enumerate(windows):
+            ids = [cls_id] + query_ids + [sep_id] + tokenizer.convert_tokens_to_ids(
+                doc_tokens[start:start + length]) + [sep_id]
+            rows["input_ids"].append(_pad(ids, max_seq_length, pad_id))
+            rows["input_mask"].append(_pad([1] * len(ids), max_seq_length, 0))
+            rows["segment_ids"].append(_pad([0] * head + [1] * (length + 1), max_seq_length, 0))
+            features.append(QAFeature(
+                example_index, tuple([(-1, -1)] * head + doc_chars[start:start + length] + [(-1, -1)]),
+                tuple([False] * head + [_check_is_max_context(windows, index, start + i) for i in range(length)]
+                      + [False])))
+            inside = start <= tok_start and tok_end <= start + length - 1 and tok_start <= tok_end
+            rows["start_positions"].append(tok_start - start + head if inside else 0)
+            rows["end_positions"].append(tok_end - start + head if inside else 0)
+    shape = (len(features), max_seq_length)
+    arrays = {k: np.array(rows[k], np.int32).reshape(shape) for k in ("input_ids", "input_mask", "segment_ids")}
+    if training:
+        arrays.update({k: np.array(rows[k], np.int32) for k in ("start_positions", "end_positions")})
+    if queries_cut:
+        log.info("qa_features: %d of %d questions cut to max_query_length=%d tokens", queries_cut, len(examples),
+                 max_query_length)
+    return arrays, features
+
+
+def _best_indexes(logits: np.ndarray, allowed: np.ndarray, n_best_size: int) -> np.ndarray:
+    """The n_best_size highest-scoring allowed positions (ties to the earlier, as run_squad.py's sort)."""
+    positions = np.flatnonzero(allowed)
+    return positions[np.argsort(-logits[positions], kind="stable")[:n_best_size]]
+
+
+def qa_predictions(examples: Sequence[QAExample], features: Sequence[QAFeature], start_logits: np.ndarray,
+                   end_logits: np.ndarray, n_best_size: int = 20, max_answer_length: int = 30,
+                   version_2: bool = False, null_score_diff_threshold: float = 0.0) -> dict[str, str]:
+    """qid → answer text cut from the original context, as run_squad.py's write_predictions picks it.
+
+    The best span over all windows of an example by start + end logit (start in a max-context token, start <= end,
+    at most max_answer_length tokens, both in the context). SQuAD v2.0: "" when the [CLS] null score (lowest over the
+    windows) exceeds the best span's score by more than null_score_diff_threshold. No valid span also gives "".
+    """
+    start_logits, end_logits = np.asarray(start_logits, np.float64), np.asarray(end_logits, np.float64)
+    if start_logits.shape != end_logits.shape or start_logits.ndim != 2 or start_logits.shape[0] != len(features):
+        raise ValueError(f"start_logits {start_logits.shape} and end_logits {end_logits.shape} must both be "
+                         f"[{len(features)} features, max_seq_length]; pass the logits of every feature in order.")
+    by_example: dict[int, list[int]] = {}
+    for f_index, feature in enumerate(features):
+        by_example.setdefault(feature.example_index, []).append(f_index)
+    predictions: dict[str, str] = {}
+    for e_index, ex in enumerate(examples):
+        best_score, best_text, null_score = -math.inf, "", math.inf
+        for f_index in by_example.get(e_index, []):
+            feature, s_logits, e_logits = features[f_index], start_logits[f_index], end_logits[f_index]
+            n = min(len(feature.token_to_char), s_logits.shape[0])
+            null_score = min(null_score, s_logits[0] + e_logits[0])
+            in_context = np.array([feature.token_to_char[t][0] >= 0 for t in range(n)], bool)
+            max_context = in_context & np.array(feature.token_is_max_context[:n], bool)
+            for s in _best_indexes(s_logits[:n], max_context, n_best_size):
+                for e in _best_indexes(e_logits[:n], in_context, n_best_size):
+                    if e < s or e - s + 1 > max_answer_length:
+                        continue
+                    score = s_logits[s] + e_logits[e]
+                    text = ex.context[feature.token_to_char[s][0]:feature.token_to_char[e][1]]
+                    if score > best_score and text:
+                        best_score, best_text = score, text
+        if version_2 and null_score - best_score > null_score_diff_threshold:
+            best_text = ""
+        predictions[ex.qid] = best_text
+    return predictions

@@ -1,0 +1,452 @@
+"""Fine-tuning data (bertjax.data.tasks): readers, features against google-research/bert's rules and transformers.
+
+Everything runs on files written here with a small vocab; no JAX compile, no download.
+"""
+
+import json
+import types
+
+import numpy as np
+import pytest
+
+from bertjax.data import tasks, tokenization
+from bertjax.data.tasks import LabelMap, QAExample, Source, TextExample, TokenExample
+
+WORDS = ("the a cat sat on mat dog ran john lives in new york is big hello world good bad what team won when did they "
+         "who denver broncos super bowl 50 play un cafe filler , . ! ? ( ) - ##ed ##s ##aff ##able ##ing ##ly").split()
+VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + list(WORDS)
+
+
+@pytest.fixture(scope="module")
+def vocab_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("vocab") / "vocab.txt"
+    path.write_text("".join(f"{t}\n" for t in VOCAB), encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def tok(vocab_file):
+    return tokenization.load(vocab_file, do_lower_case=True)
+
+
+def write(path, text):
+    path.write_text(text, encoding="utf-8")
+    return str(path)
+
+
+# --------------------------------------------------------------------------------------------------
+# Sequence classification: readers
+# --------------------------------------------------------------------------------------------------
+
+
+def test_tsv_csv_jsonl_single_and_pair(tmp_path):
+    tsv = write(tmp_path / "pair.tsv",
+                'text_a\ttext_b\tlabel\nThe "cat" sat.\tA dog ran.\tyes\n\nJohn lives.\tHe is.\tno\n')
+    csv_ = write(tmp_path / "single.csv", 'text,label\n"Hello, world",pos\nbad dog,neg\n')
+    jsonl = write(tmp_path / "mixed.jsonl", '{"text_a": "hello", "text_b": "world", "label": 1}\n\n'
+                                            '{"text_a": "good", "text_b": null, "label": 0}\n')
+    pair = tasks.read_text_examples(tsv)
+    assert pair == [TextExample('The "cat" sat.', "A dog ran.", "yes", Source(tsv, 2)),
+                    TextExample("John lives.", "He is.", "no", Source(tsv, 4))]
+    single = tasks.read_text_examples(csv_)
+    assert [(e.text_a, e.text_b, e.label, e.source.line) for e in single] == [
+        ("Hello, world", None, "pos", 2), ("bad dog", None, "neg", 3)]
+    js = tasks.read_text_examples(jsonl)
+    assert [(e.text_a, e.text_b, e.label, e.source.line) for e in js] == [("hello", "world", "1", 1),
+                                                                          ("good", None, "0", 3)]
+    both = tasks.read_text_examples(f"{tsv},{csv_}")
+    assert len(both) == 4
+    glob = tasks.read_text_examples(str(tmp_path / "*.tsv"))
+    assert glob == pair
+
+
+def test_regression_and_prediction_files(tmp_path):
+    path = write(tmp_path / "sts.tsv", "text_a\ttext_b\tlabel\na\tb\t3.5\nc\td\t-1\n")
+    assert [e.label for e in tasks.read_text_examples(path, regression=True)] == [3.5, -1.0]
+    unlabeled = write(tmp_path / "test.tsv", "text\nthe cat\n")
+    assert tasks.read_text_examples(unlabeled, require_labels=False)[0].label is None
+    with pytest.raises(ValueError, match=r"test\.tsv:1: no column 'label'"):
+        tasks.read_text_examples(unlabeled)
+
+
+def test_label_order_is_stable_regardless_of_file_order(tmp_path):
+    one = write(tmp_path / "one.tsv", "text\tlabel\na\tneutral\nb\tcontradiction\nc\tentailment\n")
+    two = write(tmp_path / "two.tsv", "text\tlabel\nc\tentailment\na\tneutral\nb\tcontradiction\nd\tneutral\n")
+    maps = [LabelMap.from_labels(e.label for e in tasks.read_text_examples(p)) for p in (one, two)]
+    assert maps[0] == maps[1]
+    assert maps[0].labels == ("contradiction", "entailment", "neutral")
+    assert LabelMap.from_json(json.loads(json.dumps(maps[0].to_json()))) == maps[0]
+    with pytest.raises(ValueError, match="not a JSON list of label strings"):
+        LabelMap.from_json({"a": 0})
+
+
+@pytest.mark.parametrize("name, text, kwargs, message", [
+    ("empty.tsv", "", {}, r"empty\.tsv is empty"),
+    ("nocol.tsv", "sentence\tlabel\nx\ty\n", {}, r"nocol\.tsv:1: no column 'text' or 'text_a'"),
+    ("nolabel.csv", "text\nx\n", {}, r"nolabel\.csv:1: no column 'label'"),
+    ("fields.tsv", "text\tlabel\na\tb\nc\td\te\n", {}, r"fields\.tsv:3: 3 fields where the header has 2"),
+    ("emptylabel.tsv", "text\tlabel\na\t\n", {}, r"emptylabel\.tsv:2: field 'label' is empty"),
+    ("reg.tsv", "text\tlabel\na\t1.0\nb\tgood\n", {"regression": True},
+     r"reg\.tsv:3: field 'label' is 'good', not a finite number"),
+    ("reg.jsonl", '{"text": "a", "label": "nan"}\n', {"regression": True}, r"reg\.jsonl:1: field 'label'"),
+    ("badjson.jsonl", '{"text": "a", "label": 1}\n{"text": \n', {}, r"badjson\.jsonl:2: invalid JSON"),
+    ("nottext.jsonl", '{"text": 3, "label": 1}\n', {}, r"nottext\.jsonl:1: field 'text' is 3, not a string"),
+    ("header.csv", "text,label\n", {}, r"header but no examples"),
+    ("quote.csv", 'text,label\n"open quote,1\n', {}, r"quote\.csv:\d+: .*quoting"),
+    ("data.txt", "text\tlabel\n", {}, r"data\.txt is not \.tsv, \.csv or \.jsonl"),
+    ("latin.tsv", b"text\tlabel\ncaf\xe9\t1\n", {}, r"latin\.tsv:2: byte 0xe9 is not UTF-8"),
+])
+def test_bad_text_inputs_name_file_line_and_field(tmp_path, name, text, kwargs, message):
+    path = tmp_path / name
+    path.write_bytes(text if isinstance(text, bytes) else text.encode())
+    with pytest.raises(ValueError, match=message):
+        tasks.read_text_examples(str(path), **kwargs)
+
+
+def test_missing_files_and_bad_specs(tmp_path):
+    with pytest.raises(FileNotFoundError, match=r"pattern .*nothing\*\.tsv.* matches no files"):
+        tasks.read_text_examples(str(tmp_path / "nothing*.tsv"))
+    with pytest.raises(FileNotFoundError, match=r"does not exist"):
+        tasks.read_text_examples(str(tmp_path / "gone.tsv"))
+
+
+def test_unknown_label_names_file_line_label_and_known_ones(tmp_path, tok):
+    train = LabelMap.from_labels(["neg", "pos"])
+    dev = write(tmp_path / "dev.tsv", "text\tlabel\ngood\tpos\nbad\tneutral\n")
+    examples = tasks.read_text_examples(dev)
+    with pytest.raises(ValueError, match=r"dev\.tsv:3: label 'neutral' is not one of the 2 known labels "
+                                         r"\['neg', 'pos'\]"):
+        tasks.text_features(examples, tok, 8, train)
+
+
+# --------------------------------------------------------------------------------------------------
+# Sequence classification: features
+# --------------------------------------------------------------------------------------------------
+
+
+def test_text_features_layout_labels_and_truncation(tok):
+    src = Source("x.tsv", 2)
+    examples = [TextExample("the cat sat", None, "b", src),
+                TextExample("john lives in new york", "the dog ran on the mat", "a", src),
+                TextExample("hello", "world", "b", src)]
+    arrays, truncated = tasks.text_features(examples, tok, 10, LabelMap.from_labels(["b", "a"]))
+    ids = {t: i for i, t in enumerate(VOCAB)}
+    assert arrays["input_ids"][0].tolist() == [2, ids["the"], ids["cat"], ids["sat"], 3, 0, 0, 0, 0, 0]
+    assert arrays["input_mask"][0].tolist() == [1] * 5 + [0] * 5
+    assert arrays["segment_ids"][0].tolist() == [0] * 10
+    # 5 + 6 tokens into 7 by _truncate_seq_pair (pop the longer, b on ties): (5,6)->(5,5)->(5,4)->(4,4)->(4,3).
+    assert tok.convert_ids_to_tokens(arrays["input_ids"][1]) == (
+        ["[CLS]", "john", "lives", "in", "new", "[SEP]", "the", "dog", "ran", "[SEP]"])
+    assert arrays["segment_ids"][1].tolist() == [0] * 6 + [1] * 4
+    assert arrays["label"].tolist() == [1, 0, 1] and arrays["label"].dtype == np.int32
+    assert all(a.dtype == np.int32 and a.shape == (3, 10) for k, a in arrays.items() if k != "label")
+    assert truncated == 1
+    _, cut = tasks.text_features([TextExample("the cat sat on the mat", None, "a", src)], tok, 5, LabelMap(["a"]))
+    assert cut == 1
+
+
+def test_text_features_regression_and_unlabelled(tok):
+    src = Source("x.tsv", 2)
+    arrays, _ = tasks.text_features([TextExample("a", "b", 0.5, src), TextExample("a", None, 4.0, src)], tok, 6,
+                                    None)
+    assert arrays["label"].dtype == np.float32 and arrays["label"].tolist() == [0.5, 4.0]
+    arrays, _ = tasks.text_features([TextExample("a", None, None, src)], tok, 6, LabelMap(["x"]))
+    assert "label" not in arrays
+    with pytest.raises(ValueError, match=r"x\.tsv:7: this example has no label but others do"):
+        tasks.text_features([TextExample("a", None, "x", src), TextExample("b", None, None, Source("x.tsv", 7))],
+                            tok, 6, LabelMap(["x"]))
+    with pytest.raises(ValueError, match=r"x\.tsv:2: label 'x' is not a number; pass a LabelMap"):
+        tasks.text_features([TextExample("a", None, "x", src)], tok, 6, None)
+    with pytest.raises(ValueError, match="max_seq_length=2 leaves no room"):
+        tasks.text_features([TextExample("a", None, "x", src)], tok, 2, LabelMap(["x"]))
+
+
+def test_vocab_without_specials_is_named():
+    fake = types.SimpleNamespace(vocab=["[PAD]", "[UNK]", "a"], path="/models/vocab.txt")
+    with pytest.raises(ValueError, match=r"Vocabulary file /models/vocab\.txt lacks \[CLS\] \[SEP\]"):
+        tasks.text_features([], fake, 8, None)
+
+
+def test_text_features_match_transformers_bert_tokenizer(vocab_file, tok):
+    transformers = pytest.importorskip("transformers")
+    hf = transformers.BertTokenizer(str(vocab_file), do_lower_case=True)
+    src = Source("x.tsv", 1)
+    cases = [("Hello, world!", None), ("The Cat sat on the mat.", "A dog ran."), ("Café au lait?", "who won")]
+    cases += [("the cat sat on the mat with a dog", "john lives in new york"),        # a longer: only a is cut
+              ("hello", "the big dog ran on the mat and the cat sat"),               # b longer: only b is cut
+              ("the cat sat on the big mat", "the dog ran on a mat")]                # both cut, even room
+    for max_len in (13, 16, 32):
+        examples = [TextExample(a, b, "x", src) for a, b in cases]
+        ours, _ = tasks.text_features(examples, tok, max_len, LabelMap(["x"]))
+        for i, (a, b) in enumerate(cases):
+            ref = hf(a, b, truncation="longest_first", max_length=max_len, padding="max_length")
+            assert ours["input_ids"][i].tolist() == ref["input_ids"], (a, b, max_len)
+            assert ours["segment_ids"][i].tolist() == ref["token_type_ids"], (a, b, max_len)
+            assert ours["input_mask"][i].tolist() == ref["attention_mask"], (a, b, max_len)
+
+
+# --------------------------------------------------------------------------------------------------
+# TFDS
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tfds_dir(tmp_path_factory) -> str:
+    tfds = pytest.importorskip("tensorflow_datasets")
+
+    class BertjaxTasksTestSet(tfds.core.GeneratorBasedBuilder):
+        """A GLUE-like pair task made up here; nothing is downloaded."""
+
+        VERSION = tfds.core.Version("1.0.0")
+
+        def _info(self):
+            return tfds.core.DatasetInfo(builder=self, features=tfds.features.FeaturesDict({
+                "sentence1": tfds.features.Text(), "sentence2": tfds.features.Text(),
+                "label": tfds.features.ClassLabel(names=["not_equivalent", "equivalent"]), "idx": np.int32}))
+
+        def _split_generators(self, dl_manager):
+            return {"train": self._generate_examples(3, labelled=True),
+                    "test": self._generate_examples(2, labelled=False)}
+
+        def _generate_examples(self, n, labelled):
+            for i in range(n):
+                yield i, {"sentence1": f"first {i}", "sentence2": f"second {i}", "label": i % 2 if labelled else -1,
+                          "idx": i}
+
+    data_dir = str(tmp_path_factory.mktemp("tfds"))
+    BertjaxTasksTestSet(data_dir=data_dir).download_and_prepare()
+    return data_dir
+
+
+def test_tfds_reader_maps_glue_features(tfds_dir):
+    examples = tasks.read_text_examples(f"tfds:bertjax_tasks_test_set:train:{tfds_dir}")
+    assert sorted((e.text_a, e.text_b, e.label) for e in examples) == [
+        ("first 0", "second 0", "not_equivalent"), ("first 1", "second 1", "equivalent"),
+        ("first 2", "second 2", "not_equivalent")]
+    assert str(examples[0].source) == "tfds:bertjax_tasks_test_set:train at example 0"
+    sliced = tasks.read_text_examples(f"tfds:bertjax_tasks_test_set:train[:2]:{tfds_dir}")
+    assert len(sliced) == 2
+    test = tasks.read_text_examples(f"tfds:bertjax_tasks_test_set:test:{tfds_dir}", require_labels=False)
+    assert [e.label for e in test] == [None, None]
+    with pytest.raises(ValueError, match=r"tfds:bertjax_tasks_test_set:test at example 0: field 'label' is empty"):
+        tasks.read_text_examples(f"tfds:bertjax_tasks_test_set:test:{tfds_dir}")
+    with pytest.raises(ValueError, match="class label.*not regression"):
+        tasks.read_text_examples(f"tfds:bertjax_tasks_test_set:train:{tfds_dir}", regression=True)
+    with pytest.raises(ValueError, match=r"no split 'dev'"):
+        tasks.read_text_examples(f"tfds:bertjax_tasks_test_set:dev:{tfds_dir}")
+    with pytest.raises(FileNotFoundError, match=r"not_a_dataset_zz.*tfds build"):
+        tasks.read_text_examples(f"tfds:not_a_dataset_zz:train:{tfds_dir}")
+
+
+# --------------------------------------------------------------------------------------------------
+# Token classification
+# --------------------------------------------------------------------------------------------------
+
+CONLL = """-DOCSTART- -X- -X- O
+
+John NNP B-NP B-PER
+lives VBZ B-VP O
+in IN B-PP O
+New NNP B-NP B-LOC
+York NNP I-NP I-LOC
+. . O O
+
+unaffable JJ B-ADJP O
+john NNP B-NP B-PER
+-DOCSTART- -X- -X- O
+the DT O O
+"""
+
+
+def test_read_conll_sentences_docstart_and_columns(tmp_path):
+    path = write(tmp_path / "train.conll", CONLL)
+    examples = tasks.read_conll(path)
+    assert [(e.words, e.labels, e.source.line) for e in examples] == [
+        (["John", "lives", "in", "New", "York", "."], ["B-PER", "O", "O", "B-LOC", "I-LOC", "O"], 3),
+        (["unaffable", "john"], ["O", "B-PER"], 10),
+        (["the"], ["O"], 13)]
+    two = write(tmp_path / "two.txt", "EU\tB-ORG\nrejects\tO\n\n\nGerman B-MISC\n")
+    assert [(e.words, e.labels) for e in tasks.read_conll(two)] == [(["EU", "rejects"], ["B-ORG", "O"]),
+                                                                      (["German"], ["B-MISC"])]
+
+
+def test_read_conll_malformed_and_empty(tmp_path):
+    with pytest.raises(ValueError, match=r"bad\.conll:3: one column 'York'"):
+        tasks.read_conll(write(tmp_path / "bad.conll", "New B-LOC\n\nYork\n"))
+    with pytest.raises(ValueError, match=r"blank\.conll holds no sentences"):
+        tasks.read_conll(write(tmp_path / "blank.conll", "-DOCSTART- O\n\n\n"))
+
+
+def test_token_features_label_first_piece_only(tmp_path, tok):
+    examples = tasks.read_conll(write(tmp_path / "train.conll", CONLL))
+    label_map = LabelMap.from_labels(label for e in examples for label in e.labels)
+    assert label_map.labels == ("B-LOC", "B-PER", "I-LOC", "O")
+    arrays, starts, truncated = tasks.token_features(examples, tok, 8, label_map)
+    pieces = [tok.convert_ids_to_tokens(row) for row in arrays["input_ids"]]
+    # Sentence 2: "unaffable" is three pieces; its label O on "un" only, the ## pieces weighted 0.
+    assert pieces[1][:6] == ["[CLS]", "un", "##aff", "##able", "john", "[SEP]"]
+    assert arrays["label_ids"][1].tolist() == [0, 3, 0, 0, 1, 0, 0, 0]
+    assert arrays["label_weights"][1].tolist() == [0, 1, 0, 0, 1, 0, 0, 0]
+    assert arrays["input_mask"][1].tolist() == [1] * 6 + [0] * 2
+    assert starts[1].tolist() == [1, 4]
+    # Sentence 1 has 6 one-piece words; 8 positions hold 6 of them, so nothing is cut ... "new york" are 2 words.
+    assert pieces[0] == ["[CLS]", "john", "lives", "in", "new", "york", ".", "[SEP]"]
+    assert arrays["label_ids"][0].tolist() == [0, 1, 3, 3, 0, 2, 3, 0]
+    assert arrays["label_weights"][0].tolist() == [0, 1, 1, 1, 1, 1, 1, 0]
+    assert truncated == 0
+    assert arrays["label_weights"].dtype == np.float32 and arrays["label_ids"].dtype == np.int32
+    assert not arrays["segment_ids"].any()
+    # Truncation: 5 positions leave room for 3 pieces; words that do not fit map to -1.
+    arrays, starts, truncated = tasks.token_features(examples, tok, 5, label_map)
+    assert starts[0].tolist() == [1, 2, 3, -1, -1, -1]
+    assert starts[1].tolist() == [1, -1]
+    assert arrays["label_weights"][1].tolist() == [0, 1, 0, 0, 0]
+    assert truncated == 2
+    # A word cut inside keeps its first pieces, and so its label.
+    arrays, starts, truncated = tasks.token_features(examples[1:2], tok, 4, label_map)
+    assert tok.convert_ids_to_tokens(arrays["input_ids"][0]) == ["[CLS]", "un", "##aff", "[SEP]"]
+    assert starts[0].tolist() == [1, -1] and arrays["label_weights"][0].tolist() == [0, 1, 0, 0] and truncated == 1
+
+
+def test_token_features_empty_word_and_unknown_label(tmp_path, tok):
+    src = Source("t.conll", 4)
+    arrays, starts, _ = tasks.token_features([TokenExample(["the", "\u200b", "cat"], ["O", "X", "O"], src)], tok, 8,
+                                             LabelMap(["O", "X"]))
+    assert tok.convert_ids_to_tokens(arrays["input_ids"][0][:5]) == ["[CLS]", "the", "[UNK]", "cat", "[SEP]"]
+    assert arrays["label_ids"][0][:5].tolist() == [0, 0, 1, 0, 0] and starts[0].tolist() == [1, 2, 3]
+    with pytest.raises(ValueError, match=r"t\.conll:5: label 'B-ORG' is not one of the 1 known labels \['O'\]"):
+        tasks.token_features([TokenExample(["a", "b"], ["O", "B-ORG"], src)], tok, 8, LabelMap(["O"]))
+
+
+# --------------------------------------------------------------------------------------------------
+# Question answering
+# --------------------------------------------------------------------------------------------------
+
+# 44 context tokens: filler x25 (0-24), denver broncos , won ( super bowl 50 ) when (25-34), un ##aff ##able cafe
+# (35-38), play ##ed the cat . (39-43).
+LEAD = " ".join(["filler"] * 25)
+CONTEXT = f"{LEAD} Denver Broncos, won (Super Bowl 50) when Unaffable Café played the cat."
+QUESTION = "Who won Super Bowl?"  # 5 tokens
+HEAD = 7  # [CLS] who won super bowl ? [SEP]
+
+
+def squad_file(tmp_path, qas, context=CONTEXT, name="train.json"):
+    data = {"version": "v2.0", "data": [{"title": "t", "paragraphs": [{"context": context, "qas": qas}]}]}
+    return write(tmp_path / name, json.dumps(data))
+
+
+def test_read_squad_skips_and_counts_bad_offsets(tmp_path):
+    start = CONTEXT.index("Denver")
+    path = squad_file(tmp_path, [
+        {"id": "q1", "question": QUESTION, "answers": [{"text": "Denver Broncos", "answer_start": start}]},
+        {"id": "q2", "question": QUESTION, "answers": [{"text": "Denver Broncos", "answer_start": start + 3}]},
+        {"id": "q3", "question": "?", "answers": [], "is_impossible": True}])
+    examples, stats = tasks.read_squad(path)
+    assert [e.qid for e in examples] == ["q1", "q3"]
+    assert stats == {"examples": 2, "skipped_bad_offsets": 1, "impossible": 1}
+    assert examples[0].answers == [("Denver Broncos", start)] and examples[1].is_impossible
+    assert str(examples[0].source) == f"{path} at data[0].paragraphs[0].qas[0]"
+    examples, stats = tasks.read_squad(path, require_answers=False)  # eval: kept, only texts matter
+    assert [e.qid for e in examples] == ["q1", "q2", "q3"] and stats["skipped_bad_offsets"] == 0
+
+
+@pytest.mark.parametrize("qas, message", [
+    ([{"question": "?", "answers": []}], r"train\.json: data\[0\]\.paragraphs\[0\]\.qas\[0\]\.id is missing"),
+    ([{"id": "a", "question": "?", "answers": [{"text": "x", "answer_start": "3"}]}],
+     r"qas\[0\]\.answers\[0\]\.answer_start is '3', not a int"),
+    ([{"id": "a", "question": "?", "answers": []}], r"qas\[0\]\.answers is empty but is_impossible is not true"),
+    ([{"id": "a", "question": "?", "is_impossible": True}, {"id": "a", "question": "?", "is_impossible": True}],
+     r"qas\[1\]\.id 'a' was used before"),
+])
+def test_read_squad_errors_name_json_path(tmp_path, qas, message):
+    with pytest.raises(ValueError, match=message):
+        tasks.read_squad(squad_file(tmp_path, qas))
+
+
+def test_read_squad_invalid_json(tmp_path):
+    with pytest.raises(ValueError, match=r"bad\.json:2: invalid JSON"):
+        tasks.read_squad(write(tmp_path / "bad.json", '{"data": [\n}'))
+    with pytest.raises(ValueError, match=r"list\.json: data is missing"):
+        tasks.read_squad(write(tmp_path / "list.json", '{"version": 1}'))
+
+
+def qa_example(answer="Denver Broncos", offset=None, impossible=False, qid="q1"):
+    start = CONTEXT.index(answer) if offset is None else offset
+    return QAExample(qid, QUESTION, CONTEXT, [] if impossible else [(answer, start)], impossible, Source("t.json"))
+
+
+def test_qa_features_strided_windows_find_the_answer(tok):
+    # max_doc = 24 - 5 - 3 = 16 tokens per window, stride 8: windows start at 0, 8, 16, 24, 32 over 44 tokens.
+    arrays, features = tasks.qa_features([qa_example()], tok, 24, doc_stride=8, max_query_length=16,
+                                              training=True)
+    assert len(features) == 5 and arrays["input_ids"].shape == (5, 24)
+    assert arrays["start_positions"].tolist() == [0, 0, 25 - 16 + HEAD, 25 - 24 + HEAD, 0]
+    assert arrays["end_positions"].tolist() == [0, 0, 26 - 16 + HEAD, 26 - 24 + HEAD, 0]
+    window2 = tok.convert_ids_to_tokens(arrays["input_ids"][2])
+    assert window2[:HEAD] == ["[CLS]", "who", "won", "super", "bowl", "?", "[SEP]"]
+    assert window2[16:19] == ["denver", "broncos", ","] and window2[-1] == "[SEP]"
+    assert arrays["segment_ids"][2].tolist() == [0] * HEAD + [1] * 17 and arrays["input_mask"][:4].all()
+    last = tok.convert_ids_to_tokens(arrays["input_ids"][4][arrays["input_mask"][4] == 1])
+    assert last[HEAD:] == ["50", ")", "when", "un", "##aff", "##able", "cafe", "play", "##ed", "the", "cat", ".",
+                           "[SEP]"]
+    assert arrays["segment_ids"][4].tolist() == [0] * HEAD + [1] * 13 + [0] * 4
+    # Token 25 has most context in window 2 (min(9, 6)) rather than window 3 (min(1, 14)).
+    assert features[2].token_is_max_context[HEAD + 9] and not features[3].token_is_max_context[HEAD + 1]
+    # Char spans point into the original context, word pieces and accents included.
+    spans = features[3].token_to_char
+    assert [CONTEXT[b:e] for b, e in spans[HEAD + 1:HEAD + 5]] == ["Denver", "Broncos", ",", "won"]
+    assert [CONTEXT[b:e] for b, e in spans[HEAD + 11:HEAD + 16]] == ["Un", "aff", "able", "Café", "play"]
+    assert spans[:HEAD] == ((-1, -1),) * HEAD and spans[-1] == (-1, -1) and len(spans) == 24
+    impossible, _ = tasks.qa_features([qa_example(impossible=True)], tok, 24, doc_stride=8, max_query_length=16,
+                                              training=True)
+    assert not impossible["start_positions"].any() and not impossible["end_positions"].any()
+    predict, _ = tasks.qa_features([qa_example()], tok, 24, doc_stride=8, max_query_length=16)
+    assert "start_positions" not in predict
+
+
+def test_improve_answer_span_finds_the_tight_span(tok):
+    # "(Super Bowl 50)": the whitespace words "(Super" and "50)" hold the answer among punctuation.
+    arrays, features = tasks.qa_features([qa_example("Super Bowl 50")], tok, 96, training=True)
+    tokens = tok.convert_ids_to_tokens(arrays["input_ids"][0])
+    s, e = int(arrays["start_positions"][0]), int(arrays["end_positions"][0])
+    assert tokens[s:e + 1] == ["super", "bowl", "50"]
+    spans = features[0].token_to_char
+    assert CONTEXT[spans[s][0]:spans[e][1]] == "Super Bowl 50"
+
+
+def test_qa_predictions_recover_original_text(tok):
+    examples = [qa_example(), qa_example(qid="q2", impossible=True)]
+    arrays, features = tasks.qa_features(examples, tok, 24, doc_stride=8, max_query_length=16)
+    assert [f.example_index for f in features] == [0] * 5 + [1] * 5
+    start, end = np.zeros((10, 24)), np.zeros((10, 24))
+    start[2, HEAD + 9], end[2, HEAD + 10] = 5.0, 5.0     # window 2: "Denver Broncos" (max context for token 25)
+    start[3, HEAD + 1], end[3, HEAD + 2] = 9.0, 9.0      # window 3: the same start, not max context there
+    start[3, 0] = end[3, 0] = -1.0
+    start[1, 2], end[1, 3] = 20.0, 20.0                  # a span in the question is never an answer
+    start[1, 23], end[1, 23] = 30.0, 30.0                # nor the final [SEP]
+    start[8, HEAD + 11], end[8, HEAD + 14] = 3.0, 3.0    # q2, window 3: "Unaffable Café"
+    predictions = tasks.qa_predictions(examples, features, start, end)
+    assert predictions == {"q1": "Denver Broncos", "q2": "Unaffable Café"}
+    # The comma is its own token: a span ending on it keeps the context's own text.
+    end[2, HEAD + 11] = 6.0
+    assert tasks.qa_predictions(examples, features, start, end)["q1"] == "Denver Broncos,"
+    assert tasks.qa_predictions(examples, features, start, end, max_answer_length=2)["q1"] == "Denver Broncos"
+    # SQuAD v2.0: q2's null score (min over its windows of start[0] + end[0] = 8) beats its best span (6).
+    start[5:, 0] = end[5:, 0] = 4.0
+    v2 = tasks.qa_predictions(examples, features, start, end, version_2=True)
+    assert v2 == {"q1": "Denver Broncos,", "q2": ""}
+    assert tasks.qa_predictions(examples, features, start, end, version_2=True,
+                                null_score_diff_threshold=3.0)["q2"] == "Unaffable Café"
+    with pytest.raises(ValueError, match=r"must both be \[10 features, max_seq_length\]"):
+        tasks.qa_predictions(examples, features, start[:3], end[:3])
+
+
+def test_qa_features_bad_lengths_and_empty_context(tok):
+    with pytest.raises(ValueError, match="max_seq_length=64 leaves no room .* max_query_length=64"):
+        tasks.qa_features([qa_example()], tok, 64)
+    with pytest.raises(ValueError, match="outside the context"):
+        tasks.qa_features([qa_example(offset=len(CONTEXT))], tok, 96, training=True)
+    empty = QAExample("e", "who", "", [], True, Source("t.json"))
+    arrays, features = tasks.qa_features([empty], tok, 16, max_query_length=8, training=True)
+    assert len(features) == 1 and int(arrays["input_mask"][0].sum()) == 4  # [CLS] who [SEP] [SEP]
+    assert tasks.qa_predictions([empty], features, np.zeros((1, 16)), np.zeros((1, 16))) == {"e": ""}
