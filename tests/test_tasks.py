@@ -5,6 +5,7 @@ Everything runs on files written here with a small vocab; no JAX compile, no dow
 
 import json
 import types
+import unicodedata
 
 import numpy as np
 import pytest
@@ -450,3 +451,24 @@ def test_qa_features_bad_lengths_and_empty_context(tok):
     arrays, features = tasks.qa_features([empty], tok, 16, max_query_length=8, training=True)
     assert len(features) == 1 and int(arrays["input_mask"][0].sum()) == 4  # [CLS] who [SEP] [SEP]
     assert tasks.qa_predictions([empty], features, np.zeros((1, 16)), np.zeros((1, 16))) == {"e": ""}
+
+
+def test_char_spans_with_sentencepiece(tmp_path):
+    texts = ["The Denver Broncos won Super Bowl 50, beating the Carolina Panthers.",
+             "Unaffable cafés played the cat game (Super Bowl)."] * 100
+    sp = tokenization.train_sentencepiece(texts, 46, tmp_path, do_lower_case=True)
+    context = "Who? The Denver Broncos, won (Super Bowl 50) at Café Ünaffable ｆｕｌｌ."
+    example = QAExample("q", "who won?", context, [("Denver Broncos", context.index("Denver"))], False, Source("x"))
+    arrays, features = tasks.qa_features([example], sp, 96, max_query_length=8, training=True)
+    pieces = sp.convert_ids_to_tokens(arrays["input_ids"][0])
+    checked = 0
+    for piece, (b, e) in zip(pieces, features[0].token_to_char):
+        spelled = piece.lstrip("\u2581")
+        if b >= 0 and spelled and piece != "[UNK]":  # each spelled piece maps onto exactly its original chars
+            assert unicodedata.normalize("NFKC", context[b:e].lower()) == spelled, (piece, context[b:e])
+            checked += 1
+    assert checked > 30
+    s, e = int(arrays["start_positions"][0]), int(arrays["end_positions"][0])
+    start, end = np.zeros((1, 96)), np.zeros((1, 96))
+    start[0, s], end[0, e] = 1.0, 1.0
+    assert tasks.qa_predictions([example], features, start, end) == {"q": "Denver Broncos"}

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import functools
 import io
 import json
 import logging
@@ -68,6 +69,11 @@ def _check_length(max_seq_length: int, least: int) -> None:
 
 def _pad(ids: list[int], length: int, value: int) -> list[int]:
     return ids + [value] * (length - len(ids))
+
+
+def _pieces(tokenizer: Tokenizer, texts: Sequence[str]) -> list[list[str]]:
+    """Pieces of many texts in one batched engine call (per-word calls dominate NER and SQuAD conversion)."""
+    return [tokenizer.convert_ids_to_tokens(ids) for ids in tokenizer.encode_batch(list(texts))] if texts else []
 
 
 def _read_text(path: str) -> str:
@@ -315,7 +321,7 @@ def read_tfds_text_examples(name: str, split: str = "train", data_dir: Optional[
     return examples
 
 
-def _truncate_seq_pair(tokens_a: list[str], tokens_b: list[str], max_length: int) -> bool:
+def _truncate_seq_pair(tokens_a: list[Any], tokens_b: list[Any], max_length: int) -> bool:
     """google-research/bert's rule: pop from the longer list (b on ties) until both fit; True if anything was cut."""
     cut = False
     while len(tokens_a) + len(tokens_b) > max_length:
@@ -335,17 +341,19 @@ def text_features(examples: Sequence[TextExample], tokenizer: Tokenizer, max_seq
     _check_length(max_seq_length, 3)
     input_ids, segment_ids, input_mask = [], [], []
     truncated = 0
-    for ex in examples:
-        a = tokenizer.tokenize(ex.text_a)
-        b = tokenizer.tokenize(ex.text_b) if ex.text_b is not None else None
+    firsts = tokenizer.encode_batch([ex.text_a for ex in examples]) if examples else []
+    pairs = [ex for ex in examples if ex.text_b is not None]
+    seconds = iter(tokenizer.encode_batch([ex.text_b for ex in pairs]) if pairs else [])
+    for ex, a in zip(examples, firsts):
+        b = next(seconds) if ex.text_b is not None else None
         if b is not None:
             truncated += _truncate_seq_pair(a, b, max_seq_length - 3)
         elif len(a) > max_seq_length - 2:
             a, truncated = a[:max_seq_length - 2], truncated + 1
-        ids = [cls_id] + tokenizer.convert_tokens_to_ids(a) + [sep_id]
+        ids = [cls_id] + a + [sep_id]
         segments = [0] * len(ids)
         if b is not None:
-            ids += tokenizer.convert_tokens_to_ids(b) + [sep_id]
+            ids += b + [sep_id]
             segments += [1] * (len(b) + 1)
         input_ids.append(_pad(ids, max_seq_length, pad_id))
         segment_ids.append(_pad(segments, max_seq_length, 0))
@@ -430,10 +438,10 @@ def token_features(examples: Sequence[TokenExample], tokenizer: Tokenizer, max_s
         ids, label_ids, weights = [cls_id], [0], [0.0]
         starts = np.full(len(ex.words), -1, np.int32)
         cut = False
-        for i, (word, label) in enumerate(zip(ex.words, ex.labels)):
+        for i, (word, label, pieces) in enumerate(zip(ex.words, ex.labels, _pieces(tokenizer, ex.words))):
             label_id = label_map.id(label, Source(ex.source.file, ex.source.line + i) if ex.source.line
                                     else ex.source)
-            pieces = tokenizer.tokenize(word) or [UNK]
+            pieces = pieces or [UNK]
             room = max_seq_length - 1 - len(ids)
             if room <= 0 or len(pieces) > room:
                 cut = True
@@ -594,8 +602,9 @@ class _Aligner:
     """Char span in the original text of each piece of a word, so answers keep the context's case and punctuation.
 
     Pieces are spelled back (## / ▁ removed) and found in the word folded as the tokenizer folds it (controls and
-    spaces dropped; lower-cased and accents stripped when it lower-cases; NFKC for SentencePiece). A piece that
-    cannot be found ([UNK] aside) gets the whole word's span: the answer is then a little long, never wrong.
+    spaces dropped; lower-cased, and for WordPiece accents stripped, when it lower-cases; NFKC for SentencePiece).
+    [UNK] covers the chars up to the next piece found. A piece that cannot be found (or spells nothing, as a lone ▁)
+    gets the whole word's span: an answer starting or ending there is a little long, never cut.
     """
 
     def __init__(self, tokenizer: Tokenizer):
@@ -604,14 +613,15 @@ class _Aligner:
         self.lower = tokenizer.do_lower_case
         self.nfkc = isinstance(tokenizer, SentencePieceTokenizer)
         self.is_continuation = tokenizer.is_continuation_token
+        self.fold = functools.lru_cache(maxsize=65536)(self._fold)
 
-    def fold(self, c: str) -> str:
+    def _fold(self, c: str) -> str:
         cat = unicodedata.category(c)
         if cat[0] in "CZ" or c == "\ufffd":
             return ""
-        if self.nfkc:
-            c = unicodedata.normalize("NFKC", c)
-        if self.lower:
+        if self.nfkc:  # SentencePiece: lower-cased in Python, then NFKC inside the engine; accents stay
+            return unicodedata.normalize("NFKC", c.lower() if self.lower else c).replace("ς", "σ")
+        if self.lower:  # BERT's BasicTokenizer: lower-case, NFD, drop accents
             c = "".join(x for x in unicodedata.normalize("NFD", c.lower()) if unicodedata.category(x) != "Mn")
         return c.replace("ς", "σ")
 
@@ -686,19 +696,21 @@ def qa_features(examples: Sequence[QAExample], tokenizer: Tokenizer, max_seq_len
                                                   "end_positions")}
     features: list[QAFeature] = []
     queries_cut = 0
-    for example_index, ex in enumerate(examples):
-        query = tokenizer.tokenize(ex.question)
+    context: Optional[str] = None
+    questions = _pieces(tokenizer, [ex.question for ex in examples])
+    for example_index, (ex, query) in enumerate(zip(examples, questions)):
         if len(query) > max_query_length:
             query, queries_cut = query[:max_query_length], queries_cut + 1
-        words, word_starts, char_to_word = _context_words(ex.context)
-        doc_tokens: list[str] = []
-        doc_chars: list[tuple[int, int]] = []
-        word_to_tok: list[int] = []
-        for word, start in zip(words, word_starts):
-            word_to_tok.append(len(doc_tokens))
-            pieces = tokenizer.tokenize(word)
-            doc_tokens += pieces
-            doc_chars += aligner.spans(word, start, pieces)
+        if ex.context != context:  # a paragraph's questions come together: tokenize its context once
+            context = ex.context
+            words, word_starts, char_to_word = _context_words(context)
+            doc_tokens: list[str] = []
+            doc_chars: list[tuple[int, int]] = []
+            word_to_tok: list[int] = []
+            for word, start, pieces in zip(words, word_starts, _pieces(tokenizer, words)):
+                word_to_tok.append(len(doc_tokens))
+                doc_tokens += pieces
+                doc_chars += aligner.spans(word, start, pieces)
         tok_start = tok_end = -1
         if training and not ex.is_impossible:
             if not ex.answers:
@@ -776,16 +788,22 @@ def qa_predictions(examples: Sequence[QAExample], features: Sequence[QAFeature],
             feature, s_logits, e_logits = features[f_index], start_logits[f_index], end_logits[f_index]
             n = min(len(feature.token_to_char), s_logits.shape[0])
             null_score = min(null_score, s_logits[0] + e_logits[0])
-            in_context = np.array([feature.token_to_char[t][0] >= 0 for t in range(n)], bool)
-            max_context = in_context & np.array(feature.token_is_max_context[:n], bool)
-            for s in _best_indexes(s_logits[:n], max_context, n_best_size):
-                for e in _best_indexes(e_logits[:n], in_context, n_best_size):
-                    if e < s or e - s + 1 > max_answer_length:
-                        continue
-                    score = s_logits[s] + e_logits[e]
-                    text = ex.context[feature.token_to_char[s][0]:feature.token_to_char[e][1]]
-                    if score > best_score and text:
-                        best_score, best_text = score, text
+            chars = np.asarray(feature.token_to_char, np.int64).reshape(-1, 2)[:n]
+            in_context = chars[:, 0] >= 0
+            starts = _best_indexes(s_logits[:n], in_context & np.asarray(feature.token_is_max_context[:n], bool),
+                                   n_best_size)
+            ends = _best_indexes(e_logits[:n], in_context, n_best_size)
+            # run_squad.py's double loop over (start, end) candidates, as one masked matrix; row-major argmax keeps
+            # its order among equal scores.
+            length = ends[None, :] - starts[:, None] + 1
+            scores = np.where((length >= 1) & (length <= max_answer_length),
+                              s_logits[starts][:, None] + e_logits[ends][None, :], -np.inf)
+            if not scores.size:
+                continue
+            i, j = np.unravel_index(np.argmax(scores), scores.shape)
+            text = ex.context[chars[starts[i], 0]:chars[ends[j], 1]]
+            if scores[i, j] > best_score and text:
+                best_score, best_text = float(scores[i, j]), text
         if version_2 and null_score - best_score > null_score_diff_threshold:
             best_text = ""
         predictions[ex.qid] = best_text
