@@ -292,8 +292,21 @@ class EvalConfig:
             raise _bad("config.eval.show_predictions", self.show_predictions, "must be ≥ 0.")
 
 
+class _Sections:
+    """What a whole config (pre-training's or fine-tuning's) does with its sections."""
+
+    def replace(self, **sections: Mapping[str, Any]) -> Any:
+        """A copy with fields of sections changed: `job.replace(data={"vocab_file": v})`."""
+        return dataclasses.replace(self, **{name: dataclasses.replace(getattr(self, name), **fields)
+                                            for name, fields in sections.items()})
+
+    def to_dict(self) -> dict:
+        """Plain JSON-able dict, in the config file's layout (written as workdir/config.json)."""
+        return dataclasses.asdict(self)
+
+
 @dataclasses.dataclass(frozen=True)
-class JobConfig:
+class JobConfig(_Sections):
     """The whole pre-training config: one field per section of configs/default.py."""
 
     seed: int = 0
@@ -321,14 +334,131 @@ class JobConfig:
                              f"config.model.max_position_embeddings={self.model.max_position_embeddings}; lower the "
                              "first (and the records' max_seq_length with it) or raise the second.")
 
-    def replace(self, **sections: Mapping[str, Any]) -> "JobConfig":
-        """A copy with fields of sections changed: `job.replace(data={"vocab_file": v})`."""
-        return dataclasses.replace(self, **{name: dataclasses.replace(getattr(self, name), **fields)
-                                            for name, fields in sections.items()})
 
-    def to_dict(self) -> dict:
-        """Plain JSON-able dict, in the config file's layout (written as workdir/config.json)."""
-        return dataclasses.asdict(self)
+
+# --- Fine-tuning (configs/finetune.py, python -m bertjax.finetune) ----------------------------------------
+
+FINETUNE_TASKS = ("sequence_classification", "token_classification", "question_answering")
+
+
+@dataclasses.dataclass(frozen=True)
+class FinetuneDataConfig:
+    """`config.data` of fine-tuning: labelled files (or tfds:NAME:SPLIT) and how they become rows."""
+
+    train_file: str = ""
+    eval_file: str = ""
+    max_seq_length: int = 128
+    vocab_file: str = ""  # default: the vocab that comes with train.init_from
+    do_lower_case: bool = True  # with an explicit vocab_file only; init_from's casing otherwise
+    regression: bool = False  # sequence_classification with one float label (STS-B), MSE
+    doc_stride: int = 128  # question_answering: tokens between the starts of a long context's windows
+    max_query_length: int = 64
+    max_answer_length: int = 30
+    n_best_size: int = 20
+    version_2_with_negative: bool = False  # SQuAD 2.0: questions may have no answer
+    null_score_diff_threshold: float = 0.0
+    tfds_data_dir: str = ""
+
+    def validate(self, task: str) -> None:
+        if not self.train_file:
+            raise _bad("config.data.train_file", self.train_file, "is empty; name the labelled training file "
+                       "(TSV/CSV/JSONL, CoNLL or SQuAD JSON; a glob, or tfds:NAME:SPLIT).")
+        if self.max_seq_length < 8:
+            raise _bad("config.data.max_seq_length", self.max_seq_length, "must be ≥ 8.")
+        if self.regression and task != "sequence_classification":
+            raise _bad("config.data.regression", True, f"is for sequence_classification, not {task}.")
+        if task == "question_answering" and not 0 < self.doc_stride < self.max_seq_length - self.max_query_length - 3:
+            raise _bad("config.data.doc_stride", self.doc_stride,
+                       f"must be > 0 and leave room for the question: below max_seq_length - max_query_length - 3 "
+                       f"= {self.max_seq_length - self.max_query_length - 3}.")
+
+
+@dataclasses.dataclass(frozen=True)
+class FinetuneTrainConfig:
+    """`config.train` of fine-tuning: epochs over the labelled data, from pre-trained weights."""
+
+    init_from: str = ""  # bertjax workdir, Hugging Face or TF1 directory; empty = random initialisation
+    global_batch_size: int = 32
+    micro_batches: int = 1
+    num_epochs: float = 3.0
+    num_train_steps: int = 0  # 0 = num_epochs over the training set
+    warmup_proportion: float = 0.1  # of the steps, as google-research/bert's run_classifier.py
+    log_every_steps: int = 50
+    profile_steps: int = 0
+    on_nonfinite: str = "skip"
+    max_consecutive_nonfinite: int = 10
+
+    def validate(self) -> None:
+        if self.num_epochs <= 0 and self.num_train_steps <= 0:
+            raise _bad("config.train.num_epochs", self.num_epochs, "must be > 0 (or set config.train.num_train_steps).")
+        if not 0 <= self.warmup_proportion < 1:
+            raise _bad("config.train.warmup_proportion", self.warmup_proportion, "must be in [0, 1).")
+        if self.global_batch_size < 1 or self.micro_batches < 1 or self.global_batch_size % self.micro_batches:
+            raise _bad("config.train.global_batch_size", self.global_batch_size,
+                       f"must be ≥ 1 and divide by config.train.micro_batches={self.micro_batches}.")
+        if self.on_nonfinite not in NONFINITE_POLICIES:
+            raise _bad("config.train.on_nonfinite", self.on_nonfinite, f"is not one of {list(NONFINITE_POLICIES)}.")
+
+
+def _floats(path: str, text: str) -> tuple[float, ...]:
+    try:
+        return tuple(float(v) for v in str(text).split(",") if v.strip())
+    except ValueError:
+        raise _bad(path, text, "must be comma-separated numbers, e.g. 2e-5,3e-5,5e-5.") from None
+
+
+@dataclasses.dataclass(frozen=True)
+class SweepConfig:
+    """`config.sweep`: one fine-tuning run per learning rate × seed (BERT's scores vary with the seed on
+    small data), each in workdir/sweep/lr=…,seed=…; the job reports the best and the spread."""
+
+    learning_rate: str = ""  # e.g. "2e-5,3e-5,5e-5"; empty = config.optim.learning_rate only
+    seeds: str = ""  # e.g. "0,1,2"; empty = config.seed only
+
+    @property
+    def learning_rates(self) -> tuple[float, ...]:
+        return _floats("config.sweep.learning_rate", self.learning_rate)
+
+    @property
+    def seed_values(self) -> tuple[int, ...]:
+        values = _floats("config.sweep.seeds", self.seeds)
+        if any(v != int(v) for v in values):
+            raise _bad("config.sweep.seeds", self.seeds, "must be comma-separated integers, e.g. 0,1,2.")
+        return tuple(int(v) for v in values)
+
+    def validate(self) -> None:
+        self.learning_rates, self.seed_values  # noqa: B018  (parse errors name the field)
+
+
+@dataclasses.dataclass(frozen=True)
+class FinetuneConfig(_Sections):
+    """The whole fine-tuning config (configs/finetune.py). `model` says how to compute; the architecture
+    comes from `train.init_from` (or `model`'s fields for a random initialisation)."""
+
+    task: str = "sequence_classification"
+    seed: int = 0
+    model: ModelConfig = ModelConfig()
+    data: FinetuneDataConfig = FinetuneDataConfig()
+    train: FinetuneTrainConfig = FinetuneTrainConfig()
+    optim: OptimConfig = OptimConfig(learning_rate=3e-5, warmup_steps=0)
+    mesh: MeshConfig = MeshConfig()
+    checkpoint: CheckpointConfig = CheckpointConfig(every_steps=1000, keep=1, keep_every=0)
+    eval: EvalConfig = EvalConfig(every_steps=1000, num_batches=0)
+    sweep: SweepConfig = SweepConfig()
+
+    @classmethod
+    def from_configdict(cls, config: Any) -> "FinetuneConfig":
+        job = convert(cls, config, "config")
+        job.validate()
+        return job
+
+    def validate(self) -> None:
+        if self.task not in FINETUNE_TASKS:
+            raise _bad("config.task", self.task, f"is not one of {list(FINETUNE_TASKS)}.")
+        for section in (self.model, self.train, self.mesh, self.checkpoint, self.eval, self.sweep):
+            section.validate()
+        self.data.validate(self.task)
+        self.optim.validate(self.train.num_train_steps or None)
 
 
 # --- The one converter ------------------------------------------------------------------------------

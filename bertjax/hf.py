@@ -143,29 +143,74 @@ def hf_config_dict(config: model_lib.BertConfig) -> dict:
     }
 
 
-def save_pretrained(path: str, model: model_lib.BertForPreTraining, params: dict,
-                    vocab_file: Optional[str] = None, do_lower_case: bool = True) -> None:
-    """Writes a directory that `transformers.BertForPreTraining.from_pretrained(path)` loads as is."""
+def _new_directory(path: str) -> None:
     if os.path.exists(path) and not os.path.isdir(path):
         raise NotADirectoryError(f"{path} is a file, not a directory; pass a new or existing directory for the "
                                  "Hugging Face files.")
     os.makedirs(path, exist_ok=True)
-    config = model.config
-    params = jax.device_get(params)
+
+
+def _write(path: str, config_dict: dict, tensors: dict[str, np.ndarray], max_length: int,
+           vocab_file: Optional[str], do_lower_case: bool) -> None:
+    """config.json, model.safetensors and, with a vocab, the BertTokenizer files."""
     with open(os.path.join(path, CONFIG_NAME), "w") as f:
-        json.dump(hf_config_dict(config), f, indent=2, sort_keys=True)
-    save_file(to_hf_state_dict(config, params), os.path.join(path, WEIGHTS_NAME), metadata={"format": "pt"})
+        json.dump(config_dict, f, indent=2, sort_keys=True)
+    save_file(tensors, os.path.join(path, WEIGHTS_NAME), metadata={"format": "pt"})
     if vocab_file is not None:
         if not os.path.isfile(vocab_file):
             raise FileNotFoundError(f"vocab_file {vocab_file} does not exist; pass the vocab.txt used for training.")
-        shutil.copyfile(vocab_file, os.path.join(path, "vocab.txt"))
+        target = os.path.join(path, "vocab.txt")
+        if not (os.path.exists(target) and os.path.samefile(vocab_file, target)):  # re-exporting in place
+            shutil.copyfile(vocab_file, target)
         tokenizer_config = {
             "tokenizer_class": "BertTokenizer", "do_lower_case": do_lower_case,
-            "model_max_length": config.max_position_embeddings, "unk_token": "[UNK]", "sep_token": "[SEP]",
+            "model_max_length": max_length, "unk_token": "[UNK]", "sep_token": "[SEP]",
             "pad_token": "[PAD]", "cls_token": "[CLS]", "mask_token": "[MASK]",
         }
         with open(os.path.join(path, "tokenizer_config.json"), "w") as f:
             json.dump(tokenizer_config, f, indent=2)
+
+
+def save_pretrained(path: str, model: model_lib.BertForPreTraining, params: dict,
+                    vocab_file: Optional[str] = None, do_lower_case: bool = True) -> None:
+    """Writes a directory that `transformers.BertForPreTraining.from_pretrained(path)` loads as is."""
+    _new_directory(path)
+    config = model.config
+    _write(path, hf_config_dict(config), to_hf_state_dict(config, jax.device_get(params)),
+           config.max_position_embeddings, vocab_file, do_lower_case)
+
+
+# --- Fine-tuned heads (heads.py) → BertForSequenceClassification / TokenClassification / QuestionAnswering
+
+_HEADS = {  # task → (HF class, its output layer's name, whether its BertModel has the pooler)
+    "sequence_classification": ("BertForSequenceClassification", "classifier", True),
+    "token_classification": ("BertForTokenClassification", "classifier", False),
+    "question_answering": ("BertForQuestionAnswering", "qa_outputs", False),
+}
+
+
+def save_finetuned(path: str, config: model_lib.BertConfig, params: dict, task: str, labels: Optional[list[str]],
+                   regression: bool = False, vocab_file: Optional[str] = None, do_lower_case: bool = True) -> None:
+    """Writes a fine-tuned model (heads.BertForFinetuning's params) as the transformers class of its task,
+    with id2label/label2id, loading with no missing or unexpected keys."""
+    _new_directory(path)
+    architecture, head, pooler = _HEADS[task]
+    params = model_lib.unstack_layers(jax.device_get(params))
+    tensors = {name: value for name, value in to_hf_state_dict(config, params).items()
+               if name.startswith("bert.") and (pooler or not name.startswith("bert.pooler."))}
+    tensors[f"{head}.weight"] = np.ascontiguousarray(np.asarray(params[head]["kernel"], np.float32).T)
+    tensors[f"{head}.bias"] = np.asarray(params[head]["bias"], np.float32)
+    config_dict = dict(hf_config_dict(config), architectures=[architecture])
+    if task == "question_answering":
+        config_dict["num_labels"] = 2
+    elif regression:
+        config_dict.update(num_labels=1, problem_type="regression")
+    else:
+        config_dict.update(id2label={str(i): label for i, label in enumerate(labels)},
+                           label2id={label: i for i, label in enumerate(labels)},
+                           problem_type="single_label_classification" if task == "sequence_classification" else None)
+        config_dict = {k: v for k, v in config_dict.items() if v is not None}
+    _write(path, config_dict, tensors, config.max_position_embeddings, vocab_file, do_lower_case)
 
 
 # --- Import ---------------------------------------------------------------------------------------

@@ -74,10 +74,10 @@ def main(argv):
     try:
         train.train_and_evaluate(FLAGS.config, FLAGS.workdir, compile_only=FLAGS.compile_only)
     except (ValueError, OSError, FloatingPointError) as e:
-        _exit_with_sentence(e)
+        exit_with_sentence(e)
 
 
-def _exit_with_sentence(error: Exception) -> None:
+def exit_with_sentence(error: Exception) -> None:
     """A bad config, file or environment (and a run stopped by non-finite steps or a full disk) ends in the
     error's one sentence; BERTJAX_TRACEBACK=1 shows the traceback as well."""
     if os.environ.get("BERTJAX_TRACEBACK", "") not in ("", "0"):
@@ -94,7 +94,7 @@ def _compile_for_topology() -> None:
     try:
         aot.compile_for_topology(JobConfig.from_configdict(FLAGS.config), FLAGS.workdir, FLAGS.topology)
     except ValueError as e:  # does not fit, a bad topology or mesh: one sentence, no traceback
-        _exit_with_sentence(e)
+        exit_with_sentence(e)
 
 
 if __name__ == "__main__":

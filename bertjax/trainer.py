@@ -12,6 +12,7 @@ one device. The train step is compiled ahead of time with donated state and its 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import time
 from typing import Any, Callable, Optional, Sequence
@@ -27,7 +28,7 @@ from bertjax import metrics as metrics_lib
 from bertjax import model as model_lib
 from bertjax import optim as optim_lib
 from bertjax import sharding as sharding_lib
-from bertjax.config import JobConfig, TrainConfig
+from bertjax.config import JobConfig
 from bertjax.data import pipeline as pipeline_lib
 
 log = logging.getLogger(__name__)
@@ -42,9 +43,28 @@ class TrainState:
     rng: jax.Array  # raw base key (uint32); dropout keys are folded from it by step and micro-batch
 
 
-# --- The steps ---------------------------------------------------------------------------------------
+# --- Tasks -------------------------------------------------------------------------------------------
 
-def _forward_sums(model: nn.Module, params: Any, batch: Batch, nsp: bool, rng: Optional[jax.Array]) -> dict:
+@dataclasses.dataclass(frozen=True)
+class Task:
+    """What a job trains: the model, its weighted (sum, count) metrics of a batch, the loss made from
+    them, and the batch it reads. Pre-training is one task (`pretraining_task`); each fine-tuning head
+    (heads.py) is another. The step, the state, the mesh and the checkpoints are the same for all."""
+
+    model: nn.Module
+    # (params, batch, dropout rng or None) → metrics as (sum, count) pairs; the loss terms among them
+    forward_sums: Callable[[Any, Batch, Optional[jax.Array]], metrics_lib.Metrics]
+    # The loss's denominators, from the whole batch before it is split into micro-batches, so that k
+    # accumulated micro-batches give exactly the gradient of the whole batch.
+    loss_denominators: Callable[[Batch], Any]
+    loss: Callable[[metrics_lib.Metrics, Any], jax.Array]  # (summed metrics, denominators) → scalar
+    batch_shapes: Callable[[int], dict[str, tuple[tuple[int, ...], Any]]]  # global batch → name → (shape, dtype)
+    seq_len: int
+    flops_per_row: float  # model FLOPs of one training row (forward + backward), for MFU
+    predict: Optional[Callable[[Any, Batch], dict]] = None  # (params, batch) → per-row outputs, for host metrics
+
+
+def _pretraining_sums(model: nn.Module, nsp: bool, params: Any, batch: Batch, rng: Optional[jax.Array]) -> dict:
     """Weighted (sum, count) metrics of one batch; dropout on when rng is given. Packed rows carry
     per-instance positions and [CLS] positions, and one NSP term per instance."""
     packed = model_lib.packed_inputs(batch)
@@ -55,14 +75,45 @@ def _forward_sums(model: nn.Module, params: Any, batch: Batch, nsp: bool, rng: O
     sums = metrics_lib.pretraining_metrics(
         out.mlm_logits, batch["masked_lm_ids"], batch["masked_lm_weights"], out.nsp_logits if nsp else None,
         batch["next_sentence_labels"], weight, batch.get("next_sentence_weights"))
-    # Per row, for the log: instances (seq/s counts them) and real tokens (tokens/s, padding).
+    instances = jnp.sum(batch["next_sentence_weights"] * weight[:, None]) if packed else jnp.sum(weight)
+    return dict(sums, **row_counts(batch, instances))
+
+
+def row_counts(batch: Batch, instances: Optional[jax.Array] = None) -> dict:
+    """Per row, for the log: instances (seq/s counts them; one per row unless packed) and real tokens
+    (tokens/s, padding)."""
+    weight = batch[pipeline_lib.EXAMPLE_WEIGHT]
     rows = jnp.sum(weight)
-    instances = jnp.sum(batch["next_sentence_weights"] * weight[:, None]) if packed else rows
     real = jnp.sum((batch["input_mask"] > 0) * weight[:, None])
-    return dict(sums, instances_per_row=(instances, rows), real_tokens_per_row=(real, rows))
+    return dict(instances_per_row=(rows if instances is None else instances, rows), real_tokens_per_row=(real, rows))
 
 
-def make_train_step(model: nn.Module, tx: optax.GradientTransformation, micro_batches: int, nsp: bool,
+def _pretraining_denominators(batch: Batch) -> tuple[jax.Array, jax.Array]:
+    weight = batch[pipeline_lib.EXAMPLE_WEIGHT]
+    mlm_count = jnp.sum(batch["masked_lm_weights"] * weight[:, None])
+    nsp_count = jnp.sum(batch["next_sentence_weights"] * weight[:, None]) if "next_sentence_weights" in batch \
+        else jnp.sum(weight)
+    return mlm_count, nsp_count
+
+
+def pretraining_task(config: JobConfig, platform: Optional[str] = None) -> Task:
+    """Masked LM (+ next sentence prediction) on the records of `config.data`, for a mesh on `platform`."""
+    data = config.data
+    model = model_lib.from_config(config.model, platform=platform, packed=data.packing)
+    return Task(
+        model=model, forward_sums=functools.partial(_pretraining_sums, model, data.next_sentence_prediction),
+        loss_denominators=_pretraining_denominators,
+        loss=lambda sums, counts: metrics_lib.pretraining_loss(sums, *counts),
+        batch_shapes=lambda n: pipeline_lib.batch_shapes(n, data.max_seq_length, data.record_predictions,
+                                                         data.record_instances),
+        seq_len=data.max_seq_length,
+        flops_per_row=metrics_lib.flops_per_sequence(config.model.architecture, data.max_seq_length,
+                                                     data.max_predictions_per_seq))
+
+
+# --- The steps ---------------------------------------------------------------------------------------
+
+def make_train_step(task: Task, tx: optax.GradientTransformation, micro_batches: int,
                     learning_rate: Callable[[jax.Array], jax.Array], compute_shardings: Any = None) -> Callable:
     """(state, batch) → (state, metrics). Gradients are summed over micro-batches inside the step.
 
@@ -73,22 +124,19 @@ def make_train_step(model: nn.Module, tx: optax.GradientTransformation, micro_ba
     `compute_shardings` (sharding.gathered_for_compute of the parameter shardings), when given, is how
     the parameters are laid out for the forward and backward pass.
 
-    The loss is `metrics.pretraining_loss` with the *whole* batch's counts as denominators, in every
-    micro-batch: accumulating k micro-batches gives exactly the gradient of one batch k times larger.
+    The loss takes the *whole* batch's denominators (`task.loss_denominators`) in every micro-batch:
+    accumulating k micro-batches gives exactly the gradient of one batch k times larger.
     """
 
     def step(state: TrainState, batch: Batch) -> tuple[TrainState, dict]:
-        weight = batch[pipeline_lib.EXAMPLE_WEIGHT]
-        mlm_count = jnp.sum(batch["masked_lm_weights"] * weight[:, None])
-        nsp_count = jnp.sum(batch["next_sentence_weights"] * weight[:, None]) if "next_sentence_weights" in batch \
-            else jnp.sum(weight)
+        denominators = task.loss_denominators(batch)
         step_rng = jax.random.fold_in(state.rng, state.step)
 
         def loss_fn(params, micro, rng):
             if compute_shardings is not None:
                 params = jax.lax.with_sharding_constraint(params, compute_shardings)
-            sums = _forward_sums(model, params, micro, nsp, rng)
-            return metrics_lib.pretraining_loss(sums, mlm_count, nsp_count), sums
+            sums = task.forward_sums(params, micro, rng)
+            return task.loss(sums, denominators), sums
 
         grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
         if micro_batches == 1:
@@ -103,8 +151,8 @@ def make_train_step(model: nn.Module, tx: optax.GradientTransformation, micro_ba
                 loss, sums, grads = carry
                 return (loss + loss_i, jax.tree.map(jnp.add, sums, sums_i), jax.tree.map(jnp.add, grads, grads_i)), None
 
-            zero_sums = jax.eval_shape(lambda: _forward_sums(model, state.params, jax.tree.map(lambda x: x[0], split),
-                                                             nsp, None))
+            zero_sums = jax.eval_shape(lambda: task.forward_sums(state.params, jax.tree.map(lambda x: x[0], split),
+                                                                 None))
             init = (jnp.zeros((), jnp.float32), jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), zero_sums),
                     jax.tree.map(jnp.zeros_like, state.params))
             (loss, sums, grads), _ = jax.lax.scan(accumulate, init, (jnp.arange(micro_batches), split))
@@ -128,11 +176,12 @@ def make_train_step(model: nn.Module, tx: optax.GradientTransformation, micro_ba
     return step
 
 
-def make_eval_step(model: nn.Module, nsp: bool, compute_shardings: Any = None) -> Callable:
+def make_eval_step(forward: Callable[[Any, Batch], Any], compute_shardings: Any = None) -> Callable:
+    """(params, batch) → forward(params, batch), with the parameters laid out for compute."""
     def step(params, batch):
         if compute_shardings is not None:
             params = jax.lax.with_sharding_constraint(params, compute_shardings)
-        return _forward_sums(model, params, batch, nsp, None)
+        return forward(params, batch)
 
     return step
 
@@ -210,10 +259,10 @@ def compile_train_step(jitted: Any, abstract: TrainState, batch_abstract: dict, 
 
 @dataclasses.dataclass(frozen=True)
 class Trainer:
-    """Everything a job needs to run steps of `config` on `mesh`; build it with `setup`."""
+    """Everything a job needs to run steps of `task` on `mesh`; build it with `setup`."""
 
-    config: JobConfig
-    model: model_lib.BertForPreTraining
+    config: Any  # the job's config (JobConfig, or finetune's FinetuneConfig): train, optim, mesh, seed
+    task: Task
     tx: optax.GradientTransformation
     learning_rate: optax.Schedule
     mesh: jax.sharding.Mesh
@@ -225,6 +274,11 @@ class Trainer:
     train_step: Any  # compiled: (state, global batch) → (state, metrics), the state donated; None if not compiled
     init_state: Callable[[], TrainState]  # a fresh state, created sharded
     _eval_step: Callable = dataclasses.field(repr=False)
+    _predict_step: Optional[Callable] = dataclasses.field(default=None, repr=False)
+
+    @property
+    def model(self) -> nn.Module:
+        return self.task.model
 
     def compile_step(self) -> Any:
         """The train step lowered and compiled for this mesh (what `setup` does unless compile=False)."""
@@ -240,6 +294,13 @@ class Trainer:
         with sharding_lib.activation_rules(self.mesh, self.rules):  # the first call traces the step
             return self._eval_step(params, batch)
 
+    def predict_step(self, params: Any, batch: Batch) -> dict[str, np.ndarray]:
+        """`task.predict` of a global batch (every row, on every process), without dropout."""
+        if self._predict_step is None:
+            raise ValueError("this task has no predict function")
+        with sharding_lib.activation_rules(self.mesh, self.rules):
+            return jax.device_get(self._predict_step(params, batch))
+
     def state_from_params(self, params: Any) -> TrainState:
         """A fresh state (step 0, new optimizer state) around host `params` (`config.train.init_from`)."""
         from bertjax import checkpoint as checkpoint_lib
@@ -249,7 +310,7 @@ class Trainer:
         return self.init_state().replace(params=params, opt_state=opt_state)
 
 
-def process_batch_size(train: TrainConfig) -> int:
+def process_batch_size(train: Any) -> int:
     """Rows of the global batch each process feeds (its input pipeline's batch size)."""
     if train.global_batch_size % jax.process_count():
         raise ValueError(f"config.train.global_batch_size={train.global_batch_size} must divide by the "
@@ -257,16 +318,21 @@ def process_batch_size(train: TrainConfig) -> int:
     return train.global_batch_size // jax.process_count()
 
 
-def setup(config: JobConfig, devices: Optional[Sequence[jax.Device]] = None, compile: bool = True) -> Trainer:
+def setup(config: Any, devices: Optional[Sequence[jax.Device]] = None, compile: bool = True,
+          task: Optional[Callable[[str], Task]] = None) -> Trainer:
     """Model, optimizer, mesh over `devices` (default: all), sharded abstract state, compiled train step
     (with compile=False only jitted: `aot` lowers it for a TPU topology and reads what compiling says).
 
-    Errors a user can cause (a batch the mesh or the processes cannot split) are one ValueError."""
-    train, data = config.train, config.data
+    `task(platform)` builds what is trained for the mesh's platform; default: pre-training on
+    `config.data`. `config` needs `seed`, `train` (global_batch_size, micro_batches, num_train_steps),
+    `optim` and `mesh`. Errors a user can cause (a batch the mesh or the processes cannot split) are one
+    ValueError."""
+    train = config.train
     process_batch_size(train)
     rules = config.mesh.logical_axis_rules
     mesh = sharding_lib.make_mesh(config.mesh.shape, devices)
-    model = model_lib.from_config(config.model, platform=mesh.devices.flat[0].platform, packed=data.packing)
+    platform = mesh.devices.flat[0].platform
+    task = task(platform) if task is not None else pretraining_task(config, platform)
     tx = optim_lib.make_optimizer(config.optim, train.num_train_steps)
     learning_rate = optim_lib.schedule(config.optim, train.num_train_steps)
     split = sharding_lib.batch_axis_size(mesh, rules)
@@ -274,19 +340,22 @@ def setup(config: JobConfig, devices: Optional[Sequence[jax.Device]] = None, com
         raise ValueError(f"config.train.global_batch_size / micro_batches = "
                          f"{train.global_batch_size // train.micro_batches} must divide by the {split} ways the "
                          f"batch is split over mesh {dict(mesh.shape)}.")
-    abstract, shardings, init = sharded_state(model, tx, config.seed, data.max_seq_length, mesh, rules)
+    abstract, shardings, init = sharded_state(task.model, tx, config.seed, task.seq_len, mesh, rules)
     batch_abstract = {
         name: jax.ShapeDtypeStruct(shape, dtype, sharding=sharding_lib.batch_sharding(mesh, rules, len(shape)))
-        for name, (shape, dtype) in pipeline_lib.batch_shapes(train.global_batch_size, data.max_seq_length,
-                                                              data.record_predictions, data.record_instances).items()}
+        for name, (shape, dtype) in task.batch_shapes(train.global_batch_size).items()}
+    batch_shardings = {k: v.sharding for k, v in batch_abstract.items()}
     compute_shardings = sharding_lib.gathered_for_compute(shardings.params)
-    nsp = data.next_sentence_prediction
-    jitted = jit_train_step(make_train_step(model, tx, train.micro_batches, nsp, learning_rate, compute_shardings),
+    jitted = jit_train_step(make_train_step(task, tx, train.micro_batches, learning_rate, compute_shardings),
                             shardings, batch_abstract, mesh)
-    eval_step = jax.jit(make_eval_step(model, nsp, compute_shardings),
-                        in_shardings=(shardings.params, {k: v.sharding for k, v in batch_abstract.items()}),
-                        out_shardings=sharding_lib.replicated(mesh))
-    trainer = Trainer(config=config, model=model, tx=tx, learning_rate=learning_rate, mesh=mesh, rules=rules,
+
+    def jit_eval(forward: Callable) -> Callable:
+        return jax.jit(make_eval_step(forward, compute_shardings), in_shardings=(shardings.params, batch_shardings),
+                       out_shardings=sharding_lib.replicated(mesh))
+
+    trainer = Trainer(config=config, task=task, tx=tx, learning_rate=learning_rate, mesh=mesh, rules=rules,
                       abstract_state=abstract, state_shardings=shardings, batch_abstract=batch_abstract,
-                      jitted_train_step=jitted, train_step=None, init_state=init, _eval_step=eval_step)
+                      jitted_train_step=jitted, train_step=None, init_state=init,
+                      _eval_step=jit_eval(lambda params, batch: task.forward_sums(params, batch, None)),
+                      _predict_step=jit_eval(task.predict) if task.predict is not None else None)
     return dataclasses.replace(trainer, train_step=trainer.compile_step()) if compile else trainer

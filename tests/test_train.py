@@ -16,7 +16,7 @@ from bertjax import metrics as metrics_lib
 from bertjax import model as model_lib
 from bertjax import optim as optim_lib
 from bertjax import sharding as sharding_lib
-from bertjax import train
+from bertjax import loop, train
 from bertjax import trainer as trainer_lib
 from bertjax.config import CheckpointConfig, JobConfig
 from bertjax.data import pipeline as pipeline_lib
@@ -245,7 +245,7 @@ def test_library_modules_log_under_the_bertjax_logger(caplog):
 
 def test_profile_window_traces_steps_after_warm_up(trained):
     workdir, _, _ = trained
-    traces = list((workdir / train.PROFILE_DIR).rglob("*.xplane.pb"))
+    traces = list((workdir / loop.PROFILE_DIR).rglob("*.xplane.pb"))
     assert len(traces) == 1 and traces[0].stat().st_size > 0
 
 

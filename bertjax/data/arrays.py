@@ -1,0 +1,97 @@
+"""Batches of in-memory rows: fine-tuning sets are thousands of examples, not billions of tokens.
+
+`ArrayBatches` serves rows already converted to fixed-shape arrays. Training: epoch after epoch, each a
+permutation drawn from (seed, epoch), every process taking its own slice of each global batch; its
+position is two integers, saved with checkpoints (`save_state` / `restore_state`, as `InputPipeline`),
+so a resumed job sees exactly the batches it would have seen. Evaluation: one pass in order, the last
+batch padded with rows of `example_weight` 0, the same number of batches on every process.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from typing import Iterator
+
+import numpy as np
+
+from bertjax.data.pipeline import EXAMPLE_WEIGHT, PipelineMismatch
+
+
+class ArrayBatches:
+    def __init__(self, arrays: dict[str, np.ndarray], batch_size: int, training: bool, seed: int = 0,
+                 process_index: int = 0, process_count: int = 1):
+        """`arrays`: name → [rows, …]; `batch_size`: this process's rows per batch."""
+        lengths = {name: len(a) for name, a in arrays.items()}
+        if len(set(lengths.values())) != 1:
+            raise ValueError(f"arrays of different lengths: {lengths}")
+        self.arrays, self.rows = arrays, next(iter(lengths.values()))
+        if not self.rows:
+            raise ValueError("no rows to batch")
+        self.batch_size, self.training, self.seed = batch_size, training, seed
+        self.process_index, self.process_count = process_index, process_count
+        global_batch = batch_size * process_count
+        # Training drops the last partial batch of each epoch (its rows come first in another epoch's
+        # order); evaluation keeps every row.
+        self.batches_per_epoch = max(1, self.rows // global_batch) if training else math.ceil(self.rows / global_batch)
+        self.num_batches = self.batches_per_epoch
+        self.epoch = self.position = 0
+
+    def _order(self) -> np.ndarray:
+        if not self.training:
+            return np.arange(self.rows)
+        order = np.random.default_rng([self.seed, self.epoch]).permutation(self.rows)
+        need = self.batches_per_epoch * self.batch_size * self.process_count
+        return np.resize(order, need) if need > self.rows else order  # fewer rows than one batch: repeat
+
+    def __iter__(self) -> Iterator[dict[str, np.ndarray]]:
+        return self
+
+    def __next__(self) -> dict[str, np.ndarray]:
+        if self.position == self.batches_per_epoch:
+            if not self.training:
+                raise StopIteration
+            self.epoch, self.position = self.epoch + 1, 0
+        global_batch = self.batch_size * self.process_count
+        start = self.position * global_batch + self.process_index * self.batch_size
+        index = self._order()[start:start + self.batch_size]
+        self.position += 1
+        batch = {name: a[index] for name, a in self.arrays.items()}
+        weight = np.ones(len(index), np.float32)
+        if len(index) < self.batch_size:  # the end of an eval pass: padding rows count for nothing
+            pad = self.batch_size - len(index)
+            batch = {name: np.concatenate([a, np.zeros((pad,) + a.shape[1:], a.dtype)]) for name, a in batch.items()}
+            weight = np.concatenate([weight, np.zeros(pad, np.float32)])
+        batch[EXAMPLE_WEIGHT] = weight
+        return batch
+
+    def row_indices(self, batch_number: int) -> np.ndarray:
+        """Eval: the rows of batch `batch_number` on this process (fewer than batch_size at the end)."""
+        global_batch = self.batch_size * self.process_count
+        start = batch_number * global_batch + self.process_index * self.batch_size
+        return np.arange(start, min(start + self.batch_size, self.rows))
+
+    def reset(self) -> None:
+        self.epoch = self.position = 0
+
+    # --- State, as InputPipeline's: a file per process under a prefix ------------------------------------
+    def _fingerprint(self) -> dict:
+        return {"rows": self.rows, "batch_size": self.batch_size, "seed": self.seed, "training": self.training,
+                "process_index": self.process_index, "process_count": self.process_count}
+
+    def save_state(self, path: str) -> str:
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        with open(path + ".pipeline.json", "w") as f:
+            json.dump(dict(self._fingerprint(), epoch=self.epoch, position=self.position), f, sort_keys=True)
+        return path
+
+    def restore_state(self, path: str) -> None:
+        with open(path + ".pipeline.json") as f:
+            saved = json.load(f)
+        mine = self._fingerprint()
+        diff = sorted(k for k in mine if saved.get(k) != mine[k])
+        if diff:
+            raise PipelineMismatch(f"{path}.pipeline.json: the saved data position differs in {', '.join(diff)}; "
+                                   "resume with the data and config it was saved with.")
+        self.epoch, self.position = saved["epoch"], saved["position"]

@@ -1,0 +1,382 @@
+"""The second stage: `python -m bertjax.finetune --config=configs/finetune.py --workdir=DIR`.
+
+Fine-tunes a pre-trained BERT (`config.train.init_from`: a bertjax workdir, a Hugging Face directory or
+a google-research/bert TF1 checkpoint; empty = random initialisation) on a labelled task — one of
+heads.TASKS — on the same machinery as pre-training: `trainer.setup` (mesh, sharded state, compiled
+step), `loop.train_loop` (log lines with ETA, TensorBoard + metrics.jsonl, evals, orbax checkpoints with
+exact resume, SIGTERM, the non-finite guard). Held-out scores are computed on the host from every
+prediction (scores.py) and written as `"kind": "eval"` rows.
+
+setup (config, weights and tokenizer of init_from) → data (examples → labels → rows) → trainer →
+restore (a checkpoint of this run, or init_from's body with a fresh head) → loop → predictions.
+`config.sweep` runs the job once per learning rate × seed and reports the best and the spread.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import logging
+import math
+import os
+from typing import Any, Optional
+
+import jax
+import numpy as np
+from etils import epath
+
+from bertjax import checkpoint as checkpoint_lib
+from bertjax import heads
+from bertjax import loop as loop_lib
+from bertjax import metrics as metrics_lib
+from bertjax import model as model_lib
+from bertjax import pretrained
+from bertjax import scores
+from bertjax import trainer as trainer_lib
+from bertjax.config import FinetuneConfig
+from bertjax.data import arrays as arrays_lib
+from bertjax.data import pipeline as pipeline_lib
+from bertjax.data import tasks as tasks_lib
+from bertjax.data import tokenization
+
+log = logging.getLogger(__name__)
+LABELS_FILE = "labels.json"  # the label order of a fine-tuned workdir: export and predict read it
+PREDICTIONS_FILE = "eval_predictions.jsonl"
+
+
+def primary_metric(job: FinetuneConfig) -> str:
+    """The score a sweep ranks runs by: GLUE's for the task."""
+    if job.task == "sequence_classification":
+        return "pearson" if job.data.regression else "accuracy"
+    return "f1"
+
+
+# --- Where the weights and the tokenizer come from ------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Source:
+    architecture: model_lib.BertConfig
+    params: Optional[dict]  # host arrays, loop layout; None = random initialisation
+    vocab_file: str
+    do_lower_case: bool
+
+
+def _vocab_of(path: str) -> tuple[Optional[str], bool]:
+    """(vocab file, do_lower_case) that come with the weights at `path`."""
+    from bertjax import export as export_lib
+    from bertjax import hf
+
+    if checkpoint_lib.is_workdir(path):
+        return _run_vocab(path) or export_lib.run_vocab(path)
+    if hf.has_config(path):
+        vocab = os.path.join(path, "vocab.txt")
+        settings = os.path.join(path, "tokenizer_config.json")
+        lower = True
+        if os.path.isfile(settings):
+            with open(settings) as f:
+                lower = bool(json.load(f).get("do_lower_case", True))
+        return (vocab if os.path.isfile(vocab) else None), lower
+    from bertjax import tf1
+
+    return tf1.vocab(path)
+
+
+def _run_vocab(workdir: str) -> Optional[tuple[str, bool]]:
+    """A fine-tuned workdir's own record of its tokenizer (its config.json's data section)."""
+    path = os.path.join(workdir, "config.json")
+    if not os.path.isfile(path):
+        return None
+    with open(path) as f:
+        data = json.load(f).get("data", {})
+    return (data["vocab_file"], bool(data.get("do_lower_case", True))) if data.get("vocab_file") else None
+
+
+def resolve_source(job: FinetuneConfig) -> Source:
+    """The architecture, weights and tokenizer: init_from's, with config.data.vocab_file overriding the
+    tokenizer; without init_from, config.model's architecture and config.data.vocab_file."""
+    path, data = job.train.init_from, job.data
+    if path:
+        architecture, params = pretrained.load(path, job.seed)
+        vocab, lower = _vocab_of(path)
+    else:
+        architecture, params, vocab, lower = job.model.architecture, None, None, data.do_lower_case
+    if data.vocab_file:
+        vocab, lower = data.vocab_file, data.do_lower_case
+    if not vocab:
+        raise FileNotFoundError(f"no vocab comes with config.train.init_from={path!r}; set "
+                                "--config.data.vocab_file (and --config.data.do_lower_case) to the vocab it was "
+                                "trained with.")
+    return Source(architecture, params, vocab, lower)
+
+
+def load_tokenizer(source: Source) -> tokenization.Tokenizer:
+    tokenizer = tokenization.load(source.vocab_file, source.do_lower_case)
+    if tokenizer.vocab_size != source.architecture.vocab_size:
+        raise ValueError(f"the vocab {source.vocab_file} has {tokenizer.vocab_size} tokens but the model's "
+                         f"vocab_size is {source.architecture.vocab_size}; use the vocab the model was trained with "
+                         "(--config.data.vocab_file).")
+    return tokenizer
+
+
+# --- Data -----------------------------------------------------------------------------------------------
+
+@dataclasses.dataclass
+class Split:
+    """One data split as examples and as rows (`arrays`), with what maps rows back to examples."""
+
+    examples: list
+    arrays: dict[str, np.ndarray]
+    features: Any = None  # token_classification: each example's word → first-piece index; QA: QAFeatures
+
+
+def read_examples(job: FinetuneConfig, pattern: str, training: bool) -> list:
+    """The examples of a file, glob or tfds:NAME:SPLIT for the task."""
+    if job.task == "sequence_classification":
+        if pattern.startswith("tfds:"):
+            name, split = pattern[len("tfds:"):].rsplit(":", 1)
+            return tasks_lib.read_tfds_text_examples(name, split, job.data.tfds_data_dir or None,
+                                                     regression=job.data.regression)
+        return tasks_lib.read_text_examples(pattern, regression=job.data.regression)
+    if job.task == "token_classification":
+        return tasks_lib.read_conll(pattern)
+    examples, stats = tasks_lib.read_squad(pattern, require_answers=training)
+    log.info("data: %s: %s", pattern, stats)
+    if training:  # an answer whose offsets do not match its text teaches a wrong span: left out, counted
+        examples = [e for e in examples if e.is_impossible or e.answers]
+    return examples
+
+
+def label_map(job: FinetuneConfig, train_examples: list) -> Optional[tasks_lib.LabelMap]:
+    if job.task == "question_answering" or job.data.regression:
+        return None
+    if job.task == "token_classification":
+        return tasks_lib.LabelMap.from_labels(tag for e in train_examples for tag in e.labels)
+    return tasks_lib.LabelMap.from_labels(e.label for e in train_examples)
+
+
+def make_split(job: FinetuneConfig, examples: list, tokenizer: tokenization.Tokenizer,
+               labels: Optional[tasks_lib.LabelMap], training: bool, name: str) -> Split:
+    d = job.data
+    if job.task == "sequence_classification":
+        arrays, truncated = tasks_lib.text_features(examples, tokenizer, d.max_seq_length, labels)
+        features = None
+    elif job.task == "token_classification":
+        arrays, features, truncated = tasks_lib.token_features(examples, tokenizer, d.max_seq_length, labels)
+    else:
+        arrays, features = tasks_lib.qa_features(examples, tokenizer, d.max_seq_length, d.doc_stride,
+                                                 d.max_query_length, training=training)
+        truncated = 0
+    # Every split carries every key of the task's batch (targets an eval file lacks are zeros, unscored).
+    rows = len(arrays["input_ids"])
+    for key, (shape, dtype) in heads.batch_shapes(job.task, d.regression, rows, d.max_seq_length).items():
+        if key != pipeline_lib.EXAMPLE_WEIGHT:
+            arrays[key] = np.asarray(arrays[key], dtype) if key in arrays else np.zeros(shape, dtype)
+    log.info("data: %s: %d examples → %d rows of %d tokens%s", name, len(examples), rows,
+             d.max_seq_length, f" ({truncated} truncated to fit)" if truncated else "")
+    return Split(examples, arrays, features)
+
+
+# --- Held-out scores ------------------------------------------------------------------------------------
+
+def _logits(trainer: trainer_lib.Trainer, params: Any, split: Split, batches: arrays_lib.ArrayBatches) -> np.ndarray:
+    """The model's logits for every row of `split`, in row order."""
+    batches.reset()
+    out = [trainer.predict_step(params, trainer.global_batch(local))["logits"] for local in batches]
+    return np.concatenate(out)[:batches.rows]
+
+
+def scores_of(job: FinetuneConfig, split: Split, logits: np.ndarray,
+              labels: Optional[tasks_lib.LabelMap]) -> tuple[dict[str, float], list[dict]]:
+    """(held-out scores, one prediction per example) from the logits of every row."""
+    if job.task == "sequence_classification" and job.data.regression:
+        predicted = logits[:, 0]
+        truth = split.arrays["label"]
+        return (dict(scores.regression_scores(truth, predicted)),
+                [{"prediction": float(p), "label": float(t)} for p, t in zip(predicted, truth)])
+    if job.task == "sequence_classification":
+        predicted, truth = logits.argmax(-1), split.arrays["label"]
+        log_probs = logits - np.logaddexp.reduce(logits, axis=-1, keepdims=True)
+        result = dict(scores.classification_scores(truth, predicted, len(labels.labels)),
+                      cross_entropy=float(-np.mean(log_probs[np.arange(len(truth)), truth])))
+        return result, [{"prediction": labels.labels[p], "label": labels.labels[t]} for p, t in zip(predicted, truth)]
+    if job.task == "token_classification":
+        fallback = "O" if "O" in labels.labels else labels.labels[0]  # for words cut off by truncation
+        predicted = logits.argmax(-1)
+        pred_tags = [[labels.labels[predicted[row, i]] if i >= 0 else fallback for i in starts]
+                     for row, starts in enumerate(split.features)]
+        true_tags = [e.labels for e in split.examples]
+        return (dict(scores.entity_scores(true_tags, pred_tags)),
+                [{"words": e.words, "prediction": p, "label": e.labels} for e, p in zip(split.examples, pred_tags)])
+    d = job.data
+    answers = tasks_lib.qa_predictions(split.examples, split.features, logits[..., 0], logits[..., 1],
+                                       n_best_size=d.n_best_size, max_answer_length=d.max_answer_length,
+                                       version_2=d.version_2_with_negative,
+                                       null_score_diff_threshold=d.null_score_diff_threshold)
+    references = {e.qid: [text for text, _ in e.answers] or [""] for e in split.examples}
+    return (dict(scores.squad_scores(answers, references)),
+            [{"id": e.qid, "prediction": answers.get(e.qid, ""), "answers": references[e.qid]} for e in split.examples])
+
+
+# --- One run --------------------------------------------------------------------------------------------
+
+def finetune(config: Any, workdir: str) -> dict:
+    """Runs (or resumes) the configured fine-tuning in workdir — or, with config.sweep, one run per
+    learning rate × seed under workdir/sweep/ — and returns the final held-out scores (for a sweep: the
+    best run's, with the spread)."""
+    job = config if isinstance(config, FinetuneConfig) else FinetuneConfig.from_configdict(config)
+    rates, seeds = job.sweep.learning_rates, job.sweep.seed_values
+    if rates or seeds:
+        return _sweep(job, workdir, rates or (job.optim.learning_rate,), seeds or (job.seed,))
+    return loop_lib.run_job(workdir, lambda stop, lock: _finetune(job, workdir, stop, lock))
+
+
+def _finetune(job: FinetuneConfig, workdir: str, stop: loop_lib.StopRequest, lock: Any) -> dict:
+    # ===== setup: weights and tokenizer =====
+    source = resolve_source(job)
+    tokenizer = load_tokenizer(source)
+    primary = jax.process_index() == 0
+
+    # ===== data =====
+    train_examples = read_examples(job, job.data.train_file, training=True)
+    labels = label_map(job, train_examples)
+    train = make_split(job, train_examples, tokenizer, labels, True, "train")
+    evaluation = (make_split(job, read_examples(job, job.data.eval_file, training=False), tokenizer, labels, False,
+                             "eval") if job.data.eval_file else None)
+    local_batch = trainer_lib.process_batch_size(job.train)
+    rows = len(train.arrays["input_ids"])
+    steps = job.train.num_train_steps or max(1, math.ceil(job.train.num_epochs * rows / job.train.global_batch_size))
+    job = job.replace(train={"num_train_steps": steps},
+                      optim={"warmup_steps": int(job.train.warmup_proportion * steps)},
+                      model={name: getattr(source.architecture, name) for name in source.architecture.to_dict()},
+                      data={"vocab_file": source.vocab_file, "do_lower_case": source.do_lower_case})
+    log.info("setup: %s, %d training rows, batch %d: %d steps (%.1f epochs), warmup %d, lr %g; model %s",
+             job.task, rows, job.train.global_batch_size, steps, steps * job.train.global_batch_size / rows,
+             job.optim.warmup_steps, job.optim.learning_rate, source.architecture)
+    if primary:
+        epath.Path(workdir).mkdir(parents=True, exist_ok=True)
+        (epath.Path(workdir) / "config.json").write_text(json.dumps(dict(job.to_dict(), kind="finetune"), indent=2,
+                                                                   sort_keys=True))
+        (epath.Path(workdir) / LABELS_FILE).write_text(json.dumps(list(labels.labels) if labels else None))
+    num_labels = 1 if job.data.regression else (2 if labels is None else len(labels.labels))
+    fingerprint = dict(checkpoint_lib.model_fingerprint(source.architecture, job.model.scan_layers), task=job.task,
+                       labels=list(labels.labels) if labels else None, regression=job.data.regression)
+    train_batches = arrays_lib.ArrayBatches(train.arrays, local_batch, True, job.seed, jax.process_index(),
+                                            jax.process_count())
+    eval_batches = (arrays_lib.ArrayBatches(evaluation.arrays, local_batch, False, 0, jax.process_index(),
+                                            jax.process_count()) if evaluation else None)
+
+    with contextlib.ExitStack() as cleanup:  # the one exit path
+        checkpoints = checkpoint_lib.Checkpointer(workdir, job.checkpoint, fingerprint)
+        cleanup.callback(checkpoints.close)
+        checkpoints.check_compatible_with_newest()
+
+        # ===== trainer =====
+        def make_task(platform: str) -> trainer_lib.Task:
+            model = heads.from_config(job.model, source.architecture, job.task, num_labels, platform)
+            return heads.task(model, job.data.regression, job.data.max_seq_length)
+
+        trainer = trainer_lib.setup(job, task=make_task)
+        writer = metrics_lib.MetricWriter(workdir, is_primary=primary)
+        cleanup.callback(writer.close)
+
+        # ===== restore =====
+        state = checkpoints.restore_latest(trainer.abstract_state, train_batches, job.checkpoint.start_over_if_damaged)
+        if state is not None:
+            log.info("restore: resumed from %s/%d", checkpoints.directory, int(state.step))
+        else:
+            state = trainer.init_state()
+            if source.params is not None:
+                fresh = model_lib.unstack_layers(jax.device_get(state.params))
+                params = heads.with_pretrained_body(fresh, source.params)
+                if job.model.scan_layers:
+                    params = model_lib.stack_layers(params, source.architecture.num_hidden_layers)
+                state = trainer.state_from_params(params)
+                log.info("restore: pre-trained body from %s, new %s head", job.train.init_from, job.task)
+            else:
+                log.info("restore: random initialisation (config.train.init_from is empty)")
+
+        # ===== loop =====
+        def run_eval(step: int, params: Any) -> dict:
+            if evaluation is None:
+                return {}
+            result, predictions = scores_of(job, evaluation, _logits(trainer, params, evaluation, eval_batches), labels)
+            writer.write(step, result, kind="eval")
+            log.info("eval  %s", metrics_lib.format_log_line(dict(result, step=step)))
+            if primary:
+                with open(os.path.join(workdir, PREDICTIONS_FILE), "w") as f:
+                    f.writelines(json.dumps(p) + "\n" for p in predictions)
+            return result
+
+        result = loop_lib.train_loop(trainer, state, train_batches, run_eval, checkpoints, writer, lock, stop,
+                                     workdir)
+    log.info("done: %d steps in %s", result.step, workdir)
+    return result.last_eval
+
+
+# --- Sweeps ---------------------------------------------------------------------------------------------
+
+def _sweep(job: FinetuneConfig, workdir: str, rates: tuple[float, ...], seeds: tuple[int, ...]) -> dict:
+    """One run per learning rate × seed; writes workdir/sweep.json with every run, each rate's spread
+    over seeds, and the best rate (by its mean, as the paper picks on dev)."""
+    metric = primary_metric(job)
+    runs = []
+    for rate in rates:
+        for seed in seeds:
+            name = f"lr={rate:g},seed={seed}"
+            log.info("sweep: run %d of %d: %s", len(runs) + 1, len(rates) * len(seeds), name)
+            one = dataclasses.replace(job.replace(optim={"learning_rate": rate}), seed=seed)
+            result = loop_lib.run_job(os.path.join(workdir, "sweep", name),
+                                      lambda stop, lock: _finetune(one, os.path.join(workdir, "sweep", name), stop,
+                                                                   lock))
+            runs.append({"learning_rate": rate, "seed": seed, **result})
+    by_rate = {f"{rate:g}": scores.summary([r[metric] for r in runs if r["learning_rate"] == rate and metric in r])
+               for rate in rates}
+    best = max(by_rate, key=lambda rate: by_rate[rate]["mean"])
+    report = {"metric": metric, "runs": runs, "by_learning_rate": by_rate, "best_learning_rate": float(best),
+              "best": by_rate[best]}
+    if jax.process_index() == 0:
+        epath.Path(workdir).mkdir(parents=True, exist_ok=True)
+        (epath.Path(workdir) / "sweep.json").write_text(json.dumps(report, indent=2))
+    for rate, s in by_rate.items():
+        log.info("sweep: lr %s: %s %.4f ± %.4f (min %.4f, max %.4f, %d seeds)", rate, metric, s["mean"], s["std"],
+                 s["min"], s["max"], s["n"])
+    log.info("sweep: best lr %s (%s mean %.4f); every run in %s", best, metric, by_rate[best]["mean"],
+             os.path.join(workdir, "sweep.json"))
+    return report
+
+
+# --- The command ----------------------------------------------------------------------------------------
+
+def define_flags() -> None:
+    """The command's flags; defined only when run as a program, so importing this module defines none."""
+    from absl import flags
+    from ml_collections import config_flags
+
+    config_flags.DEFINE_config_file("config", None, "Config file: configs/finetune.py.", lock_config=True)
+    flags.DEFINE_string("workdir", None, "Directory for checkpoints, metrics.jsonl, TensorBoard events and the "
+                        "held-out predictions; a workdir with checkpoints resumes from the latest.")
+    flags.mark_flags_as_required(["config", "workdir"])
+
+
+def main(argv):
+    from absl import app, flags
+    from absl import logging as absl_logging
+
+    from bertjax import main as main_lib
+
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments {argv[1:]}; settings go in --config.* flags.")
+    logging.getLogger("bertjax").setLevel(logging.INFO)
+    absl_logging.set_verbosity(absl_logging.WARNING)  # orbax and JAX log every step at INFO
+    try:
+        finetune(flags.FLAGS.config, flags.FLAGS.workdir)
+    except (ValueError, OSError, FloatingPointError) as e:
+        main_lib.exit_with_sentence(e)
+
+
+if __name__ == "__main__":
+    from absl import app
+
+    define_flags()
+    app.run(main)

@@ -1,0 +1,170 @@
+"""`bertjax.finetune`: the three tasks on the shared trainer, from a Hugging Face directory, with eval rows,
+exact resume, sweeps, export to transformers' task classes, and its bad inputs."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import random
+import runpy
+
+import jax
+import numpy as np
+import pytest
+
+import bertjax
+from bertjax import checkpoint as checkpoint_lib
+from bertjax import finetune
+from bertjax import model as model_lib
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+WORDS = ["good", "bad", "film", "plot", "the", "a", "was", "very", "not", "actor", "paris", "london", "john",
+         "mary", "lives", "in", "works", "at", "acme", "globex", "where", "does", "who", "?", ".", ","]
+SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+VOCAB = SPECIALS + WORDS + ["##s", "##ing", "##ed"]
+
+
+@pytest.fixture(scope="module")
+def pretrained_dir(tmp_path_factory) -> str:
+    """A tiny BERT with random weights, as a Hugging Face directory with its vocab."""
+    path = tmp_path_factory.mktemp("tiny_bert")
+    (path / "vocab.txt").write_text("\n".join(VOCAB) + "\n")
+    config = model_lib.BertConfig(vocab_size=len(VOCAB), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                  intermediate_size=64, max_position_embeddings=64)
+    model = model_lib.BertForPreTraining(config)
+    bertjax.save_pretrained(str(path), model, model_lib.init_params(model, jax.random.PRNGKey(0)),
+                            vocab_file=str(path / "vocab.txt"))
+    return str(path)
+
+
+def config(init_from: str, task: str = "sequence_classification", **overrides):
+    c = runpy.run_path(str(ROOT / "configs" / "finetune.py"))["get_config"]("size=tiny")
+    c.task = task
+    c.model.scan_layers = False
+    c.train.update(init_from=init_from, global_batch_size=8, num_epochs=2.0, log_every_steps=5)
+    c.data.update(max_seq_length=24)
+    c.optim.learning_rate = 1e-3
+    c.checkpoint.every_steps = 1000
+    for key, value in overrides.items():
+        section, name = key.split(".")
+        c[section][name] = value
+    return c
+
+
+def sentiment(path: pathlib.Path, n: int, seed: int, pairs: bool = False) -> str:
+    """A task a tiny model learns in a few dozen steps: the label is whether "good" or "bad" occurs."""
+    rng = random.Random(seed)
+    rows = ["text_a\ttext_b\tlabel" if pairs else "text\tlabel"]
+    for _ in range(n):
+        label = rng.choice(["pos", "neg"])
+        words = [rng.choice(["the", "a", "film", "plot", "was", "very", "actor"]) for _ in range(5)]
+        words.insert(rng.randrange(6), "good" if label == "pos" else "bad")
+        text = " ".join(words)
+        rows.append(f"{text}\tthe plot\t{label}" if pairs else f"{text}\t{label}")
+    path.write_text("\n".join(rows) + "\n")
+    return str(path)
+
+
+def eval_rows(workdir: pathlib.Path) -> list[dict]:
+    return [r for r in map(json.loads, (workdir / "metrics.jsonl").read_text().splitlines()) if r["kind"] == "eval"]
+
+
+def test_sequence_classification_learns_and_exports(pretrained_dir, tmp_path):
+    train = sentiment(tmp_path / "train.tsv", 160, seed=0)
+    dev = sentiment(tmp_path / "dev.tsv", 40, seed=1)
+    workdir = tmp_path / "run"
+    result = finetune.finetune(config(pretrained_dir, **{"data.train_file": train, "data.eval_file": dev}),
+                               str(workdir))
+    assert result["accuracy"] >= 0.9, result  # chance is ~0.5
+    assert {"macro_f1", "matthews_corrcoef"} <= result.keys()
+    rows = eval_rows(workdir)
+    assert rows[-1]["step"] == 40 and rows[-1]["accuracy"] == pytest.approx(result["accuracy"])
+    assert json.loads((workdir / finetune.LABELS_FILE).read_text()) == ["neg", "pos"]
+    predictions = [json.loads(line) for line in (workdir / finetune.PREDICTIONS_FILE).read_text().splitlines()]
+    assert len(predictions) == 40 and {p["prediction"] for p in predictions} <= {"neg", "pos"}
+
+    # The body came from init_from (the word embeddings still correlate with the pre-trained ones; a fresh
+    # initialisation would not); the head is new and the pre-training heads are gone.
+    _, params = checkpoint_lib.load_params(str(workdir))
+    _, pre = bertjax.pretrained.load(pretrained_dir)
+    emb, pre_emb = (np.ravel(p["bert"]["embeddings"]["word_embeddings"]["embedding"]) for p in (params, pre))
+    assert np.corrcoef(emb, pre_emb)[0, 1] > 0.5 and "classifier" in params and "nsp" not in params
+
+
+def test_resume_continues_exactly(pretrained_dir, tmp_path):
+    train = sentiment(tmp_path / "train.tsv", 48, seed=0)
+    overrides = {"data.train_file": train, "train.num_train_steps": 6, "checkpoint.every_steps": 3}
+    straight = tmp_path / "straight"
+    finetune.finetune(config(pretrained_dir, **overrides), str(straight))
+    resumed = tmp_path / "resumed"
+    finetune.finetune(config(pretrained_dir, **overrides), str(resumed))
+    # Back to step 3, as a job killed after its step-3 save finds it; then the same command again.
+    checkpoint_lib.shutil.rmtree(resumed / "checkpoints" / "6")
+    finetune.finetune(config(pretrained_dir, **overrides), str(resumed))
+    a, b = (checkpoint_lib.load_params(str(w))[1] for w in (straight, resumed))
+    for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
+        np.testing.assert_array_equal(x, y)
+
+
+def test_regression_pairs_and_sweep(pretrained_dir, tmp_path):
+    rng = random.Random(0)
+    rows = ["text_a,text_b,label"] + [f"the film,{' '.join(['good'] * k)},{k / 4:.2f}"
+                                      for k in (rng.randrange(1, 5) for _ in range(64))]
+    (tmp_path / "sts.csv").write_text("\n".join(rows) + "\n")
+    workdir = tmp_path / "sweep"
+    c = config(pretrained_dir, **{"data.train_file": str(tmp_path / "sts.csv"), "data.eval_file": str(tmp_path / "sts.csv"),
+                                  "data.regression": True, "train.num_epochs": 3.0})
+    c.sweep.update(learning_rate="1e-3,3e-4", seeds="0,1")
+    report = finetune.finetune(c, str(workdir))
+    assert report["metric"] == "pearson" and len(report["runs"]) == 4
+    assert set(report["by_learning_rate"]) == {"0.001", "0.0003"}
+    assert all(report["by_learning_rate"][k]["n"] == 2 for k in report["by_learning_rate"])
+    assert json.loads((workdir / "sweep.json").read_text())["best_learning_rate"] in (1e-3, 3e-4)
+    assert max(r["pearson"] for r in report["runs"]) > 0.5, report  # it learns the count of "good"
+
+
+def test_token_classification_and_question_answering(pretrained_dir, tmp_path):
+    rng = random.Random(0)
+    sentences = []
+    for _ in range(40):
+        name, place = rng.choice(["john", "mary"]), rng.choice(["paris", "london"])
+        sentences.append(f"{name} B-PER\nlives O\nin O\n{place} B-LOC\n. O\n")
+    (tmp_path / "train.conll").write_text("-DOCSTART- O\n\n" + "\n".join(sentences))
+    ner = tmp_path / "ner"
+    result = finetune.finetune(config(pretrained_dir, "token_classification",
+                                      **{"data.train_file": str(tmp_path / "train.conll"),
+                                         "data.eval_file": str(tmp_path / "train.conll"), "train.num_epochs": 6.0}),
+                               str(ner))
+    assert {"precision", "recall", "f1"} <= result.keys() and result["f1"] > 0.5, result
+
+    contexts = []
+    for i in range(24):
+        name, company = rng.choice(["john", "mary"]), rng.choice(["acme", "globex"])
+        context = f"{name} works at {company}."
+        contexts.append({"context": context, "qas": [{"id": f"q{i}", "question": f"where does {name} work?",
+                                                      "answers": [{"text": company,
+                                                                   "answer_start": context.index(company)}]}]})
+    (tmp_path / "squad.json").write_text(json.dumps({"data": [{"title": "t", "paragraphs": contexts}]}))
+    qa = tmp_path / "qa"
+    result = finetune.finetune(config(pretrained_dir, "question_answering",
+                                      **{"data.train_file": str(tmp_path / "squad.json"),
+                                         "data.eval_file": str(tmp_path / "squad.json"), "data.doc_stride": 8,
+                                         "data.max_query_length": 8, "train.num_epochs": 8.0}), str(qa))
+    assert {"exact_match", "f1"} <= result.keys() and result["f1"] > 50, result
+    answers = [json.loads(line) for line in (qa / finetune.PREDICTIONS_FILE).read_text().splitlines()]
+    assert {a["prediction"] for a in answers} & {"acme", "globex"}  # spans cut from the original context
+
+
+def test_bad_inputs_are_one_sentence(pretrained_dir, tmp_path):
+    train = sentiment(tmp_path / "train.tsv", 16, seed=0)
+    (tmp_path / "dev.tsv").write_text("text\tlabel\nthe film\tneutral\n")
+    with pytest.raises(ValueError, match=r"dev\.tsv.*2.*neutral"):
+        finetune.finetune(config(pretrained_dir, **{"data.train_file": train,
+                                                     "data.eval_file": str(tmp_path / "dev.tsv")}), str(tmp_path / "a"))
+    other = tmp_path / "vocab.txt"
+    other.write_text("\n".join(VOCAB[:-1]) + "\n")
+    with pytest.raises(ValueError, match=r"vocab.txt has 33 tokens but the model's vocab_size is 34"):
+        finetune.finetune(config(pretrained_dir, **{"data.train_file": train, "data.vocab_file": str(other)}),
+                          str(tmp_path / "b"))
+    with pytest.raises(ValueError, match="config.task='ner' is not one of"):
+        finetune.finetune(config(pretrained_dir, "ner", **{"data.train_file": train}), str(tmp_path / "c"))
