@@ -184,6 +184,13 @@ def test_text_features_match_transformers_bert_tokenizer(vocab_file, tok):
             assert ours["input_ids"][i].tolist() == ref["input_ids"], (a, b, max_len)
             assert ours["segment_ids"][i].tolist() == ref["token_type_ids"], (a, b, max_len)
             assert ours["input_mask"][i].tolist() == ref["attention_mask"], (a, b, max_len)
+    # Where the two rules part: both texts longer than half of an odd budget. google-research/bert (followed here)
+    # gives the spare token to text_a, transformers to the text that was longer (here text_b).
+    a, b = "the cat sat on the big mat", "the dog ran on a mat the cat"
+    ours, _ = tasks.text_features([TextExample(a, b, "x", src)], tok, 14, LabelMap(["x"]))
+    assert tok.convert_ids_to_tokens(ours["input_ids"][0]) == (
+        ["[CLS]", "the", "cat", "sat", "on", "the", "big", "[SEP]", "the", "dog", "ran", "on", "a", "[SEP]"])
+    assert hf(a, b, truncation="longest_first", max_length=14)["input_ids"] != ours["input_ids"][0].tolist()
 
 
 # --------------------------------------------------------------------------------------------------
