@@ -357,7 +357,6 @@ class FinetuneDataConfig:
     n_best_size: int = 20
     version_2_with_negative: bool = False  # SQuAD 2.0: questions may have no answer
     null_score_diff_threshold: float = 0.0
-    tfds_data_dir: str = ""
 
     def validate(self, task: str) -> None:
         if not self.train_file:

@@ -2,7 +2,9 @@
 
 Reads the params of the latest checkpoint (or --step) on the host — whatever mesh they were saved
 from — and writes config.json, model.safetensors and, when the run names one, the WordPiece vocab.txt
-with its tokenizer_config.json. `transformers.BertForPreTraining.from_pretrained(HF)` loads the result.
+with its tokenizer_config.json. `transformers.BertForPreTraining.from_pretrained(HF)` loads the result;
+a fine-tuned run (`bertjax.finetune`) becomes its task's class (BertForSequenceClassification, …) with
+id2label/label2id.
 A google-research/bert TF1 directory as --workdir is converted the same way (`export_tf1`).
 """
 
@@ -61,10 +63,16 @@ def export(workdir: str, output_dir: str, step: Optional[int] = None) -> str:
         raise FileNotFoundError(f"--workdir={workdir} is not a bertjax workdir (it has no "
                                 f"{checkpoint_lib.CHECKPOINTS}/ directory); {fix}.")
     fingerprint, params = checkpoint_lib.load_params(workdir, step)
-    model = model_lib.BertForPreTraining(model_lib.BertConfig(**fingerprint["model"]))
+    config = model_lib.BertConfig(**fingerprint["model"])
     vocab_file, do_lower_case = run_vocab(workdir)
-    hf.save_pretrained(output_dir, model, params, vocab_file=vocab_file, do_lower_case=do_lower_case)
-    log.info("export: wrote %s (vocab: %s)", output_dir, vocab_file or "none")
+    if "task" in fingerprint:  # a fine-tuned run (bertjax.finetune): the transformers class of its task
+        hf.save_finetuned(output_dir, config, params, fingerprint["task"], fingerprint.get("labels"),
+                          fingerprint.get("regression", False), vocab_file=vocab_file, do_lower_case=do_lower_case)
+    else:
+        hf.save_pretrained(output_dir, model_lib.BertForPreTraining(config), params, vocab_file=vocab_file,
+                           do_lower_case=do_lower_case)
+    log.info("export: wrote %s (%s; vocab: %s)", output_dir, fingerprint.get("task", "pre-training"),
+             vocab_file or "none")
     return output_dir
 
 

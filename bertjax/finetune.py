@@ -133,17 +133,12 @@ class Split:
 def read_examples(job: FinetuneConfig, pattern: str, training: bool) -> list:
     """The examples of a file, glob or tfds:NAME:SPLIT for the task."""
     if job.task == "sequence_classification":
-        if pattern.startswith("tfds:"):
-            name, split = pattern[len("tfds:"):].rsplit(":", 1)
-            return tasks_lib.read_tfds_text_examples(name, split, job.data.tfds_data_dir or None,
-                                                     regression=job.data.regression)
-        return tasks_lib.read_text_examples(pattern, regression=job.data.regression)
+        return tasks_lib.read_text_examples(pattern, regression=job.data.regression)  # files, or tfds:NAME:SPLIT
     if job.task == "token_classification":
         return tasks_lib.read_conll(pattern)
+    # Training leaves out (and counts) questions whose answer offsets do not match their text.
     examples, stats = tasks_lib.read_squad(pattern, require_answers=training)
     log.info("data: %s: %s", pattern, stats)
-    if training:  # an answer whose offsets do not match its text teaches a wrong span: left out, counted
-        examples = [e for e in examples if e.is_impossible or e.answers]
     return examples
 
 

@@ -129,11 +129,13 @@ def _set(tree: dict, path: tuple[str, ...], value: Any) -> None:
 
 # --- Export ---------------------------------------------------------------------------------------
 
-def to_hf_state_dict(config: model_lib.BertConfig, params: dict) -> dict[str, np.ndarray]:
-    """bertjax params (loop or scan layout) → `BertForPreTraining` state dict (tied decoder omitted)."""
+def to_hf_state_dict(config: model_lib.BertConfig, params: dict,
+                     include: Callable[[str], bool] = lambda name: True) -> dict[str, np.ndarray]:
+    """bertjax params (loop or scan layout) → `BertForPreTraining` state dict (tied decoder omitted), or the
+    part of it whose names `include` accepts."""
     params = model_lib.unstack_layers(params)
     return {name: np.ascontiguousarray(to_hf(np.asarray(_get(params, path), np.float32), config))
-            for name, path, (_, to_hf) in _expand_table(config)}
+            for name, path, (_, to_hf) in _expand_table(config) if include(name)}
 
 
 def hf_config_dict(config: model_lib.BertConfig) -> dict:
@@ -196,8 +198,8 @@ def save_finetuned(path: str, config: model_lib.BertConfig, params: dict, task: 
     _new_directory(path)
     architecture, head, pooler = _HEADS[task]
     params = model_lib.unstack_layers(jax.device_get(params))
-    tensors = {name: value for name, value in to_hf_state_dict(config, params).items()
-               if name.startswith("bert.") and (pooler or not name.startswith("bert.pooler."))}
+    tensors = to_hf_state_dict(config, params, lambda name: name.startswith("bert.") and
+                               (pooler or not name.startswith("bert.pooler.")))
     tensors[f"{head}.weight"] = np.ascontiguousarray(np.asarray(params[head]["kernel"], np.float32).T)
     tensors[f"{head}.bias"] = np.asarray(params[head]["bias"], np.float32)
     config_dict = dict(hf_config_dict(config), architectures=[architecture])

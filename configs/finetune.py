@@ -37,7 +37,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     # --- data: labelled examples; labels map to ids in one sorted order, saved with the checkpoint.
     c.data = ml_collections.ConfigDict()
     c.data.train_file = ""  # path or glob: .tsv/.csv with a header (text or text_a[,text_b], label), .jsonl with
-    #                         those keys; CoNLL files (token_classification); SQuAD JSON; or tfds:NAME:SPLIT
+    #                         those keys; CoNLL files (token_classification); SQuAD JSON; or tfds:NAME:SPLIT[:DATA_DIR]
     c.data.eval_file = ""  # the held-out split, same format ("" = no eval)
     c.data.max_seq_length = 128  # tokens per row with [CLS]/[SEP]; longer inputs are truncated (counted in the log)
     c.data.vocab_file = ""  # "" = the vocab that comes with train.init_from (vocab.txt of its directory or run)
@@ -49,7 +49,6 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.data.n_best_size = 20  # question_answering: start and end candidates considered per window
     c.data.version_2_with_negative = False  # SQuAD 2.0: predict "no answer" when [CLS] scores higher
     c.data.null_score_diff_threshold = 0.0  # SQuAD 2.0: no answer when null score − best span score exceeds this
-    c.data.tfds_data_dir = ""  # TFDS data_dir for tfds: files ("" = TFDS's default)
 
     # --- train
     c.train = ml_collections.ConfigDict()

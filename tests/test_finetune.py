@@ -14,7 +14,7 @@ import pytest
 
 import bertjax
 from bertjax import checkpoint as checkpoint_lib
-from bertjax import finetune
+from bertjax import export, finetune, heads
 from bertjax import model as model_lib
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -65,6 +65,36 @@ def sentiment(path: pathlib.Path, n: int, seed: int, pairs: bool = False) -> str
     return str(path)
 
 
+def assert_export_matches(workdir: pathlib.Path, hf_class: str) -> None:
+    """`bertjax.export` of a fine-tuned run: the transformers class of its task loads it with no missing or
+    unexpected keys and computes bertjax's logits (to 1e-4)."""
+    import torch
+    import transformers
+
+    out = workdir / "hf"
+    export.export(str(workdir), str(out))
+    hf_model, info = getattr(transformers, hf_class).from_pretrained(str(out), output_loading_info=True)
+    assert not any(info.values()), info
+    fingerprint, params = checkpoint_lib.load_params(str(workdir))
+    labels = fingerprint["labels"]
+    if labels:
+        assert hf_model.config.id2label == dict(enumerate(labels))
+    model = heads.BertForFinetuning(model_lib.BertConfig(**fingerprint["model"]), fingerprint["task"],
+                                    1 if fingerprint["regression"] else len(labels or [0, 0]))
+    rng = np.random.default_rng(0)
+    ids = rng.integers(5, len(VOCAB), (2, 16))
+    types, mask = np.zeros_like(ids), np.ones_like(ids)
+    types[:, 8:], mask[1, 12:] = 1, 0
+    ours = np.asarray(model.apply({"params": params}, ids, types, mask))
+    with torch.no_grad():
+        theirs = hf_model.eval()(input_ids=torch.tensor(ids), token_type_ids=torch.tensor(types),
+                                 attention_mask=torch.tensor(mask))
+    theirs = (np.stack([theirs.start_logits.numpy(), theirs.end_logits.numpy()], -1) if hf_class.endswith("Answering")
+              else theirs.logits.numpy())
+    np.testing.assert_allclose(ours[mask > 0] if ours.ndim == 3 else ours, theirs[mask > 0] if ours.ndim == 3 else theirs,
+                               atol=1e-4)
+
+
 def eval_rows(workdir: pathlib.Path) -> list[dict]:
     return [r for r in map(json.loads, (workdir / "metrics.jsonl").read_text().splitlines()) if r["kind"] == "eval"]
 
@@ -89,6 +119,7 @@ def test_sequence_classification_learns_and_exports(pretrained_dir, tmp_path):
     _, pre = bertjax.pretrained.load(pretrained_dir)
     emb, pre_emb = (np.ravel(p["bert"]["embeddings"]["word_embeddings"]["embedding"]) for p in (params, pre))
     assert np.corrcoef(emb, pre_emb)[0, 1] > 0.5 and "classifier" in params and "nsp" not in params
+    assert_export_matches(workdir, "BertForSequenceClassification")
 
 
 def test_resume_continues_exactly(pretrained_dir, tmp_path):
@@ -120,6 +151,7 @@ def test_regression_pairs_and_sweep(pretrained_dir, tmp_path):
     assert set(report["by_learning_rate"]) == {"0.001", "0.0003"}
     assert all(report["by_learning_rate"][k]["n"] == 2 for k in report["by_learning_rate"])
     assert json.loads((workdir / "sweep.json").read_text())["best_learning_rate"] in (1e-3, 3e-4)
+    assert_export_matches(workdir / "sweep" / "lr=0.001,seed=0", "BertForSequenceClassification")
     assert max(r["pearson"] for r in report["runs"]) > 0.5, report  # it learns the count of "good"
 
 
@@ -136,6 +168,7 @@ def test_token_classification_and_question_answering(pretrained_dir, tmp_path):
                                          "data.eval_file": str(tmp_path / "train.conll"), "train.num_epochs": 6.0}),
                                str(ner))
     assert {"precision", "recall", "f1"} <= result.keys() and result["f1"] > 0.5, result
+    assert_export_matches(ner, "BertForTokenClassification")
 
     contexts = []
     for i in range(24):
@@ -153,6 +186,7 @@ def test_token_classification_and_question_answering(pretrained_dir, tmp_path):
     assert {"exact_match", "f1"} <= result.keys() and result["f1"] > 50, result
     answers = [json.loads(line) for line in (qa / finetune.PREDICTIONS_FILE).read_text().splitlines()]
     assert {a["prediction"] for a in answers} & {"acme", "globex"}  # spans cut from the original context
+    assert_export_matches(qa, "BertForQuestionAnswering")
 
 
 def test_bad_inputs_are_one_sentence(pretrained_dir, tmp_path):
