@@ -182,6 +182,9 @@ class BertOutput:
     nsp_logits: Array  # [batch, 2], float32
     sequence_output: Array  # [batch, length, hidden]
     pooled_output: Array  # [batch, hidden]
+    # With output_hidden_states=True: num_hidden_layers + 1 arrays [batch, length, hidden], the embeddings'
+    # output then each layer's (Hugging Face's order; the last is sequence_output). None otherwise.
+    hidden_states: Optional[tuple[Array, ...]] = None
 
 
 def _init(config: BertConfig, names: tuple[Optional[str], ...]):
@@ -294,17 +297,20 @@ def _reshape_boxed(value: Any, shape: tuple[int, ...]) -> Any:
 
 
 class BertLayer(nn.Module):
-    """One post-LayerNorm transformer layer. Signature `(x, bias, mask) -> (x, None)` so `nn.scan` can
-    carry x. The xla attention adds `attention_bias`; fused kernels mask by `input_mask` (attention.py)."""
+    """One post-LayerNorm transformer layer. Signature `(x, bias, mask) -> (x, y)` so `nn.scan` can carry x
+    and stack y: y is None, or with `emit_output` the layer's output again (the scan's per-layer hidden
+    states). The xla attention adds `attention_bias`; fused kernels mask by `input_mask` (attention.py)."""
 
     config: BertConfig
     dtype: Dtype = jnp.float32
     deterministic: bool = True
     attention: str = "xla"  # resolved: xla | splash | cudnn
     packed: bool = False
+    emit_output: bool = False  # output_hidden_states: return x as y too (off: the training program, unchanged)
 
     @nn.compact
-    def __call__(self, x: Array, attention_bias: Optional[Array], input_mask: Array) -> tuple[Array, None]:
+    def __call__(self, x: Array, attention_bias: Optional[Array],
+                 input_mask: Array) -> tuple[Array, Optional[Array]]:
         cfg = self.config
         head_dim = cfg.head_dim
         act = ACTIVATIONS[cfg.hidden_act]
@@ -338,7 +344,8 @@ class BertLayer(nn.Module):
         h = _dense(cfg, cfg.hidden_size, ("mlp", "embed"), self.dtype, "output")(h)
         h = Dropout(cfg.hidden_dropout_prob, name="output_dropout")(h, deterministic=self.deterministic)
         x = _layer_norm(cfg, self.dtype, "output_layer_norm")(x + h)
-        return sharding_lib.constrain(x, ("batch", "length", "embed")), None
+        x = sharding_lib.constrain(x, ("batch", "length", "embed"))
+        return x, (x if self.emit_output else None)
 
 
 def _scan_unroll(config: BertConfig) -> int:
@@ -357,7 +364,10 @@ class BertEncoder(nn.Module):
     packed: bool = False
 
     @nn.compact
-    def __call__(self, x: Array, attention_bias: Optional[Array], input_mask: Array, deterministic: bool) -> Array:
+    def __call__(self, x: Array, attention_bias: Optional[Array], input_mask: Array, deterministic: bool,
+                 output_hidden_states: bool = False) -> tuple[Array, Optional[tuple[Array, ...]]]:
+        """(last layer's output, hidden states or None): with `output_hidden_states`, the input then each
+        layer's output; under scan, the scan's stacked per-layer outputs (ys), so the layer stays scanned."""
         layer_cls = BertLayer
         if self.remat_policy != "none":
             layer_cls = nn.remat(BertLayer, policy=REMAT_POLICIES[self.remat_policy],
@@ -366,13 +376,18 @@ class BertEncoder(nn.Module):
             stack = nn.scan(layer_cls, variable_axes={"params": 0}, split_rngs={"params": True, "dropout": True},
                             in_axes=(nn.broadcast, nn.broadcast), length=self.config.num_hidden_layers,
                             metadata_params={nn.PARTITION_NAME: "layers"}, unroll=_scan_unroll(self.config))
-            x, _ = stack(self.config, self.dtype, deterministic, self.attention, self.packed,
-                         name="layers")(x, attention_bias, input_mask)
-            return x
+            inputs = x
+            x, ys = stack(self.config, self.dtype, deterministic, self.attention, self.packed, output_hidden_states,
+                          name="layers")(x, attention_bias, input_mask)
+            if not output_hidden_states:
+                return x, None
+            return x, (inputs, *(ys[i] for i in range(self.config.num_hidden_layers)))
+        hidden_states = [x]
         for i in range(self.config.num_hidden_layers):
             x, _ = layer_cls(self.config, self.dtype, deterministic, self.attention, self.packed,
                              name=f"layer_{i}")(x, attention_bias, input_mask)
-        return x
+            hidden_states.append(x)
+        return x, (tuple(hidden_states) if output_hidden_states else None)
 
 
 class BertModel(nn.Module):
@@ -392,16 +407,19 @@ class BertModel(nn.Module):
         self.pooler = _dense(cfg, cfg.hidden_size, ("embed", "mlp"), self.dtype, "pooler")
 
     def __call__(self, input_ids: Array, segment_ids: Array, input_mask: Array, deterministic: bool = True,
-                 position_ids: Optional[Array] = None, cls_positions: Optional[Array] = None) -> tuple[Array, Array]:
-        """(sequence output, pooled output): the pooler reads the [CLS] at position 0, or with
-        `cls_positions` [batch, k] the [CLS] of each of a packed row's instances ([batch, k, hidden])."""
+                 position_ids: Optional[Array] = None, cls_positions: Optional[Array] = None,
+                 output_hidden_states: bool = False) -> tuple[Array, ...]:
+        """(sequence output, pooled output), and with `output_hidden_states` a third item, the embeddings'
+        output then each layer's (BertOutput.hidden_states). The pooler reads the [CLS] at position 0, or
+        with `cls_positions` [batch, k] the [CLS] of each of a packed row's instances ([batch, k, hidden])."""
         x = self.embeddings(input_ids, segment_ids, deterministic, position_ids)
         # Key padding (and, packed, other instances) as an additive bias, as BERT and HF build it.
         attention_bias = attention_lib.xla_bias(input_mask, self.packed) if self.attention == "xla" else None
-        x = self.encoder(x, attention_bias, input_mask, deterministic)
+        x, hidden_states = self.encoder(x, attention_bias, input_mask, deterministic, output_hidden_states)
         cls = x[:, 0] if cls_positions is None else jnp.take_along_axis(
             x, cls_positions[..., None].astype(jnp.int32), axis=1)
-        return x, jnp.tanh(self.pooler(cls))
+        pooled = jnp.tanh(self.pooler(cls))
+        return (x, pooled, hidden_states) if output_hidden_states else (x, pooled)
 
 
 class BertForPreTraining(nn.Module):
@@ -428,11 +446,15 @@ class BertForPreTraining(nn.Module):
 
     def __call__(self, input_ids: Array, segment_ids: Array, input_mask: Array,
                  masked_lm_positions: Optional[Array] = None, deterministic: bool = True,
-                 position_ids: Optional[Array] = None, cls_positions: Optional[Array] = None) -> BertOutput:
+                 position_ids: Optional[Array] = None, cls_positions: Optional[Array] = None,
+                 output_hidden_states: bool = False) -> BertOutput:
         """Packed rows (`packed=True`) number their instances 1..k in `input_mask` and pass each token's
         position within its instance (`position_ids`) and each instance's [CLS] (`cls_positions`
-        [batch, k]): nsp_logits and pooled_output then have one row per instance ([batch, k, …])."""
-        sequence, pooled = self.bert(input_ids, segment_ids, input_mask, deterministic, position_ids, cls_positions)
+        [batch, k]): nsp_logits and pooled_output then have one row per instance ([batch, k, …]).
+        `output_hidden_states` fills BertOutput.hidden_states (feature extraction); off, the program is
+        the training one, unchanged."""
+        sequence, pooled, *hidden_states = self.bert(input_ids, segment_ids, input_mask, deterministic,
+                                                     position_ids, cls_positions, output_hidden_states)
         hidden = sequence
         if masked_lm_positions is not None:
             # Gather first so the vocabulary projection only runs on predicted positions.
@@ -443,7 +465,7 @@ class BertForPreTraining(nn.Module):
         mlm_logits = logits.astype(jnp.float32) + self.mlm_bias
         nsp_logits = self.nsp(pooled).astype(jnp.float32)
         return BertOutput(mlm_logits=mlm_logits, nsp_logits=nsp_logits, sequence_output=sequence,
-                          pooled_output=pooled)
+                          pooled_output=pooled, hidden_states=hidden_states[0] if hidden_states else None)
 
 
 def packed_inputs(batch: dict) -> dict:
