@@ -181,36 +181,55 @@ def _logits(trainer: trainer_lib.Trainer, params: Any, split: Split, batches: ar
     return np.concatenate(out)[:batches.rows]
 
 
-def scores_of(job: FinetuneConfig, split: Split, logits: np.ndarray,
-              labels: Optional[tasks_lib.LabelMap]) -> tuple[dict[str, float], list[dict]]:
-    """(held-out scores, one prediction per example) from the logits of every row."""
+def predictions_of(job: FinetuneConfig, split: Split, logits: np.ndarray,
+                   labels: Optional[tasks_lib.LabelMap]) -> list[dict]:
+    """One prediction per example, from the logits of every row: a label (with its probability), a score,
+    a tag per word with the entities they make, or an answer cut from the original context."""
     if job.task == "sequence_classification" and job.data.regression:
-        predicted = logits[:, 0]
-        truth = split.arrays["label"]
-        return (dict(scores.regression_scores(truth, predicted)),
-                [{"prediction": float(p), "label": float(t)} for p, t in zip(predicted, truth)])
+        return [{"prediction": float(p)} for p in logits[:, 0]]
     if job.task == "sequence_classification":
-        predicted, truth = logits.argmax(-1), split.arrays["label"]
-        log_probs = logits - np.logaddexp.reduce(logits, axis=-1, keepdims=True)
-        result = dict(scores.classification_scores(truth, predicted, len(labels.labels)),
-                      cross_entropy=float(-np.mean(log_probs[np.arange(len(truth)), truth])))
-        return result, [{"prediction": labels.labels[p], "label": labels.labels[t]} for p, t in zip(predicted, truth)]
+        probabilities = np.exp(logits - np.logaddexp.reduce(logits, axis=-1, keepdims=True))
+        return [{"prediction": labels.labels[p], "probability": round(float(probabilities[i, p]), 6)}
+                for i, p in enumerate(logits.argmax(-1))]
     if job.task == "token_classification":
         fallback = "O" if "O" in labels.labels else labels.labels[0]  # for words cut off by truncation
         predicted = logits.argmax(-1)
-        pred_tags = [[labels.labels[predicted[row, i]] if i >= 0 else fallback for i in starts]
-                     for row, starts in enumerate(split.features)]
-        true_tags = [e.labels for e in split.examples]
-        return (dict(scores.entity_scores(true_tags, pred_tags)),
-                [{"words": e.words, "prediction": p, "label": e.labels} for e, p in zip(split.examples, pred_tags)])
+        out = []
+        for row, (example, starts) in enumerate(zip(split.examples, split.features)):
+            tags = [labels.labels[predicted[row, i]] if i >= 0 else fallback for i in starts]
+            entities = [{"type": kind, "start": first, "end": last + 1, "text": " ".join(example.words[first:last + 1])}
+                        for kind, first, last in scores.entity_chunks(tags)]
+            out.append({"words": example.words, "prediction": tags, "entities": entities})
+        return out
     d = job.data
     answers = tasks_lib.qa_predictions(split.examples, split.features, logits[..., 0], logits[..., 1],
                                        n_best_size=d.n_best_size, max_answer_length=d.max_answer_length,
                                        version_2=d.version_2_with_negative,
                                        null_score_diff_threshold=d.null_score_diff_threshold)
-    references = {e.qid: [text for text, _ in e.answers] or [""] for e in split.examples}
-    return (dict(scores.squad_scores(answers, references)),
-            [{"id": e.qid, "prediction": answers.get(e.qid, ""), "answers": references[e.qid]} for e in split.examples])
+    return [{"id": e.qid, "question": e.question, "prediction": answers.get(e.qid, "")} for e in split.examples]
+
+
+def scores_of(job: FinetuneConfig, split: Split, logits: np.ndarray,
+              labels: Optional[tasks_lib.LabelMap]) -> tuple[dict[str, float], list[dict]]:
+    """(held-out scores, predictions_of with the truth beside each) from the logits of every row."""
+    predictions = predictions_of(job, split, logits, labels)
+    if job.task == "sequence_classification":
+        truth = split.arrays["label"]
+        if job.data.regression:
+            result = scores.regression_scores(truth, logits[:, 0])
+        else:
+            log_probs = logits - np.logaddexp.reduce(logits, axis=-1, keepdims=True)
+            result = dict(scores.classification_scores(truth, logits.argmax(-1), len(labels.labels)),
+                          cross_entropy=float(-np.mean(log_probs[np.arange(len(truth)), truth])))
+        gold = [float(t) if job.data.regression else labels.labels[t] for t in truth]
+    elif job.task == "token_classification":
+        gold = [e.labels for e in split.examples]
+        result = scores.entity_scores(gold, [p["prediction"] for p in predictions])
+    else:
+        gold = [[text for text, _ in e.answers] or [""] for e in split.examples]
+        result = scores.squad_scores({p["id"]: p["prediction"] for p in predictions},
+                                     {e.qid: g for e, g in zip(split.examples, gold)})
+    return dict(result), [dict(p, label=g) for p, g in zip(predictions, gold)]
 
 
 # --- One run --------------------------------------------------------------------------------------------
@@ -307,6 +326,24 @@ def _finetune(job: FinetuneConfig, workdir: str, stop: loop_lib.StopRequest, loc
                                      workdir)
     log.info("done: %d steps in %s", result.step, workdir)
     return result.last_eval
+
+
+# --- A fine-tuned run, for predict ---------------------------------------------------------------------
+
+def load_run(workdir: str, step: Optional[int] = None) -> tuple[FinetuneConfig, Optional[tasks_lib.LabelMap], Any]:
+    """(config, labels, host params) of a fine-tuned workdir's latest checkpoint (or `step`)."""
+    path = os.path.join(workdir, "config.json")
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"{path} not found; --workdir must be a bertjax.finetune run's workdir.")
+    with open(path) as f:
+        saved = json.load(f)
+    if saved.pop("kind", None) != "finetune":
+        raise ValueError(f"{workdir} is a pre-training run, not a fine-tuned one; fine-tune it first "
+                         "(python -m bertjax.finetune --config.train.init_from=" + workdir + ").")
+    job = FinetuneConfig.from_configdict(saved)
+    fingerprint, params = checkpoint_lib.load_params(workdir, step)
+    labels = tasks_lib.LabelMap(fingerprint["labels"]) if fingerprint.get("labels") else None
+    return job, labels, params
 
 
 # --- Sweeps ---------------------------------------------------------------------------------------------

@@ -1,14 +1,29 @@
-"""Masked-word predictions for a batch of records: what the demo prints at the end of training."""
+"""Predictions: what a fine-tuned workdir says about new inputs, and masked-word guesses (the demo's end).
+
+    python -m bertjax.predict --workdir=FINETUNED_DIR --input_file=F --output_file=OUT.jsonl
+
+writes one JSON object per input: sequence_classification a label and its probability (or a score),
+token_classification a tag per word and the entities they make, question_answering an answer cut from
+the context. Inputs: what the task trains on, without labels (TSV/CSV/JSONL with `text` or `text_a`,
+`text_b`; CoNLL or whitespace-tokenised lines; SQuAD JSON), or a .txt file of one text per line (`a ||| b`
+for a pair, as google-research/bert's extract_features.py).
+"""
 
 from __future__ import annotations
 
-from typing import Any
+import json
+import logging
+import os
+import sys
+from typing import Any, Optional
 
 import jax
 import numpy as np
 
 from bertjax import model as model_lib
 from bertjax.data import tokenization
+
+log = logging.getLogger(__name__)
 
 
 def top_k_predictions(model: Any, params: Any, batch: dict[str, np.ndarray], k: int = 5) -> tuple[np.ndarray, np.ndarray]:
@@ -55,3 +70,79 @@ def show_predictions(model: Any, params: Any, batch: dict[str, np.ndarray], voca
     top_ids, top_probs = top_k_predictions(model, params, batch)
     print("Top-5 predictions for the masked words of held-out sequences (✓: the top guess is right):")
     print(format_predictions(tokenizer, batch, top_ids, top_probs, rows=rows))
+
+
+# --- A fine-tuned workdir on new inputs -------------------------------------------------------------------
+
+def _read_inputs(job: Any, labels: Any, path: str) -> list:
+    """The examples of `path` for the run's task, labels not needed."""
+    from bertjax.data import tasks
+
+    if job.task == "question_answering":
+        return tasks.read_squad(path, require_answers=False)[0]
+    if path.endswith(".txt"):
+        with open(path, encoding="utf-8") as f:
+            lines = [(i + 1, line.strip()) for i, line in enumerate(f) if line.strip()]
+        if not lines:
+            raise ValueError(f"{path} holds no text; write one input per line.")
+        if job.task == "token_classification":  # whitespace-tokenised words; placeholder tags, never read
+            return [tasks.TokenExample(text.split(), [labels.labels[0]] * len(text.split()), tasks.Source(path, n))
+                    for n, text in lines]
+        pairs = [text.split(" ||| ", 1) + [None] for _, text in lines]
+        return [tasks.TextExample(pair[0], pair[1], None, tasks.Source(path, n)) for (n, _), pair in zip(lines, pairs)]
+    if job.task == "token_classification":
+        return tasks.read_conll(path)
+    return tasks.read_text_examples(path, regression=job.data.regression, require_labels=False)
+
+
+def predict_file(workdir: str, input_file: str, output_file: str, step: Optional[int] = None,
+                 batch_size: int = 32) -> int:
+    """Runs a fine-tuned workdir on input_file and writes output_file (JSONL); returns the count."""
+    from bertjax import finetune, heads
+    from bertjax.data import arrays
+
+    job, labels, params = finetune.load_run(workdir, step)
+    tokenizer = tokenization.load(job.data.vocab_file, job.data.do_lower_case)
+    examples = _read_inputs(job, labels, input_file)
+    split = finetune.make_split(job, examples, tokenizer, labels, False, os.path.basename(input_file))
+    num_labels = 1 if job.data.regression else (2 if labels is None else len(labels.labels))
+    model = heads.BertForFinetuning(job.model.architecture, job.task, num_labels)
+    forward = jax.jit(lambda p, b: model.apply({"params": p}, b["input_ids"], b["segment_ids"], b["input_mask"]))
+    batches = arrays.ArrayBatches(split.arrays, batch_size, training=False)
+    logits = np.concatenate([np.asarray(forward(params, b)) for b in batches])[:batches.rows]
+    predictions = finetune.predictions_of(job, split, logits, labels)
+    os.makedirs(os.path.dirname(os.path.abspath(output_file)), exist_ok=True)
+    with open(output_file, "w") as f:
+        for example, prediction in zip(examples, predictions):
+            text = {"text": example.text_a, **({"text_b": example.text_b} if example.text_b else {})} \
+                if job.task == "sequence_classification" else {}
+            f.write(json.dumps({**text, **prediction}) + "\n")
+    log.info("predict: %d %s predictions from %s written to %s", len(predictions), job.task, workdir, output_file)
+    return len(predictions)
+
+
+def main(argv):
+    from absl import flags
+
+    del argv
+    FLAGS = flags.FLAGS
+    logging.getLogger("bertjax").setLevel(logging.INFO)
+    try:
+        count = predict_file(FLAGS.workdir, FLAGS.input_file, FLAGS.output_file, FLAGS.step, FLAGS.batch_size)
+    except (OSError, ValueError) as e:  # a user's bad file or flag: one line, no traceback
+        sys.stderr.write(f"predict: error: {e}\n")
+        return 1
+    print(f"wrote {count} predictions to {FLAGS.output_file}")
+    return 0
+
+
+if __name__ == "__main__":
+    from absl import app, flags
+
+    flags.DEFINE_string("workdir", None, "A fine-tuned run's workdir (python -m bertjax.finetune).")
+    flags.DEFINE_string("input_file", None, "Inputs: the task's file format without labels, or .txt lines.")
+    flags.DEFINE_string("output_file", None, "JSONL predictions, one line per input.")
+    flags.DEFINE_integer("step", None, "Checkpoint step (default: the latest).")
+    flags.DEFINE_integer("batch_size", 32, "Rows per forward pass.")
+    flags.mark_flags_as_required(["workdir", "input_file", "output_file"])
+    app.run(main)

@@ -14,7 +14,7 @@ import pytest
 
 import bertjax
 from bertjax import checkpoint as checkpoint_lib
-from bertjax import export, finetune, heads
+from bertjax import export, finetune, heads, predict
 from bertjax import model as model_lib
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -121,6 +121,17 @@ def test_sequence_classification_learns_and_exports(pretrained_dir, tmp_path):
     assert np.corrcoef(emb, pre_emb)[0, 1] > 0.5 and "classifier" in params and "nsp" not in params
     assert_export_matches(workdir, "BertForSequenceClassification")
 
+    # predict: the same labels for the same texts, from a plain text file, and a TSV without labels.
+    texts = [line.split("\t")[0] for line in pathlib.Path(dev).read_text().splitlines()[1:]]
+    (tmp_path / "new.txt").write_text("\n".join(texts) + "\n")
+    assert predict.predict_file(str(workdir), str(tmp_path / "new.txt"), str(tmp_path / "out.jsonl")) == 40
+    out = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
+    assert [o["text"] for o in out] == texts
+    assert [o["prediction"] for o in out] == [p["prediction"] for p in predictions]
+    assert all(0.5 <= o["probability"] <= 1 for o in out)
+    with pytest.raises(ValueError, match="pre-training run, not a fine-tuned one"):
+        predict.predict_file(pretrained_dir, str(tmp_path / "new.txt"), str(tmp_path / "x.jsonl"))
+
 
 def test_resume_continues_exactly(pretrained_dir, tmp_path):
     train = sentiment(tmp_path / "train.tsv", 48, seed=0)
@@ -169,6 +180,11 @@ def test_token_classification_and_question_answering(pretrained_dir, tmp_path):
                                str(ner))
     assert {"precision", "recall", "f1"} <= result.keys() and result["f1"] > 0.5, result
     assert_export_matches(ner, "BertForTokenClassification")
+    (tmp_path / "new.txt").write_text("mary lives in london .\n")
+    predict.predict_file(str(ner), str(tmp_path / "new.txt"), str(tmp_path / "ner.jsonl"))
+    (tagged,) = [json.loads(line) for line in (tmp_path / "ner.jsonl").read_text().splitlines()]
+    assert tagged["words"] == ["mary", "lives", "in", "london", "."] and len(tagged["prediction"]) == 5
+    assert all(e["text"] == " ".join(tagged["words"][e["start"]:e["end"]]) for e in tagged["entities"])
 
     contexts = []
     for i in range(24):
@@ -187,6 +203,9 @@ def test_token_classification_and_question_answering(pretrained_dir, tmp_path):
     answers = [json.loads(line) for line in (qa / finetune.PREDICTIONS_FILE).read_text().splitlines()]
     assert {a["prediction"] for a in answers} & {"acme", "globex"}  # spans cut from the original context
     assert_export_matches(qa, "BertForQuestionAnswering")
+    predict.predict_file(str(qa), str(tmp_path / "squad.json"), str(tmp_path / "answers.jsonl"))
+    predicted = [json.loads(line)["prediction"] for line in (tmp_path / "answers.jsonl").read_text().splitlines()]
+    assert predicted == [a["prediction"] for a in answers]
 
 
 def test_bad_inputs_are_one_sentence(pretrained_dir, tmp_path):
