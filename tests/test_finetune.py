@@ -155,7 +155,8 @@ def test_regression_pairs_and_sweep(pretrained_dir, tmp_path):
     (tmp_path / "sts.csv").write_text("\n".join(rows) + "\n")
     workdir = tmp_path / "sweep"
     c = config(pretrained_dir, **{"data.train_file": str(tmp_path / "sts.csv"), "data.eval_file": str(tmp_path / "sts.csv"),
-                                  "data.regression": True, "train.num_epochs": 3.0})
+                                  "data.regression": True, "train.num_epochs": 3.0,
+                                  "model.scan_layers": True})  # the pre-trained body stacked for nn.scan
     c.sweep.update(learning_rate="1e-3,3e-4", seeds="0,1")
     report = finetune.finetune(c, str(workdir))
     assert report["metric"] == "pearson" and len(report["runs"]) == 4
