@@ -32,7 +32,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.task = "sequence_classification"  # | token_classification (NER, CoNLL files) | question_answering (SQuAD)
     c.seed = 0  # seeds the new head, dropout and the data order
     c.model = pretraining.model  # how to compute; the architecture only matters without init_from
-    c.mesh = pretraining.mesh
+    c.mesh = pretraining.mesh  # (data, fsdp, tensor), as pre-training
 
     # --- data: labelled examples; labels map to ids in one sorted order, saved with the checkpoint.
     c.data = ml_collections.ConfigDict()
@@ -59,20 +59,20 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.train.num_epochs = 3.0  # passes over the training set (the paper: 2, 3 or 4)
     c.train.num_train_steps = 0  # > 0 overrides num_epochs
     c.train.warmup_proportion = 0.1  # linear warmup over this share of the steps, then linear decay to 0
-    c.train.log_every_steps = 50
-    c.train.profile_steps = 0
-    c.train.on_nonfinite = "skip"  # as pre-training: a NaN/Inf step is never applied
-    c.train.max_consecutive_nonfinite = 10
+    c.train.log_every_steps = 50  # steps between log lines (loss, accuracy, seq/s, ETA) and metrics rows
+    c.train.profile_steps = 0  # trace this many steps after warm-up into workdir/plugins/profile (0 = off)
+    c.train.on_nonfinite = "skip"  # as pre-training: a NaN/Inf step is never applied (skip and go on | stop)
+    c.train.max_consecutive_nonfinite = 10  # with skip: stop when this many steps in a row are not finite
 
-    c.optim = pretraining.optim
+    c.optim = pretraining.optim  # AdamW, weight decay 0.01, clipping 1.0, linear decay, as pre-training
     c.optim.learning_rate = 3e-5  # peak; the paper picks among 5e-5, 4e-5, 3e-5, 2e-5 on dev
     c.optim.warmup_steps = 0  # set by the job from train.warmup_proportion
 
-    c.checkpoint = pretraining.checkpoint
+    c.checkpoint = pretraining.checkpoint  # orbax, as pre-training
     c.checkpoint.every_steps = 1000  # and at the end; a resumed run continues from the latest exactly
-    c.checkpoint.keep = 1
-    c.checkpoint.keep_every = 0
-    c.eval = pretraining.eval
+    c.checkpoint.keep = 1  # fine-tuning runs are short: the latest checkpoint is enough to resume
+    c.checkpoint.keep_every = 0  # no permanent snapshots
+    c.eval = pretraining.eval  # held-out cadence
     c.eval.every_steps = 1000  # held-out scores every this many steps, and at the end
     c.eval.num_batches = 0  # 0 = the whole eval set (scores need every prediction)
 

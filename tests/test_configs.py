@@ -10,7 +10,8 @@ import pytest
 from ml_collections import config_flags
 
 from bertjax import model as model_lib
-from bertjax.config import JobConfig
+from bertjax import config as config_lib
+from bertjax.config import FinetuneConfig, JobConfig
 
 CONFIGS = pathlib.Path(__file__).resolve().parents[1] / "configs"
 
@@ -53,18 +54,19 @@ def test_bad_model_fields_are_named():
         JobConfig.from_configdict(config)
 
 
-def test_every_default_field_is_commented():
-    """Each `c.section.field = value` line in default.py carries a comment saying what it does."""
-    source = (CONFIGS / "default.py").read_text()
+@pytest.mark.parametrize("name", ["default", "finetune"])
+def test_every_default_field_is_commented(name):
+    """Each `c.section.field = value` line in default.py (and finetune.py) carries a comment saying what it does."""
+    source = (CONFIGS / f"{name}.py").read_text()
     lines = source.splitlines()
     assignments = [node for node in ast.walk(ast.parse(source)) if isinstance(node, ast.Assign)
                    and isinstance(node.targets[0], ast.Attribute)]
-    assert len(assignments) > 30
+    assert len(assignments) > 25
     for node in assignments:
         if re.search(r"ConfigDict\(\)$", lines[node.lineno - 1]) or node.col_offset > 4:
             continue  # section headers, and the phase/runlocal overrides of fields commented above
         span = lines[node.lineno - 1: node.end_lineno]
-        assert any("#" in line for line in span), f"default.py:{node.lineno} has no comment: {span[0].strip()}"
+        assert any("#" in line for line in span), f"{name}.py:{node.lineno} has no comment: {span[0].strip()}"
 
 
 def test_summary_cli_reports_the_model():
@@ -85,6 +87,7 @@ def test_schema_defaults_are_default_py():
     """JobConfig() is configs/default.py converted: the two cannot drift apart."""
     assert JobConfig.from_configdict(load("default")) == JobConfig()
     assert JobConfig.from_configdict(load("base")) == JobConfig()
+    assert config_lib.convert(FinetuneConfig, load("finetune", "size=base"), "config") == FinetuneConfig()
 
 
 def test_boolean_arguments_mean_what_they_say():
@@ -150,6 +153,6 @@ def test_command_line_tools_can_be_imported_together():
 
     from absl import flags
 
-    for name in ("main", "prepare", "tokenizer", "summary", "export"):
+    for name in ("main", "prepare", "tokenizer", "summary", "export", "finetune", "predict", "extract_features"):
         importlib.import_module(f"bertjax.{name}")
     assert not {"config", "input_file", "workdir", "vocab_size", "output_dir"} & set(flags.FLAGS)
