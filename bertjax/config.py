@@ -295,6 +295,16 @@ class EvalConfig:
 class _Sections:
     """What a whole config (pre-training's or fine-tuning's) does with its sections."""
 
+    @classmethod
+    def from_configdict(cls, config: Any) -> Any:
+        """A ConfigDict (or nested mapping) → this config, strictly, then validated."""
+        job = convert(cls, config, "config")
+        job.validate()
+        return job
+
+    def validate(self) -> None:
+        raise NotImplementedError
+
     def replace(self, **sections: Mapping[str, Any]) -> Any:
         """A copy with fields of sections changed: `job.replace(data={"vocab_file": v})`."""
         return dataclasses.replace(self, **{name: dataclasses.replace(getattr(self, name), **fields)
@@ -317,13 +327,6 @@ class JobConfig(_Sections):
     mesh: MeshConfig = MeshConfig()
     checkpoint: CheckpointConfig = CheckpointConfig()
     eval: EvalConfig = EvalConfig()
-
-    @classmethod
-    def from_configdict(cls, config: Any) -> "JobConfig":
-        """A ConfigDict (or nested mapping) → JobConfig, strictly, then validated."""
-        job = convert(cls, config, "config")
-        job.validate()
-        return job
 
     def validate(self) -> None:
         for section in (self.model, self.data, self.train, self.mesh, self.checkpoint, self.eval):
@@ -444,12 +447,6 @@ class FinetuneConfig(_Sections):
     checkpoint: CheckpointConfig = CheckpointConfig(every_steps=1000, keep=1, keep_every=0)
     eval: EvalConfig = EvalConfig(every_steps=1000, num_batches=0)
     sweep: SweepConfig = SweepConfig()
-
-    @classmethod
-    def from_configdict(cls, config: Any) -> "FinetuneConfig":
-        job = convert(cls, config, "config")
-        job.validate()
-        return job
 
     def validate(self) -> None:
         if self.task not in FINETUNE_TASKS:
