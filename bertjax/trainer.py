@@ -299,7 +299,9 @@ class Trainer:
         if self._predict_step is None:
             raise ValueError("this task has no predict function")
         with sharding_lib.activation_rules(self.mesh, self.rules):
-            return jax.device_get(self._predict_step(params, batch))
+            out = self._predict_step(params, batch)
+        # Replicated: every process holds the whole value (device_get refuses arrays spanning processes).
+        return jax.tree.map(lambda x: np.asarray(x.addressable_data(0)), out)
 
     def state_from_params(self, params: Any) -> TrainState:
         """A fresh state (step 0, new optimizer state) around host `params` (`config.train.init_from`)."""
