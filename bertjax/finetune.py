@@ -22,6 +22,7 @@ import math
 import os
 from typing import Any, Optional
 
+import flax.linen as nn
 import jax
 import numpy as np
 from etils import epath
@@ -299,15 +300,17 @@ def _finetune(job: FinetuneConfig, workdir: str, stop: loop_lib.StopRequest, loc
         if state is not None:
             log.info("restore: resumed from %s/%d", checkpoints.directory, int(state.step))
         else:
-            state = trainer.init_state()
             if source.params is not None:
-                fresh = model_lib.unstack_layers(jax.device_get(state.params))
-                params = heads.with_pretrained_body(fresh, source.params)
+                # The new head's initial values, on the host (the body's are init_from's, host arrays too).
+                fresh = jax.device_get(nn.meta.unbox(trainer.model.init(
+                    jax.random.PRNGKey(job.seed), **model_lib.dummy_inputs(1, 8))["params"]))
+                params = heads.with_pretrained_body(model_lib.unstack_layers(fresh), source.params)
                 if job.model.scan_layers:
                     params = model_lib.stack_layers(params, source.architecture.num_hidden_layers)
                 state = trainer.state_from_params(params)
                 log.info("restore: pre-trained body from %s, new %s head", job.train.init_from, job.task)
             else:
+                state = trainer.init_state()
                 log.info("restore: random initialisation (config.train.init_from is empty)")
 
         # ===== loop =====
