@@ -377,7 +377,8 @@ def is_workdir(path: str) -> bool:
 def load_params(workdir: str, step: Optional[int] = None) -> tuple[dict, dict]:
     """(fingerprint, params as host numpy arrays in the loop layout) from a bertjax workdir.
 
-    Reads the params item only, so a checkpoint without optimizer state (or from any mesh) is fine.
+    Reads the params item only, so a checkpoint without optimizer state (or from any mesh) is fine; arrays
+    that differ from the checksums saved with them are `DamagedCheckpoint`.
     """
     directory = os.path.join(workdir, CHECKPOINTS)
     manager = ocp.CheckpointManager(os.path.abspath(directory), item_handlers=_handlers(),
@@ -395,8 +396,17 @@ def load_params(workdir: str, step: Optional[int] = None) -> tuple[dict, dict]:
         restore_args = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), meta_tree)
         params = manager.restore(step, args=ocp.args.Composite(
             params=ocp.args.PyTreeRestore(restore_args=restore_args)))["params"]
+        others = [s for s in manager.all_steps() if s != step]
     finally:
         manager.close()
+    saved = fingerprint.get("checksums")
+    if saved is not None:  # the params' sums lead the list: they flatten before the optimizer state's
+        leaves = jax.tree_util.tree_leaves_with_path(params)
+        bad = [jax.tree_util.keystr(path) for (path, _), now, then in zip(leaves, checksums(params), saved) if now != then]
+        if bad:
+            raise DamagedCheckpoint(
+                f"{directory}/{step} is damaged: {len(bad)} parameter array(s) differ from the checksums saved with "
+                f"them, first {bad[0]}; use another step with --step (saved: {others or 'none'}).")
     log.info("checkpoint: loaded params of step %d from %s", step, directory)
     return fingerprint, model_lib.unstack_layers(params)
 

@@ -81,6 +81,17 @@ DAMAGES = {
 }
 
 
+def test_weights_only_loads_check_the_checksums_too(runs, tmp_path):
+    """export, init_from and predict read params alone (load_params): flipped bytes are named, not used."""
+    _, stopped = runs
+    workdir = tmp_path / "work"
+    shutil.copytree(stopped, workdir)
+    _flip_bytes_in_largest_params_file(os.path.join(workdir, checkpoint_lib.CHECKPOINTS, "6"))
+    with pytest.raises(checkpoint_lib.DamagedCheckpoint, match=r"checkpoints/6 is damaged: 1 parameter array"):
+        checkpoint_lib.load_params(str(workdir))
+    assert checkpoint_lib.load_params(str(workdir), step=4)[0]["model"]  # the step before is fine
+
+
 @pytest.mark.parametrize("damage", list(DAMAGES))
 def test_a_damaged_newest_step_is_moved_aside_and_the_one_before_resumes_exactly(runs, pydocs_data, tmp_path,
                                                                                 damage, caplog):
