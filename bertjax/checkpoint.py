@@ -177,6 +177,11 @@ class Checkpointer:
                 f"{self.directory}/{step} was saved with scan_layers={saved.get('scan_layers')}; resume with "
                 f"--config.model.scan_layers={saved.get('scan_layers')} (export and init_from convert between "
                 "layouts, resume does not).")
+        for key in sorted(self.fingerprint.keys() - {"model", "scan_layers"}):  # a fine-tuned run's task, labels
+            if saved.get(key) != self.fingerprint[key]:
+                raise IncompatibleCheckpoint(
+                    f"{self.directory}/{step} was saved with {key}={saved.get(key)!r}, but this run has "
+                    f"{key}={self.fingerprint[key]!r}; use a new --workdir (or the data and config it was made with).")
         return saved
 
     def due(self, step: int) -> bool:

@@ -220,5 +220,13 @@ def test_bad_inputs_are_one_sentence(pretrained_dir, tmp_path):
     with pytest.raises(ValueError, match=r"vocab.txt has 33 tokens but the model's vocab_size is 34"):
         finetune.finetune(config(pretrained_dir, **{"data.train_file": train, "data.vocab_file": str(other)}),
                           str(tmp_path / "b"))
+    # A workdir fine-tuned on other labels is refused, not taken for damage.
+    finetune.finetune(config(pretrained_dir, **{"data.train_file": train, "train.num_train_steps": 1}),
+                      str(tmp_path / "d"))
+    (tmp_path / "three.tsv").write_text(pathlib.Path(train).read_text() + "the film\tneutral\n")
+    with pytest.raises(checkpoint_lib.IncompatibleCheckpoint, match=r"labels=\['neg', 'pos'\], but this run has "
+                       r"labels=\['neg', 'neutral', 'pos'\]; use a new --workdir"):
+        finetune.finetune(config(pretrained_dir, **{"data.train_file": str(tmp_path / "three.tsv"),
+                                                     "train.num_train_steps": 1}), str(tmp_path / "d"))
     with pytest.raises(ValueError, match="config.task='ner' is not one of"):
         finetune.finetune(config(pretrained_dir, "ner", **{"data.train_file": train}), str(tmp_path / "c"))
