@@ -230,3 +230,23 @@ def test_bad_inputs_are_one_sentence(pretrained_dir, tmp_path):
                                                      "train.num_train_steps": 1}), str(tmp_path / "d"))
     with pytest.raises(ValueError, match="config.task='ner' is not one of"):
         finetune.finetune(config(pretrained_dir, "ner", **{"data.train_file": train}), str(tmp_path / "c"))
+
+
+def test_the_command_line(pretrained_dir, tmp_path):
+    """`python -m bertjax.finetune` as users type it; a bad file is one sentence and exit status 1."""
+    import subprocess
+    import sys
+
+    train = sentiment(tmp_path / "train.tsv", 32, seed=0)
+    command = [sys.executable, "-m", "bertjax.finetune", "--config=configs/finetune.py:size=tiny",
+               f"--workdir={tmp_path / 'run'}", f"--config.train.init_from={pretrained_dir}",
+               f"--config.data.train_file={train}", f"--config.data.eval_file={train}",
+               "--config.train.num_train_steps=2", "--config.data.max_seq_length=16", "--config.model.scan_layers=false"]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert eval_rows(tmp_path / "run")[-1]["step"] == 2
+    assert "ETA" in done.stderr  # the log line, with its rate and ETA
+    missing = f"--config.data.train_file={tmp_path / 'missing.tsv'}"
+    command[command.index(f"--config.data.train_file={train}")] = missing
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1 and "missing.tsv" in done.stderr.splitlines()[-1], done.stderr[-2000:]
