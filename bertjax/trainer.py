@@ -1,8 +1,9 @@
 """What every job shares: model, optimizer, mesh, sharded abstract state and the compiled steps.
 
-`setup(config)` builds them once, as MaxText's `setup_train_loop` and t5x's `Trainer` do, and returns a
-frozen `Trainer`. The pre-training job (train.py), the tests and benchmarks/train_step.py all build
-through it, so the step they run is the step the job runs.
+`setup(config, task=...)` builds them once, as MaxText's `setup_train_loop` and t5x's `Trainer` do, and
+returns a frozen `Trainer`. What is trained is a `Task` (model, loss, batch): pre-training's, or a
+fine-tuning head's (heads.py). The pre-training job (train.py), fine-tuning (finetune.py), the tests and
+the benchmarks all build through it, so the step they run is the step the job runs.
 
 State is created sharded: `jax.eval_shape` of the init gives shapes, the logical-axis rules give each
 leaf a sharding, and a jitted init with those `out_shardings` materialises it in place, never whole on
