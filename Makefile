@@ -33,11 +33,14 @@ $(VENV)/.test-installed: setup.cfg pyproject.toml | $(PY)
 	@$(PIP_INSTALL) -e '.[test]' 2>&1 | $(PIP_STAGES)
 	touch $@ $(VENV)/.base-installed
 
-# A fresh run each time: workdir/demo holds the vocab, records, checkpoints, metrics and the HF export.
+# A fresh run each time: workdir/demo holds the vocab, records, checkpoints, metrics and the HF export;
+# workdir/demo/finetune the labelled task and the two fine-tuning runs (pre-trained, random init).
 demo: $(VENV)/.base-installed
 	rm -rf workdir/demo
 	@echo "make: the demo job, into workdir/demo (it logs its progress and ETA)"
 	$(PY) -m bertjax.main --config=configs/demo.py --workdir=workdir/demo
+	@echo "make: fine-tuning the pre-trained model and a random initialisation, into workdir/demo/finetune"
+	$(PY) -m bertjax.demo_finetune --config=configs/demo_finetune.py --pretrained=workdir/demo --workdir=workdir/demo/finetune
 
 test: $(VENV)/.test-installed
 	@echo "make: the test suite (about 25 minutes on a fast 2-core CPU, longer on a slow one)"

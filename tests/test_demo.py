@@ -64,3 +64,69 @@ def test_export_cli_writes_the_checkpoint_and_names_a_bad_workdir(demo, tmp_path
     assert all(np.array_equal(latest[k], final[k]) for k in final)
     bad = run("bertjax.export", f"--workdir={tmp_path / 'nothing'}", f"--output_dir={tmp_path / 'x'}", check=False)
     assert bad.returncode != 0 and "has no checkpoint" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_demo_finetune_builds_the_task_from_held_out_modules_and_fine_tunes_both_initialisations(demo, tmp_path):
+    """make demo's last stage (configs/demo_finetune.py:quick, a few steps each) on the job's workdir; the margin
+    of pre-trained over random is a measured figure (README), not asserted here."""
+    import csv
+    import io
+
+    from bertjax.data import pydocs_task
+
+    pretrained, _ = demo
+    out = tmp_path / "finetune"
+    proc = run("bertjax.demo_finetune", "--config=configs/demo_finetune.py:quick", f"--pretrained={pretrained}",
+               f"--workdir={out}")
+    task = json.loads((out / "task" / "task.json").read_text())
+    splits = {}
+    for name in ("train", "dev"):
+        text = (out / "task" / f"{name}.tsv").read_text(encoding="utf-8")
+        rows = list(csv.reader(io.StringIO(text, newline=""), delimiter="\t", quoting=csv.QUOTE_NONE))
+        assert rows[0] == ["text", "label"] and all(len(r) == 2 and r[0] and r[1] for r in rows[1:])
+        splits[name] = [r[1] for r in rows[1:]]
+    labels = task["label_names"]
+    assert len(labels) >= 5 and sorted(set(splits["train"])) == sorted(set(splits["dev"])) == labels
+    for label in labels:  # the log's and task.json's counts are the files'
+        assert task["labels"][label]["train"] == splits["train"].count(label) > 0
+        assert task["labels"][label]["dev"] == splits["dev"].count(label) > 0
+    assert task["train_examples"] == len(splits["train"]) and task["dev_examples"] == len(splits["dev"])
+    # Dev passages come only from modules the pre-training job held out (its own heldout.txt), train from others.
+    assert task["dev_modules"] and not set(task["dev_modules"]) & set(task["train_modules"])
+    heldout = (pretrained / "data" / "heldout.txt").read_text(encoding="utf-8").split("\n\n")
+    documents = dict(pydocs_task.module_documents())
+    assert all("\n".join(documents[m]) in heldout for m in task["dev_modules"])
+    assert not any("\n".join(documents[m]) in heldout for m in task["train_modules"])
+    assert {pydocs_task.package_of(m) for m in task["dev_modules"] + task["train_modules"]} == set(labels)
+    # Both initialisations fine-tune with the same settings and the same architecture, and score dev.
+    configs = {init: json.loads((out / init / "config.json").read_text()) for init in ("pretrained", "random")}
+    assert configs["pretrained"]["train"]["init_from"] == str(pretrained) and configs["random"]["train"]["init_from"] == ""
+    assert configs["pretrained"]["model"] == configs["random"]["model"]
+    assert configs["pretrained"]["optim"] == configs["random"]["optim"]
+    for init in ("pretrained", "random"):
+        rows = [json.loads(line) for line in (out / init / "metrics.jsonl").read_text().splitlines()]
+        evals = [r for r in rows if r["kind"] == "eval"]
+        assert [r["step"] for r in evals] == [6] and 0 <= evals[0]["accuracy"] <= 1 and "macro_f1" in evals[0]
+    scores = json.loads((out / "scores.json").read_text())
+    assert [r["init"] for r in scores["runs"]] == ["pretrained", "random"]
+    assert "majority-class baseline" in proc.stderr and "pretrained" in proc.stdout and "random" in proc.stdout
+
+
+def test_demo_finetune_names_a_workdir_that_is_not_a_pydocs_pre_training_run(tmp_path):
+    from bertjax import demo_finetune
+
+    with pytest.raises(FileNotFoundError, match="config.json does not exist"):
+        demo_finetune.pretraining_settings(str(tmp_path))
+    (tmp_path / "config.json").write_text(json.dumps({"data": {"corpus": "my/*.txt"}}))
+    with pytest.raises(ValueError, match="builtin:pydocs"):
+        demo_finetune.pretraining_settings(str(tmp_path))
+
+
+def test_pydocs_passages_fit_max_words_and_are_tsv_safe():
+    from bertjax.data import pydocs_task
+
+    doc = ["One two three.", "Four\tfive six seven.", "A sentence of many words " + "word " * 30 + "end.", "Last."]
+    out = pydocs_task.passages(doc, max_words=8)
+    assert out[0] == "One two three. Four five six seven." and out[-1] == "Last." and len(out) == 3
+    assert all("\t" not in p and "\n" not in p for p in out)
+    assert pydocs_task.package_of("email/mime/text.py") == "email" and pydocs_task.package_of("os.py") is None
