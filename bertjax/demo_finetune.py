@@ -39,8 +39,9 @@ def pretraining_settings(pretrained: str) -> dict:
     with open(path) as f:
         settings = json.load(f)
     if settings.get("data", {}).get("corpus") != "builtin:pydocs":
-        raise ValueError(f"{path}: the run pre-trained on config.data.corpus={settings.get('data', {}).get('corpus')!r}; "
-                         "the demo task is built from builtin:pydocs and needs a run on it to know its held-out modules.")
+        corpus = settings.get("data", {}).get("corpus")
+        raise ValueError(f"{path}: the run pre-trained on config.data.corpus={corpus!r}; the demo task is built from "
+                         "builtin:pydocs and needs a run on it to know its held-out modules.")
     return settings
 
 
@@ -57,7 +58,8 @@ def build(config: Any, pretrained: str, workdir: str) -> tuple[str, str, pydocs_
     return train_file, dev_file, task
 
 
-def run_config(config: Any, init: str, pretrained: str, train_file: str, dev_file: str, seed: int) -> ml_collections.ConfigDict:
+def run_config(config: Any, init: str, pretrained: str, train_file: str, dev_file: str,
+               seed: int) -> ml_collections.ConfigDict:
     """The FinetuneConfig section of `config` for one run: init_from the checkpoint, or "" with its architecture."""
     c = ml_collections.ConfigDict({k: v for k, v in config.to_dict().items() if k != "demo"})
     c.seed = seed
@@ -99,7 +101,8 @@ def run(config: Any, pretrained: str, workdir: str) -> dict:
 
     lines = [f"Fine-tuned on {len(task.labels)}-way 'which stdlib package is this docstring from?' "
              f"({task.stats['train_examples']:,} train passages; {task.stats['dev_examples']} dev passages from "
-             f"{len(task.stats['dev_modules'])} modules pre-training held out), {config.train.num_train_steps} steps each:",
+             f"{len(task.stats['dev_modules'])} modules pre-training held out), "
+             f"{config.train.num_train_steps} steps each:",
              f"  {'initialisation':<16}{'dev accuracy':<38}dev macro-F1"]
     for init in INITS:
         mine = [r for r in runs if r["init"] == init]

@@ -100,7 +100,8 @@ def test_demo_finetune_builds_the_task_from_held_out_modules_and_fine_tunes_both
     assert {pydocs_task.package_of(m) for m in task["dev_modules"] + task["train_modules"]} == set(labels)
     # Both initialisations fine-tune with the same settings and the same architecture, and score dev.
     configs = {init: json.loads((out / init / "config.json").read_text()) for init in ("pretrained", "random")}
-    assert configs["pretrained"]["train"]["init_from"] == str(pretrained) and configs["random"]["train"]["init_from"] == ""
+    assert configs["pretrained"]["train"]["init_from"] == str(pretrained)
+    assert configs["random"]["train"]["init_from"] == ""
     assert configs["pretrained"]["model"] == configs["random"]["model"]
     assert configs["pretrained"]["optim"] == configs["random"]["optim"]
     for init in ("pretrained", "random"):

@@ -122,9 +122,9 @@ def check_heldout(task: Task, documents: list[tuple[str, corpus_lib.Document]], 
     missing = [m for m in task.stats["dev_modules"] if text[m] not in heldout]
     leaked = [m for m in task.stats["train_modules"] if text[m] in heldout]
     if missing or leaked:
-        raise ValueError(f"{heldout_txt} disagrees with heldout_every={task.stats['heldout_every']}: dev modules not held "
-                         f"out {missing[:3]}, train modules held out {leaked[:3]}; pass the pre-training run's "
-                         "config.data.heldout_every (its config.json records it).")
+        raise ValueError(f"{heldout_txt} disagrees with heldout_every={task.stats['heldout_every']}: dev modules "
+                         f"not held out {missing[:3]}, train modules held out {leaked[:3]}; pass the pre-training "
+                         "run's config.data.heldout_every (its config.json records it).")
 
 
 def write_task(task: Task, out_dir: str) -> tuple[str, str]:
