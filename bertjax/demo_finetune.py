@@ -108,7 +108,7 @@ def run(config: Any, pretrained: str, workdir: str) -> dict:
         mine = [r for r in runs if r["init"] == init]
         lines.append(f"  {init:<16}{_mean_spread([r['accuracy'] for r in mine]):<38}"
                      f"{_mean_spread([r['macro_f1'] for r in mine])}")
-    lines.append(f"  {'constant guess':<16}{task.stats['best_constant_accuracy']:.2%} (always "
+    lines.append(f"  {'majority class':<16}{task.stats['best_constant_accuracy']:.2%} (always "
                  f"'{task.stats['best_constant_label']}', the commonest dev label)")
     print("\n".join(lines), flush=True)
     return report

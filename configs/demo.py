@@ -7,9 +7,9 @@ documents are never trained on), trains, evaluates against the held-out baseline
 exports a Hugging Face directory to workdir/demo/hf and prints top-5 guesses for held-out masks. It
 trains 2,000 steps, which leaves `make demo` room for its fine-tuning stage (configs/demo_finetune.py) in
 10 minutes: on a slow 2-core CPU (AMD EPYC, AVX2; ~200–260 seq/s when nothing else runs) that is 4–5.5
-minutes of training plus about a minute of data, compilation, evals and export (a run measured 12.5
-minutes while other jobs held that machine to ~100 seq/s: the log's ETA says which case you are in);
-about 1.5 minutes on a fast one (~865 seq/s). The settings were tuned on 4,000-step runs (the demo's
+minutes of training plus about a minute of data, compilation, evals and export (estimated from seq/s;
+measured while other jobs loaded that machine: 8.8 minutes at 130–160 seq/s, 12.5 at ~100 seq/s — the
+log's ETA says which case you are in); about 1.5 minutes on a fast one (~865 seq/s). The settings were tuned on 4,000-step runs (the demo's
 length before it had a fine-tuning stage), with 26 modules held out (heldout_every=20). A naive
 BERT-tiny (vocab 30k, seq 128, lr 1e-4, 10k warmup) stays at the baseline for its first thousand steps
 there; what makes this one learn visibly in minutes:
@@ -27,9 +27,10 @@ NSP is what takes the steps: it leaves its baseline only after ~1,000 steps, and
 3,000 steps ended at MLM 17.0% (3.0× its baseline) but held-out NSP 61.2% (+6.3; training NSP 69.7%;
 another 3,000-step run reached 65.2%, +10.2: the ~1,000 held-out pairs vary by a point or two); at 2,000
 steps MLM 15.9% and NSP 60.0% (+5). With 52 modules held out (heldout_every=10, which the fine-tuning
-stage needs for a dev set of ~290 passages) the 2,000-step demo ended at held-out MLM 14.8% (2.9× its
-baseline) and NSP 55.2% (+1.8; training NSP 66%): NSP has barely left its baseline when the demo stops,
-and the fine-tuning stage is where the pre-trained body shows. Faster steps were not found: 1 layer
+stage needs for a dev set of ~290 passages) two 2,000-step demo runs ended at held-out MLM 14.8% and
+15.7% (2.9× and 3.0× their baselines) and NSP 55.2% (+1.8) and 58.9% (+7.0; training NSP 66–69%): NSP
+has only begun to leave its baseline when the demo stops, and the fine-tuning stage is where the
+pre-trained body shows (dev accuracy 55–59% against 22–40% from random initialisation). Faster steps were not found: 1 layer
 runs 1.65× faster but leaves NSP at its baseline; vocab 1k or 2k, fewer predictions per sequence, XLA
 CPU flags (YNNPACK off, oneDNN, XNNPACK, fast-math) and bf16 compute all ran within the ±25% run-to-run
 noise of the slow machine.

@@ -7,7 +7,15 @@ The task (bertjax/data/pydocs_task.py): which standard-library package (asyncio,
 a docstring passage comes from. Dev passages come from the modules the pre-training run held out (never
 trained on), train passages from the others. The same fine-tuning runs twice with these settings — from
 the pre-trained checkpoint, and from a random initialisation of the same architecture and vocab — and the
-job prints both dev scores beside the best constant answer.
+job prints both dev scores beside the majority-class baseline (the commonest dev label).
+
+Measured on the slow 2-core box (12 packages; 287 dev passages from 31 held-out modules; the commonest dev
+label is 19.9%): dev accuracy 55.1–59.2% fine-tuned from the 2,000-step demo checkpoint (4 runs: seeds 0, 1,
+2 on one checkpoint, seed 0 on another; macro-F1 43–52%) against 22.0–39.7% from random initialisation
+(the same seeds; macro-F1 12–20%): the pre-trained model's worst run beats random's best by 15 points, and
+the means by 29. At lr 1e-3 random initialisation barely trained (4–17%; pre-trained 43–48%), so both
+run at 3e-4. Each run took ~2 minutes while other jobs loaded the box (compilation and set-up ~45 s, the
+300 steps at 100–170 passages/s); about half that is expected on an idle one.
 
 Everything but the `demo` section is configs/finetune.py's (a FinetuneConfig, passed to
 bertjax.finetune.finetune as it is); the settings below are sized for the demo's tiny model and a 2-core CPU.
