@@ -302,8 +302,8 @@ def _finetune(job: FinetuneConfig, workdir: str, stop: loop_lib.StopRequest, loc
         else:
             if source.params is not None:
                 # The new head's initial values, on the host (the body's are init_from's, host arrays too).
-                fresh = jax.device_get(nn.meta.unbox(trainer.model.init(
-                    jax.random.PRNGKey(job.seed), **model_lib.dummy_inputs(1, 8))["params"]))
+                fresh = jax.device_get(jax.jit(lambda: nn.meta.unbox(trainer.model.init(
+                    jax.random.PRNGKey(job.seed), **model_lib.dummy_inputs(1, 8))["params"]))())
                 params = heads.with_pretrained_body(model_lib.unstack_layers(fresh), source.params)
                 if job.model.scan_layers:
                     params = model_lib.stack_layers(params, source.architecture.num_hidden_layers)

@@ -12,7 +12,7 @@ import json
 import math
 import os
 import time
-from typing import Any, Iterable, Mapping, Optional
+from typing import Any, Iterable, Mapping, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -295,11 +295,12 @@ def format_eta(seconds: float) -> str:
     return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
 
 
-def format_log_line(m: Mapping[str, Any]) -> str:
+def format_log_line(m: Mapping[str, Any], extra: Sequence[str] = ()) -> str:
     """One log line from a dict of host floats; keys that are absent are left out.
 
     Keys: step, num_train_steps, loss, mlm_accuracy, nsp_accuracy, learning_rate, grad_norm, seq_per_s,
-    tokens_per_s, real_tokens_per_s, padding_fraction (0-1), mfu (0-1), eta_s, skipped_steps (shown when > 0).
+    tokens_per_s, real_tokens_per_s, padding_fraction (0-1), mfu (0-1), eta_s, skipped_steps (shown when > 0),
+    then each of `extra` present in m, as `key value` (fine-tuning's held-out scores).
     """
     parts = []
     if "step" in m:
@@ -317,6 +318,7 @@ def format_log_line(m: Mapping[str, Any]) -> str:
         parts.append(f"ETA {format_eta(float(m['eta_s']))}")
     if m.get("skipped_steps"):
         parts.append(f"{int(m['skipped_steps'])} non-finite step(s) skipped")
+    parts.extend(f"{key} {float(m[key]):.4g}" for key in extra if m.get(key) is not None)
     return " | ".join(parts)
 
 
