@@ -42,9 +42,12 @@ demo: $(VENV)/.base-installed
 	@echo "make: fine-tuning the pre-trained model and a random initialisation, into workdir/demo/finetune"
 	$(PY) -m bertjax.demo_finetune --config=configs/demo_finetune.py --pretrained=workdir/demo --workdir=workdir/demo/finetune
 
+# Test files are spread over PYTEST_WORKERS processes (pytest-xdist), a whole file to one worker so that
+# its module fixtures are built once; PYTEST_WORKERS=0 runs them in this process.
+PYTEST_WORKERS ?= 2
 test: $(VENV)/.test-installed
-	@echo "make: the test suite (about 25 minutes on a fast 2-core CPU, longer on a slow one)"
-	$(PY) -m pytest -q tests
+	@echo "make: the test suite in $(PYTEST_WORKERS) worker processes (about 25 minutes on a 2-core CPU)"
+	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile tests
 
 clean:
 	rm -rf $(VENV) .pytest_cache
