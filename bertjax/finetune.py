@@ -319,7 +319,8 @@ def _finetune(job: FinetuneConfig, workdir: str, stop: loop_lib.StopRequest, loc
                 return {}
             result, predictions = scores_of(job, evaluation, _logits(trainer, params, evaluation, eval_batches), labels)
             writer.write(step, result, kind="eval")
-            log.info("eval  %s", metrics_lib.format_log_line(dict(result, step=step)))
+            shown = [k for k in result if not k.startswith(("HasAns_", "NoAns_", "f1_"))]  # those: metrics.jsonl
+            log.info("eval  %s", metrics_lib.format_log_line(dict(result, step=step), extra=shown))
             if primary:
                 with open(os.path.join(workdir, PREDICTIONS_FILE), "w") as f:
                     f.writelines(json.dumps(p) + "\n" for p in predictions)

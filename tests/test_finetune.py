@@ -246,6 +246,7 @@ def test_the_command_line(pretrained_dir, tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     assert eval_rows(tmp_path / "run")[-1]["step"] == 2
     assert "ETA" in done.stderr  # the log line, with its rate and ETA
+    assert "eval  step 2 | accuracy " in done.stderr  # and the held-out scores
     missing = f"--config.data.train_file={tmp_path / 'missing.tsv'}"
     command[command.index(f"--config.data.train_file={train}")] = missing
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
