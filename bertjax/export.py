@@ -23,7 +23,7 @@ from bertjax import hf
 from bertjax import model as model_lib
 from bertjax import tf1
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("bertjax.export")  # also when run as __main__
 
 
 def run_vocab(workdir: str) -> tuple[Optional[str], bool]:

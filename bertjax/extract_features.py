@@ -33,7 +33,7 @@ from bertjax import export as export_lib
 from bertjax import pretrained
 from bertjax.data import tokenization
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("bertjax.extract_features")  # also when run as __main__
 
 PAIR_SEPARATOR = re.compile(r"^(.*) \|\|\| (.*)$")  # the original's: a pair splits at the last " ||| "
 PROGRESS_EVERY_S = 30.0

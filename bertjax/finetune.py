@@ -41,7 +41,7 @@ from bertjax.data import pipeline as pipeline_lib
 from bertjax.data import tasks as tasks_lib
 from bertjax.data import tokenization
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("bertjax.finetune")  # also when run as __main__
 LABELS_FILE = "labels.json"  # the label order of a fine-tuned workdir: export and predict read it
 PREDICTIONS_FILE = "eval_predictions.jsonl"
 

@@ -23,7 +23,7 @@ import numpy as np
 from bertjax import model as model_lib
 from bertjax.data import tokenization
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("bertjax.predict")  # also when run as __main__
 
 
 def top_k_predictions(model: Any, params: Any, batch: dict[str, np.ndarray], k: int = 5) -> tuple[np.ndarray, np.ndarray]:
