@@ -125,19 +125,11 @@ def define_flags() -> None:
 
 
 def main(argv):
-    from absl import app, flags
-    from absl import logging as absl_logging
+    from absl import flags
 
     from bertjax import main as main_lib
 
-    if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments {argv[1:]}; settings go in --config.* flags.")
-    logging.getLogger("bertjax").setLevel(logging.INFO)
-    absl_logging.set_verbosity(absl_logging.WARNING)  # orbax and JAX log every step at INFO
-    try:
-        run(flags.FLAGS.config, flags.FLAGS.pretrained, flags.FLAGS.workdir)
-    except (ValueError, OSError, FloatingPointError) as e:
-        main_lib.exit_with_sentence(e)
+    main_lib.run_command(argv, run, flags.FLAGS.config, flags.FLAGS.pretrained, flags.FLAGS.workdir)
 
 
 if __name__ == "__main__":

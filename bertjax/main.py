@@ -77,6 +77,19 @@ def main(argv):
         exit_with_sentence(e)
 
 
+def run_command(argv, job, *args) -> None:
+    """A job command's body (finetune, demo_finetune): INFO lines from bertjax, orbax and JAX quiet, and
+    a user's error as one sentence."""
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments {argv[1:]}; settings go in --config.* flags.")
+    logging.getLogger("bertjax").setLevel(logging.INFO)
+    absl_logging.set_verbosity(absl_logging.WARNING)  # orbax and JAX log every step at INFO
+    try:
+        job(*args)
+    except (ValueError, OSError, FloatingPointError) as e:
+        exit_with_sentence(e)
+
+
 def exit_with_sentence(error: Exception) -> None:
     """A bad config, file or environment (and a run stopped by non-finite steps or a full disk) ends in the
     error's one sentence; BERTJAX_TRACEBACK=1 shows the traceback as well."""
