@@ -37,6 +37,7 @@ from bertjax import scores
 from bertjax import trainer as trainer_lib
 from bertjax.config import FinetuneConfig
 from bertjax.data import arrays as arrays_lib
+from bertjax.data import squad as squad_lib
 from bertjax.data import pipeline as pipeline_lib
 from bertjax.data import tasks as tasks_lib
 from bertjax.data import tokenization
@@ -138,7 +139,7 @@ def read_examples(job: FinetuneConfig, pattern: str, training: bool) -> list:
     if job.task == "token_classification":
         return tasks_lib.read_conll(pattern)
     # Training leaves out (and counts) questions whose answer offsets do not match their text.
-    examples, stats = tasks_lib.read_squad(pattern, require_answers=training)
+    examples, stats = squad_lib.read_squad(pattern, require_answers=training)
     log.info("data: %s: %s", pattern, stats)
     return examples
 
@@ -160,7 +161,7 @@ def make_split(job: FinetuneConfig, examples: list, tokenizer: tokenization.Toke
     elif job.task == "token_classification":
         arrays, features, truncated = tasks_lib.token_features(examples, tokenizer, d.max_seq_length, labels)
     else:
-        arrays, features = tasks_lib.qa_features(examples, tokenizer, d.max_seq_length, d.doc_stride,
+        arrays, features = squad_lib.qa_features(examples, tokenizer, d.max_seq_length, d.doc_stride,
                                                  d.max_query_length, training=training)
         truncated = 0
     # Every split carries every key of the task's batch (targets an eval file lacks are zeros, unscored).
@@ -203,7 +204,7 @@ def predictions_of(job: FinetuneConfig, split: Split, logits: np.ndarray,
             out.append({"words": example.words, "prediction": tags, "entities": entities})
         return out
     d = job.data
-    answers = tasks_lib.qa_predictions(split.examples, split.features, logits[..., 0], logits[..., 1],
+    answers = squad_lib.qa_predictions(split.examples, split.features, logits[..., 0], logits[..., 1],
                                        n_best_size=d.n_best_size, max_answer_length=d.max_answer_length,
                                        version_2=d.version_2_with_negative,
                                        null_score_diff_threshold=d.null_score_diff_threshold)

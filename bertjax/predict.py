@@ -79,7 +79,9 @@ def _read_inputs(job: Any, labels: Any, path: str) -> list:
     from bertjax.data import tasks
 
     if job.task == "question_answering":
-        return tasks.read_squad(path, require_answers=False)[0]
+        from bertjax.data import squad
+
+        return squad.read_squad(path, require_answers=False)[0]
     if path.endswith(".txt"):
         with open(path, encoding="utf-8") as f:
             lines = [(i + 1, line.strip()) for i, line in enumerate(f) if line.strip()]

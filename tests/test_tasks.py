@@ -10,8 +10,9 @@ import unicodedata
 import numpy as np
 import pytest
 
-from bertjax.data import tasks, tokenization
-from bertjax.data.tasks import LabelMap, QAExample, Source, TextExample, TokenExample
+from bertjax.data import squad, tasks, tokenization
+from bertjax.data.squad import QAExample
+from bertjax.data.tasks import LabelMap, Source, TextExample, TokenExample
 
 WORDS = ("the a cat sat on mat dog ran john lives in new york is big hello world good bad what team won when did they "
          "who denver broncos super bowl 50 play un cafe filler , . ! ? ( ) - ##ed ##s ##aff ##able ##ing ##ly").split()
@@ -349,12 +350,12 @@ def test_read_squad_skips_and_counts_bad_offsets(tmp_path):
         {"id": "q1", "question": QUESTION, "answers": [{"text": "Denver Broncos", "answer_start": start}]},
         {"id": "q2", "question": QUESTION, "answers": [{"text": "Denver Broncos", "answer_start": start + 3}]},
         {"id": "q3", "question": "?", "answers": [], "is_impossible": True}])
-    examples, stats = tasks.read_squad(path)
+    examples, stats = squad.read_squad(path)
     assert [e.qid for e in examples] == ["q1", "q3"]
     assert stats == {"examples": 2, "skipped_bad_offsets": 1, "impossible": 1}
     assert examples[0].answers == [("Denver Broncos", start)] and examples[1].is_impossible
     assert str(examples[0].source) == f"{path} at data[0].paragraphs[0].qas[0]"
-    examples, stats = tasks.read_squad(path, require_answers=False)  # eval: kept, only texts matter
+    examples, stats = squad.read_squad(path, require_answers=False)  # eval: kept, only texts matter
     assert [e.qid for e in examples] == ["q1", "q2", "q3"] and stats["skipped_bad_offsets"] == 0
 
 
@@ -368,14 +369,14 @@ def test_read_squad_skips_and_counts_bad_offsets(tmp_path):
 ])
 def test_read_squad_errors_name_json_path(tmp_path, qas, message):
     with pytest.raises(ValueError, match=message):
-        tasks.read_squad(squad_file(tmp_path, qas))
+        squad.read_squad(squad_file(tmp_path, qas))
 
 
 def test_read_squad_invalid_json(tmp_path):
     with pytest.raises(ValueError, match=r"bad\.json:2: invalid JSON"):
-        tasks.read_squad(write(tmp_path / "bad.json", '{"data": [\n}'))
+        squad.read_squad(write(tmp_path / "bad.json", '{"data": [\n}'))
     with pytest.raises(ValueError, match=r"list\.json: data is missing"):
-        tasks.read_squad(write(tmp_path / "list.json", '{"version": 1}'))
+        squad.read_squad(write(tmp_path / "list.json", '{"version": 1}'))
 
 
 def qa_example(answer="Denver Broncos", offset=None, impossible=False, qid="q1"):
@@ -385,7 +386,7 @@ def qa_example(answer="Denver Broncos", offset=None, impossible=False, qid="q1")
 
 def test_qa_features_strided_windows_find_the_answer(tok):
     # max_doc = 24 - 5 - 3 = 16 tokens per window, stride 8: windows start at 0, 8, 16, 24, 32 over 44 tokens.
-    arrays, features = tasks.qa_features([qa_example()], tok, 24, doc_stride=8, max_query_length=16,
+    arrays, features = squad.qa_features([qa_example()], tok, 24, doc_stride=8, max_query_length=16,
                                               training=True)
     assert len(features) == 5 and arrays["input_ids"].shape == (5, 24)
     assert arrays["start_positions"].tolist() == [0, 0, 25 - 16 + HEAD, 25 - 24 + HEAD, 0]
@@ -405,16 +406,16 @@ def test_qa_features_strided_windows_find_the_answer(tok):
     assert [CONTEXT[b:e] for b, e in spans[HEAD + 1:HEAD + 5]] == ["Denver", "Broncos", ",", "won"]
     assert [CONTEXT[b:e] for b, e in spans[HEAD + 11:HEAD + 16]] == ["Un", "aff", "able", "Café", "play"]
     assert spans[:HEAD] == ((-1, -1),) * HEAD and spans[-1] == (-1, -1) and len(spans) == 24
-    impossible, _ = tasks.qa_features([qa_example(impossible=True)], tok, 24, doc_stride=8, max_query_length=16,
+    impossible, _ = squad.qa_features([qa_example(impossible=True)], tok, 24, doc_stride=8, max_query_length=16,
                                               training=True)
     assert not impossible["start_positions"].any() and not impossible["end_positions"].any()
-    predict, _ = tasks.qa_features([qa_example()], tok, 24, doc_stride=8, max_query_length=16)
+    predict, _ = squad.qa_features([qa_example()], tok, 24, doc_stride=8, max_query_length=16)
     assert "start_positions" not in predict
 
 
 def test_improve_answer_span_finds_the_tight_span(tok):
     # "(Super Bowl 50)": the whitespace words "(Super" and "50)" hold the answer among punctuation.
-    arrays, features = tasks.qa_features([qa_example("Super Bowl 50")], tok, 96, training=True)
+    arrays, features = squad.qa_features([qa_example("Super Bowl 50")], tok, 96, training=True)
     tokens = tok.convert_ids_to_tokens(arrays["input_ids"][0])
     s, e = int(arrays["start_positions"][0]), int(arrays["end_positions"][0])
     assert tokens[s:e + 1] == ["super", "bowl", "50"]
@@ -424,7 +425,7 @@ def test_improve_answer_span_finds_the_tight_span(tok):
 
 def test_qa_predictions_recover_original_text(tok):
     examples = [qa_example(), qa_example(qid="q2", impossible=True)]
-    arrays, features = tasks.qa_features(examples, tok, 24, doc_stride=8, max_query_length=16)
+    arrays, features = squad.qa_features(examples, tok, 24, doc_stride=8, max_query_length=16)
     assert [f.example_index for f in features] == [0] * 5 + [1] * 5
     start, end = np.zeros((10, 24)), np.zeros((10, 24))
     start[2, HEAD + 9], end[2, HEAD + 10] = 5.0, 5.0     # window 2: "Denver Broncos" (max context for token 25)
@@ -433,31 +434,31 @@ def test_qa_predictions_recover_original_text(tok):
     start[1, 2], end[1, 3] = 20.0, 20.0                  # a span in the question is never an answer
     start[1, 23], end[1, 23] = 30.0, 30.0                # nor the final [SEP]
     start[8, HEAD + 11], end[8, HEAD + 14] = 3.0, 3.0    # q2, window 3: "Unaffable Café"
-    predictions = tasks.qa_predictions(examples, features, start, end)
+    predictions = squad.qa_predictions(examples, features, start, end)
     assert predictions == {"q1": "Denver Broncos", "q2": "Unaffable Café"}
     # The comma is its own token: a span ending on it keeps the context's own text.
     end[2, HEAD + 11] = 6.0
-    assert tasks.qa_predictions(examples, features, start, end)["q1"] == "Denver Broncos,"
-    assert tasks.qa_predictions(examples, features, start, end, max_answer_length=2)["q1"] == "Denver Broncos"
+    assert squad.qa_predictions(examples, features, start, end)["q1"] == "Denver Broncos,"
+    assert squad.qa_predictions(examples, features, start, end, max_answer_length=2)["q1"] == "Denver Broncos"
     # SQuAD v2.0: q2's null score (min over its windows of start[0] + end[0] = 8) beats its best span (6).
     start[5:, 0] = end[5:, 0] = 4.0
-    v2 = tasks.qa_predictions(examples, features, start, end, version_2=True)
+    v2 = squad.qa_predictions(examples, features, start, end, version_2=True)
     assert v2 == {"q1": "Denver Broncos,", "q2": ""}
-    assert tasks.qa_predictions(examples, features, start, end, version_2=True,
+    assert squad.qa_predictions(examples, features, start, end, version_2=True,
                                 null_score_diff_threshold=3.0)["q2"] == "Unaffable Café"
     with pytest.raises(ValueError, match=r"must both be \[10 features, max_seq_length\]"):
-        tasks.qa_predictions(examples, features, start[:3], end[:3])
+        squad.qa_predictions(examples, features, start[:3], end[:3])
 
 
 def test_qa_features_bad_lengths_and_empty_context(tok):
     with pytest.raises(ValueError, match="max_seq_length=64 leaves no room .* max_query_length=64"):
-        tasks.qa_features([qa_example()], tok, 64)
+        squad.qa_features([qa_example()], tok, 64)
     with pytest.raises(ValueError, match="outside the context"):
-        tasks.qa_features([qa_example(offset=len(CONTEXT))], tok, 96, training=True)
+        squad.qa_features([qa_example(offset=len(CONTEXT))], tok, 96, training=True)
     empty = QAExample("e", "who", "", [], True, Source("t.json"))
-    arrays, features = tasks.qa_features([empty], tok, 16, max_query_length=8, training=True)
+    arrays, features = squad.qa_features([empty], tok, 16, max_query_length=8, training=True)
     assert len(features) == 1 and int(arrays["input_mask"][0].sum()) == 4  # [CLS] who [SEP] [SEP]
-    assert tasks.qa_predictions([empty], features, np.zeros((1, 16)), np.zeros((1, 16))) == {"e": ""}
+    assert squad.qa_predictions([empty], features, np.zeros((1, 16)), np.zeros((1, 16))) == {"e": ""}
 
 
 def test_char_spans_with_sentencepiece(tmp_path):
@@ -466,7 +467,7 @@ def test_char_spans_with_sentencepiece(tmp_path):
     sp = tokenization.train_sentencepiece(texts, 46, tmp_path, do_lower_case=True)
     context = "Who? The Denver Broncos, won (Super Bowl 50) at Café Ünaffable ｆｕｌｌ."
     example = QAExample("q", "who won?", context, [("Denver Broncos", context.index("Denver"))], False, Source("x"))
-    arrays, features = tasks.qa_features([example], sp, 96, max_query_length=8, training=True)
+    arrays, features = squad.qa_features([example], sp, 96, max_query_length=8, training=True)
     pieces = sp.convert_ids_to_tokens(arrays["input_ids"][0])
     checked = 0
     for piece, (b, e) in zip(pieces, features[0].token_to_char):
@@ -478,4 +479,4 @@ def test_char_spans_with_sentencepiece(tmp_path):
     s, e = int(arrays["start_positions"][0]), int(arrays["end_positions"][0])
     start, end = np.zeros((1, 96)), np.zeros((1, 96))
     start[0, s], end[0, e] = 1.0, 1.0
-    assert tasks.qa_predictions([example], features, start, end) == {"q": "Denver Broncos"}
+    assert squad.qa_predictions([example], features, start, end) == {"q": "Denver Broncos"}

@@ -1,4 +1,5 @@
-"""Fine-tuning data: readers and feature conversion for classification, token classification (NER) and SQuAD QA.
+"""Fine-tuning data: readers and feature conversion for classification and token classification (NER);
+SQuAD question answering is squad.py, on the shared pieces here (Source, special tokens, padding).
 
 Features follow google-research/bert (run_classifier.py, run_squad.py) so that scores compare with the paper's: the
 same [CLS]/[SEP] layout, longest-first pair truncation, strided QA windows with max-context scoring. Every example
@@ -14,20 +15,18 @@ from __future__ import annotations
 
 import csv
 import dataclasses
-import functools
 import io
 import json
 import logging
 import math
 import re
-import unicodedata
 from collections.abc import Iterable, Sequence
 from typing import Any, Optional, Union
 
 import numpy as np
 
 from bertjax.data.corpus import expand_patterns
-from bertjax.data.tokenization import CLS, PAD, SEP, UNK, WORDPIECE_PREFIX, SENTENCEPIECE_SPACE, Tokenizer
+from bertjax.data.tokenization import CLS, PAD, SEP, UNK, Tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +49,7 @@ class Source:
 # ----------------------------------------------------------------------------------------------------- shared
 
 
-def _check_specials(tokenizer: Tokenizer) -> tuple[int, int, int]:
+def check_specials(tokenizer: Tokenizer) -> tuple[int, int, int]:
     """(cls, sep, pad) ids, found by name; a vocab without them cannot frame a BERT input."""
     index = set(tokenizer.vocab)
     missing = [t for t in (CLS, SEP, PAD) if t not in index]
@@ -67,16 +66,16 @@ def _check_length(max_seq_length: int, least: int) -> None:
                          f"max_seq_length to at least {least}.")
 
 
-def _pad(ids: list[int], length: int, value: int) -> list[int]:
+def pad_to(ids: list[int], length: int, value: int) -> list[int]:
     return ids + [value] * (length - len(ids))
 
 
-def _pieces(tokenizer: Tokenizer, texts: Sequence[str]) -> list[list[str]]:
+def pieces_of(tokenizer: Tokenizer, texts: Sequence[str]) -> list[list[str]]:
     """Pieces of many texts in one batched engine call (per-word calls dominate NER and SQuAD conversion)."""
     return [tokenizer.convert_ids_to_tokens(ids) for ids in tokenizer.encode_batch(list(texts))] if texts else []
 
 
-def _read_text(path: str) -> str:
+def read_text(path: str) -> str:
     """A whole UTF-8 file (a BOM dropped); a decoding error names the file, line and byte."""
     if "://" in path:
         import tensorflow as tf  # Deferred: only remote files need it.
@@ -258,7 +257,7 @@ def read_text_examples(pattern: str, regression: bool = False, require_labels: b
         suffix = path.lower().rsplit(".", 1)[-1]
         if suffix not in ("tsv", "csv", "jsonl"):
             raise ValueError(f"{what} {path} is not .tsv, .csv or .jsonl; rename it to the format it holds.")
-        text = _read_text(path)
+        text = read_text(path)
         if suffix == "jsonl":
             examples += _read_jsonl(path, text, regression, require_labels)
         else:
@@ -337,7 +336,7 @@ def text_features(examples: Sequence[TextExample], tokenizer: Tokenizer, max_seq
     "label" is int32 ids from `label_map`, or float32 when `label_map` is None (regression); it is left out when no
     example has a label (prediction).
     """
-    cls_id, sep_id, pad_id = _check_specials(tokenizer)
+    cls_id, sep_id, pad_id = check_specials(tokenizer)
     _check_length(max_seq_length, 3)
     input_ids, segment_ids, input_mask = [], [], []
     truncated = 0
@@ -355,9 +354,9 @@ def text_features(examples: Sequence[TextExample], tokenizer: Tokenizer, max_seq
         if b is not None:
             ids += b + [sep_id]
             segments += [1] * (len(b) + 1)
-        input_ids.append(_pad(ids, max_seq_length, pad_id))
-        segment_ids.append(_pad(segments, max_seq_length, 0))
-        input_mask.append(_pad([1] * len(ids), max_seq_length, 0))
+        input_ids.append(pad_to(ids, max_seq_length, pad_id))
+        segment_ids.append(pad_to(segments, max_seq_length, 0))
+        input_mask.append(pad_to([1] * len(ids), max_seq_length, 0))
     shape = (len(examples), max_seq_length)
     arrays = {k: np.array(v, np.int32).reshape(shape) for k, v in (
         ("input_ids", input_ids), ("segment_ids", segment_ids), ("input_mask", input_mask))}
@@ -400,7 +399,7 @@ def read_conll(pattern: str, what: str = "data file") -> list[TokenExample]:
         words: list[str] = []
         labels: list[str] = []
         start = 0
-        lines = _read_text(path).splitlines()
+        lines = read_text(path).splitlines()
         for number, line in enumerate(lines + [""], 1):
             columns = line.split()
             if not columns or columns[0] == "-DOCSTART-":
@@ -426,7 +425,7 @@ def token_features(examples: Sequence[TokenExample], tokenizer: Tokenizer, max_s
     Returns (arrays, per example the token index of each word's first piece or -1 when truncation cut the word,
     number of examples truncated). A word with no pieces (only control characters) becomes [UNK], keeping its label.
     """
-    cls_id, sep_id, pad_id = _check_specials(tokenizer)
+    cls_id, sep_id, pad_id = check_specials(tokenizer)
     _check_length(max_seq_length, 3)
     rows: dict[str, list[list[Any]]] = {k: [] for k in ("input_ids", "input_mask", "label_ids", "label_weights")}
     word_starts: list[np.ndarray] = []
@@ -438,7 +437,7 @@ def token_features(examples: Sequence[TokenExample], tokenizer: Tokenizer, max_s
         ids, label_ids, weights = [cls_id], [0], [0.0]
         starts = np.full(len(ex.words), -1, np.int32)
         cut = False
-        for i, (word, label, pieces) in enumerate(zip(ex.words, ex.labels, _pieces(tokenizer, ex.words))):
+        for i, (word, label, pieces) in enumerate(zip(ex.words, ex.labels, pieces_of(tokenizer, ex.words))):
             label_id = label_map.id(label, Source(ex.source.file, ex.source.line + i) if ex.source.line
                                     else ex.source)
             pieces = pieces or [UNK]
@@ -454,10 +453,10 @@ def token_features(examples: Sequence[TokenExample], tokenizer: Tokenizer, max_s
             weights += [1.0] + [0.0] * (len(pieces) - 1)
         truncated += cut
         ids.append(sep_id)
-        rows["input_ids"].append(_pad(ids, max_seq_length, pad_id))
-        rows["input_mask"].append(_pad([1] * len(ids), max_seq_length, 0))
-        rows["label_ids"].append(_pad(label_ids + [0], max_seq_length, 0))
-        rows["label_weights"].append(_pad(weights + [0.0], max_seq_length, 0.0))
+        rows["input_ids"].append(pad_to(ids, max_seq_length, pad_id))
+        rows["input_mask"].append(pad_to([1] * len(ids), max_seq_length, 0))
+        rows["label_ids"].append(pad_to(label_ids + [0], max_seq_length, 0))
+        rows["label_weights"].append(pad_to(weights + [0.0], max_seq_length, 0.0))
         word_starts.append(starts)
     shape = (len(examples), max_seq_length)
     arrays = {"input_ids": np.array(rows["input_ids"], np.int32).reshape(shape),
@@ -469,342 +468,3 @@ def token_features(examples: Sequence[TokenExample], tokenizer: Tokenizer, max_s
         log.info("token_features: %d of %d sentences truncated to max_seq_length=%d (their cut words map to -1)",
                  truncated, len(examples), max_seq_length)
     return arrays, word_starts, truncated
-
-
-# --------------------------------------------------------------------------------------------- question answering
-
-
-@dataclasses.dataclass(frozen=True)
-class QAExample:
-    """One SQuAD question; `answers` are (text, answer_start char offset in context), empty when impossible."""
-
-    qid: str
-    question: str
-    context: str
-    answers: list[tuple[str, int]]
-    is_impossible: bool
-    source: Source
-
-
-def _field(obj: Any, key: str, kind: Union[type, tuple[type, ...]], path: str, file: str,
-           default: Any = dataclasses.MISSING) -> Any:
-    """obj[key] checked for type; the error names the file and the JSON path (data[3].paragraphs[0].qas[2].id)."""
-    where = f"{path}.{key}" if path else key
-    if not isinstance(obj, dict):
-        raise ValueError(f"{file}: {path or 'the top level'} is a JSON {type(obj).__name__}, not an object; follow "
-                         "the SQuAD format {\"data\": [{\"paragraphs\": [{\"context\", \"qas\": [...]}]}]}.")
-    if key not in obj:
-        if default is not dataclasses.MISSING:
-            return default
-        raise ValueError(f"{file}: {where} is missing; add it (SQuAD v1.1/v2.0 format).")
-    value = obj[key]
-    if not isinstance(value, kind) or (isinstance(value, bool) and kind in (int, (str, int))):
-        names = "/".join(t.__name__ for t in (kind if isinstance(kind, tuple) else (kind,)))
-        raise ValueError(f"{file}: {where} is {value!r:.60}, not a {names}; fix that value.")
-    return value
-
-
-def read_squad(pattern: str, require_answers: bool = True, what: str = "data file"
-               ) -> tuple[list[QAExample], dict[str, int]]:
-    """SQuAD v1.1 / v2.0 JSON → examples and stats {"examples", "skipped_bad_offsets", "impossible"}.
-
-    `require_answers=True` reads training data: every possible question needs an answer, and one whose first answer
-    does not sit at its answer_start (context[start:start+len(text)] != text) is skipped and counted, as
-    google-research/bert skips what it cannot find. False reads eval/prediction data: answers are optional and kept
-    as given (their texts are what scoring uses).
-    """
-    examples: list[QAExample] = []
-    stats = {"examples": 0, "skipped_bad_offsets": 0, "impossible": 0}
-    seen: dict[str, Source] = {}
-    bad: list[str] = []
-    for path in expand_patterns(pattern, what=what):
-        try:
-            root = json.loads(_read_text(path))
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{path}:{e.lineno}: invalid JSON ({e.msg} at column {e.colno}); pass a SQuAD .json "
-                             "file.") from None
-        for i, article in enumerate(_field(root, "data", list, "", path)):
-            for j, paragraph in enumerate(_field(article, "paragraphs", list, f"data[{i}]", path)):
-                at = f"data[{i}].paragraphs[{j}]"
-                context = _field(paragraph, "context", str, at, path)
-                for k, qa in enumerate(_field(paragraph, "qas", list, at, path)):
-                    qpath = f"{at}.qas[{k}]"
-                    source = Source(path, 0, qpath)
-                    qid = str(_field(qa, "id", (str, int), qpath, path))
-                    question = _field(qa, "question", str, qpath, path)
-                    impossible = _field(qa, "is_impossible", bool, qpath, path, default=False)
-                    answers = []
-                    for n, answer in enumerate(_field(qa, "answers", list, qpath, path, default=[])):
-                        apath = f"{qpath}.answers[{n}]"
-                        answers.append((_field(answer, "text", str, apath, path),
-                                        _field(answer, "answer_start", int, apath, path)))
-                    if qid in seen:
-                        raise ValueError(f"{path}: {qpath}.id {qid!r} was used before ({seen[qid]}); give every "
-                                         "question its own id.")
-                    seen[qid] = source
-                    if require_answers and not impossible:
-                        if not answers:
-                            raise ValueError(f"{path}: {qpath}.answers is empty but is_impossible is not true; "
-                                             "training needs an answer (or is_impossible: true for SQuAD v2.0).")
-                        text, start = answers[0]
-                        if not text or start < 0 or context[start:start + len(text)] != text:
-                            stats["skipped_bad_offsets"] += 1
-                            bad.append(f"{qpath} ({text!r:.40} at {start})")
-                            continue
-                    stats["impossible"] += impossible
-                    examples.append(QAExample(qid, question, context, answers, impossible, source))
-    stats["examples"] = len(examples)
-    if bad:
-        log.warning("read_squad: skipped %d question(s) whose answer text is not at its answer_start in %s, e.g. %s",
-                    len(bad), pattern, "; ".join(bad[:3]))
-    if not examples:
-        raise ValueError(f"{what} {pattern!r} holds no usable questions ({stats}); check it is SQuAD JSON.")
-    return examples, stats
-
-
-@dataclasses.dataclass(frozen=True)
-class QAFeature:
-    """One window of one example: maps its tokens back to char spans of the ORIGINAL context for answers.
-
-    token_to_char[t] is (start, end) in the context ((-1, -1) for [CLS], question and [SEP] tokens);
-    token_is_max_context[t] says this window gives token t its most context (only there may an answer start).
-    """
-
-    example_index: int
-    token_to_char: tuple[tuple[int, int], ...]
-    token_is_max_context: tuple[bool, ...]
-
-
-_SQUAD_WHITESPACE = frozenset(" \t\r\n\u202f")  # run_squad.py's is_whitespace
-
-
-def _context_words(context: str) -> tuple[list[str], list[int], list[int]]:
-    """run_squad.py's doc_tokens and char_to_word_offset, plus each word's first char."""
-    words: list[str] = []
-    starts: list[int] = []
-    char_to_word: list[int] = []
-    prev_is_space = True
-    for i, c in enumerate(context):
-        if c in _SQUAD_WHITESPACE:
-            prev_is_space = True
-        else:
-            if prev_is_space:
-                words.append(c)
-                starts.append(i)
-            else:
-                words[-1] += c
-            prev_is_space = False
-        char_to_word.append(len(words) - 1)
-    return words, starts, char_to_word
-
-
-class _Aligner:
-    """Char span in the original text of each piece of a word, so answers keep the context's case and punctuation.
-
-    Pieces are spelled back (## / ▁ removed) and found in the word folded as the tokenizer folds it (controls and
-    spaces dropped; lower-cased, and for WordPiece accents stripped, when it lower-cases; NFKC for SentencePiece).
-    [UNK] covers the chars up to the next piece found. A piece that cannot be found (or spells nothing, as a lone ▁)
-    gets the whole word's span: an answer starting or ending there is a little long, never cut.
-    """
-
-    def __init__(self, tokenizer: Tokenizer):
-        from bertjax.data.tokenization import SentencePieceTokenizer
-
-        self.lower = tokenizer.do_lower_case
-        self.nfkc = isinstance(tokenizer, SentencePieceTokenizer)
-        self.is_continuation = tokenizer.is_continuation_token
-        self.fold = functools.lru_cache(maxsize=65536)(self._fold)
-
-    def _fold(self, c: str) -> str:
-        cat = unicodedata.category(c)
-        if cat[0] in "CZ" or c == "\ufffd":
-            return ""
-        if self.nfkc:  # SentencePiece: lower-cased in Python, then NFKC inside the engine; accents stay
-            return unicodedata.normalize("NFKC", c.lower() if self.lower else c).replace("ς", "σ")
-        if self.lower:  # BERT's BasicTokenizer: lower-case, NFD, drop accents
-            c = "".join(x for x in unicodedata.normalize("NFD", c.lower()) if unicodedata.category(x) != "Mn")
-        return c.replace("ς", "σ")
-
-    def spell(self, piece: str) -> str:
-        if piece.startswith(WORDPIECE_PREFIX) and self.is_continuation(piece):
-            piece = piece[len(WORDPIECE_PREFIX):]
-        elif piece.startswith(SENTENCEPIECE_SPACE):
-            piece = piece[len(SENTENCEPIECE_SPACE):]
-        return piece.replace("ς", "σ")
-
-    def spans(self, word: str, start: int, pieces: list[str]) -> list[tuple[int, int]]:
-        chars = [(f, start + k) for k, c in enumerate(word) for f in self.fold(c)]
-        text = "".join(f for f, _ in chars)
-        spelled = [None if p == UNK else self.spell(p) for p in pieces]
-        out, p = [], 0
-        for j, s in enumerate(spelled):
-            if s is None:  # [UNK]: at least one char, up to where the next spelled piece is found
-                nxt = next((t for t in spelled[j + 1:] if t), None)
-                b, e = p, (text.find(nxt, p + 1) if nxt else -1)
-                e = len(text) if e < 0 else e
-            else:
-                b = text.find(s, p) if s else -1
-                e = b + len(s)
-            if b < 0 or b >= e or e > len(text):
-                out.append((start, start + len(word)))
-                continue
-            out.append((chars[b][1], chars[e - 1][1] + 1))
-            p = e
-        return out
-
-
-def _improve_answer_span(doc_tokens: list[str], start: int, end: int, tokenizer: Tokenizer,
-                         answer_text: str) -> tuple[int, int]:
-    """run_squad.py: the tightest token span equal to the tokenized answer (e.g. "1895" inside "(1895-1943).")."""
-    target = " ".join(tokenizer.tokenize(answer_text))
-    for new_start in range(start, end + 1):
-        for new_end in range(end, new_start - 1, -1):
-            if " ".join(doc_tokens[new_start:new_end + 1]) == target:
-                return new_start, new_end
-    return start, end
-
-
-def _check_is_max_context(windows: list[tuple[int, int]], current: int, position: int) -> bool:
-    """run_squad.py: a token belongs to the window where min(left, right) context (+ 0.01 * length) is largest."""
-    best_score, best = None, None
-    for index, (start, length) in enumerate(windows):
-        end = start + length - 1
-        if start <= position <= end:
-            score = min(position - start, end - position) + 0.01 * length
-            if best_score is None or score > best_score:
-                best_score, best = score, index
-    return best == current
-
-
-def qa_features(examples: Sequence[QAExample], tokenizer: Tokenizer, max_seq_length: int, doc_stride: int = 128,
-                max_query_length: int = 64, training: bool = False) -> tuple[Arrays, list[QAFeature]]:
-    """run_squad.py's convert_examples_to_features: [CLS] question [SEP] window [SEP], windows `doc_stride` apart.
-
-    Arrays: input_ids, input_mask, segment_ids int32 [F, max_seq_length]; with `training`, start_positions and
-    end_positions int32 [F] (0 = [CLS] when the answer is not inside the window or the question is impossible).
-    Every example yields at least one window, so every question gets a prediction.
-    """
-    cls_id, sep_id, pad_id = _check_specials(tokenizer)
-    if max_seq_length <= max_query_length + 3:
-        raise ValueError(f"max_seq_length={max_seq_length} leaves no room for the context after a question of up to "
-                         f"max_query_length={max_query_length} tokens; raise max_seq_length or lower "
-                         "max_query_length.")
-    if doc_stride < 1:
-        raise ValueError(f"doc_stride={doc_stride} must be at least 1 (google-research/bert uses 128).")
-    aligner = _Aligner(tokenizer)
-    rows: dict[str, list[Any]] = {k: [] for k in ("input_ids", "input_mask", "segment_ids", "start_positions",
-                                                  "end_positions")}
-    features: list[QAFeature] = []
-    queries_cut = 0
-    context: Optional[str] = None
-    questions = _pieces(tokenizer, [ex.question for ex in examples])
-    for example_index, (ex, query) in enumerate(zip(examples, questions)):
-        if len(query) > max_query_length:
-            query, queries_cut = query[:max_query_length], queries_cut + 1
-        if ex.context != context:  # a paragraph's questions come together: tokenize its context once
-            context = ex.context
-            words, word_starts, char_to_word = _context_words(context)
-            doc_tokens: list[str] = []
-            doc_chars: list[tuple[int, int]] = []
-            word_to_tok: list[int] = []
-            for word, start, pieces in zip(words, word_starts, _pieces(tokenizer, words)):
-                word_to_tok.append(len(doc_tokens))
-                doc_tokens += pieces
-                doc_chars += aligner.spans(word, start, pieces)
-        tok_start = tok_end = -1
-        if training and not ex.is_impossible:
-            if not ex.answers:
-                raise ValueError(f"{ex.source}: no answer for a possible question; training needs one (or "
-                                 "is_impossible: true).")
-            text, char_start = ex.answers[0]
-            if not text or char_start < 0 or char_start + len(text) > len(ex.context):
-                raise ValueError(f"{ex.source}: answer {text!r:.40} at {char_start} lies outside the context; read "
-                                 "training data with read_squad(require_answers=True), which skips such answers.")
-            first = max(char_to_word[char_start], 0)
-            last = char_to_word[char_start + len(text) - 1]
-            tok_start = word_to_tok[first] if first < len(words) else len(doc_tokens)
-            tok_end = word_to_tok[last + 1] - 1 if last < len(words) - 1 else len(doc_tokens) - 1
-            tok_start, tok_end = _improve_answer_span(doc_tokens, tok_start, tok_end, tokenizer, text)
-        max_doc = max_seq_length - len(query) - 3
-        windows: list[tuple[int, int]] = []
-        offset = 0
-        while True:  # at least one window, even for an empty context
-            length = min(len(doc_tokens) - offset, max_doc)
-            windows.append((offset, length))
-            if offset + length >= len(doc_tokens):
-                break
-            offset += min(length, doc_stride)
-        head = len(query) + 2
-        query_ids = tokenizer.convert_tokens_to_ids(query)
-        for index, (start, length) in enumerate(windows):
-            ids = [cls_id] + query_ids + [sep_id] + tokenizer.convert_tokens_to_ids(
-                doc_tokens[start:start + length]) + [sep_id]
-            rows["input_ids"].append(_pad(ids, max_seq_length, pad_id))
-            rows["input_mask"].append(_pad([1] * len(ids), max_seq_length, 0))
-            rows["segment_ids"].append(_pad([0] * head + [1] * (length + 1), max_seq_length, 0))
-            features.append(QAFeature(
-                example_index, tuple([(-1, -1)] * head + doc_chars[start:start + length] + [(-1, -1)]),
-                tuple([False] * head + [_check_is_max_context(windows, index, start + i) for i in range(length)]
-                      + [False])))
-            inside = start <= tok_start and tok_end <= start + length - 1 and tok_start <= tok_end
-            rows["start_positions"].append(tok_start - start + head if inside else 0)
-            rows["end_positions"].append(tok_end - start + head if inside else 0)
-    shape = (len(features), max_seq_length)
-    arrays = {k: np.array(rows[k], np.int32).reshape(shape) for k in ("input_ids", "input_mask", "segment_ids")}
-    if training:
-        arrays.update({k: np.array(rows[k], np.int32) for k in ("start_positions", "end_positions")})
-    if queries_cut:
-        log.info("qa_features: %d of %d questions cut to max_query_length=%d tokens", queries_cut, len(examples),
-                 max_query_length)
-    return arrays, features
-
-
-def _best_indexes(logits: np.ndarray, allowed: np.ndarray, n_best_size: int) -> np.ndarray:
-    """The n_best_size highest-scoring allowed positions (ties to the earlier, as run_squad.py's sort)."""
-    positions = np.flatnonzero(allowed)
-    return positions[np.argsort(-logits[positions], kind="stable")[:n_best_size]]
-
-
-def qa_predictions(examples: Sequence[QAExample], features: Sequence[QAFeature], start_logits: np.ndarray,
-                   end_logits: np.ndarray, n_best_size: int = 20, max_answer_length: int = 30,
-                   version_2: bool = False, null_score_diff_threshold: float = 0.0) -> dict[str, str]:
-    """qid → answer text cut from the original context, as run_squad.py's write_predictions picks it.
-
-    The best span over all windows of an example by start + end logit (start in a max-context token, start <= end,
-    at most max_answer_length tokens, both in the context). SQuAD v2.0: "" when the [CLS] null score (lowest over the
-    windows) exceeds the best span's score by more than null_score_diff_threshold. No valid span also gives "".
-    """
-    start_logits, end_logits = np.asarray(start_logits, np.float64), np.asarray(end_logits, np.float64)
-    if start_logits.shape != end_logits.shape or start_logits.ndim != 2 or start_logits.shape[0] != len(features):
-        raise ValueError(f"start_logits {start_logits.shape} and end_logits {end_logits.shape} must both be "
-                         f"[{len(features)} features, max_seq_length]; pass the logits of every feature in order.")
-    by_example: dict[int, list[int]] = {}
-    for f_index, feature in enumerate(features):
-        by_example.setdefault(feature.example_index, []).append(f_index)
-    predictions: dict[str, str] = {}
-    for e_index, ex in enumerate(examples):
-        best_score, best_text, null_score = -math.inf, "", math.inf
-        for f_index in by_example.get(e_index, []):
-            feature, s_logits, e_logits = features[f_index], start_logits[f_index], end_logits[f_index]
-            n = min(len(feature.token_to_char), s_logits.shape[0])
-            null_score = min(null_score, s_logits[0] + e_logits[0])
-            chars = np.asarray(feature.token_to_char, np.int64).reshape(-1, 2)[:n]
-            in_context = chars[:, 0] >= 0
-            starts = _best_indexes(s_logits[:n], in_context & np.asarray(feature.token_is_max_context[:n], bool),
-                                   n_best_size)
-            ends = _best_indexes(e_logits[:n], in_context, n_best_size)
-            # run_squad.py's double loop over (start, end) candidates, as one masked matrix; row-major argmax keeps
-            # its order among equal scores.
-            length = ends[None, :] - starts[:, None] + 1
-            scores = np.where((length >= 1) & (length <= max_answer_length),
-                              s_logits[starts][:, None] + e_logits[ends][None, :], -np.inf)
-            if not scores.size:
-                continue
-            i, j = np.unravel_index(np.argmax(scores), scores.shape)
-            text = ex.context[chars[starts[i], 0]:chars[ends[j], 1]]
-            if scores[i, j] > best_score and text:
-                best_score, best_text = float(scores[i, j]), text
-        if version_2 and null_score - best_score > null_score_diff_threshold:
-            best_text = ""
-        predictions[ex.qid] = best_text
-    return predictions
