@@ -34,7 +34,6 @@ import argparse
 import json
 import os
 import platform
-import statistics
 import time
 
 VOCAB = 30522
@@ -67,6 +66,7 @@ def parse_args():
 ARGS = parse_args()
 SEQ, PRED = ARGS.seq, PREDICTIONS[ARGS.seq]
 from bertjax import tcmalloc  # noqa: E402
+from timing import time_interleaved  # noqa: E402  (benchmarks/timing.py, beside this script)
 
 tcmalloc.reexec_under_tcmalloc()  # as `python -m bertjax.main` runs; BERTJAX_NO_TCMALLOC=1 keeps glibc's
 os.environ["XLA_FLAGS"] = (ARGS.xla_flags + " " + os.environ.get("XLA_FLAGS", "")).strip()
@@ -204,22 +204,6 @@ def torch_runner(cfg: model_lib.BertConfig, batch_np: dict):
     return run, dict(attn_implementation=model.config._attn_implementation, device=device,
                      autocast="bfloat16" if bf16 else None, compiled=ARGS.torch_compile)
 
-
-def time_interleaved(runners: dict, steps: int, warmup: int) -> dict:
-    """Warm each up, then alternate one step of each, so load from elsewhere hits both alike."""
-    times = {k: [] for k in runners}
-    losses = {k: [] for k in runners}
-    for i in range(warmup + steps):
-        for name, run in runners.items():
-            t = time.perf_counter()
-            losses[name].append(run())
-            if i >= warmup:
-                times[name].append(time.perf_counter() - t)
-    return {k: dict(step_s=statistics.median(times[k]), min_s=min(times[k]), max_s=max(times[k]),
-                    loss=[losses[k][0], losses[k][-1]]) for k in runners}
-
-
-# --- Main -------------------------------------------------------------------------------------------
 
 def main():
     import torch
