@@ -58,7 +58,9 @@ class BertForFinetuning(nn.Module):
             self.classifier = _head(cfg, self.num_labels, self.dtype, "classifier")
 
     def __call__(self, input_ids: Array, segment_ids: Array, input_mask: Array, deterministic: bool = True) -> Array:
-        sequence, pooled = self.bert(input_ids, segment_ids, input_mask, deterministic)
+        # Sequence classification reads only [CLS]: its last layer computes that row alone.
+        sequence, pooled = self.bert(input_ids, segment_ids, input_mask, deterministic,
+                                     pooled_only=self.task == "sequence_classification")
         if self.task == "question_answering":  # no dropout before qa_outputs, as BERT's run_squad.py
             return self.qa_outputs(sequence).astype(jnp.float32)
         hidden = pooled if self.task == "sequence_classification" else sequence

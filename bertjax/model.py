@@ -309,8 +309,10 @@ class BertLayer(nn.Module):
     emit_output: bool = False  # output_hidden_states: return x as y too (off: the training program, unchanged)
 
     @nn.compact
-    def __call__(self, x: Array, attention_bias: Optional[Array],
-                 input_mask: Array) -> tuple[Array, Optional[Array]]:
+    def __call__(self, x: Array, attention_bias: Optional[Array], input_mask: Array,
+                 rows: Optional[Array] = None) -> tuple[Array, Optional[Array]]:
+        """`rows` [batch, k]: compute only these positions' outputs ([batch, k, hidden]), their queries
+        attending to every position's keys and values: the last layer under a head that reads only [CLS]."""
         cfg = self.config
         head_dim = cfg.head_dim
         act = ACTIVATIONS[cfg.hidden_act]
@@ -320,9 +322,21 @@ class BertLayer(nn.Module):
         projections = [_HeadsProjection(cfg, name=name)() for name in ("query", "key", "value")]
         kernel = jnp.stack([w for w, _ in projections], axis=1).astype(self.dtype)  # [embed, 3, heads, kv]
         bias = jnp.stack([b for _, b in projections]).astype(self.dtype)  # [3, heads, kv]
-        qkv = jnp.einsum("bsm,mthd->bsthd", x.astype(self.dtype), kernel) + bias
-        q, k, v = (sharding_lib.constrain(qkv[:, :, i], ("batch", "length", "heads", "kv")) for i in range(3))
-        if self.attention == "xla":
+        attention = self.attention
+        if rows is None:
+            qkv = jnp.einsum("bsm,mthd->bsthd", x.astype(self.dtype), kernel) + bias
+            q, k, v = (sharding_lib.constrain(qkv[:, :, i], ("batch", "length", "heads", "kv")) for i in range(3))
+        else:
+            kv = jnp.einsum("bsm,mthd->bsthd", x.astype(self.dtype), kernel[:, 1:]) + bias[1:]
+            k, v = kv[:, :, 0], kv[:, :, 1]
+            x = jnp.take_along_axis(x, rows[..., None].astype(jnp.int32), axis=1)  # the residual: those rows
+            q = jnp.einsum("bsm,mhd->bshd", x.astype(self.dtype), kernel[:, 0]) + bias[0]
+            attention = "xla"  # a few query rows: the plain einsums; fused kernels want whole blocks
+            if attention_bias is None:
+                attention_bias = attention_lib.xla_bias(input_mask, self.packed)
+            if attention_bias.shape[2] > 1:  # packed: each row keeps its own instance's keys
+                attention_bias = jnp.take_along_axis(attention_bias, rows[:, None, :, None].astype(jnp.int32), axis=2)
+        if attention == "xla":
             # Scores and softmax in float32 whatever the compute dtype.
             scores = jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=jnp.float32)
             scores = scores / np.sqrt(head_dim).astype(np.float32) + attention_bias
@@ -331,7 +345,7 @@ class BertLayer(nn.Module):
                 probs, deterministic=self.deterministic)
             context = jnp.einsum("bhqk,bkhd->bqhd", probs.astype(self.dtype), v)
         else:
-            context = attention_lib.fused(self.attention, q, k, v, input_mask, self.packed)
+            context = attention_lib.fused(attention, q, k, v, input_mask, self.packed)
         attn = nn.DenseGeneral(cfg.hidden_size, axis=(-2, -1), dtype=self.dtype, name="attention_output",
                                kernel_init=_init(cfg, ("heads", "kv", "embed")),
                                bias_init=_zeros(("embed",)))(context)
@@ -365,9 +379,15 @@ class BertEncoder(nn.Module):
 
     @nn.compact
     def __call__(self, x: Array, attention_bias: Optional[Array], input_mask: Array, deterministic: bool,
-                 output_hidden_states: bool = False) -> tuple[Array, Optional[tuple[Array, ...]]]:
+                 output_hidden_states: bool = False,
+                 last_rows: Optional[Array] = None) -> tuple[Array, Optional[tuple[Array, ...]]]:
         """(last layer's output, hidden states or None): with `output_hidden_states`, the input then each
-        layer's output; under scan, the scan's stacked per-layer outputs (ys), so the layer stays scanned."""
+        layer's output; under scan, the scan's stacked per-layer outputs (ys), so the layer stays scanned.
+        With `last_rows` [batch, k] the last layer computes only those positions ([batch, k, hidden])."""
+        if last_rows is not None and output_hidden_states:
+            raise ValueError("output_hidden_states needs every position of the last layer; last_rows drops them.")
+        if last_rows is not None and self.scan_layers and not self.is_initializing():
+            return self._scan_then_rows(x, attention_bias, input_mask, deterministic, last_rows), None
         layer_cls = BertLayer
         if self.remat_policy != "none":
             layer_cls = nn.remat(BertLayer, policy=REMAT_POLICIES[self.remat_policy],
@@ -379,15 +399,39 @@ class BertEncoder(nn.Module):
             inputs = x
             x, ys = stack(self.config, self.dtype, deterministic, self.attention, self.packed, output_hidden_states,
                           name="layers")(x, attention_bias, input_mask)
+            if last_rows is not None:  # initialising: the parameters are the same, the rows the output's
+                return jnp.take_along_axis(x, last_rows[..., None].astype(jnp.int32), axis=1), None
             if not output_hidden_states:
                 return x, None
             return x, (inputs, *(ys[i] for i in range(self.config.num_hidden_layers)))
         hidden_states = [x]
+        last = self.config.num_hidden_layers - 1
         for i in range(self.config.num_hidden_layers):
             x, _ = layer_cls(self.config, self.dtype, deterministic, self.attention, self.packed,
-                             name=f"layer_{i}")(x, attention_bias, input_mask)
+                             name=f"layer_{i}")(x, attention_bias, input_mask, last_rows if i == last else None)
             hidden_states.append(x)
         return x, (tuple(hidden_states) if output_hidden_states else None)
+
+    def _scan_then_rows(self, x: Array, attention_bias: Optional[Array], input_mask: Array, deterministic: bool,
+                        rows: Array) -> Array:
+        """The scanned stack's parameters ([layers, ...], as nn.scan made them) run as a scan of all but the
+        last layer, then the last layer on `rows` only: nn.scan cannot run its last iteration differently.
+        Same parameters and numerics; the dropout masks are drawn from the same key, split per layer."""
+        stacked = self.variables["params"]["layers"]
+        layer = BertLayer(self.config, self.dtype, deterministic, self.attention, self.packed, parent=None)
+
+        def apply(params, x, key, layer_rows):
+            return layer.apply({"params": params}, x, attention_bias, input_mask, layer_rows,
+                               rngs={} if key is None else {"dropout": key})[0]
+
+        if self.remat_policy != "none":
+            apply = jax.checkpoint(apply, policy=REMAT_POLICIES[self.remat_policy])
+        n = self.config.num_hidden_layers
+        keys = None if deterministic else jax.random.split(self.make_rng("dropout"), n)
+        first = (jax.tree.map(lambda a: a[:-1], stacked), None if keys is None else keys[:-1])
+        x, _ = jax.lax.scan(lambda x, layer_in: (apply(layer_in[0], x, layer_in[1], None), None), x, first,
+                            unroll=max(1, min(_scan_unroll(self.config), n - 1)))
+        return apply(jax.tree.map(lambda a: a[-1], stacked), x, None if keys is None else keys[-1], rows)
 
 
 class BertModel(nn.Module):
@@ -408,16 +452,25 @@ class BertModel(nn.Module):
 
     def __call__(self, input_ids: Array, segment_ids: Array, input_mask: Array, deterministic: bool = True,
                  position_ids: Optional[Array] = None, cls_positions: Optional[Array] = None,
-                 output_hidden_states: bool = False) -> tuple[Array, ...]:
+                 output_hidden_states: bool = False, pooled_only: bool = False) -> tuple[Array, ...]:
         """(sequence output, pooled output), and with `output_hidden_states` a third item, the embeddings'
         output then each layer's (BertOutput.hidden_states). The pooler reads the [CLS] at position 0, or
-        with `cls_positions` [batch, k] the [CLS] of each of a packed row's instances ([batch, k, hidden])."""
+        with `cls_positions` [batch, k] the [CLS] of each of a packed row's instances ([batch, k, hidden]).
+        `pooled_only`: the last layer computes only the [CLS] rows the pooler reads, and the sequence output
+        is those rows ([batch, 1 or k, hidden]): for heads on the pooled output alone (sequence
+        classification), which then skip most of the last layer (~7% of a 12-layer model's step)."""
         x = self.embeddings(input_ids, segment_ids, deterministic, position_ids)
         # Key padding (and, packed, other instances) as an additive bias, as BERT and HF build it.
         attention_bias = attention_lib.xla_bias(input_mask, self.packed) if self.attention == "xla" else None
-        x, hidden_states = self.encoder(x, attention_bias, input_mask, deterministic, output_hidden_states)
-        cls = x[:, 0] if cls_positions is None else jnp.take_along_axis(
-            x, cls_positions[..., None].astype(jnp.int32), axis=1)
+        rows = None
+        if pooled_only:
+            rows = jnp.zeros((x.shape[0], 1), jnp.int32) if cls_positions is None else cls_positions
+        x, hidden_states = self.encoder(x, attention_bias, input_mask, deterministic, output_hidden_states, rows)
+        if pooled_only:
+            cls = x[:, 0] if cls_positions is None else x
+        else:
+            cls = x[:, 0] if cls_positions is None else jnp.take_along_axis(
+                x, cls_positions[..., None].astype(jnp.int32), axis=1)
         pooled = jnp.tanh(self.pooler(cls))
         return (x, pooled, hidden_states) if output_hidden_states else (x, pooled)
 

@@ -39,6 +39,50 @@ def test_loop_scan_and_remat_are_numerically_identical():
                 np.testing.assert_allclose(g, h, atol=1e-6, rtol=1e-5, err_msg=f"scan={scan} remat={policy}")
 
 
+def _pooled(model, params, inputs, pooled_only, rng=None, **extra):
+    return model.apply({"params": params}, inputs["input_ids"], inputs["segment_ids"], inputs["input_mask"],
+                       deterministic=rng is None, rngs={} if rng is None else {"dropout": rng},
+                       pooled_only=pooled_only, **extra)[1]
+
+
+@pytest.mark.parametrize("packed", [False, True])
+def test_pooled_only_computes_the_same_pooled_output_with_less_work(packed):
+    """pooled_only: the last layer computes only the [CLS] rows. Same pooled output and gradients (loop,
+    scan, remat; padded rows, or packed rows with several instances), dropout still keyed, fewer FLOPs."""
+    inputs = reference.batch(CONFIG, seq_len=32)
+    extra = {}
+    if packed:  # two instances per row: tokens 0..15 and 16..31, each starting with its [CLS]
+        half = np.arange(32) >= 16
+        inputs["input_mask"] = (1 + half[None, :] * np.ones((3, 1), int)).astype(np.int32)
+        extra = dict(position_ids=jnp.asarray(np.tile(np.arange(32) % 16, (3, 1)), jnp.int32),
+                     cls_positions=jnp.asarray(np.tile([0, 16], (3, 1)), jnp.int32))
+    loop = model_lib.BertModel(CONFIG, packed=packed)
+    params = reference.random_params(model_lib.BertForPreTraining(CONFIG))["bert"]
+    full = _pooled(loop, params, inputs, False, **extra)
+    assert full.shape == ((3, 2, 64) if packed else (3, 64))
+    full_grads = jax.grad(lambda p: jnp.sum(_pooled(loop, p, inputs, False, **extra) ** 2))(params)
+    for scan in (False, True):
+        for policy in ("none", "full"):
+            model = model_lib.BertModel(CONFIG, scan_layers=scan, remat_policy=policy, packed=packed)
+            p = model_lib.stack_layers({"bert": params}, CONFIG.num_hidden_layers)["bert"] if scan else params
+            np.testing.assert_allclose(_pooled(model, p, inputs, True, **extra), full, atol=2e-6,
+                                       err_msg=f"scan={scan} remat={policy}")
+            grads = jax.grad(lambda q: jnp.sum(_pooled(model, q, inputs, True, **extra) ** 2))(p)
+            if scan:
+                grads = model_lib.unstack_layers({"bert": grads})["bert"]
+            for g, h in zip(jax.tree.leaves(grads), jax.tree.leaves(full_grads)):
+                np.testing.assert_allclose(g, h, atol=2e-5, rtol=1e-4, err_msg=f"scan={scan} remat={policy}")
+            key = jax.random.PRNGKey(3)
+            dropped = _pooled(model, p, inputs, True, key, **extra)
+            np.testing.assert_array_equal(dropped, _pooled(model, p, inputs, True, key, **extra))
+            assert not np.allclose(dropped, full, atol=1e-3)
+    flops = {only: jax.jit(lambda q, only=only: _pooled(loop, q, inputs, only, **extra)).lower(params).compile()
+             .cost_analysis()["flops"] for only in (False, True)}
+    # The last layer's queries, output projection and feed-forward run on 1 (or 2) rows of 32: 1 of the 3
+    # layers is ~10/12 skipped.
+    assert flops[True] < 0.8 * flops[False], flops
+
+
 def test_stack_unstack_round_trip():
     params = reference.random_params(model_lib.BertForPreTraining(CONFIG))
     stacked = model_lib.stack_layers(params, CONFIG.num_hidden_layers)
