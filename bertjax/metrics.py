@@ -185,7 +185,9 @@ def flops_per_sequence(bert_config: Any, seq_len: int, num_predictions: Optional
     (2·2·L²·H), the feed-forward pair (2·2·L·H·I); pooler (2·H²) and NSP head (2·H·2) on the [CLS]
     token; MLM transform (2·P·H²) and tied vocab projection (2·P·H·V) on the P gathered predictions
     (P = seq_len when num_predictions is None: the model then predicts every position). Not counted:
-    embedding lookups, softmax, LayerNorm, GELU, bias adds, the optimizer update.
+    embedding lookups, softmax, LayerNorm, GELU, bias adds, the optimizer update. The last layer is counted
+    whole, as for any BERT, although bertjax's steps compute only the rows its heads read (`pooled_only`,
+    `predictions_only`): the work saved shows as speed, and a model FLOPs share can pass 1 on few layers.
     """
     H, I, V = bert_config.hidden_size, bert_config.intermediate_size, bert_config.vocab_size
     L = int(seq_len)

@@ -180,7 +180,7 @@ def config_for_size(size: str, **overrides) -> BertConfig:
 class BertOutput:
     mlm_logits: Array  # [batch, predictions or length, vocab], float32
     nsp_logits: Array  # [batch, 2], float32
-    sequence_output: Array  # [batch, length, hidden]
+    sequence_output: Optional[Array]  # [batch, length, hidden]; None with predictions_only
     pooled_output: Array  # [batch, hidden]
     # With output_hidden_states=True: num_hidden_layers + 1 arrays [batch, length, hidden], the embeddings'
     # output then each layer's (Hugging Face's order; the last is sequence_output). None otherwise.
@@ -452,22 +452,26 @@ class BertModel(nn.Module):
 
     def __call__(self, input_ids: Array, segment_ids: Array, input_mask: Array, deterministic: bool = True,
                  position_ids: Optional[Array] = None, cls_positions: Optional[Array] = None,
-                 output_hidden_states: bool = False, pooled_only: bool = False) -> tuple[Array, ...]:
+                 output_hidden_states: bool = False, pooled_only: bool = False,
+                 extra_rows: Optional[Array] = None) -> tuple[Array, ...]:
         """(sequence output, pooled output), and with `output_hidden_states` a third item, the embeddings'
         output then each layer's (BertOutput.hidden_states). The pooler reads the [CLS] at position 0, or
         with `cls_positions` [batch, k] the [CLS] of each of a packed row's instances ([batch, k, hidden]).
-        `pooled_only`: the last layer computes only the [CLS] rows the pooler reads, and the sequence output
-        is those rows ([batch, 1 or k, hidden]): for heads on the pooled output alone (sequence
-        classification), which then skip most of the last layer (~7% of a 12-layer model's step)."""
+        `pooled_only`: the last layer computes only the [CLS] rows the pooler reads, then the positions in
+        `extra_rows` [batch, r] if given, and the sequence output is those rows ([batch, 1 or k (+ r), hidden]):
+        heads that read only these (sequence classification; pre-training's masked positions) skip most of
+        the last layer, ~7% of a 12-layer model's step."""
         x = self.embeddings(input_ids, segment_ids, deterministic, position_ids)
         # Key padding (and, packed, other instances) as an additive bias, as BERT and HF build it.
         attention_bias = attention_lib.xla_bias(input_mask, self.packed) if self.attention == "xla" else None
         rows = None
         if pooled_only:
-            rows = jnp.zeros((x.shape[0], 1), jnp.int32) if cls_positions is None else cls_positions
+            rows = jnp.zeros((x.shape[0], 1), jnp.int32) if cls_positions is None else cls_positions.astype(jnp.int32)
+            if extra_rows is not None:
+                rows = jnp.concatenate([rows, extra_rows.astype(jnp.int32)], axis=1)
         x, hidden_states = self.encoder(x, attention_bias, input_mask, deterministic, output_hidden_states, rows)
         if pooled_only:
-            cls = x[:, 0] if cls_positions is None else x
+            cls = x[:, 0] if cls_positions is None else x[:, :cls_positions.shape[1]]
         else:
             cls = x[:, 0] if cls_positions is None else jnp.take_along_axis(
                 x, cls_positions[..., None].astype(jnp.int32), axis=1)
@@ -500,16 +504,23 @@ class BertForPreTraining(nn.Module):
     def __call__(self, input_ids: Array, segment_ids: Array, input_mask: Array,
                  masked_lm_positions: Optional[Array] = None, deterministic: bool = True,
                  position_ids: Optional[Array] = None, cls_positions: Optional[Array] = None,
-                 output_hidden_states: bool = False) -> BertOutput:
+                 output_hidden_states: bool = False, predictions_only: bool = False) -> BertOutput:
         """Packed rows (`packed=True`) number their instances 1..k in `input_mask` and pass each token's
         position within its instance (`position_ids`) and each instance's [CLS] (`cls_positions`
         [batch, k]): nsp_logits and pooled_output then have one row per instance ([batch, k, …]).
-        `output_hidden_states` fills BertOutput.hidden_states (feature extraction); off, the program is
-        the training one, unchanged."""
-        sequence, pooled, *hidden_states = self.bert(input_ids, segment_ids, input_mask, deterministic,
-                                                     position_ids, cls_positions, output_hidden_states)
-        hidden = sequence
-        if masked_lm_positions is not None:
+        `output_hidden_states` fills BertOutput.hidden_states (feature extraction). `predictions_only`
+        (training): the last layer computes only the [CLS] rows and `masked_lm_positions`, all the heads
+        read; the logits are the same and sequence_output is None."""
+        if predictions_only and masked_lm_positions is not None and not output_hidden_states:
+            sequence, pooled = self.bert(input_ids, segment_ids, input_mask, deterministic, position_ids,
+                                         cls_positions, pooled_only=True, extra_rows=masked_lm_positions)
+            hidden = sequence[:, sequence.shape[1] - masked_lm_positions.shape[1]:]
+            sequence, hidden_states = None, []
+        else:
+            sequence, pooled, *hidden_states = self.bert(input_ids, segment_ids, input_mask, deterministic,
+                                                         position_ids, cls_positions, output_hidden_states)
+            hidden = sequence
+        if masked_lm_positions is not None and sequence is not None:
             # Gather first so the vocabulary projection only runs on predicted positions.
             hidden = jnp.take_along_axis(sequence, masked_lm_positions[..., None].astype(jnp.int32), axis=1)
         hidden = ACTIVATIONS[self.config.hidden_act](self.transform(hidden))

@@ -71,7 +71,7 @@ def _pretraining_sums(model: nn.Module, nsp: bool, params: Any, batch: Batch, rn
     packed = model_lib.packed_inputs(batch)
     out = model.apply({"params": params}, batch["input_ids"], batch["segment_ids"], batch["input_mask"],
                       masked_lm_positions=batch["masked_lm_positions"], deterministic=rng is None,
-                      rngs=None if rng is None else {"dropout": rng}, **packed)
+                      rngs=None if rng is None else {"dropout": rng}, predictions_only=True, **packed)
     weight = batch[pipeline_lib.EXAMPLE_WEIGHT]
     sums = metrics_lib.pretraining_metrics(
         out.mlm_logits, batch["masked_lm_ids"], batch["masked_lm_weights"], out.nsp_logits if nsp else None,

@@ -81,7 +81,9 @@ def test_flops_per_step_count_every_micro_batch(tmp_path):
                "train.micro_batches": micro}))
         reports.append(aot.compile_for_topology(job, str(tmp_path / str(micro)), "v5e:2x2"))
     one, two = (r["model_flops_share"] for r in reports)
-    assert 0.5 < one <= 1.0 and abs(two / one - 1) < 0.1, (one, two)
+    # Above 1 by a little: the standard count includes the whole last layer, of which the train step
+    # computes only the [CLS] and masked rows (predictions_only; half of this 2-layer model's layers).
+    assert 0.5 < one <= 1.1 and abs(two / one - 1) < 0.1, (one, two)
 
 
 def test_a_step_that_cannot_fit_is_refused_with_the_bytes_and_the_knobs(tmp_path):

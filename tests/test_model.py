@@ -83,6 +83,26 @@ def test_pooled_only_computes_the_same_pooled_output_with_less_work(packed):
     assert flops[True] < 0.8 * flops[False], flops
 
 
+def test_predictions_only_gives_the_same_pretraining_logits_and_gradients():
+    """Pre-training's last layer on the [CLS] and masked rows only (the train step's forward)."""
+    inputs = reference.batch(CONFIG)
+    params = reference.random_params(model_lib.BertForPreTraining(CONFIG))
+    base_loss, base_grads = loss_and_grads(model_lib.BertForPreTraining(CONFIG), params, inputs)
+    for scan in (False, True):
+        model = model_lib.BertForPreTraining(CONFIG, scan_layers=scan)
+        p = model_lib.stack_layers(params, CONFIG.num_hidden_layers) if scan else params
+        assert model.apply({"params": p}, **inputs, predictions_only=True).sequence_output is None
+        loss, grads = loss_and_grads(model, p, dict(inputs, predictions_only=True))
+        grads = model_lib.unstack_layers(grads) if scan else grads
+        np.testing.assert_allclose(loss, base_loss, rtol=1e-6, err_msg=f"scan={scan}")
+        for g, h in zip(jax.tree.leaves(grads), jax.tree.leaves(base_grads)):
+            np.testing.assert_allclose(g, h, atol=2e-6, rtol=1e-5, err_msg=f"scan={scan}")
+    model = model_lib.BertForPreTraining(CONFIG)
+    flops = {only: jax.jit(lambda q, only=only: model.apply({"params": q}, **inputs, predictions_only=only).mlm_logits)
+             .lower(params).compile().cost_analysis()["flops"] for only in (False, True)}
+    assert flops[True] < 0.9 * flops[False], flops  # 6 of 24 rows in the last of 3 layers
+
+
 def test_stack_unstack_round_trip():
     params = reference.random_params(model_lib.BertForPreTraining(CONFIG))
     stacked = model_lib.stack_layers(params, CONFIG.num_hidden_layers)
