@@ -47,7 +47,7 @@ def test_the_cli_compiles_the_job_for_a_topology_and_writes_the_report(tmp_path)
     assert report["argument_bytes"] >= report["state_bytes"] and report["temp_bytes"] > 0
     # cost_analysis counts one device's program: times 4 devices it is about the model's FLOPs.
     assert report["flops_per_step"] == 4 * report["flops_per_device"]
-    assert 0.5 < report["model_flops_share"] <= 1.0
+    assert 0.5 < report["model_flops_share"] <= 1.1  # above 1 only by the last layer's skipped rows
     assert "fits" in done.stderr and "GiB" in done.stderr
 
 
