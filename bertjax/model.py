@@ -416,7 +416,8 @@ class BertEncoder(nn.Module):
                         rows: Array) -> Array:
         """The scanned stack's parameters ([layers, ...], as nn.scan made them) run as a scan of all but the
         last layer, then the last layer on `rows` only: nn.scan cannot run its last iteration differently.
-        Same parameters and numerics; the dropout masks are drawn from the same key, split per layer."""
+        Same parameters and numerics; dropout keys split per layer from the module's key (other masks than
+        nn.scan would draw, as reproducible)."""
         stacked = self.variables["params"]["layers"]
         layer = BertLayer(self.config, self.dtype, deterministic, self.attention, self.packed, parent=None)
 
