@@ -13,6 +13,11 @@ table to WORKDIR/scores.json.
 
 from __future__ import annotations
 
+from bertjax import tcmalloc
+
+if __name__ == "__main__":
+    tcmalloc.reexec_under_tcmalloc()  # as bertjax.main does: XLA's per-step buffers stay mapped
+
 import dataclasses
 import json
 import logging

@@ -14,6 +14,11 @@ restore (a checkpoint of this run, or init_from's body with a fresh head) → lo
 
 from __future__ import annotations
 
+from bertjax import tcmalloc
+
+if __name__ == "__main__":
+    tcmalloc.reexec_under_tcmalloc()  # as bertjax.main does: XLA's per-step buffers stay mapped
+
 import contextlib
 import dataclasses
 import json
