@@ -1,11 +1,15 @@
 """Train-step speed, bertjax vs transformers.BertForPreTraining (PyTorch), side by side in one run.
 
-    python benchmarks/train_step.py [--sizes=tiny,base] [--steps=N] [--frameworks=jax,torch]
+    python benchmarks/train_step.py [--sizes=tiny,base] [--steps=N] [--frameworks=jax,jax_packed,torch]
         [--seq=128] [--dtype=auto] [--attention=auto] [--batch=0] [--torch_compile]
 
 One full pre-training step, vocab 30,522, dropout 0.1 on (training mode): forward + backward + AdamW
-update, loss = MLM cross-entropy (weighted by masked_lm_weights) over 20 positions at seq 128 (80 at
-512) + NSP cross-entropy, the same synthetic batch for both frameworks (no TensorFlow, no data files).
+update, loss = MLM cross-entropy (weighted by masked_lm_weights) over 20 slots at seq 128 (80 at
+512) + NSP cross-entropy, the same synthetic batch for both frameworks (no TensorFlow, no data files):
+instances of 1/4 to all of the sequence length, 15% of their tokens masked (as create_pretraining_data
+rounds it), padded to the sequence length. `jax_packed` runs bertjax on packed rows instead (`--batch`
+rows, `config.data.packing`, up to 3 instances a row, made by `bertjax.data.packing.pack` from more
+instances of the same kind): compare the frameworks' `real_tokens_per_s`, the tokens that are not padding.
 On the CPU it runs fp32; on a GPU (or TPU) bf16 by default (`--dtype`): bertjax computes in bf16 with
 float32 params, PyTorch under `torch.autocast(bfloat16)` with SDPA attention (`--torch_compile` wraps the
 model in `torch.compile`). `--attention=cudnn|splash` picks bertjax's fused kernel; fused kernels have
@@ -48,7 +52,7 @@ def parse_args():
     p.add_argument("--sizes", default="tiny,base")
     p.add_argument("--steps", type=int, default=0, help="timed steps per framework; 0 = a default per size")
     p.add_argument("--warmup", type=int, default=2)
-    p.add_argument("--frameworks", default="jax,torch")
+    p.add_argument("--frameworks", default="jax,torch", help="of jax, jax_packed (packed rows), torch")
     p.add_argument("--scan_layers", type=int, default=-1,
                    help="override config.model.scan_layers (0/1); -1 = as the config says")
     # None of XLA:CPU's dot-library, fusion or scheduler flags made this step faster (issue 4's note).
@@ -84,22 +88,42 @@ from bertjax.config import JobConfig  # noqa: E402
 # --- Batch ------------------------------------------------------------------------------------------
 
 def make_batch(batch: int, seed: int = 0) -> dict[str, np.ndarray]:
-    """Rows of length S/2..S with padding, two segments, 20 distinct masked positions per row."""
+    """Instances of length S/4..S padded to S, two segments, round(15%) distinct masked positions each
+    (at most PRED; the unused slots weigh 0)."""
     rng = np.random.default_rng(seed)
-    lengths = rng.integers(SEQ // 2, SEQ + 1, batch)
+    lengths = rng.integers(SEQ // 4, SEQ + 1, batch)
     pos = np.arange(SEQ)[None, :]
     input_mask = (pos < lengths[:, None]).astype(np.int32)
     input_ids = (rng.integers(1000, VOCAB, (batch, SEQ)) * input_mask).astype(np.int32)
     input_ids[:, 0] = 101
     segment_ids = ((pos >= lengths[:, None] // 2) * input_mask).astype(np.int32)
-    positions = np.sort(np.stack([rng.choice(np.arange(1, n - 1), PRED, replace=False) for n in lengths]), 1)
-    labels = np.take_along_axis(input_ids, positions, axis=1)
+    positions = np.zeros((batch, PRED), np.int32)
+    weights = np.zeros((batch, PRED), np.float32)
+    for i, n in enumerate(lengths):
+        k = min(PRED, max(1, round(0.15 * n)))
+        positions[i, :k] = np.sort(rng.choice(np.arange(1, n - 1), k, replace=False))
+        weights[i, :k] = 1.0
+    labels = np.take_along_axis(input_ids, positions, axis=1) * (weights > 0)
     np.put_along_axis(input_ids, positions, 103, axis=1)
+    input_ids[:, 0] = 101  # unused prediction slots point at position 0: keep [CLS] there
     return dict(input_ids=input_ids, segment_ids=segment_ids, input_mask=input_mask,
-                masked_lm_positions=positions.astype(np.int32), masked_lm_ids=labels.astype(np.int32),
-                masked_lm_weights=np.ones((batch, PRED), np.float32),
+                masked_lm_positions=positions, masked_lm_ids=labels.astype(np.int32), masked_lm_weights=weights,
                 next_sentence_labels=rng.integers(0, 2, (batch, 1)).astype(np.int32),
                 example_weight=np.ones((batch,), np.float32))
+
+
+def make_packed_batch(rows: int, predictions_per_row: int, max_instances_per_row: int) -> dict[str, np.ndarray]:
+    """`rows` packed rows of make_batch's instances (the first rows of a larger pack, which are full)."""
+    from bertjax.data import packing
+
+    cfg = packing.PackingConfig(SEQ, max_instances_per_row, predictions_per_row)
+    packed = packing.pack(make_batch(rows * (max_instances_per_row + 1), seed=1), cfg)
+    packed = {k: v[:rows] for k, v in packed.items()}
+    return dict(packed, example_weight=np.ones((rows,), np.float32))
+
+
+def real_tokens(batch_np: dict) -> int:
+    return int((batch_np["input_mask"] > 0).sum())
 
 
 # --- FLOPs and peak ---------------------------------------------------------------------------------
@@ -131,7 +155,7 @@ def compute_dtype() -> str:
     return "float32" if jax.default_backend() == "cpu" else "bfloat16"
 
 
-def jax_config(size: str, batch_size: int) -> ConfigDict:
+def jax_config(size: str, batch_size: int, packed: bool = False) -> ConfigDict:
     """configs/<size>.py as users get it, with this benchmark's batch, sequence length and predictions."""
     import runpy
 
@@ -141,6 +165,7 @@ def jax_config(size: str, batch_size: int) -> ConfigDict:
     c.data.max_seq_length, c.data.max_predictions_per_seq = SEQ, PRED
     c.train.global_batch_size = batch_size
     c.train.micro_batches = 1
+    c.data.packing = packed
     c.mesh.shape = (1, 1, 1)
     c.model.dtype = compute_dtype()
     c.model.attention = ARGS.attention
@@ -151,12 +176,12 @@ def jax_config(size: str, batch_size: int) -> ConfigDict:
     return c
 
 
-def jax_runner(size: str, batch_np: dict):
+def jax_runner(size: str, batch_np: dict, packed: bool = False):
     """bertjax's own train step — `trainer.setup` on the configured model and optimizer, compiled ahead of
     time with donated state on a one-device mesh, as the job builds it — as a callable running one step."""
     from bertjax import trainer as trainer_lib
 
-    job = JobConfig.from_configdict(jax_config(size, batch_np["input_ids"].shape[0]))
+    job = JobConfig.from_configdict(jax_config(size, batch_np["input_ids"].shape[0], packed))
     t = time.perf_counter()
     trainer = trainer_lib.setup(job, jax.devices()[:1])
     info = dict(compile_s=time.perf_counter() - t, scan_layers=job.model.scan_layers,
@@ -187,7 +212,9 @@ def torch_runner(cfg: model_lib.BertConfig, batch_np: dict):
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.01)
     forward = torch.compile(model) if ARGS.torch_compile else model
     labels = np.full(batch_np["input_ids"].shape, -100, np.int64)
-    np.put_along_axis(labels, batch_np["masked_lm_positions"], batch_np["masked_lm_ids"], axis=1)
+    used = batch_np["masked_lm_weights"] > 0
+    rows = np.nonzero(used)[0]
+    labels[rows, batch_np["masked_lm_positions"][used]] = batch_np["masked_lm_ids"][used]
     kwargs = {k: torch.tensor(v, dtype=torch.long, device=device) for k, v in dict(
         input_ids=batch_np["input_ids"], token_type_ids=batch_np["segment_ids"],
         attention_mask=batch_np["input_mask"], labels=labels,
@@ -206,12 +233,16 @@ def torch_runner(cfg: model_lib.BertConfig, batch_np: dict):
 
 
 def main():
-    import torch
-    import transformers
-
-    default_threads = (torch.get_num_threads(), torch.get_num_interop_threads())
-    torch.set_num_threads(os.cpu_count())
     frameworks = ARGS.frameworks.split(",")
+    unknown = set(frameworks) - {"jax", "jax_packed", "torch"}
+    if unknown:
+        raise SystemExit(f"--frameworks: {sorted(unknown)} unknown; choose from jax, jax_packed, torch.")
+    if "torch" in frameworks:
+        import torch
+        import transformers
+
+        default_threads = (torch.get_num_threads(), torch.get_num_interop_threads())
+        torch.set_num_threads(os.cpu_count())
     t0 = time.perf_counter()
     on_cpu = jax.default_backend() == "cpu"
     peak = None if ARGS.no_peak or not on_cpu else matmul_peak()
@@ -219,49 +250,58 @@ def main():
         batch_size = ARGS.batch or BATCH[size]
         cfg = JobConfig.from_configdict(jax_config(size, batch_size)).model.architecture
         steps = ARGS.steps or STEPS.get(size, 5)
-        batch_np = make_batch(batch_size)
-        flops = metrics_lib.flops_per_sequence(cfg, SEQ, PRED) * batch_size  # the job's own MFU count
+        batches = dict(jax=make_batch(batch_size))
+        batches["torch"] = batches["jax"]
+        # The job's own MFU count, per row: a packed row has more prediction slots (and [CLS] rows).
+        flops = dict(jax=metrics_lib.flops_per_sequence(cfg, SEQ, PRED) * batch_size)
+        flops["torch"] = flops["jax"]
+        if "jax_packed" in frameworks:
+            data = JobConfig.from_configdict(jax_config(size, batch_size, packed=True)).data
+            batches["jax_packed"] = make_packed_batch(batch_size, data.predictions_per_row, data.max_instances_per_row)
+            flops["jax_packed"] = metrics_lib.flops_per_sequence(cfg, SEQ, data.predictions_per_row) * batch_size
         row = dict(size=size, batch=batch_size, seq=SEQ, predictions=PRED, vocab=VOCAB, steps=steps,
-                   dtype=compute_dtype(), device=jax.devices()[0].device_kind, model_tflops_per_step=flops / 1e12)
+                   dtype=compute_dtype(), device=jax.devices()[0].device_kind,
+                   model_tflops_per_step=flops["jax"] / 1e12)
         runners, infos = {}, {}
-        if "jax" in frameworks:
-            runners["jax"], infos["jax"] = jax_runner(size, batch_np)
-        if "torch" in frameworks:
-            runners["torch"], infos["torch"] = torch_runner(cfg, batch_np)
+        for name in frameworks:
+            if name == "torch":
+                runners[name], infos[name] = torch_runner(cfg, batches[name])
+            else:
+                runners[name], infos[name] = jax_runner(size, batches[name], packed=name == "jax_packed")
         res = time_interleaved(runners, steps, ARGS.warmup)
         if peak:  # the best of before and after, so a busy moment cannot inflate MFU
             peak = max(peak, matmul_peak(), key=lambda p: p["flops"])
         elif not ARGS.no_peak:  # an accelerator: the chip's dense peak for the dtype
             chip_peak = metrics_lib.peak_flops_per_device(jax.devices()[0].device_kind, compute_dtype())
             peak = dict(flops=chip_peak, n=None) if chip_peak else None
-        if "jax" in res:
-            jx = res["jax"]
-            row.update(jax_step_s=jx["step_s"], jax_step_min_max_s=[jx["min_s"], jx["max_s"]],
-                       jax_seq_per_s=batch_size / jx["step_s"], jax_tokens_per_s=batch_size * SEQ / jx["step_s"],
-                       jax_compile_s=infos["jax"]["compile_s"],
-                       jax_loss=jx["loss"], achieved_tflops=flops / jx["step_s"] / 1e12,
-                       **{f"jax_{k}": v for k, v in infos["jax"].items() if k != "compile_s"})
-        if "torch" in res:
-            tc = res["torch"]
-            row.update(torch_step_s=tc["step_s"], torch_step_min_max_s=[tc["min_s"], tc["max_s"]],
-                       torch_seq_per_s=batch_size / tc["step_s"], torch_tokens_per_s=batch_size * SEQ / tc["step_s"],
-                       torch_loss=tc["loss"], **{f"torch_{k}": v for k, v in infos["torch"].items()})
-        if len(res) == 2:
+        for name, r in res.items():
+            b = batches[name]
+            instances = int(b["next_sentence_weights"].sum()) if name == "jax_packed" else batch_size
+            row.update({f"{name}_step_s": r["step_s"], f"{name}_step_min_max_s": [r["min_s"], r["max_s"]],
+                        f"{name}_seq_per_s": instances / r["step_s"],  # instances (sequences) a second
+                        f"{name}_tokens_per_s": batch_size * SEQ / r["step_s"],
+                        f"{name}_real_tokens_per_s": real_tokens(b) / r["step_s"], f"{name}_loss": r["loss"]})
+            if name != "torch":
+                row[f"{name}_compile_s"] = infos[name].pop("compile_s")
+            row.update({f"{name}_{k}": v for k, v in infos[name].items()})
+            if peak:  # for PyTorch the same model-FLOPs count: its extra MLM logits are not useful work
+                row[f"{name}_mfu"] = flops[name] / r["step_s"] / peak["flops"]
+        if "jax" in res:  # the names earlier versions printed
+            row.update(achieved_tflops=flops["jax"] / res["jax"]["step_s"] / 1e12, mfu=row.get("jax_mfu"))
+        if "jax" in res and "torch" in res:
             row["speedup"] = res["torch"]["step_s"] / res["jax"]["step_s"]
+        if "jax" in res and "jax_packed" in res:  # what packing buys on this chip: real tokens a second
+            row["packed_speedup"] = row["jax_packed_real_tokens_per_s"] / row["jax_real_tokens_per_s"]
         if peak:
             row.update(matmul_peak_tflops=peak["flops"] / 1e12, matmul_peak_n=peak["n"],
                        peak_source="measured fp32 matmul" if on_cpu else "chip's dense peak (bertjax.metrics)")
-            if "jax" in res:
-                row["mfu"] = flops / res["jax"]["step_s"] / peak["flops"]
-            if "torch" in res:  # the same model-FLOPs count: PyTorch's extra MLM logits are not useful work
-                row["torch_mfu"] = flops / res["torch"]["step_s"] / peak["flops"]
-        row.update(jax=jax.__version__, torch=torch.__version__, transformers=transformers.__version__,
-                   python=platform.python_version(), cpu_count=os.cpu_count(), loadavg_1m=os.getloadavg()[0],
-                   xla_flags=os.environ.get("XLA_FLAGS", ""),
-                   allocator="tcmalloc" if tcmalloc.active() else "system",
-                   torch_threads=torch.get_num_threads(), torch_interop_threads=torch.get_num_interop_threads(),
-                   torch_default_threads=list(default_threads),
-                   elapsed_s=time.perf_counter() - t0)
+        if "torch" in frameworks:
+            row.update(torch=torch.__version__, transformers=transformers.__version__,
+                       torch_threads=torch.get_num_threads(), torch_interop_threads=torch.get_num_interop_threads(),
+                       torch_default_threads=list(default_threads))
+        row.update(jax=jax.__version__, python=platform.python_version(), cpu_count=os.cpu_count(),
+                   loadavg_1m=os.getloadavg()[0], xla_flags=os.environ.get("XLA_FLAGS", ""),
+                   allocator="tcmalloc" if tcmalloc.active() else "system", elapsed_s=time.perf_counter() - t0)
         print(json.dumps(row), flush=True)
 
 
