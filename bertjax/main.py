@@ -53,11 +53,16 @@ def _multi_process() -> bool:
     return bool(os.environ.get("TPU_WORKER_HOSTNAMES", "").count(","))  # a multi-host TPU slice
 
 
-def main(argv):
+def _prologue(argv) -> None:
+    """Every job command's start: no stray arguments; INFO lines from bertjax, orbax and JAX quiet."""
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments {argv[1:]}; settings go in --config.* flags.")
     logging.getLogger("bertjax").setLevel(logging.INFO)
     absl_logging.set_verbosity(absl_logging.WARNING)  # orbax and JAX log every step at INFO
+
+
+def main(argv):
+    _prologue(argv)
     aot.quiet_libtpu()  # before any backend starts: a no-op on TPU VMs
     if FLAGS.topology:
         return _compile_for_topology()
@@ -80,10 +85,7 @@ def main(argv):
 def run_command(argv, job, *args) -> None:
     """A job command's body (finetune, demo_finetune): INFO lines from bertjax, orbax and JAX quiet, and
     a user's error as one sentence."""
-    if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments {argv[1:]}; settings go in --config.* flags.")
-    logging.getLogger("bertjax").setLevel(logging.INFO)
-    absl_logging.set_verbosity(absl_logging.WARNING)  # orbax and JAX log every step at INFO
+    _prologue(argv)
     try:
         job(*args)
     except (ValueError, OSError, FloatingPointError) as e:
