@@ -129,6 +129,28 @@ def seed_from_smaller_batches(done: dict, model: str, seq: int, batch: int, slic
     return (min(fits) if fits else max(1, 2 * too_few)), too_few
 
 
+def next_probe(reports: list[dict], too_few: int, fits: int) -> int:
+    """The next micro-batch count to compile, a power of two in (too_few, fits/2].
+
+    Per-device memory is close to `a + b / micro` (the state, plus activations of fewer rows per
+    micro-batch); with two compiles at different counts the fewest that fits is predicted and tried first,
+    so that a search from a generous count does not compile every halving (each fitting compile of a
+    large model takes minutes). Otherwise, and when the prediction lies outside the range, the half."""
+    half = fits // 2
+    points = {r["micro_batches"]: r["total_bytes"] for r in reports}
+    if len(points) < 2:
+        return half
+    x = [1 / m for m in points]  # least squares of total bytes on 1 / micro
+    x_mean, t_mean = sum(x) / len(x), sum(points.values()) / len(x)
+    b = sum((xi - x_mean) * (t - t_mean) for xi, t in zip(x, points.values())) / sum((xi - x_mean) ** 2 for xi in x)
+    a = t_mean - b * x_mean
+    limit = min(r.get("compiler_available_bytes") or r["hbm_bytes_per_device"] for r in reports)
+    if b <= 0 or a >= limit:
+        return half
+    predicted = 2 ** math.ceil(math.log2(max(b / (limit - a), 1)))
+    return min(max(predicted, 2 * too_few, 1), half)
+
+
 def search(args, done: dict, model: str, seq: int, batch: int, slice_name: str) -> dict:
     tried = []
     for mesh, remat in PLANS:
@@ -141,13 +163,16 @@ def search(args, done: dict, model: str, seq: int, batch: int, slice_name: str) 
             if report is None:
                 break  # an error other than memory: next plan
             if report["fits"]:
-                # The estimate may overshoot: halve while the half is still above a known failure.
+                # The estimate may overshoot: narrow down to the fewest power of two above a known failure.
                 while micro // 2 > too_few:
-                    half = attempt(args, done, model, seq, batch, slice_name, mesh, remat, micro // 2)
-                    tried.append(half)
-                    if not (half["report"] and half["report"]["fits"]):
-                        break
-                    micro, report = micro // 2, half["report"]
+                    probe = next_probe([r["report"] for r in tried if r["report"] and r["mesh"] == mesh
+                                        and r["remat"] == remat], too_few, micro)
+                    row = attempt(args, done, model, seq, batch, slice_name, mesh, remat, probe)
+                    tried.append(row)
+                    if row["report"] and row["report"]["fits"]:
+                        micro, report = probe, row["report"]
+                    else:
+                        too_few = probe
                 return dict(_summary(model, seq, batch, slice_name, report), attempts=len(tried))
             too_few = micro
             limit = batch // report["num_devices"]  # at least one row per device per micro-batch
