@@ -9,8 +9,9 @@ packed rows, and `transformers.BertForPreTraining` (bf16 autocast, SDPA) on the 
 interleaved. PyTorch runs once per (model, seq), beside the first attention. Each JSON row goes to
 --results (default benchmarks/results/gpu_table.jsonl, appended) and the markdown table to stdout.
 
-Batches per device (`--batches`, MODEL:SEQ:ROWS) default to sizes that keep an 80 GB H100 busy in bf16
-with float32 Adam state. Needs jax, torch and transformers, not TensorFlow (synthetic batches).
+Batches per device (`--batches`, MODEL:SEQ:ROWS) default to guesses for an 80 GB H100 (bf16 compute,
+float32 params and Adam state), not yet tried on one: a case that runs out of memory comes back as a row
+saying so; lower its batch. Needs jax, torch and transformers, not TensorFlow (synthetic batches).
 """
 
 import argparse

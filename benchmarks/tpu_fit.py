@@ -12,10 +12,11 @@ and searches for the cheapest settings that fit, trying in this order and stoppi
   3. the same two with the state fully sharded (fsdp: mesh (1,-1,1)).
 
 Micro-batches are estimated from what the last attempt needed (libtpu's out-of-memory report: activations
-scale with the rows a micro-batch holds), doubled until the step fits, then halved while the half still
-fits (so the count is the fewest power of two that fits); a setting whose micro-batch would hold less than
-one row per device is skipped. A larger batch starts from what a smaller one of the same case needed
-(k times the batch, k times the micro-batches), so the 65,536 / 32,768 phases cost one compile each.
+scale with the rows a micro-batch holds), doubled until the step fits, then narrowed down to the fewest
+power of two that fits (the next count predicted from the memory of two compiles, else the half); a
+setting whose micro-batch would hold less than one row per device is skipped. A larger batch starts from
+what a smaller one of the same case needed (k times the batch, k times the micro-batches), so most
+65,536 / 32,768 cases cost one or two compiles.
 Phases: `SEQ:GLOBAL_BATCH`, with 20 predictions at seq 128 and 80 at 512 (BERT's). Models are
 configs/<model>.py as users get them (xla attention with BERT's dropout) in bfloat16.
 
@@ -113,7 +114,7 @@ def seed_from_smaller_batches(done: dict, model: str, seq: int, batch: int, slic
     A step's memory is the state (the same at any batch) plus a micro-batch's activations, so a batch k
     times larger needs k times the micro-batches of a smaller one at the same settings (the batch itself,
     a few MB per device, is the only growth): its fit starts k × the smaller fit, and k × a count that
-    did not fit cannot fit either. This turns each 65,536 / 32,768 case into one compile of minutes.
+    did not fit cannot fit either.
     """
     fits, too_few = [], 0
     for row in done.values():
