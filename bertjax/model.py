@@ -513,17 +513,16 @@ class BertForPreTraining(nn.Module):
         (training): the last layer computes only the [CLS] rows and `masked_lm_positions`, all the heads
         read; the logits are the same and sequence_output is None."""
         if predictions_only and masked_lm_positions is not None and not output_hidden_states:
-            sequence, pooled = self.bert(input_ids, segment_ids, input_mask, deterministic, position_ids,
-                                         cls_positions, pooled_only=True, extra_rows=masked_lm_positions)
-            hidden = sequence[:, sequence.shape[1] - masked_lm_positions.shape[1]:]
+            rows, pooled = self.bert(input_ids, segment_ids, input_mask, deterministic, position_ids,
+                                     cls_positions, pooled_only=True, extra_rows=masked_lm_positions)
+            hidden = rows[:, rows.shape[1] - masked_lm_positions.shape[1]:]  # after the [CLS] rows
             sequence, hidden_states = None, []
         else:
             sequence, pooled, *hidden_states = self.bert(input_ids, segment_ids, input_mask, deterministic,
                                                          position_ids, cls_positions, output_hidden_states)
-            hidden = sequence
-        if masked_lm_positions is not None and sequence is not None:
             # Gather first so the vocabulary projection only runs on predicted positions.
-            hidden = jnp.take_along_axis(sequence, masked_lm_positions[..., None].astype(jnp.int32), axis=1)
+            hidden = sequence if masked_lm_positions is None else jnp.take_along_axis(
+                sequence, masked_lm_positions[..., None].astype(jnp.int32), axis=1)
         hidden = ACTIVATIONS[self.config.hidden_act](self.transform(hidden))
         hidden = self.transform_layer_norm(hidden)
         logits = self.bert.embeddings.word_embeddings.attend(hidden)
