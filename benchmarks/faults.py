@@ -100,9 +100,9 @@ class Job:
     """`python -m bertjax.main` in a subprocess, its log read line by line as it comes."""
 
     def __init__(self, config_file: str, workdir: str, prelude: str = ""):
-        program = (prelude + "import sys\nfrom bertjax import main\n"
+        program = (prelude + "import sys\nfrom bertjax import cli, main\n"
                    f"sys.argv = ['bertjax.main', '--config={config_file}', '--workdir={workdir}']\n"
-                   "main.define_flags()\nmain.app.run(main.main)\n")
+                   "main.define_flags()\ncli.run(main.main)\n")
         env = dict(os.environ, JAX_PLATFORMS="cpu", BERTJAX_NO_TCMALLOC="1", TF_CPP_MIN_LOG_LEVEL="2")
         self.process = subprocess.Popen([sys.executable, "-c", program], cwd=ROOT, env=env, text=True,
                                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)

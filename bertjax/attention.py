@@ -23,10 +23,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from bertjax import architecture
 from bertjax import sharding as sharding_lib
 
 log = logging.getLogger(__name__)
-IMPLEMENTATIONS = ("xla", "splash", "cudnn", "auto")
+IMPLEMENTATIONS = architecture.ATTENTION_IMPLEMENTATIONS
 FUSED = ("splash", "cudnn")
 _SPLASH_LANES = 128  # splash's blocks are multiples of this: sequences are padded up to one
 

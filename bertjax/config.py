@@ -18,17 +18,16 @@ import types
 import typing
 from typing import Any, Mapping, Optional
 
-from bertjax import attention as attention_lib
-from bertjax import model as model_lib
+from bertjax import architecture as architecture_lib
 from bertjax.data import instances as instances_lib
 from bertjax.data import packing as packing_lib
-from bertjax.sharding import MESH_AXES
 
 OPTIMIZERS = ("adamw", "lamb")
 DECAYS = ("linear", "cosine", "constant")
+MESH_AXES = ("data", "fsdp", "tensor")  # the device mesh's axes, in order (sharding.py builds the mesh)
 NONFINITE_POLICIES = ("skip", "stop")  # what the job does after a step whose loss or gradients are not finite
 
-_BASE = model_lib.config_for_size("base")
+_BASE = architecture_lib.config_for_size("base")
 
 
 def _bad(path: str, value: Any, why: str) -> ValueError:
@@ -60,17 +59,18 @@ class ModelConfig:
     attention: str = "auto"
 
     @property
-    def architecture(self) -> model_lib.BertConfig:
-        return model_lib.BertConfig.from_dict(dataclasses.asdict(self), source="config.model")
+    def architecture(self) -> architecture_lib.BertConfig:
+        return architecture_lib.BertConfig.from_dict(dataclasses.asdict(self), source="config.model")
 
     def validate(self) -> None:
-        if self.dtype not in model_lib.DTYPES:
-            raise _bad("config.model.dtype", self.dtype, f"is not one of {list(model_lib.DTYPES)}.")
-        if self.attention not in attention_lib.IMPLEMENTATIONS:
-            raise _bad("config.model.attention", self.attention, f"is not one of {list(attention_lib.IMPLEMENTATIONS)}.")
-        if self.remat_policy not in model_lib.REMAT_POLICIES:
+        if self.dtype not in architecture_lib.DTYPE_NAMES:
+            raise _bad("config.model.dtype", self.dtype, f"is not one of {list(architecture_lib.DTYPE_NAMES)}.")
+        if self.attention not in architecture_lib.ATTENTION_IMPLEMENTATIONS:
+            raise _bad("config.model.attention", self.attention,
+                       f"is not one of {list(architecture_lib.ATTENTION_IMPLEMENTATIONS)}.")
+        if self.remat_policy not in architecture_lib.REMAT_POLICY_NAMES:
             raise _bad("config.model.remat_policy", self.remat_policy,
-                       f"is not one of {list(model_lib.REMAT_POLICIES)}.")
+                       f"is not one of {list(architecture_lib.REMAT_POLICY_NAMES)}.")
         self.architecture  # noqa: B018  (BertConfig validates the architecture and names the field)
 
 

@@ -15,10 +15,10 @@ import os  # noqa: E402
 
 import jax  # noqa: E402
 from absl import app, flags  # noqa: E402
-from absl import logging as absl_logging  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
 
 from bertjax import aot  # noqa: E402  (jax and the standard library only: safe before jax.distributed)
+from bertjax import cli  # noqa: E402
 
 FLAGS = flags.FLAGS
 
@@ -53,16 +53,8 @@ def _multi_process() -> bool:
     return bool(os.environ.get("TPU_WORKER_HOSTNAMES", "").count(","))  # a multi-host TPU slice
 
 
-def _prologue(argv) -> None:
-    """Every job command's start: no stray arguments; INFO lines from bertjax, orbax and JAX quiet."""
-    if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments {argv[1:]}; settings go in --config.* flags.")
-    logging.getLogger("bertjax").setLevel(logging.INFO)
-    absl_logging.set_verbosity(absl_logging.WARNING)  # orbax and JAX log every step at INFO
-
-
 def main(argv):
-    _prologue(argv)
+    cli.prologue(argv)
     aot.quiet_libtpu()  # before any backend starts: a no-op on TPU VMs
     if FLAGS.topology:
         return _compile_for_topology()
@@ -79,25 +71,7 @@ def main(argv):
     try:
         train.train_and_evaluate(FLAGS.config, FLAGS.workdir, compile_only=FLAGS.compile_only)
     except (ValueError, OSError, FloatingPointError) as e:
-        exit_with_sentence(e)
-
-
-def run_command(argv, job, *args) -> None:
-    """A job command's body (finetune, demo_finetune): INFO lines from bertjax, orbax and JAX quiet, and
-    a user's error as one sentence."""
-    _prologue(argv)
-    try:
-        job(*args)
-    except (ValueError, OSError, FloatingPointError) as e:
-        exit_with_sentence(e)
-
-
-def exit_with_sentence(error: Exception) -> None:
-    """A bad config, file or environment (and a run stopped by non-finite steps or a full disk) ends in the
-    error's one sentence; BERTJAX_TRACEBACK=1 shows the traceback as well."""
-    if os.environ.get("BERTJAX_TRACEBACK", "") not in ("", "0"):
-        raise error
-    raise SystemExit(f"bertjax: {error} (BERTJAX_TRACEBACK=1 shows where it was raised)") from None
+        cli.exit_with_sentence(e)
 
 
 def _compile_for_topology() -> None:
@@ -109,9 +83,9 @@ def _compile_for_topology() -> None:
     try:
         aot.compile_for_topology(JobConfig.from_configdict(FLAGS.config), FLAGS.workdir, FLAGS.topology)
     except ValueError as e:  # does not fit, a bad topology or mesh: one sentence, no traceback
-        exit_with_sentence(e)
+        cli.exit_with_sentence(e)
 
 
 if __name__ == "__main__":
     define_flags()
-    app.run(main)
+    cli.run(main)

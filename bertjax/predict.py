@@ -1,4 +1,4 @@
-"""Predictions: what a fine-tuned workdir says about new inputs, and masked-word guesses (the demo's end).
+"""What a fine-tuned workdir says about new inputs (the work is `bertjax.prediction.predict_file`).
 
     python -m bertjax.predict --workdir=FINETUNED_DIR --input_file=F --output_file=OUT.jsonl
 
@@ -9,128 +9,33 @@ the context. Inputs: what the task trains on, without labels (TSV/CSV/JSONL with
 for a pair, as google-research/bert's extract_features.py).
 """
 
-from __future__ import annotations
-
-import json
 import logging
-import os
 import sys
-from typing import Any, Optional
 
-import jax
-import numpy as np
+from absl import flags
 
-from bertjax import model as model_lib
-from bertjax.data import tokenization
-
-log = logging.getLogger("bertjax.predict")  # also when run as __main__
+from bertjax import cli
 
 
-def top_k_predictions(model: Any, params: Any, batch: dict[str, np.ndarray], k: int = 5) -> tuple[np.ndarray, np.ndarray]:
-    """(ids, probabilities) of the k most likely tokens at every masked position: [batch, predictions, k]."""
-    out = jax.jit(lambda p, b: model.apply({"params": p}, b["input_ids"], b["segment_ids"], b["input_mask"],
-                                           masked_lm_positions=b["masked_lm_positions"],
-                                           **model_lib.packed_inputs(b)))(params, batch)
-    probs = jax.nn.softmax(out.mlm_logits, axis=-1)
-    top_probs, top_ids = jax.lax.top_k(probs, k)
-    return np.asarray(top_ids), np.asarray(top_probs)
-
-
-def _words(tokenizer: tokenization.Tokenizer, ids: list[int]) -> str:
-    """Pieces joined back into words, for display."""
-    text = ""
-    for token in tokenizer.convert_ids_to_tokens(ids):
-        if tokenizer.is_continuation_token(token):
-            text += token[2:] if token.startswith("##") else token.lstrip("▁")
-        else:
-            text += " " + token.lstrip("▁")
-    return text.strip()
-
-
-def format_predictions(tokenizer: tokenization.Tokenizer, batch: dict[str, np.ndarray], top_ids: np.ndarray,
-                       top_probs: np.ndarray, rows: int = 3) -> str:
-    """Each row: the input with its masks, then for every masked position the truth and the top-k guesses."""
-    lines = []
-    for r in range(min(rows, len(batch["input_ids"]))):
-        length = int((batch["input_mask"][r] > 0).sum())
-        lines.append(f"[{r}] {_words(tokenizer, list(batch['input_ids'][r][:length]))}")
-        for j in np.flatnonzero(batch["masked_lm_weights"][r] > 0):
-            truth = tokenizer.convert_ids_to_tokens([batch["masked_lm_ids"][r][j]])[0]
-            guesses = ", ".join(f"{tok} {p:.2f}" for tok, p in
-                                zip(tokenizer.convert_ids_to_tokens(top_ids[r, j]), top_probs[r, j]))
-            mark = "✓" if top_ids[r, j, 0] == batch["masked_lm_ids"][r][j] else " "
-            lines.append(f"    {mark} position {int(batch['masked_lm_positions'][r][j]):3d}  truth {truth:<14} top-5: {guesses}")
-    return "\n".join(lines)
-
-
-def show_predictions(model: Any, params: Any, batch: dict[str, np.ndarray], vocab_file: str, do_lower_case: bool,
-                     rows: int) -> None:
-    """Prints the top-5 guesses for the masked words of the first `rows` sequences of a batch."""
-    tokenizer = tokenization.load(vocab_file, do_lower_case)
-    top_ids, top_probs = top_k_predictions(model, params, batch)
-    print("Top-5 predictions for the masked words of held-out sequences (✓: the top guess is right):")
-    print(format_predictions(tokenizer, batch, top_ids, top_probs, rows=rows))
-
-
-# --- A fine-tuned workdir on new inputs -------------------------------------------------------------------
-
-def _read_inputs(job: Any, labels: Any, path: str) -> list:
-    """The examples of `path` for the run's task, labels not needed."""
-    from bertjax.data import tasks
-
-    if job.task == "question_answering":
-        from bertjax.data import squad
-
-        return squad.read_squad(path, require_answers=False)[0]
-    if path.endswith(".txt"):
-        with open(path, encoding="utf-8") as f:
-            lines = [(i + 1, line.strip()) for i, line in enumerate(f) if line.strip()]
-        if not lines:
-            raise ValueError(f"{path} holds no text; write one input per line.")
-        if job.task == "token_classification":  # whitespace-tokenised words; placeholder tags, never read
-            return [tasks.TokenExample(text.split(), [labels.labels[0]] * len(text.split()), tasks.Source(path, n))
-                    for n, text in lines]
-        pairs = [text.split(" ||| ", 1) + [None] for _, text in lines]
-        return [tasks.TextExample(pair[0], pair[1], None, tasks.Source(path, n)) for (n, _), pair in zip(lines, pairs)]
-    if job.task == "token_classification":
-        return tasks.read_conll(path)
-    return tasks.read_text_examples(path, regression=job.data.regression, require_labels=False)
-
-
-def predict_file(workdir: str, input_file: str, output_file: str, step: Optional[int] = None,
-                 batch_size: int = 32) -> int:
-    """Runs a fine-tuned workdir on input_file and writes output_file (JSONL); returns the count."""
-    from bertjax import finetune, heads
-    from bertjax.data import arrays
-
-    job, labels, params = finetune.load_run(workdir, step)
-    tokenizer = tokenization.load(job.data.vocab_file, job.data.do_lower_case)
-    examples = _read_inputs(job, labels, input_file)
-    split = finetune.make_split(job, examples, tokenizer, labels, False, os.path.basename(input_file))
-    num_labels = 1 if job.data.regression else (2 if labels is None else len(labels.labels))
-    model = heads.BertForFinetuning(job.model.architecture, job.task, num_labels)
-    forward = jax.jit(lambda p, b: model.apply({"params": p}, b["input_ids"], b["segment_ids"], b["input_mask"]))
-    batches = arrays.ArrayBatches(split.arrays, batch_size, training=False)
-    logits = np.concatenate([np.asarray(forward(params, b)) for b in batches])[:batches.rows]
-    predictions = finetune.predictions_of(job, split, logits, labels)
-    os.makedirs(os.path.dirname(os.path.abspath(output_file)), exist_ok=True)
-    with open(output_file, "w") as f:
-        for example, prediction in zip(examples, predictions):
-            text = {"text": example.text_a, **({"text_b": example.text_b} if example.text_b else {})} \
-                if job.task == "sequence_classification" else {}
-            f.write(json.dumps({**text, **prediction}) + "\n")
-    log.info("predict: %d %s predictions from %s written to %s", len(predictions), job.task, workdir, output_file)
-    return len(predictions)
+def define_flags() -> None:
+    """The command's flags; defined only when run as a program, so importing this module defines none."""
+    flags.DEFINE_string("workdir", None, "A fine-tuned run's workdir (python -m bertjax.finetune).")
+    flags.DEFINE_string("input_file", None, "Inputs: the task's file format without labels, or .txt lines.")
+    flags.DEFINE_string("output_file", None, "JSONL predictions, one line per input.")
+    flags.DEFINE_integer("step", None, "Checkpoint step (default: the latest).")
+    flags.DEFINE_integer("batch_size", 32, "Rows per forward pass.")
+    flags.mark_flags_as_required(["workdir", "input_file", "output_file"])
 
 
 def main(argv):
-    from absl import flags
+    from bertjax import prediction
 
     del argv
     FLAGS = flags.FLAGS
     logging.getLogger("bertjax").setLevel(logging.INFO)
     try:
-        count = predict_file(FLAGS.workdir, FLAGS.input_file, FLAGS.output_file, FLAGS.step, FLAGS.batch_size)
+        count = prediction.predict_file(FLAGS.workdir, FLAGS.input_file, FLAGS.output_file, FLAGS.step,
+                                        FLAGS.batch_size)
     except (OSError, ValueError) as e:  # a user's bad file or flag: one line, no traceback
         sys.stderr.write(f"predict: error: {e}\n")
         return 1
@@ -139,12 +44,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    from absl import app, flags
-
-    flags.DEFINE_string("workdir", None, "A fine-tuned run's workdir (python -m bertjax.finetune).")
-    flags.DEFINE_string("input_file", None, "Inputs: the task's file format without labels, or .txt lines.")
-    flags.DEFINE_string("output_file", None, "JSONL predictions, one line per input.")
-    flags.DEFINE_integer("step", None, "Checkpoint step (default: the latest).")
-    flags.DEFINE_integer("batch_size", 32, "Rows per forward pass.")
-    flags.mark_flags_as_required(["workdir", "input_file", "output_file"])
-    app.run(main)
+    define_flags()
+    cli.run(main)

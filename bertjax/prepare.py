@@ -13,6 +13,7 @@ import sys
 
 from absl import app, flags
 
+from bertjax import cli
 from bertjax.data import instances, packing, shards
 
 FLAGS = flags.FLAGS
@@ -77,4 +78,4 @@ def main(argv):
 
 if __name__ == "__main__":
     define_flags()
-    app.run(main, flags_parser=lambda argv: flags.FLAGS(argv, known_only=True))
+    cli.run(main, known_only=True)  # flags it does not know pass through to Beam

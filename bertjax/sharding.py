@@ -20,8 +20,9 @@ import numpy as np
 import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from bertjax.config import MESH_AXES
+
 log = logging.getLogger(__name__)
-MESH_AXES = ("data", "fsdp", "tensor")
 Rules = Sequence[tuple[str, Any]]
 
 

@@ -9,8 +9,9 @@ blank lines between documents, `.gz` allowed), `tfds:NAME[/CONFIG][:SPLIT]` or `
 
 from collections.abc import Iterator
 
-from absl import app, flags
+from absl import flags
 
+from bertjax import cli
 from bertjax.data import corpus as corpus_lib
 from bertjax.data import tokenization
 
@@ -55,4 +56,4 @@ def main(argv: list[str]) -> None:
 
 if __name__ == "__main__":
     define_flags()
-    app.run(main)
+    cli.run(main)

@@ -137,14 +137,14 @@ def _train_and_evaluate(config: Any, workdir: str, compile_only: bool, stop: loo
             return result.last_eval
         state, step, last_eval = result.state, result.step, result.last_eval
     if job.checkpoint.export_hf and primary:
-        from bertjax import export as export_lib
+        from bertjax import exporting
 
-        export_lib.export(workdir, os.path.join(workdir, "hf"))
+        exporting.export(workdir, os.path.join(workdir, "hf"))
     if job.eval.show_predictions and eval_data is not None and primary and job.data.vocab_file:
-        from bertjax import predict
+        from bertjax import prediction
 
         eval_data.reset()
-        predict.show_predictions(trainer.model, jax.device_get(state.params), next(eval_data), job.data.vocab_file,
+        prediction.show_predictions(trainer.model, jax.device_get(state.params), next(eval_data), job.data.vocab_file,
                                  job.data.do_lower_case, job.eval.show_predictions)
     log.info("done: %d steps in %s", step, workdir)
     return last_eval

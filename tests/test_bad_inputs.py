@@ -15,7 +15,7 @@ import jax
 import pytest
 
 import bertjax
-from bertjax import export as export_lib
+from bertjax import exporting
 from bertjax import hf
 from bertjax import model as model_lib
 from bertjax import pretrained
@@ -173,10 +173,10 @@ def test_file_given_as_a_directory(tmp_path, minilm_dir):
         pretrained.init_params(str(weights), model_lib.BertForPreTraining(model_lib.BertConfig()))
     sentence(e, f"config.train.init_from={weights} is neither a bertjax workdir")
     with pytest.raises(FileNotFoundError) as e:  # an HF directory is not a training run
-        export_lib.export(str(minilm_dir), str(tmp_path / "out"))
+        exporting.export(str(minilm_dir), str(tmp_path / "out"))
     sentence(e, f"--workdir={minilm_dir} is not a bertjax workdir", "Hugging Face directory already")
     with pytest.raises(FileNotFoundError) as e:
-        export_lib.export(str(weights), str(tmp_path / "out"))
+        exporting.export(str(weights), str(tmp_path / "out"))
     sentence(e, f"--workdir={weights} is not a bertjax workdir", "--workdir of a training run")
 
     a_file = tmp_path / "a_file"

@@ -114,13 +114,13 @@ def test_demo_finetune_builds_the_task_from_held_out_modules_and_fine_tunes_both
 
 
 def test_demo_finetune_names_a_workdir_that_is_not_a_pydocs_pre_training_run(tmp_path):
-    from bertjax import demo_finetune
+    from bertjax import demo
 
     with pytest.raises(FileNotFoundError, match="config.json does not exist"):
-        demo_finetune.pretraining_settings(str(tmp_path))
+        demo.pretraining_settings(str(tmp_path))
     (tmp_path / "config.json").write_text(json.dumps({"data": {"corpus": "my/*.txt"}}))
     with pytest.raises(ValueError, match="builtin:pydocs"):
-        demo_finetune.pretraining_settings(str(tmp_path))
+        demo.pretraining_settings(str(tmp_path))
 
 
 def test_pydocs_passages_fit_max_words_and_are_tsv_safe():

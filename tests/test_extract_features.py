@@ -9,7 +9,7 @@ import torch
 from absl import flags
 
 import bertjax
-from bertjax import extract_features
+from bertjax import extract_features, features
 from bertjax import model as model_lib
 from bertjax.data import tokenization
 
@@ -131,12 +131,12 @@ def test_vocab_comes_from_flags_then_what_the_checkpoint_records(tmp_path):
     workdir = tmp_path / "run"
     (workdir / "checkpoints").mkdir(parents=True)
     (workdir / "config.json").write_text(json.dumps({"data": {"vocab_file": str(vocab), "do_lower_case": False}}))
-    assert extract_features.find_vocab(str(workdir), None, None) == (str(vocab), False)  # a bertjax workdir
-    assert extract_features.find_vocab(str(workdir), "other.txt", True) == ("other.txt", True)  # flags win
+    assert features.find_vocab(str(workdir), None, None) == (str(vocab), False)  # a bertjax workdir
+    assert features.find_vocab(str(workdir), "other.txt", True) == ("other.txt", True)  # flags win
     tf1 = tmp_path / "cased_L-2_H-128_A-2"  # google-research/bert's naming: no tokenizer_config.json
     tf1.mkdir()
     (tf1 / "vocab.txt").write_text("\n".join(VOCAB) + "\n")
-    assert extract_features.find_vocab(str(tf1), None, None) == (str(tf1 / "vocab.txt"), False)
+    assert features.find_vocab(str(tf1), None, None) == (str(tf1 / "vocab.txt"), False)
     with pytest.raises(ValueError, match="not a comma-separated list of integers"):
-        extract_features.layer_indices("-1,last", 3)
-    assert extract_features.layer_indices("-1,-3,0,2", 3) == [-1, -3, 0, 2]
+        features.layer_indices("-1,last", 3)
+    assert features.layer_indices("-1,-3,0,2", 3) == [-1, -3, 0, 2]

@@ -165,9 +165,9 @@ def test_sigterm_before_training_starts_exits_0_saying_nothing_was_lost(tmp_path
         "    return prepare(*args, **kwargs)\n"
         "stage.prepare_data = signalled\n"
         f"sys.argv = ['bertjax.main', '--config={config_file}', '--workdir={tmp_path / 'work'}']\n"
-        "from bertjax import main\n"
+        "from bertjax import cli, main\n"
         "main.define_flags()\n"
-        "main.app.run(main.main)\n")
+        "cli.run(main.main)\n")
     done = subprocess.run([sys.executable, "-c", program], cwd=train_setup.ROOT, capture_output=True, text=True,
                           env=dict(os.environ, JAX_PLATFORMS="cpu"), timeout=300)
     out = done.stdout + done.stderr

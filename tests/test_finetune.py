@@ -14,7 +14,7 @@ import pytest
 
 import bertjax
 from bertjax import checkpoint as checkpoint_lib
-from bertjax import export, finetune, heads, predict
+from bertjax import exporting, finetuning, heads, prediction
 from bertjax import model as model_lib
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -72,7 +72,7 @@ def assert_export_matches(workdir: pathlib.Path, hf_class: str) -> None:
     import transformers
 
     out = workdir / "hf"
-    export.export(str(workdir), str(out))
+    exporting.export(str(workdir), str(out))
     hf_model, info = getattr(transformers, hf_class).from_pretrained(str(out), output_loading_info=True)
     assert not any(info.values()), info
     fingerprint, params = checkpoint_lib.load_params(str(workdir))
@@ -103,14 +103,14 @@ def test_sequence_classification_learns_and_exports(pretrained_dir, tmp_path):
     train = sentiment(tmp_path / "train.tsv", 160, seed=0)
     dev = sentiment(tmp_path / "dev.tsv", 40, seed=1)
     workdir = tmp_path / "run"
-    result = finetune.finetune(config(pretrained_dir, **{"data.train_file": train, "data.eval_file": dev}),
+    result = finetuning.finetune(config(pretrained_dir, **{"data.train_file": train, "data.eval_file": dev}),
                                str(workdir))
     assert result["accuracy"] >= 0.9, result  # chance is ~0.5
     assert {"macro_f1", "matthews_corrcoef"} <= result.keys()
     rows = eval_rows(workdir)
     assert rows[-1]["step"] == 40 and rows[-1]["accuracy"] == pytest.approx(result["accuracy"])
-    assert json.loads((workdir / finetune.LABELS_FILE).read_text()) == ["neg", "pos"]
-    predictions = [json.loads(line) for line in (workdir / finetune.PREDICTIONS_FILE).read_text().splitlines()]
+    assert json.loads((workdir / finetuning.LABELS_FILE).read_text()) == ["neg", "pos"]
+    predictions = [json.loads(line) for line in (workdir / finetuning.PREDICTIONS_FILE).read_text().splitlines()]
     assert len(predictions) == 40 and {p["prediction"] for p in predictions} <= {"neg", "pos"}
 
     # The body came from init_from (the word embeddings still correlate with the pre-trained ones; a fresh
@@ -124,25 +124,25 @@ def test_sequence_classification_learns_and_exports(pretrained_dir, tmp_path):
     # predict: the same labels for the same texts, from a plain text file, and a TSV without labels.
     texts = [line.split("\t")[0] for line in pathlib.Path(dev).read_text().splitlines()[1:]]
     (tmp_path / "new.txt").write_text("\n".join(texts) + "\n")
-    assert predict.predict_file(str(workdir), str(tmp_path / "new.txt"), str(tmp_path / "out.jsonl")) == 40
+    assert prediction.predict_file(str(workdir), str(tmp_path / "new.txt"), str(tmp_path / "out.jsonl")) == 40
     out = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
     assert [o["text"] for o in out] == texts
     assert [o["prediction"] for o in out] == [p["prediction"] for p in predictions]
     assert all(0.5 <= o["probability"] <= 1 for o in out)
     with pytest.raises(ValueError, match="pre-training run, not a fine-tuned one"):
-        predict.predict_file(pretrained_dir, str(tmp_path / "new.txt"), str(tmp_path / "x.jsonl"))
+        prediction.predict_file(pretrained_dir, str(tmp_path / "new.txt"), str(tmp_path / "x.jsonl"))
 
 
 def test_resume_continues_exactly(pretrained_dir, tmp_path):
     train = sentiment(tmp_path / "train.tsv", 48, seed=0)
     overrides = {"data.train_file": train, "train.num_train_steps": 6, "checkpoint.every_steps": 3}
     straight = tmp_path / "straight"
-    finetune.finetune(config(pretrained_dir, **overrides), str(straight))
+    finetuning.finetune(config(pretrained_dir, **overrides), str(straight))
     resumed = tmp_path / "resumed"
-    finetune.finetune(config(pretrained_dir, **overrides), str(resumed))
+    finetuning.finetune(config(pretrained_dir, **overrides), str(resumed))
     # Back to step 3, as a job killed after its step-3 save finds it; then the same command again.
     checkpoint_lib.shutil.rmtree(resumed / "checkpoints" / "6")
-    finetune.finetune(config(pretrained_dir, **overrides), str(resumed))
+    finetuning.finetune(config(pretrained_dir, **overrides), str(resumed))
     a, b = (checkpoint_lib.load_params(str(w))[1] for w in (straight, resumed))
     for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
         np.testing.assert_array_equal(x, y)
@@ -158,7 +158,7 @@ def test_regression_pairs_and_sweep(pretrained_dir, tmp_path):
                                   "data.regression": True, "train.num_epochs": 3.0,
                                   "model.scan_layers": True})  # the pre-trained body stacked for nn.scan
     c.sweep.update(learning_rate="1e-3,3e-4", seeds="0,1")
-    report = finetune.finetune(c, str(workdir))
+    report = finetuning.finetune(c, str(workdir))
     assert report["metric"] == "pearson" and len(report["runs"]) == 4
     assert set(report["by_learning_rate"]) == {"0.001", "0.0003"}
     assert all(report["by_learning_rate"][k]["n"] == 2 for k in report["by_learning_rate"])
@@ -175,14 +175,14 @@ def test_token_classification_and_question_answering(pretrained_dir, tmp_path):
         sentences.append(f"{name} B-PER\nlives O\nin O\n{place} B-LOC\n. O\n")
     (tmp_path / "train.conll").write_text("-DOCSTART- O\n\n" + "\n".join(sentences))
     ner = tmp_path / "ner"
-    result = finetune.finetune(config(pretrained_dir, "token_classification",
+    result = finetuning.finetune(config(pretrained_dir, "token_classification",
                                       **{"data.train_file": str(tmp_path / "train.conll"),
                                          "data.eval_file": str(tmp_path / "train.conll"), "train.num_epochs": 6.0}),
                                str(ner))
     assert {"precision", "recall", "f1"} <= result.keys() and result["f1"] > 0.5, result
     assert_export_matches(ner, "BertForTokenClassification")
     (tmp_path / "new.txt").write_text("mary lives in london .\n")
-    predict.predict_file(str(ner), str(tmp_path / "new.txt"), str(tmp_path / "ner.jsonl"))
+    prediction.predict_file(str(ner), str(tmp_path / "new.txt"), str(tmp_path / "ner.jsonl"))
     (tagged,) = [json.loads(line) for line in (tmp_path / "ner.jsonl").read_text().splitlines()]
     assert tagged["words"] == ["mary", "lives", "in", "london", "."] and len(tagged["prediction"]) == 5
     assert all(e["text"] == " ".join(tagged["words"][e["start"]:e["end"]]) for e in tagged["entities"])
@@ -196,15 +196,15 @@ def test_token_classification_and_question_answering(pretrained_dir, tmp_path):
                                                                    "answer_start": context.index(company)}]}]})
     (tmp_path / "squad.json").write_text(json.dumps({"data": [{"title": "t", "paragraphs": contexts}]}))
     qa = tmp_path / "qa"
-    result = finetune.finetune(config(pretrained_dir, "question_answering",
+    result = finetuning.finetune(config(pretrained_dir, "question_answering",
                                       **{"data.train_file": str(tmp_path / "squad.json"),
                                          "data.eval_file": str(tmp_path / "squad.json"), "data.doc_stride": 8,
                                          "data.max_query_length": 8, "train.num_epochs": 8.0}), str(qa))
     assert {"exact_match", "f1"} <= result.keys() and result["f1"] > 50, result
-    answers = [json.loads(line) for line in (qa / finetune.PREDICTIONS_FILE).read_text().splitlines()]
+    answers = [json.loads(line) for line in (qa / finetuning.PREDICTIONS_FILE).read_text().splitlines()]
     assert {a["prediction"] for a in answers} & {"acme", "globex"}  # spans cut from the original context
     assert_export_matches(qa, "BertForQuestionAnswering")
-    predict.predict_file(str(qa), str(tmp_path / "squad.json"), str(tmp_path / "answers.jsonl"))
+    prediction.predict_file(str(qa), str(tmp_path / "squad.json"), str(tmp_path / "answers.jsonl"))
     predicted = [json.loads(line)["prediction"] for line in (tmp_path / "answers.jsonl").read_text().splitlines()]
     assert predicted == [a["prediction"] for a in answers]
 
@@ -213,23 +213,23 @@ def test_bad_inputs_are_one_sentence(pretrained_dir, tmp_path):
     train = sentiment(tmp_path / "train.tsv", 16, seed=0)
     (tmp_path / "dev.tsv").write_text("text\tlabel\nthe film\tneutral\n")
     with pytest.raises(ValueError, match=r"dev\.tsv.*2.*neutral"):
-        finetune.finetune(config(pretrained_dir, **{"data.train_file": train,
+        finetuning.finetune(config(pretrained_dir, **{"data.train_file": train,
                                                      "data.eval_file": str(tmp_path / "dev.tsv")}), str(tmp_path / "a"))
     other = tmp_path / "vocab.txt"
     other.write_text("\n".join(VOCAB[:-1]) + "\n")
     with pytest.raises(ValueError, match=r"vocab.txt has 33 tokens but the model's vocab_size is 34"):
-        finetune.finetune(config(pretrained_dir, **{"data.train_file": train, "data.vocab_file": str(other)}),
+        finetuning.finetune(config(pretrained_dir, **{"data.train_file": train, "data.vocab_file": str(other)}),
                           str(tmp_path / "b"))
     # A workdir fine-tuned on other labels is refused, not taken for damage.
-    finetune.finetune(config(pretrained_dir, **{"data.train_file": train, "train.num_train_steps": 1}),
+    finetuning.finetune(config(pretrained_dir, **{"data.train_file": train, "train.num_train_steps": 1}),
                       str(tmp_path / "d"))
     (tmp_path / "three.tsv").write_text(pathlib.Path(train).read_text() + "the film\tneutral\n")
     with pytest.raises(checkpoint_lib.IncompatibleCheckpoint, match=r"labels=\['neg', 'pos'\], but this run has "
                        r"labels=\['neg', 'neutral', 'pos'\]; use a new --workdir"):
-        finetune.finetune(config(pretrained_dir, **{"data.train_file": str(tmp_path / "three.tsv"),
+        finetuning.finetune(config(pretrained_dir, **{"data.train_file": str(tmp_path / "three.tsv"),
                                                      "train.num_train_steps": 1}), str(tmp_path / "d"))
     with pytest.raises(ValueError, match="config.task='ner' is not one of"):
-        finetune.finetune(config(pretrained_dir, "ner", **{"data.train_file": train}), str(tmp_path / "c"))
+        finetuning.finetune(config(pretrained_dir, "ner", **{"data.train_file": train}), str(tmp_path / "c"))
 
 
 def test_the_command_line(pretrained_dir, tmp_path):

@@ -16,7 +16,7 @@ import tensorflow as tf
 import transformers
 
 import bertjax
-from bertjax import export as export_lib
+from bertjax import exporting
 from bertjax import model as model_lib
 from bertjax import pretrained
 from bertjax import tf1
@@ -132,7 +132,7 @@ def test_export_to_transformers(tmp_path, reference_model):
     _, variables, inputs, expected = reference_model
     path = write_tf1_dir(tmp_path / DIRNAME, variables)
     out_dir = tmp_path / "hf"
-    export_lib.export(str(path), str(out_dir))
+    exporting.export(str(path), str(out_dir))
     hf_model, info = transformers.BertForPreTraining.from_pretrained(out_dir, output_loading_info=True,
                                                                      attn_implementation="eager")
     assert not any(info.values()), f"transformers reported {info}"
@@ -142,7 +142,7 @@ def test_export_to_transformers(tmp_path, reference_model):
     assert (out_dir / "vocab.txt").read_text() == (path / "vocab.txt").read_text()
     assert json.loads((out_dir / "tokenizer_config.json").read_text())["do_lower_case"] is True
     with pytest.raises(ValueError) as e:
-        export_lib.export(str(path), str(tmp_path / "hf2"), step=3)
+        exporting.export(str(path), str(tmp_path / "hf2"), step=3)
     sentence(e, "--step=3", "is a TF1 directory")
 
 

@@ -15,7 +15,7 @@ The schema (types, checks) is bertjax/config.py; its defaults equal this file's 
 import ml_collections
 
 from bertjax import config as config_lib
-from bertjax import model as model_lib
+from bertjax import architecture
 
 SIZE_ARGS = dict(phase=1, init_from="", runlocal=False)  # what configs/<size>.py take
 
@@ -34,7 +34,7 @@ def make(size: str, phase: int, init_from: str, runlocal: bool) -> ml_collection
     c.seed = 0  # seeds parameter init, dropout and data order
 
     # --- model: bert_config.json fields plus implementation choices that keep fp32 numerics identical.
-    arch = model_lib.config_for_size(size)
+    arch = architecture.config_for_size(size)
     c.model = ml_collections.ConfigDict()
     c.model.size = size  # the name the fields below came from; informative only
     c.model.vocab_size = arch.vocab_size  # must equal the vocab file's size (the records are checked)

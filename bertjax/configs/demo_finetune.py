@@ -18,7 +18,7 @@ run at 3e-4. Each run took ~2 minutes while other jobs loaded the box (compilati
 300 steps at 100–170 passages/s); about half that is expected on an idle one.
 
 Everything but the `demo` section is configs/finetune.py's (a FinetuneConfig, passed to
-bertjax.finetune.finetune as it is); the settings below are sized for the demo's tiny model and a 2-core CPU.
+bertjax.finetuning.finetune as it is); the settings below are sized for the demo's tiny model and a 2-core CPU.
 Argument: `configs/demo_finetune.py:quick` runs a few steps (a smoke test, as in the tests).
 """
 
