@@ -7,9 +7,9 @@ import sys
 
 __version__ = "0.1.0"
 
-# The oldest jax whose APIs bertjax uses (setup.cfg says the same). Colab and many images keep whatever
-# jax they have, and an older one fails deep inside a step with an AttributeError: say so at import.
-MIN_JAX = (0, 7, 0)
+# The oldest jax bertjax runs on (setup.cfg says why): Colab and many images keep whatever jax they have,
+# and an older one fails deep inside a step (splash attention refuses head size 64): say so at import.
+MIN_JAX = (0, 7, 1)
 
 
 def _release(version: str) -> tuple[int, ...]:

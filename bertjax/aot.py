@@ -72,10 +72,12 @@ def no_tpu_here() -> bool:
 def quiet_libtpu() -> None:
     """Before libtpu loads on a machine without TPUs: compiling for a topology touches no chip, so
     several processes may do it at once (libtpu otherwise holds /tmp/libtpu_lockfile), and libtpu need
-    not look for TPU worker hosts (it warns that it found none). Never set on a real TPU VM."""
+    not look for TPU worker hosts or host bounds (it warns that it found none: a CPU job with the `tpu`
+    extra installed would start with that warning). Never set on a real TPU VM."""
     if no_tpu_here():
         os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
         os.environ.setdefault("TPU_WORKER_HOSTNAMES", "localhost")
+        os.environ.setdefault("TPU_HOST_BOUNDS", "1,1,1")
 
 
 def topology_devices(name: str) -> tuple[str, int, Sequence[jax.Device]]:

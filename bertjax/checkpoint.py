@@ -143,6 +143,24 @@ def _restore_args(abstract: Any) -> Any:
     return ocp.checkpoint_utils.construct_restore_args(abstract)
 
 
+class _NoReadOnlyNotice(logging.Filter):
+    """Drops orbax's warning that a manager opened read-only is read-only: bertjax opens one on purpose
+    to read a run (export, predict, fine-tuning's init_from), and the warning reads like a fault."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Given directory is read only")
+
+
+def _manager(directory: str, options: ocp.CheckpointManagerOptions) -> ocp.CheckpointManager:
+    quiet = _NoReadOnlyNotice()
+    absl_logger = logging.getLogger("absl")  # orbax logs through absl.logging
+    absl_logger.addFilter(quiet)
+    try:
+        return ocp.CheckpointManager(directory, options=options, item_handlers=_handlers())
+    finally:
+        absl_logger.removeFilter(quiet)
+
+
 class Checkpointer:
     """Saves and resumes a training run in `workdir/checkpoints`."""
 
@@ -155,7 +173,7 @@ class Checkpointer:
             max_to_keep=cfg.keep, keep_period=cfg.keep_every or None, create=not read_only,
             enable_async_checkpointing=async_save, read_only=read_only, save_interval_steps=0 if read_only else 1,
             cleanup_tmp_directories=not read_only)
-        self.manager = ocp.CheckpointManager(self.directory, options=options, item_handlers=_handlers())
+        self.manager = _manager(self.directory, options)
         self.keep = cfg.keep
         self._state_bytes = 0  # of the last save: what the next one needs on disk
         self._failed = False  # a save ran out of space: close() then only tidies up
@@ -386,9 +404,8 @@ def load_params(workdir: str, step: Optional[int] = None) -> tuple[dict, dict]:
     that differ from the checksums saved with them are `DamagedCheckpoint`.
     """
     directory = os.path.join(workdir, CHECKPOINTS)
-    manager = ocp.CheckpointManager(os.path.abspath(directory), item_handlers=_handlers(),
-                                    options=ocp.CheckpointManagerOptions(read_only=True, create=False,
-                                                                         save_interval_steps=0))
+    manager = _manager(os.path.abspath(directory), ocp.CheckpointManagerOptions(read_only=True, create=False,
+                                                                                save_interval_steps=0))
     try:
         step = manager.latest_step() if step is None else step
         if step is None or step not in manager.all_steps():

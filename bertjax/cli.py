@@ -158,14 +158,14 @@ def _sentence(error: BaseException, argv: Sequence[str], fv: flags.FlagValues, c
         nearest = difflib.get_close_matches(error.flagname, list(fv), n=1)
         hint = f"; did you mean --{nearest[0]}?" if nearest else ""
         return f"unknown flag --{error.flagname}{hint} (--helpshort lists this command's flags)"
-    inner, chain = _innermost(error), _message(error)
+    inner = _innermost(error)
     link = error
     while link is not None and "Error whilst parsing config file" not in _message(link):
         link = link.__cause__ or link.__context__
     if link is not None or isinstance(error, (OSError, SyntaxError)):  # the config file's own sentence
         spec = next(filter(None, (_config_spec(given, name) for name in config_flags)), "the config file")
         return f"{spec}: {_message(inner)}"
-    return chain
+    return _message(error)
 
 
 def parse_flags(argv: list[str], known_only: bool = False, fv: flags.FlagValues = flags.FLAGS) -> list[str]:
@@ -203,12 +203,22 @@ def run(main: Callable[[list[str]], Any], known_only: bool = False) -> None:
 
 # --- A job's start and end ------------------------------------------------------------------------------
 
-def prologue(argv: Sequence[str]) -> None:
-    """Every job command's start: no stray arguments; INFO lines from bertjax, orbax and JAX quiet."""
-    if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments {list(argv[1:])}; settings go in --config.* flags.")
+def quiet() -> None:
+    """Before any JAX backend starts: bertjax's INFO lines on; orbax's, JAX's, TensorFlow's and libtpu's
+    start-up and per-step lines off (a first run shows only bertjax's own lines)."""
+    from bertjax import aot  # jax, imported here: the data commands never call this
+
     logging.getLogger("bertjax").setLevel(logging.INFO)
     absl_logging.set_verbosity(absl_logging.WARNING)  # orbax and JAX log every step at INFO
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow (tf.data, TensorBoard) starts with INFO lines
+    aot.quiet_libtpu()  # a no-op on TPU VMs
+
+
+def prologue(argv: Sequence[str]) -> None:
+    """Every job command's start: no stray arguments, then `quiet`."""
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments {list(argv[1:])}; settings go in --config.* flags.")
+    quiet()
 
 
 def exit_with_sentence(error: Exception) -> None:

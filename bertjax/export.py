@@ -5,7 +5,6 @@ directory becomes config.json, model.safetensors and the vocab, which `transform
 BertForPreTraining or the fine-tuned task's class. The work is `bertjax.exporting.export`.
 """
 
-import logging
 import sys
 
 from absl import flags
@@ -27,7 +26,7 @@ def main(argv):
 
     del argv
     FLAGS = flags.FLAGS
-    logging.getLogger("bertjax").setLevel(logging.INFO)
+    cli.quiet()
     try:
         exporting.export(FLAGS.workdir, FLAGS.output_dir, FLAGS.step)
     except (OSError, ValueError) as e:  # a user's bad file or flag: one line, no traceback

@@ -7,7 +7,6 @@ The work is `bertjax.features.run`; this command holds its flags.
 
 from __future__ import annotations
 
-import logging
 import sys
 from collections.abc import Sequence
 
@@ -38,7 +37,7 @@ def main(argv: Sequence[str], fv: flags.FlagValues = flags.FLAGS) -> int:
     from bertjax import features
 
     del argv
-    logging.getLogger("bertjax").setLevel(logging.INFO)
+    cli.quiet()
     try:
         summary = features.run(fv.init_from, fv.input_file, fv.output_file, fv.layers, fv.max_seq_length,
                                fv.batch_size, fv.vocab_file or None, fv.do_lower_case)

@@ -54,8 +54,7 @@ def _multi_process() -> bool:
 
 
 def main(argv):
-    cli.prologue(argv)
-    aot.quiet_libtpu()  # before any backend starts: a no-op on TPU VMs
+    cli.prologue(argv)  # before any backend starts
     if FLAGS.topology:
         return _compile_for_topology()
     if _multi_process():

@@ -9,7 +9,6 @@ the context. Inputs: what the task trains on, without labels (TSV/CSV/JSONL with
 for a pair, as google-research/bert's extract_features.py).
 """
 
-import logging
 import sys
 
 from absl import flags
@@ -32,7 +31,7 @@ def main(argv):
 
     del argv
     FLAGS = flags.FLAGS
-    logging.getLogger("bertjax").setLevel(logging.INFO)
+    cli.quiet()
     try:
         count = prediction.predict_file(FLAGS.workdir, FLAGS.input_file, FLAGS.output_file, FLAGS.step,
                                         FLAGS.batch_size)
