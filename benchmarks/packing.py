@@ -60,13 +60,13 @@ def config(seq: int, predictions: int, args, packing: bool, data: str, steps: in
 def prepare(root: str, seq: int, predictions: int) -> dict[str, dict]:
     """Vocab, then train and held-out records, unpacked and packed, from the same documents and seed."""
     from bertjax.config import JobConfig
-    from bertjax.data import shards, stage, tokenization
+    from bertjax.data import shards, stage, vocab_training
 
     os.makedirs(root, exist_ok=True)
     train_txt, heldout_txt, _ = stage.split_corpus("builtin:pydocs", root, heldout_every=20)
     vocab = os.path.join(root, "vocab", "vocab.txt")
     if not os.path.exists(vocab):
-        tokenization.train_wordpiece(stage.read_sentences(train_txt), VOCAB, os.path.dirname(vocab))
+        vocab_training.train_wordpiece(stage.read_sentences(train_txt), VOCAB, os.path.dirname(vocab))
     data = JobConfig().data
     metadata = {}
     for packing in (False, True):

@@ -4,7 +4,8 @@
       [--model_type=wordpiece|sentencepiece] [--do_lower_case]
 
 --input_file takes what `python -m bertjax.prepare` takes: BERT raw-text files (one sentence per line,
-blank lines between documents, `.gz` allowed), `tfds:NAME[/CONFIG][:SPLIT]` or `builtin:pydocs`.
+blank lines between documents, `.gz` allowed), `tfds:NAME[/CONFIG][:SPLIT]` or `builtin:pydocs`. The same
+corpus and flags write the same bytes on every run (bertjax/data/vocab_training.py).
 """
 
 from collections.abc import Iterator
@@ -13,7 +14,7 @@ from absl import flags
 
 from bertjax import cli
 from bertjax.data import corpus as corpus_lib
-from bertjax.data import tokenization
+from bertjax.data import vocab_training
 
 FLAGS = flags.FLAGS
 
@@ -28,6 +29,10 @@ def define_flags() -> None:
     flags.DEFINE_enum("model_type", "wordpiece", ["wordpiece", "sentencepiece"], "Tokenizer engine.")
     flags.DEFINE_boolean("do_lower_case", True, "Lower-case (and, for WordPiece, strip accents); use "
                          "--nodo_lower_case for a cased vocab.")
+    flags.DEFINE_integer("num_threads", 1, "SentencePiece's training threads: more train a large corpus faster, "
+                         "but its multi-threaded trainer does not give the same model twice.")
+    flags.DEFINE_integer("random_seed", 12345, "SentencePiece: seed of the sample of lines it trains on when the "
+                         "corpus has more than 10M.")
     flags.DEFINE_string("tfds_data_dir", None, "TFDS data_dir for tfds: inputs.")
     flags.DEFINE_string("tfds_text_feature", "text", "TFDS feature holding the text.")
 
@@ -42,9 +47,13 @@ def main(argv: list[str]) -> None:
     try:
         source = corpus_lib.open_source(FLAGS.input_file, data_dir=FLAGS.tfds_data_dir,
                                         text_feature=FLAGS.tfds_text_feature)
-        train = (tokenization.train_wordpiece if FLAGS.model_type == "wordpiece"
-                 else tokenization.train_sentencepiece)
-        tok = train(sentences(source), FLAGS.vocab_size, FLAGS.output_dir, do_lower_case=FLAGS.do_lower_case)
+        if FLAGS.model_type == "wordpiece":
+            tok = vocab_training.train_wordpiece(sentences(source), FLAGS.vocab_size, FLAGS.output_dir,
+                                                 do_lower_case=FLAGS.do_lower_case)
+        else:
+            tok = vocab_training.train_sentencepiece(sentences(source), FLAGS.vocab_size, FLAGS.output_dir,
+                                                     do_lower_case=FLAGS.do_lower_case, seed=FLAGS.random_seed,
+                                                     num_threads=FLAGS.num_threads)
     except (OSError, ValueError) as e:  # a user's bad file or flag: one line, no traceback
         raise SystemExit(f"error: {e}") from None
     written = [tok.path] + ([tok.path.with_suffix(".vocab")] if FLAGS.model_type == "sentencepiece" else [])

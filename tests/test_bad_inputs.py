@@ -25,7 +25,7 @@ from bertjax.data import corpus as corpus_lib
 from bertjax.data import instances
 from bertjax.data import shards as shards_lib
 from bertjax.data import stage
-from bertjax.data import tokenization
+from bertjax.data import tokenization, vocab_training
 
 import train_setup
 
@@ -102,7 +102,7 @@ def test_empty_and_binary_vocab_files(tmp_path):
 
 def test_corrupt_sentencepiece_model(tmp_path):
     lines = [" ".join(WORDS[(i * k) % len(WORDS)] for k in range(1, 9)) for i in range(200)]
-    model = tokenization.train_sentencepiece(iter(lines), 25, tmp_path / "sp").path.read_bytes()
+    model = vocab_training.train_sentencepiece(iter(lines), 25, tmp_path / "sp").path.read_bytes()
     for name, blob in [("garbage.model", b"\x8f\x01not a model at all" * 10), ("empty.model", b""),
                        ("truncated.model", model[:len(model) // 2]), ("cut_short.model", model[:-3])]:
         (tmp_path / name).write_bytes(blob)
@@ -188,7 +188,7 @@ def test_file_given_as_a_directory(tmp_path, minilm_dir):
                            progress_stream=io.StringIO())
     sentence(e, f"--output_dir={a_file} is a file")
     with pytest.raises(NotADirectoryError) as e:
-        tokenization.train_wordpiece(iter(["the dog runs"]), 50, a_file)
+        vocab_training.train_wordpiece(iter(["the dog runs"]), 50, a_file)
     sentence(e, a_file, "is a file; pass a directory")
     config = model_lib.BertConfig(vocab_size=16, hidden_size=8, num_hidden_layers=1, num_attention_heads=2,
                                   intermediate_size=8, max_position_embeddings=8)

@@ -10,7 +10,7 @@ import unicodedata
 import numpy as np
 import pytest
 
-from bertjax.data import squad, tasks, tokenization
+from bertjax.data import squad, tasks, tokenization, vocab_training
 from bertjax.data.squad import QAExample
 from bertjax.data.tasks import LabelMap, Source, TextExample, TokenExample
 
@@ -464,7 +464,7 @@ def test_qa_features_bad_lengths_and_empty_context(tok):
 def test_char_spans_with_sentencepiece(tmp_path):
     texts = ["The Denver Broncos won Super Bowl 50, beating the Carolina Panthers.",
              "Unaffable cafés played the cat game (Super Bowl)."] * 100
-    sp = tokenization.train_sentencepiece(texts, 46, tmp_path, do_lower_case=True)
+    sp = vocab_training.train_sentencepiece(texts, 46, tmp_path, do_lower_case=True)
     context = "Who? The Denver Broncos, won (Super Bowl 50) at Café Ünaffable ｆｕｌｌ."
     example = QAExample("q", "who won?", context, [("Denver Broncos", context.index("Denver"))], False, Source("x"))
     arrays, features = squad.qa_features([example], sp, 96, max_query_length=8, training=True)

@@ -12,7 +12,7 @@ import sysconfig
 import numpy as np
 import pytest
 
-from bertjax.data import tokenization
+from bertjax.data import tokenization, vocab_training
 
 try:  # transformers 5.x: BertTokenizer is tokenizers-backed; the pure-Python classes moved to the legacy module.
     from transformers.models.bert.tokenization_bert_legacy import (BasicTokenizer, WordpieceTokenizer,
@@ -197,7 +197,7 @@ def test_interface_on_bert_vocab(vocab_file):
 
 @pytest.mark.parametrize("do_lower_case", [True, False])
 def test_train_wordpiece(tmp_path, corpus_lines, do_lower_case):
-    tok = tokenization.train_wordpiece(iter(corpus_lines), 2000, tmp_path, do_lower_case=do_lower_case)
+    tok = vocab_training.train_wordpiece(iter(corpus_lines), 2000, tmp_path, do_lower_case=do_lower_case)
     assert (tmp_path / "vocab.txt").read_text(encoding="utf-8").splitlines()[:5] == SPECIALS
     assert (tok.pad_id, tok.unk_id, tok.cls_id, tok.sep_id, tok.mask_id) == (0, 1, 2, 3, 4)
     assert tok.vocab_size == 2000
@@ -218,7 +218,7 @@ def test_train_wordpiece(tmp_path, corpus_lines, do_lower_case):
 
 
 def test_train_sentencepiece(tmp_path, corpus_lines):
-    tok = tokenization.train_sentencepiece(iter(corpus_lines), 1000, tmp_path, do_lower_case=True)
+    tok = vocab_training.train_sentencepiece(iter(corpus_lines), 1000, tmp_path, do_lower_case=True)
     assert (tmp_path / "spm.model").is_file() and (tmp_path / "spm.vocab").is_file()
     assert tok.vocab[:5] == SPECIALS and tok.vocab_size == 1000
     assert (tok.pad_id, tok.unk_id, tok.cls_id, tok.sep_id, tok.mask_id) == (0, 1, 2, 3, 4)
@@ -283,9 +283,9 @@ def test_errors(tmp_path):
                             text=True)
     assert failed.returncode != 0 and "nothing*.txt" in failed.stderr and "Traceback" not in failed.stderr
     with pytest.raises(ValueError, match="vocab_size=5 leaves no room"):
-        tokenization.train_wordpiece(iter(["a b c"]), 5, tmp_path / "wp")
+        vocab_training.train_wordpiece(iter(["a b c"]), 5, tmp_path / "wp")
     with pytest.raises(ValueError, match="lower --vocab_size"):
-        tokenization.train_sentencepiece(iter(["tiny corpus"] * 10), 5000, tmp_path / "sp")
+        vocab_training.train_sentencepiece(iter(["tiny corpus"] * 10), 5000, tmp_path / "sp")
 
 
 def test_sentencepiece_model_without_specials(tmp_path):

@@ -20,7 +20,7 @@ import jax
 from bertjax.config import JobConfig
 from bertjax.data import corpus as corpus_lib
 from bertjax.data import shards
-from bertjax.data import tokenization
+from bertjax.data import tokenization, vocab_training
 
 log = logging.getLogger(__name__)
 DONE = "stage.json"
@@ -78,7 +78,7 @@ def prepare_data(config: JobConfig, workdir: str) -> JobConfig:
         vocab_file = d.vocab_file
         if not vocab_file:
             log.info("data: training a %d-token WordPiece vocab on the train documents", d.corpus_vocab_size)
-            tok = tokenization.train_wordpiece(read_sentences(train_txt), d.corpus_vocab_size,
+            tok = vocab_training.train_wordpiece(read_sentences(train_txt), d.corpus_vocab_size,
                                                os.path.join(out, "vocab"), do_lower_case=d.do_lower_case)
             vocab_file = str(tok.path)
         for name, text, dupe in (("train", train_txt, d.dupe_factor), ("heldout", heldout_txt, d.heldout_dupe_factor)):

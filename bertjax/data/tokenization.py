@@ -16,12 +16,12 @@ import os
 import pathlib
 import sys
 import unicodedata
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 
 import numpy as np
 import sentencepiece as spm
 import tokenizers
-from tokenizers import Regex, decoders, normalizers, pre_tokenizers, trainers
+from tokenizers import Regex, decoders, normalizers, pre_tokenizers
 
 PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
 SPECIAL_TOKENS = (PAD, UNK, CLS, SEP, MASK)
@@ -273,7 +273,7 @@ class SentencePieceTokenizer(Tokenizer):
 def load(path: str | os.PathLike, do_lower_case: bool = True) -> Tokenizer:
     """Picks the engine by file: `*.model` is SentencePiece, anything else a WordPiece vocab.txt.
 
-    A directory is searched for vocab.txt, then spm.model (what the trainers below write).
+    A directory is searched for vocab.txt, then spm.model (what vocab_training.py writes).
     """
     path = pathlib.Path(path)
     if path.is_dir():
@@ -285,71 +285,3 @@ def load(path: str | os.PathLike, do_lower_case: bool = True) -> Tokenizer:
     if path.suffix == ".model":
         return SentencePieceTokenizer(path, do_lower_case)
     return WordPieceTokenizer(path, do_lower_case)
-
-
-# ------------------------------------------------------------------------------------------------------ training
-
-
-def _nonempty(texts: Iterable[str]) -> Iterator[str]:
-    for text in texts:
-        if text and not text.isspace():
-            yield text
-
-
-def _output_dir(output_dir: str | os.PathLike) -> pathlib.Path:
-    """Creates the trainers' output directory; a file in its place is one sentence, not mkdir's errno."""
-    out = pathlib.Path(output_dir)
-    if out.exists() and not out.is_dir():
-        raise NotADirectoryError(f"Tokenizer output directory {out} is a file; pass a directory (it is created if "
-                                 "missing).")
-    out.mkdir(parents=True, exist_ok=True)
-    return out
-
-
-def train_wordpiece(texts: Iterable[str], vocab_size: int, output_dir: str | os.PathLike, do_lower_case: bool = True,
-                    min_frequency: int = 2) -> WordPieceTokenizer:
-    """Learns a WordPiece vocab from an iterator of text lines (any corpus source) and writes output_dir/vocab.txt.
-
-    The specials take ids 0..4 as [PAD] [UNK] [CLS] [SEP] [MASK], not BERT's 0/100-103: a small trained vocab should
-    not spend 99 ids on [unused*] fillers, every consumer looks specials up by name (Tokenizer.*_id), and [PAD] stays
-    0, the one id that padding code and masks assume.
-    """
-    if vocab_size <= len(SPECIAL_TOKENS):
-        raise ValueError(f"vocab_size={vocab_size} leaves no room beside the {len(SPECIAL_TOKENS)} special tokens; "
-                         "ask for a larger --vocab_size.")
-    out = _output_dir(output_dir)
-    tok = _hf_wordpiece(None, do_lower_case)
-    trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, min_frequency=min_frequency,
-                                        special_tokens=list(SPECIAL_TOKENS),
-                                        continuing_subword_prefix=WORDPIECE_PREFIX, show_progress=False)
-    tok.train_from_iterator(_nonempty(texts), trainer=trainer)
-    vocab = sorted(tok.get_vocab(with_added_tokens=True).items(), key=lambda kv: kv[1])
-    if len(vocab) <= len(SPECIAL_TOKENS):
-        raise ValueError("WordPiece training saw no text; check that --input_file matches non-empty text files.")
-    assert [t for t, _ in vocab[:len(SPECIAL_TOKENS)]] == list(SPECIAL_TOKENS), vocab[:len(SPECIAL_TOKENS)]
-    (out / VOCAB_FILE).write_text("".join(f"{t}\n" for t, _ in vocab), encoding="utf-8")
-    return WordPieceTokenizer(out / VOCAB_FILE, do_lower_case)
-
-
-def train_sentencepiece(texts: Iterable[str], vocab_size: int, output_dir: str | os.PathLike,
-                        do_lower_case: bool = True, model_type: str = "unigram",
-                        character_coverage: float = 0.9995,
-                        input_sentence_size: int = 10_000_000) -> SentencePieceTokenizer:
-    """Learns a SentencePiece model from an iterator of text lines; writes output_dir/spm.model and spm.vocab.
-
-    [PAD]=0 and [UNK]=1 are SentencePiece's own pad/unk pieces; [CLS]=2 [SEP]=3 [MASK]=4 are control symbols, so
-    like BERT's specials they sit in the vocab but are never produced from text (raw "[MASK]" in a corpus stays text).
-    No BOS/EOS: instances add [CLS]/[SEP] themselves. input_sentence_size caps the lines kept in memory (sampled).
-    """
-    out = _output_dir(output_dir)
-    lines = (t.lower() if do_lower_case else t for t in _nonempty(texts))
-    try:
-        spm.SentencePieceTrainer.train(
-            sentence_iterator=lines, model_prefix=str(out / SPM_PREFIX), vocab_size=vocab_size,
-            model_type=model_type, character_coverage=character_coverage, input_sentence_size=input_sentence_size,
-            shuffle_input_sentence=True, pad_id=0, pad_piece=PAD, unk_id=1, unk_piece=UNK, bos_id=-1, eos_id=-1,
-            control_symbols=[CLS, SEP, MASK], minloglevel=2)
-    except RuntimeError as e:
-        raise ValueError(f"SentencePiece training into {out} failed ({str(e).strip()}); lower --vocab_size or give it "
-                         "more text.") from None
-    return SentencePieceTokenizer(out / f"{SPM_PREFIX}.model", do_lower_case)

@@ -1,0 +1,75 @@
+"""Vocab training is reproducible and is HF's algorithm: the same corpus and flags give byte-identical
+vocab files in separate processes (WordPiece and SentencePiece, whatever PYTHONHASHSEED), and given one HF
+WordPieceTrainer run's random "##c" order the learner reproduces that run's vocab token for token."""
+
+import collections
+import os
+import subprocess
+import sys
+
+import pytest
+from tokenizers import trainers
+
+from bertjax.data import tokenization, vocab_training
+
+import train_setup
+from test_tokenizer import HARD_CASES, corpus_lines, docstrings  # noqa: F401  (fixtures)
+
+
+def _tokenizer_cli(tmp_path, name: str, seed: str, *flags: str) -> dict[str, bytes]:
+    corpus = tmp_path / "corpus.txt"
+    out = tmp_path / name
+    done = subprocess.run([sys.executable, "-m", "bertjax.tokenizer", f"--input_file={corpus}", f"--output_dir={out}",
+                           *flags], cwd=train_setup.ROOT, capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, PYTHONHASHSEED=seed))
+    assert done.returncode == 0, done.stderr[-3000:]
+    return {p.name: p.read_bytes() for p in sorted(out.iterdir())}
+
+
+@pytest.mark.parametrize("flags", [("--vocab_size=1500",), ("--vocab_size=800", "--model_type=sentencepiece")],
+                         ids=["wordpiece", "sentencepiece"])
+def test_the_tokenizer_cli_writes_the_same_bytes_in_every_process(tmp_path, corpus_lines, flags):  # noqa: F811
+    (tmp_path / "corpus.txt").write_text("\n".join(corpus_lines + HARD_CASES) + "\n", encoding="utf-8")
+    first = _tokenizer_cli(tmp_path, "a", "0", *flags)
+    assert len(first) >= 1 and all(first.values())
+    assert _tokenizer_cli(tmp_path, "b", "12345", *flags) == first
+    assert _tokenizer_cli(tmp_path, "c", "random", *flags) == first
+
+
+def test_sentencepiece_samples_lines_reproducibly(tmp_path, corpus_lines):  # noqa: F811
+    """Past input_sentence_size lines, the sample is drawn with the seed: same seed, same model; another
+    seed, another sample."""
+    models = [vocab_training.train_sentencepiece(iter(corpus_lines), 600, tmp_path / f"m{i}", input_sentence_size=1500,
+                                                 seed=seed).path.read_bytes() for i, seed in enumerate((1, 1, 2))]
+    assert models[0] == models[1] != models[2]
+    sample = vocab_training.sample_lines(iter(range(100)), 10, seed=3)
+    assert sample == vocab_training.sample_lines(iter(range(100)), 10, seed=3) and len(set(sample)) == 10
+    assert vocab_training.sample_lines(iter("abc"), 10, seed=3) == ["a", "b", "c"]
+
+
+@pytest.mark.parametrize("do_lower_case", [True, False])
+def test_words_are_what_the_tokenizers_pipeline_makes_of_every_line(corpus_lines, do_lower_case):  # noqa: F811
+    lines = corpus_lines + HARD_CASES
+    normalizer, pre_tokenizer = tokenization.bert_pipeline(do_lower_case)
+    expected = collections.Counter(w for line in lines
+                                   for w, _ in pre_tokenizer.pre_tokenize_str(normalizer.normalize_str(line)))
+    assert vocab_training.count_words(lines, do_lower_case) == expected
+    assert vocab_training.count_words(lines, do_lower_case, ascii_fast_path=False) == expected
+
+
+@pytest.mark.parametrize("vocab_size, do_lower_case", [(2000, True), (3000, False)])
+def test_given_hf_runs_continuation_order_the_learner_is_hf_wordpiece_trainer(corpus_lines, vocab_size,  # noqa: F811
+                                                                            do_lower_case):
+    """HF's WordPieceTrainer, the reference, on the same lines; its "##c" ids are in random (hash) order,
+    which the learner replays, so everything else (alphabet, merges, ties, stopping) must agree exactly."""
+    hf = tokenization._hf_wordpiece(None, do_lower_case)
+    hf.train_from_iterator(corpus_lines, trainer=trainers.WordPieceTrainer(
+        vocab_size=vocab_size, min_frequency=2, special_tokens=list(tokenization.SPECIAL_TOKENS),
+        continuing_subword_prefix=tokenization.WORDPIECE_PREFIX, show_progress=False))
+    reference = [t for t, _ in sorted(hf.get_vocab(with_added_tokens=True).items(), key=lambda kv: kv[1])]
+    continuations = [t for t in reference if t.startswith("##") and len(t) == 3]
+    counts = vocab_training.count_words(corpus_lines, do_lower_case)
+    replayed = vocab_training.train_from_counts(counts, vocab_size, continuation_order=continuations)
+    assert len(reference) == vocab_size and replayed == reference
+    ours = vocab_training.learn_wordpiece(corpus_lines, vocab_size, do_lower_case)  # "##c" sorted instead
+    assert len(ours) == vocab_size and len(set(ours) & set(reference)) >= 0.99 * vocab_size
