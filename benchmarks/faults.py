@@ -15,6 +15,18 @@ starts it afresh, injects one fault, and reruns the same command until it finish
   disk_full   the workdir on a tmpfs with room for 1.5–3.5 checkpoints, so a save finds no room; the
               workdir is then moved to a larger disk (without root: free space simulated the same way)
   sigterm     SIGTERM at a random moment (the job saves at the next step and exits 0)
+  moved       SIGTERM at a random moment, then the workdir copied elsewhere (as `cp -a` to a larger disk)
+              and the records moved to another directory with the same names; the rerun is the same
+              command there, with the new record paths
+
+Then prepare's own faults (--prepare_trials, in turn), each followed by training on what is there
+(refused, or complete; never silently partial) and the same prepare command again (it must write the
+reference's records, byte for byte):
+
+  prepare_kill       `python -m bertjax.prepare --num_workers=2` killed with SIGKILL at a random moment
+                     of its run; its workers must not outlive it
+  prepare_disk_full  prepare writing onto a tmpfs with room for 20-80% of the records (without root: a
+                     disk that fills after as many bytes, simulated in the writer)
 
 Prints one JSON line:
   trials             trials run
@@ -26,6 +38,9 @@ Prints one JSON line:
                      that were gone afterwards, neither in checkpoints/ nor moved aside to damaged-STEP, not
                      counting what a damage deleted on purpose (must be 0)
   by_fault           the same counts per fault, and each trial's details
+  prepare            prepare_trials, refused, complete, partial (training on a partial set: must be 0),
+                     workers_left (workers alive 3 s after their parent was killed: must be 0),
+                     rerun_identical, and each trial's details
 """
 
 import argparse
@@ -42,7 +57,8 @@ import threading
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-FAULTS = ("kill", "damage", "disk_full", "sigterm")
+FAULTS = ("kill", "damage", "disk_full", "sigterm", "moved")
+PREPARE_FAULTS = ("prepare_kill", "prepare_disk_full")
 ITEMS = ("params", "opt_state", "train", "config", "pipeline")
 EVERY = 5  # checkpoint every EVERY steps
 
@@ -52,6 +68,7 @@ def parse_args():
     p.add_argument("--trials", type=int, default=8)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--steps", type=int, default=30)
+    p.add_argument("--prepare_trials", type=int, default=4)
     p.add_argument("--workdir", default="", help="keep every run here (default: a temporary directory)")
     return p.parse_args()
 
@@ -226,7 +243,7 @@ shutil.disk_usage = _full
 
 
 def trial(fault: str, rng: random.Random, config_file: str, steps: int, directory: str,
-          checkpoint_bytes: int) -> dict:
+          checkpoint_bytes: int, data: str) -> dict:
     workdir = os.path.join(directory, "work")
     out: dict = {"fault": fault}
     deleted: set[tuple[int, str]] = set()
@@ -259,14 +276,140 @@ def trial(fault: str, rng: random.Random, config_file: str, steps: int, director
             damaged_step = committed(workdir)[-1]
             out["damage"], gone = damage(os.path.join(checkpoints(workdir), str(damaged_step)), rng)
             deleted = {(damaged_step, item) for item in gone}
+        if fault == "moved":  # the workdir copied to another disk, the records moved elsewhere
+            moved = os.path.join(directory, "elsewhere", "work")
+            shutil.copytree(workdir, moved, symlinks=True)
+            shutil.rmtree(workdir)
+            workdir, new_data = moved, os.path.join(directory, "moved_data")
+            shutil.copytree(data, new_data)
+            config_file = write_config(new_data, steps, os.path.join(directory, "config.py"))
     before = items(workdir) | deleted
     expected = max([s for s in committed(workdir) if s != damaged_step], default=0)
     rerun = Job(config_file, workdir)
     out["rerun_exit"] = rerun.finish()
+    out["workdir"] = workdir
     out["resumed_from"] = rerun.resumed_from()
     out["survived"] = out["rerun_exit"] == 0 and steps in committed(workdir)
     out["steps_lost"] = max(expected - out["resumed_from"], 0)
     out["items_lost"] = sum(not still_there(workdir, s, i) for s, i in before - deleted)
+    return out
+
+
+# --- prepare's faults ----------------------------------------------------------------------------------
+
+def prepare_flags(data: str, out: str, workers: int) -> list[str]:
+    return [f"--input_file={os.path.join(data, 'train.txt')}", f"--output_dir={out}",
+            f"--vocab_file={os.path.join(data, 'vocab', 'vocab.txt')}", "--max_seq_length=32",
+            "--max_predictions_per_seq=5", "--dupe_factor=6", "--num_shards=6", f"--num_workers={workers}"]
+
+
+def run_prepare(data: str, out: str, workers: int = 2, prelude: str = "") -> subprocess.Popen:
+    """`python -m bertjax.prepare` in a subprocess, after `prelude` (a simulated full disk)."""
+    program = (prelude + "import runpy, sys\n"
+               f"sys.argv = ['bertjax.prepare'] + {prepare_flags(data, out, workers)!r}\n"
+               "runpy.run_module('bertjax.prepare', run_name='__main__')\n")
+    env = dict(os.environ, JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="2")
+    return subprocess.Popen([sys.executable, "-c", program], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def record_files(directory: str) -> dict[str, bytes]:
+    return {f: open(os.path.join(directory, f), "rb").read() for f in sorted(os.listdir(directory))
+            if f.endswith(".tfrecord")} if os.path.isdir(directory) else {}
+
+
+def prepare_reference(data: str, out: str) -> tuple[dict[str, bytes], float]:
+    start = time.monotonic()
+    process = run_prepare(data, out)
+    if process.wait():
+        raise SystemExit(f"faults: the reference prepare failed: {process.stderr.read()[-2000:]}")
+    return record_files(out), time.monotonic() - start
+
+
+def train_on(out: str) -> tuple[str, str]:
+    """What training makes of the directory: ("refused", its sentence) or the files it would read."""
+    sys.path.insert(0, ROOT)
+    from bertjax.data import pipeline as pipeline_lib
+
+    try:
+        files = pipeline_lib.InputPipeline(pipeline_lib.PipelineConfig(
+            files=os.path.join(out, "*.tfrecord"), batch_size=4, max_seq_length=32, max_predictions_per_seq=5)).files
+    except (OSError, ValueError) as e:
+        return "refused", str(e)
+    return "files", ",".join(os.path.basename(f) for f in files)
+
+
+SIMULATED_FULL_PREPARE = """import errno
+from bertjax.data import records
+_open, _left = records.open_for_write, [{room}]
+class _Full:
+    def __init__(self, f): self.f = f
+    def write(self, data):
+        _left[0] -= len(data)
+        if _left[0] < 0: raise OSError(errno.ENOSPC, "No space left on device")
+        return self.f.write(data)
+    def __getattr__(self, name): return getattr(self.f, name)
+    def __enter__(self): return self
+    def __exit__(self, *exc): self.f.close()
+records.open_for_write = lambda path: _Full(_open(path))
+"""
+
+
+def children(pid: int) -> list[int]:
+    found = subprocess.run(["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True, text=True).stdout
+    return [int(p) for p in found.split()]
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split()[2] != "Z"
+    except (FileNotFoundError, IndexError):
+        return False
+
+
+def prepare_trial(fault: str, rng: random.Random, data: str, directory: str, reference: dict[str, bytes],
+                  reference_seconds: float) -> dict:
+    out: dict = {"fault": fault}
+    records_dir = os.path.join(directory, "records")
+    if fault == "prepare_kill":
+        process = run_prepare(data, records_dir)
+        at = rng.uniform(0.2, 1.0) * reference_seconds
+        out["kill_after_s"] = round(at, 2)
+        start, workers = time.monotonic(), set()
+        while time.monotonic() - start < at and process.poll() is None:
+            workers.update(children(process.pid))
+            time.sleep(0.05)
+        process.kill()
+        process.wait()
+        time.sleep(3)
+        out["workers_seen"], out["workers_left"] = len(workers), sum(map(alive, workers))
+    else:
+        room = int(rng.uniform(0.2, 0.8) * sum(map(len, reference.values())))
+        out["room_kib"] = room // 1024
+        disk = os.path.join(directory, "disk")
+        out["disk"] = "tmpfs" if mount_tmpfs(disk, room) else "simulated"
+        records_dir = os.path.join(disk, "records")
+        prelude = SIMULATED_FULL_PREPARE.format(room=room) if out["disk"] == "simulated" else ""
+        process = run_prepare(data, records_dir, workers=2 if out["disk"] == "tmpfs" else 1, prelude=prelude)
+        out["exit"] = process.wait()
+        out["said"] = process.stderr.read().strip().splitlines()[-1:]
+    kind, what = train_on(records_dir)
+    complete = kind == "files" and record_files(records_dir) == reference
+    out["outcome"] = "refused" if kind == "refused" else ("complete" if complete else "partial")
+    out["training_said"] = what[:300]
+    if fault == "prepare_disk_full":  # the user frees space: the same command on a larger disk
+        moved = os.path.join(directory, "records")
+        shutil.copytree(records_dir, moved, symlinks=True) if os.path.isdir(records_dir) else os.makedirs(moved)
+        if out["disk"] == "tmpfs":
+            subprocess.run(["umount", disk], check=True)
+        records_dir = moved
+    if out["outcome"] == "complete":  # the kill came after the commit: nothing to redo
+        out["rerun_identical"] = True
+        return out
+    rerun = run_prepare(data, records_dir)
+    out["rerun_exit"] = rerun.wait()
+    out["rerun_identical"] = out["rerun_exit"] == 0 and record_files(records_dir) == reference
     return out
 
 
@@ -293,11 +436,21 @@ def main() -> None:
         fault = FAULTS[i % len(FAULTS)]
         directory = os.path.join(base, f"trial-{i}-{fault}")
         os.makedirs(directory)
-        result = trial(fault, rng, config_file, args.steps, directory, checkpoint_bytes)
-        result["bitwise_identical"] = result["survived"] and identical(expected, final_params(
-            os.path.join(directory, "work")))
+        result = trial(fault, rng, config_file, args.steps, directory, checkpoint_bytes, data)
+        result["bitwise_identical"] = result["survived"] and identical(expected, final_params(result.pop("workdir")))
         results.append(result)
         print(f"faults: trial {i + 1}/{args.trials}: {json.dumps(result)}", file=sys.stderr, flush=True)
+    prepare_results = []
+    if args.prepare_trials:
+        reference_records, reference_seconds = prepare_reference(data, os.path.join(base, "prepare_reference"))
+        for i in range(args.prepare_trials):
+            fault = PREPARE_FAULTS[i % len(PREPARE_FAULTS)]
+            directory = os.path.join(base, f"prepare-{i}-{fault}")
+            os.makedirs(directory)
+            result = prepare_trial(fault, rng, data, directory, reference_records, reference_seconds)
+            prepare_results.append(result)
+            print(f"faults: prepare trial {i + 1}/{args.prepare_trials}: {json.dumps(result)}", file=sys.stderr,
+                  flush=True)
     if not args.workdir:
         shutil.rmtree(base, ignore_errors=True)
 
@@ -308,7 +461,11 @@ def main() -> None:
 
     by_fault = {f: dict(totals([r for r in results if r["fault"] == f]), runs=[r for r in results if r["fault"] == f])
                 for f in FAULTS if any(r["fault"] == f for r in results)}
-    print(json.dumps(dict(totals(results), by_fault=by_fault)))
+    prepare = {"prepare_trials": len(prepare_results),
+               **{key: sum(r["outcome"] == key for r in prepare_results) for key in ("refused", "complete", "partial")},
+               "workers_left": sum(r.get("workers_left", 0) for r in prepare_results),
+               "rerun_identical": sum(r["rerun_identical"] for r in prepare_results), "runs": prepare_results}
+    print(json.dumps(dict(totals(results), by_fault=by_fault, prepare=prepare)))
 
 
 if __name__ == "__main__":

@@ -388,7 +388,23 @@ class Checkpointer:
                 raise
             log.debug("checkpoint: after the failed save: %s", e)  # already reported: the job is on its way out
         finally:
+            self._wait_for_tmp_cleanup()
             self.manager.close()
+
+    def _wait_for_tmp_cleanup(self) -> None:
+        """Orbax removes the *-tmp directories of killed saves in a thread the manager starts at creation;
+        only a save waits for it, close() does not (orbax 0.12). A job that fails before its first save
+        (a bad mesh, a foreign workdir) would exit under that thread, which then logs a 40-line
+        "cannot schedule new futures after interpreter shutdown" traceback after the job's one sentence."""
+        pending = getattr(self.manager, "_cleanup_tmp_directory_future", None)  # private: absent is fine
+        if pending is None:
+            return
+        try:
+            pending.result()
+        except Exception as e:  # noqa: BLE001  (leftovers are only untidy: the next run's manager retries)
+            log.warning("checkpoint: could not remove unfinished saves' temporary directories in %s: %s",
+                        self.directory, e)
+        self.manager._cleanup_tmp_directory_future = None  # noqa: SLF001  (as orbax's own wait leaves it)
 
 
 # --- Weights only ------------------------------------------------------------------------------------

@@ -21,7 +21,7 @@ import difflib
 import logging
 import os
 import sys
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 from absl import app, flags
 from absl import logging as absl_logging
@@ -64,16 +64,22 @@ def _config_flag_names(fv: flags.FlagValues) -> list[str]:
     return [name for name in fv if type(fv[name].parser).__name__ == "ConfigFileFlagParser"]
 
 
+def _config_values(argv: Sequence[str], flag: str) -> Iterator[tuple[int, str, str]]:
+    """(index, prefix, value) of each value given to --FLAG in argv, as `--FLAG=VALUE` (prefix `--FLAG=`,
+    at the flag's own index) or `--FLAG VALUE` (prefix '', at the next index), with one dash or two."""
+    for i, arg in enumerate(argv):
+        for dashes in ("--", "-"):
+            if arg.startswith(f"{dashes}{flag}="):
+                yield i, f"{dashes}{flag}=", arg.split("=", 1)[1]
+            elif arg == f"{dashes}{flag}" and i + 1 < len(argv):
+                yield i + 1, "", argv[i + 1]
+
+
 def _resolve_config_args(argv: list[str], names: Sequence[str]) -> list[str]:
     """argv with every `--NAME=PATH[:ARG]` (or `--NAME PATH[:ARG]`) of a config flag resolved."""
     out = list(argv)
-    for i, arg in enumerate(out):
-        for name in names:
-            for dashes in ("--", "-"):
-                if arg.startswith(f"{dashes}{name}="):
-                    out[i] = f"{dashes}{name}=" + resolve_config(arg.split("=", 1)[1])
-                elif arg == f"{dashes}{name}" and i + 1 < len(out):
-                    out[i + 1] = resolve_config(out[i + 1])
+    for i, prefix, value in sorted(hit for name in names for hit in _config_values(argv, name)):  # in argv's order
+        out[i] = prefix + resolve_config(value)
     return out
 
 
@@ -119,13 +125,8 @@ def _override_problem(config: Any, flag: str, override: str, value: str) -> Opti
 
 
 def _config_spec(argv: Sequence[str], flag: str) -> Optional[str]:
-    for i, arg in enumerate(argv):
-        for dashes in ("--", "-"):
-            if arg.startswith(f"{dashes}{flag}="):
-                return arg.split("=", 1)[1]
-            if arg == f"{dashes}{flag}" and i + 1 < len(argv):
-                return argv[i + 1]
-    return None
+    """The first value given to --FLAG in argv, or None."""
+    return next((value for _, _, value in _config_values(argv, flag)), None)
 
 
 def _overrides(argv: Sequence[str], flag: str) -> list[tuple[str, str]]:

@@ -41,7 +41,7 @@ class ModelConfig:
     """`config.model`: bert_config.json's fields plus how the model is computed."""
 
     size: str = "base"  # informative: the size the architecture came from
-    vocab_size: int = _BASE.vocab_size
+    vocab_size: int = 0  # 0: unset, the records' (metadata.json) or vocab_file's size (data/vocab_check.py)
     hidden_size: int = _BASE.hidden_size
     num_hidden_layers: int = _BASE.num_hidden_layers
     num_attention_heads: int = _BASE.num_attention_heads
@@ -60,7 +60,10 @@ class ModelConfig:
 
     @property
     def architecture(self) -> architecture_lib.BertConfig:
-        return architecture_lib.BertConfig.from_dict(dataclasses.asdict(self), source="config.model")
+        """The model; an unset vocab_size (before the job resolves it, or without data) is BERT's 30,522."""
+        fields = dataclasses.asdict(self)
+        fields["vocab_size"] = self.vocab_size or _BASE.vocab_size
+        return architecture_lib.BertConfig.from_dict(fields, source="config.model")
 
     def validate(self) -> None:
         if self.dtype not in architecture_lib.DTYPE_NAMES:
@@ -103,6 +106,7 @@ class DataConfig:
     max_instances_per_row: int = 3
     max_predictions_per_row: int = 0
     skip_damaged_records: bool = False
+    verify_checksums: bool = False
 
     @property
     def predictions_per_row(self) -> int:
@@ -282,10 +286,14 @@ class EvalConfig:
     every_steps: int = 10_000
     num_batches: int = 100
     show_predictions: int = 0
+    not_learning_after: float = 0.25  # pre-training: share of the run after which a flat eval warns (0 = never)
 
     def validate(self) -> None:
         if self.every_steps < 1:
             raise _bad("config.eval.every_steps", self.every_steps, "must be ≥ 1.")
+        if not 0 <= self.not_learning_after <= 1:
+            raise _bad("config.eval.not_learning_after", self.not_learning_after,
+                       "must be a share of the run from 0 (never warn) to 1.")
         if self.num_batches < 0:
             raise _bad("config.eval.num_batches", self.num_batches, "must be ≥ 0 (0 = the whole eval set).")
         if self.show_predictions < 0:

@@ -7,8 +7,10 @@ each input line is one text, or `text_a ||| text_b` for a pair; each output line
 (the original's key, typo included), values rounded to 6 decimals, one entry per real token (no padding).
 Layer indices are the original's too: into the encoder layers' outputs, 0 the first, -1 the last.
 
-Batches have one fixed shape (the last one padded) so the jitted forward compiles once; it returns only
-the requested layers, so XLA drops the MLM head and the host copies no more than it writes.
+`--init_from` is any source `pretrained.load` reads: a pre-training or a fine-tuned workdir (its encoder;
+no head is read), a Hugging Face or a TF1 directory. Batches have one fixed shape (the last one padded) so
+the jitted forward compiles once; it returns only the requested layers, so the host copies no more than it
+writes.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import numpy as np
 
 from bertjax import checkpoint as checkpoint_lib
 from bertjax import exporting
+from bertjax import model as model_lib
 from bertjax import pretrained
 from bertjax.data import tokenization
 
@@ -144,21 +147,21 @@ def featurize(examples: Sequence[Example], tokenizer: tokenization.Tokenizer,
     return features, truncated
 
 
-def layer_outputs_fn(model: Any, layers: Sequence[int]):
-    """Jitted (params, ids, segments, mask) -> [batch, len(layers), length, hidden] float32."""
+def layer_outputs_fn(model: model_lib.BertModel, layers: Sequence[int]):
+    """Jitted (encoder params, ids, segments, mask) -> [batch, len(layers), length, hidden] float32."""
     layers = tuple(layers)
 
     @jax.jit
     def forward(params, input_ids, segment_ids, input_mask):
-        out = model.apply({"params": params}, input_ids, segment_ids, input_mask, deterministic=True,
-                          output_hidden_states=True)
-        encoder_layers = out.hidden_states[1:]  # [0] is the embeddings' output, not a layer
+        _, _, hidden_states = model.apply({"params": params}, input_ids, segment_ids, input_mask,
+                                          deterministic=True, output_hidden_states=True)
+        encoder_layers = hidden_states[1:]  # [0] is the embeddings' output, not a layer
         return jnp.stack([encoder_layers[i] for i in layers], axis=1).astype(jnp.float32)
 
     return forward
 
 
-def extract(model: Any, params: Any, features: Sequence[Feature], layers: Sequence[int],
+def extract(model: model_lib.BertModel, params: Any, features: Sequence[Feature], layers: Sequence[int],
             batch_size: int) -> Iterator[tuple[Feature, np.ndarray]]:
     """(feature, its requested layers [len(layers), tokens, hidden]) in input order."""
     forward = layer_outputs_fn(model, layers)
@@ -196,8 +199,9 @@ def run(init_from: str, input_file: str, output_file: str, layers: str = "-1,-2,
     examples = read_examples(input_file)
     vocab_file, do_lower_case = find_vocab(init_from, vocab_file, do_lower_case)
     tokenizer = tokenization.load(vocab_file, do_lower_case)
-    model, params = pretrained.from_pretrained(init_from)
-    config = model.config
+    # The encoder alone (BertModel, bert/ of every source): a fine-tuned workdir has no masked-LM head.
+    config, params = pretrained.load(init_from, encoder_only=True)
+    model, params = model_lib.BertModel(config), jax.tree.map(jnp.asarray, params["bert"])
     indices = layer_indices(layers, config.num_hidden_layers)
     min_length = 3 if any(ex.text_b is not None for ex in examples) else 2
     if not min_length <= max_seq_length <= config.max_position_embeddings:

@@ -109,6 +109,8 @@ def resolve_source(job: FinetuneConfig) -> Source:
         raise FileNotFoundError(f"no vocab comes with config.train.init_from={path!r}; set "
                                 "--config.data.vocab_file (and --config.data.do_lower_case) to the vocab it was "
                                 "trained with.")
+    if not path and not job.model.vocab_size:  # unset: a random model as large as the vocab
+        architecture = dataclasses.replace(architecture, vocab_size=tokenization.load(vocab, lower).vocab_size)
     return Source(architecture, params, vocab, lower)
 
 

@@ -143,6 +143,30 @@ class NonfiniteGuard:
             "clip with config.optim.max_grad_norm, then rerun the same command to resume.")
 
 
+class NotLearningWatch:
+    """`config.eval.not_learning_after`: the one warning of a pre-training run whose held-out evals say it
+    is not learning (`metrics.not_learning`), as a sentence naming the settings that usually cause it."""
+
+    def __init__(self, job: Any):
+        self.job, self.warned = job, False
+
+    def check(self, step: int, result: dict) -> Optional[str]:
+        """The warning, the first time `result` (an eval with its baselines and mlm_targets) calls for one."""
+        job = self.job
+        why = None if self.warned else metrics_lib.not_learning(
+            result, step, job.train.num_train_steps, job.eval.not_learning_after)
+        if why is None:
+            return None
+        self.warned = True
+        arch = job.model.architecture
+        return (f"step {step}: this run is not learning: {why}; the usual causes are the learning rate for this "
+                f"model size (config.optim.learning_rate={job.optim.learning_rate:g} for {arch.num_hidden_layers} "
+                f"layer(s) of hidden size {arch.hidden_size}), the warmup (config.optim.warmup_steps="
+                f"{job.optim.warmup_steps} of {job.train.num_train_steps} steps) and the batch size "
+                f"(config.train.global_batch_size={job.train.global_batch_size}), so change those "
+                f"(config.eval.not_learning_after=0 turns this check off).")
+
+
 def run_job(workdir: str, body: Callable[[StopRequest, lock_lib.WorkdirLock], dict]) -> dict:
     """body(stop, lock) with the workdir locked and SIGTERM handled; a SIGTERM before the first step
     (data preparation, compilation, restore) ends it cleanly, with nothing trained."""

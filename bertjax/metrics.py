@@ -45,14 +45,15 @@ def _argmax(logits: Array) -> Array:
 
 
 def _mlm_terms(mlm_logits, masked_lm_ids, masked_lm_weights, example_weight):
-    """Per-prediction cross-entropy, correctness and weight, all float32 [batch, predictions]."""
+    """Per-prediction cross-entropy, correctness and weight, all float32 [batch, predictions], and the
+    predicted ids, int32."""
     logits = jnp.asarray(mlm_logits, jnp.float32)
     ids = jnp.asarray(masked_lm_ids).astype(jnp.int32)
     ew = _example_weight(example_weight, ids.shape[0])
     w = jnp.asarray(masked_lm_weights, jnp.float32) * ew[:, None]
     ce = optax.softmax_cross_entropy_with_integer_labels(logits, ids)
-    correct = (_argmax(logits) == ids).astype(jnp.float32)
-    return ce, correct, w
+    predicted = _argmax(logits)
+    return ce, (predicted == ids).astype(jnp.float32), w, predicted
 
 
 def _nsp_terms(nsp_logits, next_sentence_labels, example_weight, next_sentence_weights=None):
@@ -69,19 +70,31 @@ def _nsp_terms(nsp_logits, next_sentence_labels, example_weight, next_sentence_w
     return ce, correct, w
 
 
+def _prediction_bits(predicted: Array, vocab_size: int, w: Array) -> Array:
+    """Per bit of the predicted token id, the weight of the predictions with that bit set, float32 [bits].
+
+    All predictions are one id exactly when every bit's sum is 0 or the total weight. Unlike a vocab-size
+    histogram it costs a few reductions over the predictions, and being a sum it adds up over batches."""
+    bits = max(1, (int(vocab_size) - 1).bit_length())
+    shifted = predicted[..., None] >> jnp.arange(bits, dtype=jnp.int32)
+    return jnp.sum((shifted & 1).astype(jnp.float32) * w[..., None], axis=tuple(range(w.ndim)))
+
+
 def pretraining_metrics(mlm_logits: Array, masked_lm_ids: Array, masked_lm_weights: Array,
                         nsp_logits: Optional[Array] = None, next_sentence_labels: Optional[Array] = None,
                         example_weight: Optional[Array] = None,
                         next_sentence_weights: Optional[Array] = None) -> Metrics:
-    """{mlm_loss, mlm_accuracy[, nsp_loss, nsp_accuracy]} as (sum, count) float32 scalars.
+    """{mlm_loss, mlm_accuracy, mlm_constant_prediction[, nsp_loss, nsp_accuracy]} as (sum, count) float32.
 
     MLM terms are weighted by masked_lm_weights × example_weight, NSP terms by example_weight (times
     next_sentence_weights for packed rows: one NSP term per instance). With nsp_logits None (MLM-only
-    data) the NSP keys are absent.
+    data) the NSP keys are absent. mlm_constant_prediction's sum is a vector (`_prediction_bits`), which
+    `normalize` turns into the one token id every MLM prediction was (a collapsed model), else -1.
     """
-    ce, correct, w = _mlm_terms(mlm_logits, masked_lm_ids, masked_lm_weights, example_weight)
+    ce, correct, w, predicted = _mlm_terms(mlm_logits, masked_lm_ids, masked_lm_weights, example_weight)
     count = jnp.sum(w)
-    out = {"mlm_loss": (jnp.sum(ce * w), count), "mlm_accuracy": (jnp.sum(correct * w), count)}
+    out = {"mlm_loss": (jnp.sum(ce * w), count), "mlm_accuracy": (jnp.sum(correct * w), count),
+           "mlm_constant_prediction": (_prediction_bits(predicted, mlm_logits.shape[-1], w), count)}
     if nsp_logits is not None:
         ce, correct, w = _nsp_terms(nsp_logits, next_sentence_labels, example_weight, next_sentence_weights)
         count = jnp.sum(w)
@@ -133,9 +146,21 @@ def merge(a: Optional[Metrics], b: Metrics) -> Metrics:
 
 
 def normalize(metrics: Metrics) -> dict[str, float]:
-    """(sum, count) → sum / count as Python floats on the host (NaN where nothing was counted)."""
+    """(sum, count) → sum / count as Python floats on the host (NaN where nothing was counted); a vector
+    sum (mlm_constant_prediction's bits) → the one id all predictions were, or -1 if they were not one."""
     host = jax.device_get(metrics)
-    return {k: float(s) / float(c) if float(c) > 0 else float("nan") for k, (s, c) in host.items()}
+    return {k: float("nan") if not float(c) > 0 else
+            float(s) / float(c) if np.ndim(s) == 0 else _constant_id(np.asarray(s, np.float64), float(c))
+            for k, (s, c) in host.items()}
+
+
+def _constant_id(bit_sums: np.ndarray, count: float) -> float:
+    # A bit is fixed when set in all predictions or in none (float32 sums: exact below 2^24, else within 1e-6).
+    slack = 1e-6 * count
+    ones, zeros = bit_sums >= count - slack, bit_sums <= slack
+    if not np.all(ones | zeros):
+        return -1.0
+    return float(sum(1 << b for b in np.flatnonzero(ones)))
 
 
 # --- Baselines (numpy, on the host) ------------------------------------------------------------------
@@ -173,6 +198,32 @@ def baselines(batches: Iterable[Mapping[str, np.ndarray]]) -> dict[str, float]:
         p = nsp_zero / nsp_total if nsp_total > 0 else float("nan")
         out["nsp_accuracy_baseline"] = max(p, 1.0 - p)
     return out
+
+
+def not_learning(result: Mapping[str, float], step: int, num_train_steps: int, after: float) -> Optional[str]:
+    """Why held-out results say a pre-training run is not learning, as a clause, or None.
+
+    Judged only from `after` × num_train_steps on (0: never): every MLM prediction is one token id
+    (mlm_constant_prediction ≥ 0), or MLM accuracy has not risen above its unigram baseline p by more than
+    its standard error sqrt(p(1-p)/n), n = mlm_targets (the weighted masked targets evaluated). An NSP
+    accuracy at or below its majority class is added to the clause, not judged alone.
+    """
+    if not after or step < after * num_train_steps:
+        return None
+    accuracy, baseline = result.get("mlm_accuracy", math.nan), result.get("mlm_accuracy_baseline", math.nan)
+    constant, n = result.get("mlm_constant_prediction", -1.0), result.get("mlm_targets", 0.0)
+    if constant is not None and constant >= 0:
+        why = f"every held-out MLM prediction is the same token (id {int(constant)})"
+    elif n > 0 and math.isfinite(accuracy) and math.isfinite(baseline) and \
+            accuracy <= baseline + math.sqrt(baseline * (1 - baseline) / n):
+        why = (f"held-out MLM accuracy {accuracy:.2%} has not left its unigram baseline {baseline:.2%} (standard "
+               f"error {math.sqrt(baseline * (1 - baseline) / n):.2%} over {int(n):,} masked targets)")
+    else:
+        return None
+    nsp, nsp_baseline = result.get("nsp_accuracy", math.nan), result.get("nsp_accuracy_baseline", math.nan)
+    if nsp <= nsp_baseline:
+        why += f" and NSP accuracy {nsp:.2%} is not above its majority class {nsp_baseline:.2%}"
+    return why
 
 
 # --- FLOPs, throughput, MFU --------------------------------------------------------------------------
@@ -387,7 +438,9 @@ class MetricWriter:
                 plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="scalars"),
                 data_class=summary_pb2.DATA_CLASS_SCALAR)
 
-    def write(self, step: int, metrics: Mapping[str, Any], kind: str = "train") -> None:
+    def write(self, step: int, metrics: Mapping[str, Any], kind: str = "train",
+              notes: Optional[Mapping[str, str]] = None) -> None:
+        """`notes` (key → text, e.g. a warning) go into metrics.jsonl only: TensorBoard takes numbers."""
         if not self.is_primary:
             return
         values = {}
@@ -398,6 +451,7 @@ class MetricWriter:
                 raise TypeError(f"metric {key!r}={value!r} is not a number.") from None
         record = {"step": int(step), "kind": kind}
         record.update({k: v if math.isfinite(v) else None for k, v in values.items()})
+        record.update(notes or {})
         self._jsonl.write(json.dumps(record) + "\n")
         self._jsonl.flush()
         if self._tb is not None:

@@ -95,12 +95,30 @@ def _read_inputs(job: Any, labels: Any, path: str) -> list:
     return tasks.read_text_examples(path, regression=job.data.regression, require_labels=False)
 
 
+def _refuse_pre_training_run(workdir: str) -> None:
+    """A pre-training workdir holds the encoder and its masked-LM/NSP heads, no task head to predict with:
+    one sentence saying so and what to pass, before anything is read."""
+    from bertjax import checkpoint as checkpoint_lib
+
+    path = os.path.join(workdir, "config.json")
+    if not (checkpoint_lib.is_workdir(workdir) and os.path.isfile(path)):
+        return  # not a workdir at all: finetuning.load_run says what is missing
+    with open(path) as f:
+        kind = json.load(f).get("kind")
+    if kind != "finetune":
+        raise ValueError(f"--workdir={workdir} is a pre-training run, not a fine-tuned one: it has no task head "
+                         "(classifier or qa_outputs) to predict with; pass the workdir of a run fine-tuned from it "
+                         f"(python -m bertjax.finetune --config.train.init_from={workdir}), or use python -m "
+                         f"bertjax.extract_features --init_from={workdir} for its encoder's vectors.")
+
+
 def predict_file(workdir: str, input_file: str, output_file: str, step: Optional[int] = None,
                  batch_size: int = 32) -> int:
     """Runs a fine-tuned workdir on input_file and writes output_file (JSONL); returns the count."""
     from bertjax import finetuning, heads
     from bertjax.data import arrays
 
+    _refuse_pre_training_run(workdir)
     job, labels, params = finetuning.load_run(workdir, step)
     tokenizer = tokenization.load(job.data.vocab_file, job.data.do_lower_case)
     examples = _read_inputs(job, labels, input_file)

@@ -42,6 +42,8 @@ def define_flags() -> None:
                          "max_predictions_per_seq + max_instances_per_row).")
     flags.DEFINE_integer("num_shards", 16, "Output shards; results depend on this and the seed only.")
     flags.DEFINE_integer("num_workers", os.cpu_count() or 1, "Local worker processes.")
+    flags.DEFINE_bool("overwrite", False, "Replace the record set already in --output_dir (its metadata.json and "
+                      ".tfrecord files); without it, prepare refuses a directory that holds one.")
     flags.DEFINE_enum("runner", "local", ["local", "beam"], "local processes or Apache Beam.")
     flags.DEFINE_string("beam_runner", "DirectRunner", "Beam runner for --runner=beam.")
     flags.DEFINE_string("tfds_data_dir", None, "TFDS data_dir for tfds: inputs.")
@@ -68,7 +70,8 @@ def main(argv):
                                         FLAGS.max_instances_per_row))
         if FLAGS.packing else None)
     try:
-        metadata = shards.prepare(cfg, num_workers=FLAGS.num_workers, runner=FLAGS.runner, beam_args=beam_args)
+        metadata = shards.prepare(cfg, num_workers=FLAGS.num_workers, runner=FLAGS.runner, beam_args=beam_args,
+                                  overwrite=FLAGS.overwrite)
     except (OSError, ValueError, RuntimeError) as e:  # a user's bad file or flag: one line, no traceback
         sys.stderr.write(f"prepare: error: {e}\n")
         return 1

@@ -8,6 +8,7 @@ and tf1.py TF1 checkpoints (renamed into hf.py's import); checkpoint.py knows ab
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import jax
@@ -18,16 +19,30 @@ from bertjax import hf
 from bertjax import model as model_lib
 from bertjax import tf1
 
+log = logging.getLogger(__name__)
 
-def load(path: str, seed: int = 0) -> tuple[model_lib.BertConfig, dict]:
+
+def load(path: str, seed: int = 0, encoder_only: bool = False) -> tuple[model_lib.BertConfig, dict]:
     """(architecture, params in the loop layout) from a bertjax workdir (its latest checkpoint), a Hugging
-    Face directory or a TF1 directory (heads either lacks initialised from `seed`)."""
+    Face directory or a TF1 directory (heads either lacks initialised from `seed`).
+
+    A fine-tuned workdir (bertjax.finetune) gives its encoder with fresh pre-training heads, as a Hugging
+    Face BertFor<Task> directory does; its task head is left out. `encoder_only`: only `bert/`, and
+    nothing initialised for heads a workdir lacks (feature extraction reads no head)."""
     if checkpoint_lib.is_workdir(path):
         fingerprint, params = checkpoint_lib.load_params(path)
-        return model_lib.BertConfig(**fingerprint["model"]), params
-    if tf1.is_tf1_dir(path):
-        return tf1.load(path, seed)
-    return hf.load(path, seed)
+        config = model_lib.BertConfig(**fingerprint["model"])
+        if encoder_only:
+            return config, {"bert": params["bert"]}
+        if "task" in fingerprint:
+            log.warning("%s is a fine-tuned %s run: using its encoder, with the masked-LM and next-sentence heads "
+                        "initialised fresh", path, fingerprint["task"])
+            fresh = jax.device_get(model_lib.init_params(model_lib.BertForPreTraining(config),
+                                                         jax.random.PRNGKey(seed)))
+            params = dict(fresh, bert=params["bert"])
+        return config, params
+    config, params = tf1.load(path, seed) if tf1.is_tf1_dir(path) else hf.load(path, seed)
+    return config, {"bert": params["bert"]} if encoder_only else params
 
 
 def from_pretrained(path: str, *, dtype: Any = jnp.float32, scan_layers: bool = False,

@@ -5,7 +5,9 @@
 
 --input_file takes what `python -m bertjax.prepare` takes: BERT raw-text files (one sentence per line,
 blank lines between documents, `.gz` allowed), `tfds:NAME[/CONFIG][:SPLIT]` or `builtin:pydocs`. The same
-corpus and flags write the same bytes on every run (bertjax/data/vocab_training.py).
+corpus and flags write the same bytes on every run (bertjax/data/vocab_training.py). A WordPiece vocab that
+comes out another size than --vocab_size (a corpus too small for it) is one printed line with both sizes
+and why; SentencePiece refuses such a size instead.
 """
 
 from collections.abc import Iterator
@@ -48,8 +50,9 @@ def main(argv: list[str]) -> None:
         source = corpus_lib.open_source(FLAGS.input_file, data_dir=FLAGS.tfds_data_dir,
                                         text_feature=FLAGS.tfds_text_feature)
         if FLAGS.model_type == "wordpiece":
+            # A vocab of another size than asked says so, and why, in one printed line.
             tok = vocab_training.train_wordpiece(sentences(source), FLAGS.vocab_size, FLAGS.output_dir,
-                                                 do_lower_case=FLAGS.do_lower_case)
+                                                 do_lower_case=FLAGS.do_lower_case, report=print)
         else:
             tok = vocab_training.train_sentencepiece(sentences(source), FLAGS.vocab_size, FLAGS.output_dir,
                                                      do_lower_case=FLAGS.do_lower_case, seed=FLAGS.random_seed,

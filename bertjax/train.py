@@ -43,7 +43,8 @@ def _pipeline(job: JobConfig, files: str, training: bool, batch_size: int) -> pi
         shuffle_buffer=d.shuffle_buffer,
         training=training, process_index=jax.process_index(), process_count=jax.process_count(),
         vocab_size=job.model.vocab_size, max_batches=None if training else (job.eval.num_batches or None),
-        dynamic_masking=vocab is not None, vocab=vocab, skip_damaged_records=d.skip_damaged_records))
+        dynamic_masking=vocab is not None, vocab=vocab, skip_damaged_records=d.skip_damaged_records,
+        verify_checksums=d.verify_checksums))
 
 
 def evaluate(trainer: trainer_lib.Trainer, params: Any, pipeline: pipeline_lib.InputPipeline,
@@ -53,7 +54,9 @@ def evaluate(trainer: trainer_lib.Trainer, params: Any, pipeline: pipeline_lib.I
     total = None
     for _, local in zip(range(num_batches), pipeline):
         total = metrics_lib.merge(total, trainer.eval_step(params, trainer.global_batch(local)))
-    return metrics_lib.normalize(total)
+    result = metrics_lib.normalize(total)
+    result["mlm_targets"] = float(jax.device_get(total["mlm_accuracy"][1]))  # for the accuracy's standard error
+    return result
 
 
 # --- The job -----------------------------------------------------------------------------------------
@@ -70,10 +73,12 @@ def _train_and_evaluate(config: Any, workdir: str, compile_only: bool, stop: loo
                         lock: lock_lib.WorkdirLock) -> dict:
     # ===== setup =====
     from bertjax.data import stage as stage_lib  # corpus → vocab → records, when the config asks for it
+    from bertjax.data import vocab_check
 
     job = config if isinstance(config, JobConfig) else JobConfig.from_configdict(config)
     job = stage_lib.prepare_data(job, workdir)
     job.data.check_records()
+    job = vocab_check.check_job_vocab(job)  # the vocab, the model and the records agree, before compiling
     primary = jax.process_index() == 0
     if primary:  # epath: local or gs://, as orbax
         epath.Path(workdir).mkdir(parents=True, exist_ok=True)
@@ -121,15 +126,22 @@ def _train_and_evaluate(config: Any, workdir: str, compile_only: bool, stop: loo
         else:
             state = trainer.init_state()
         # ===== loop =====
+        watch = loop_lib.NotLearningWatch(job)
+
         def run_eval(step: int, params: Any) -> dict:
             if eval_data is None:
                 return {}
             result = evaluate(trainer, params, eval_data, eval_data.num_batches)
             result.update(baselines)
-            writer.write(step, result, kind="eval")
+            warning = watch.check(step, result)  # once per run; kept in the eval's own metrics.jsonl row
+            if warning:
+                result["not_learning"] = 1.0
+            writer.write(step, result, kind="eval", notes={"warning": warning} if warning else None)
             log.info("eval  %s | baselines: mlm_acc %.2f%%, nsp_acc %.2f%%", metrics_lib.format_log_line(
                 dict(result, step=step)), 100 * baselines.get("mlm_accuracy_baseline", float("nan")),
                 100 * baselines.get("nsp_accuracy_baseline", float("nan")))
+            if warning:
+                log.warning("%s", warning)
             return result
 
         result = loop_lib.train_loop(trainer, state, train_data, run_eval, checkpoints, writer, lock, stop, workdir)

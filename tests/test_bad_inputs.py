@@ -289,7 +289,7 @@ def test_the_job_ends_a_bad_input_in_its_one_sentence(tmp_path):
     done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300, env=env)
     last = done.stderr.strip().splitlines()[-1]
     assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-3000:]
-    assert last.startswith(f"bertjax: record pattern '{tmp_path}/records/*.tfrecord' matches no files"), last
+    assert last.startswith(f"bertjax: config.data.train_files pattern '{tmp_path}/records/*.tfrecord' matches no files"), last
     assert last.endswith("(BERTJAX_TRACEBACK=1 shows where it was raised)")
     done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300,
                           env=dict(env, BERTJAX_TRACEBACK="1"))

@@ -70,12 +70,12 @@ def test_5mb_single_line_is_cut_into_counted_pieces(tmp_path):
     line = "".join(f"word{i:07d}" for i in range(500_000))  # 5.5 MB, no newline, no space
     source = open_source(_write(tmp_path / "huge.txt", "Before.\n" + line + "\nAfter.\n"))
     (doc,) = list(source.documents())
-    cap = corpus.DEFAULT_MAX_LINE_CHARS
+    cap = corpus.DEFAULT_MAX_SENTENCE_CHARS  # no sentence end, no space: cut every cap characters
     assert doc[0] == "Before." and doc[-1] == "After."
     assert all(len(piece) <= cap for piece in doc)
     assert len(doc) == 2 + -(-len(line) // cap)
     assert "".join(doc[1:-1]) == line
-    assert (source.stats.over_long_lines, source.stats.lines) == (1, 3)
+    assert (source.stats.over_long_lines, source.stats.split_lines, source.stats.lines) == (1, 1, 3)
 
 
 def test_over_long_line_is_cut_on_character_boundaries(tmp_path):

@@ -41,7 +41,9 @@ def _numpy_reference(batch, example_weight=None):
     labels = batch["next_sentence_labels"].reshape(-1)
     nce = -nlp[np.arange(len(labels)), labels]
     ncorrect = (nlp.argmax(-1) == labels).astype(float)
+    predicted = set(lp.argmax(-1)[w > 0].tolist())
     return dict(mlm_loss=(ce * w).sum() / w.sum(), mlm_accuracy=(correct * w).sum() / w.sum(),
+                mlm_constant_prediction=predicted.pop() if len(predicted) == 1 else -1,
                 nsp_loss=(nce * ew).sum() / ew.sum(), nsp_accuracy=(ncorrect * ew).sum() / ew.sum(),
                 loss=(ce * w).sum() / (w.sum() + 1e-5) + (nce * ew).sum() / ew.sum(), mlm_count=w.sum())
 
@@ -50,7 +52,7 @@ def test_metrics_and_loss_match_numpy():
     batch = _batch(np.random.default_rng(0))
     ref = _numpy_reference(batch)
     got = metrics.normalize(pretraining_metrics(**batch))
-    assert set(got) == {"mlm_loss", "mlm_accuracy", "nsp_loss", "nsp_accuracy"}
+    assert set(got) == {"mlm_loss", "mlm_accuracy", "mlm_constant_prediction", "nsp_loss", "nsp_accuracy"}
     for key in got:
         assert got[key] == pytest.approx(ref[key], rel=1e-5), key
     assert 0 < got["mlm_accuracy"] < 1  # the data makes accuracy non-trivial
@@ -74,7 +76,7 @@ def test_mlm_only_has_no_nsp_terms():
     batch = _batch(np.random.default_rng(2))
     batch.pop("nsp_logits"), batch.pop("next_sentence_labels")
     got = pretraining_metrics(**batch)
-    assert set(got) == {"mlm_loss", "mlm_accuracy"}
+    assert set(got) == {"mlm_loss", "mlm_accuracy", "mlm_constant_prediction"}
     ref = _numpy_reference(_batch(np.random.default_rng(2)))
     assert float(metrics.loss(**batch)) == pytest.approx(ref["loss"] - ref["nsp_loss"], rel=1e-5)
 
@@ -105,8 +107,9 @@ def test_merging_batches_equals_the_concatenation():
     for b in batches:
         merged = metrics.merge(merged, pretraining_metrics(**b))
     whole = pretraining_metrics(**{k: np.concatenate([b[k] for b in batches]) for k in batches[0]})
-    for key in whole:
-        np.testing.assert_allclose(np.asarray(merged[key]), np.asarray(whole[key]), rtol=1e-5)
+    for key in whole:  # (sum, count); mlm_constant_prediction's sum is a vector
+        for part in (0, 1):
+            np.testing.assert_allclose(np.asarray(merged[key][part]), np.asarray(whole[key][part]), rtol=1e-5)
     got, want = metrics.normalize(merged), metrics.normalize(whole)
     assert got == pytest.approx(want, rel=1e-6)
     # a mean of per-batch means would be wrong here
@@ -276,3 +279,63 @@ def test_metrics_file_continues_across_runs_appended_or_rewritten_whole(tmp_path
     local = metrics._AppendOnlyFile(path)  # by default a local path appends
     assert local._local is not None
     local.close()
+
+
+# --- A run that is not learning ---------------------------------------------------------------------------
+
+def _collapsed(rng, token, b=3, p=4, v=40):
+    """A batch whose every MLM prediction is `token` (its logit far above the rest)."""
+    batch = _batch(rng, b=b, p=p, v=v)
+    batch["mlm_logits"][..., token] += 100.0
+    return batch
+
+
+def test_constant_prediction_is_exact_across_batches_and_ignores_padding():
+    rng = np.random.default_rng(7)
+    a, b = _collapsed(rng, 37), _collapsed(rng, 37)
+    b["mlm_logits"][0, -1, 5] += 1000.0  # a padded slot (weight 0) predicting something else does not count
+    merged = metrics.merge(pretraining_metrics(**a), pretraining_metrics(**b))
+    assert metrics.normalize(merged)["mlm_constant_prediction"] == 37
+    b["mlm_logits"][0, 0, 5] += 1000.0  # one real prediction of another id among 18
+    assert metrics.normalize(metrics.merge(pretraining_metrics(**a), pretraining_metrics(**b))
+                             )["mlm_constant_prediction"] == -1
+    # each batch constant, but not on one token: not a constant prediction (a per-batch mode would say it is)
+    c = _collapsed(rng, 36)
+    assert metrics.normalize(pretraining_metrics(**c))["mlm_constant_prediction"] == 36
+    assert metrics.normalize(metrics.merge(pretraining_metrics(**a), pretraining_metrics(**c))
+                             )["mlm_constant_prediction"] == -1
+    assert metrics.normalize(pretraining_metrics(**_batch(rng, v=40)))["mlm_constant_prediction"] == -1
+
+
+# baseline 0.1 over 900 targets: standard error sqrt(0.1 * 0.9 / 900) = 0.01
+FLAT = dict(mlm_accuracy=0.105, mlm_accuracy_baseline=0.1, mlm_targets=900.0, mlm_constant_prediction=-1.0,
+            nsp_accuracy=0.6, nsp_accuracy_baseline=0.55)
+
+
+def test_not_learning_within_a_standard_error_of_the_baseline_after_the_share():
+    assert metrics.not_learning(FLAT, step=24, num_train_steps=100, after=0.25) is None  # too early to judge
+    assert metrics.not_learning(FLAT, step=100, num_train_steps=100, after=0.0) is None  # check off
+    why = metrics.not_learning(FLAT, step=25, num_train_steps=100, after=0.25)
+    assert why == ("held-out MLM accuracy 10.50% has not left its unigram baseline 10.00% (standard error 1.00% "
+                   "over 900 masked targets)")
+    assert metrics.not_learning(dict(FLAT, mlm_accuracy=0.05), 50, 100, 0.25).startswith("held-out MLM accuracy 5.00%")
+    # two standard errors above: learning
+    assert metrics.not_learning(dict(FLAT, mlm_accuracy=0.12), 50, 100, 0.25) is None
+    # the same gap over 100 targets (standard error 3%) is within the noise
+    assert metrics.not_learning(dict(FLAT, mlm_accuracy=0.12, mlm_targets=100.0), 50, 100, 0.25) is not None
+    assert metrics.not_learning(dict(FLAT, nsp_accuracy=0.5), 50, 100, 0.25).endswith(
+        "and NSP accuracy 50.00% is not above its majority class 55.00%")
+
+
+def test_not_learning_when_every_prediction_is_one_token_whatever_the_accuracy():
+    collapsed = dict(FLAT, mlm_accuracy=0.3, mlm_constant_prediction=1012.0)
+    assert metrics.not_learning(collapsed, 50, 100, 0.25) == "every held-out MLM prediction is the same token (id 1012)"
+    assert metrics.not_learning(dict(FLAT, mlm_accuracy=0.3), 50, 100, 0.25) is None
+    assert metrics.not_learning({"accuracy": 0.5}, 50, 100, 0.25) is None  # fine-tuning's evals: nothing to judge
+
+
+def test_metric_writer_keeps_notes_in_jsonl_only(tmp_path):
+    with metrics.MetricWriter(str(tmp_path), is_primary=True, tensorboard=False) as writer:
+        writer.write(5, {"not_learning": 1.0}, kind="eval", notes={"warning": "step 5: this run is not learning"})
+    assert json.loads((tmp_path / "metrics.jsonl").read_text()) == {
+        "step": 5, "kind": "eval", "not_learning": 1.0, "warning": "step 5: this run is not learning"}

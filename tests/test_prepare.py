@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 
+import google_crc32c
 import numpy as np
 import pytest
 
@@ -137,7 +138,10 @@ def made_wwm(corpus, vocab_file, tmp_path_factory):
 def test_records_parse_with_google_bert_spec_and_metadata_describes_them(made, corpus, vocab_file):
     out, returned, rows, counts = made
     metadata = json.loads((out / "metadata.json").read_text(encoding="utf-8"))
-    assert {k: v for k, v in metadata.items() if k not in ("schema", "format_version")} == returned
+    assert metadata == returned
+    for entry in metadata["files"]:  # each shard listed with its size and checksum, as it lies on disk
+        data = (out / entry["file"]).read_bytes()
+        assert entry["bytes"] == len(data) and entry["crc32c"] == f"{google_crc32c.value(data):08x}"
     n = len(rows["input_ids"])
     assert n > 1000 and rows["masked_lm_weights"].dtype == np.float32 and rows["input_ids"].dtype == np.int64
     assert counts == [f["instances"] for f in metadata["files"]] and sum(counts) == n == metadata["counts"]["instances"]

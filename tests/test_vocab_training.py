@@ -4,6 +4,7 @@ WordPieceTrainer run's random "##c" order the learner reproduces that run's voca
 
 import collections
 import os
+import re
 import subprocess
 import sys
 
@@ -73,3 +74,39 @@ def test_given_hf_runs_continuation_order_the_learner_is_hf_wordpiece_trainer(co
     assert len(reference) == vocab_size and replayed == reference
     ours = vocab_training.learn_wordpiece(corpus_lines, vocab_size, do_lower_case)  # "##c" sorted instead
     assert len(ours) == vocab_size and len(set(ours) & set(reference)) >= 0.99 * vocab_size
+
+
+def test_the_whitespace_scan_of_the_bmp_finds_what_a_scan_of_all_of_unicode_finds():
+    """_glue_re scans only the BMP for str.isspace() chars (a sixteenth of the time): true for this Python."""
+    assert vocab_training._python_whitespace(sys.maxunicode + 1) == vocab_training._python_whitespace()
+    assert vocab_training._glue_re().pattern == "[" + re.escape("\x0b\x0c\x1c\x1d\x1e\x1f\x85") + "]"
+
+
+@pytest.mark.parametrize("lines, vocab_size, min_frequency, why", [
+    (["the cat sat on the mat", "the dog sat"], 200, 2, "fewer than min_frequency=2 times in the corpus's 6 "
+                                                       "distinct words (9 in all)"),
+    (["abab abab cdcd", "xyz"], 100, 1, "the corpus has only 3 distinct words (7 distinct characters) and every one "
+                                        "is already a single piece"),
+    (["the cat sat on the mat", "the dog sat"], 10, 2, "the corpus has 11 distinct characters"),
+], ids=["min_frequency", "every_word_one_piece", "alphabet_larger"])
+def test_a_vocab_of_another_size_than_asked_says_both_sizes_and_why(tmp_path, lines, vocab_size, min_frequency,
+                                                                     why):
+    notes = []
+    tok = vocab_training.train_wordpiece(iter(lines), vocab_size, tmp_path, min_frequency=min_frequency,
+                                         report=notes.append)
+    assert tok.vocab_size != vocab_size
+    assert len(notes) == 1 and f"has {tok.vocab_size} entries, not the {vocab_size} asked for" in notes[0], notes
+    assert why in notes[0], notes[0]
+
+
+def test_a_vocab_of_the_size_asked_says_nothing_and_the_cli_prints_the_note(tmp_path, corpus_lines):  # noqa: F811
+    notes = []
+    vocab_training.train_wordpiece(iter(corpus_lines), 500, tmp_path / "full", report=notes.append)
+    assert notes == []
+    (tmp_path / "tiny.txt").write_text("the cat sat on the mat\nthe dog sat\n", encoding="utf-8")
+    done = subprocess.run([sys.executable, "-m", "bertjax.tokenizer", f"--input_file={tmp_path}/tiny.txt",
+                           "--vocab_size=200", f"--output_dir={tmp_path}/out"], cwd=train_setup.ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "WordPiece vocab has 27 entries, not the 200 asked for: every pair of pieces left occurs fewer than " \
+           "min_frequency=2" in done.stdout and "vocab_size=27" in done.stdout, done.stdout

@@ -37,7 +37,7 @@ def make(size: str, phase: int, init_from: str, runlocal: bool) -> ml_collection
     arch = architecture.config_for_size(size)
     c.model = ml_collections.ConfigDict()
     c.model.size = size  # the name the fields below came from; informative only
-    c.model.vocab_size = arch.vocab_size  # must equal the vocab file's size (the records are checked)
+    c.model.vocab_size = 0  # 0 = the records' size (metadata.json) or vocab_file's; else must equal both
     c.model.hidden_size = arch.hidden_size  # width of embeddings and every layer
     c.model.num_hidden_layers = arch.num_hidden_layers  # transformer layers
     c.model.num_attention_heads = arch.num_attention_heads  # must divide hidden_size
@@ -69,6 +69,7 @@ def make(size: str, phase: int, init_from: str, runlocal: bool) -> ml_collection
     c.data.dynamic_masking = False  # re-mask every epoch instead of using the stored masks
     # A damaged record file (truncated, a bad CRC, not a record file) stops the job, naming it and the byte.
     c.data.skip_damaged_records = False  # instead check every file at start (~200 MB/s), read each up to its first damage, count the loss
+    c.data.verify_checksums = False  # read every shard at start and compare its CRC32C with metadata.json's
     # Packing: several instances per row (records made with `prepare --packing`; the corpus stage packs its own).
     c.data.packing = False  # rows of up to max_instances_per_row instances: no compute spent on padding
     c.data.max_instances_per_row = 3  # must equal the packed records' (NVIDIA's MLPerf BERT packs up to 3)
@@ -141,6 +142,7 @@ def make(size: str, phase: int, init_from: str, runlocal: bool) -> ml_collection
     c.eval.every_steps = 10_000  # steps between held-out evaluations (and always at the end)
     c.eval.num_batches = 100  # batches per evaluation (0 = the whole eval set once)
     c.eval.show_predictions = 0  # at the end, print top-5 guesses for the masks of this many held-out sequences
+    c.eval.not_learning_after = 0.25  # from this share of the run on, warn once if held-out MLM is flat (0 = never)
 
     if c.train.phase == 2:
         c.data.max_seq_length = 512

@@ -35,11 +35,15 @@ from typing import Any, NamedTuple, Optional
 
 import sentencex
 
+from bertjax.data import text_checks
+
 Document = list[str]
 
-# A line or sentence longer than this is cut into pieces, so one multi-GB line without a newline
-# cannot exhaust memory; the pieces are kept as sentences and counted in `over_long_lines`.
+# A line longer than this is read in pieces (counted in `over_long_lines`): memory stays bounded.
 DEFAULT_MAX_LINE_CHARS = 100_000
+# A line or sentence longer than this is cut into sentences (text_checks.cut_sentences), counted in
+# `split_lines`: ~250 tokens, so that it fits in an instance instead of being truncated to max_seq_length.
+DEFAULT_MAX_SENTENCE_CHARS = 1_000
 
 _PARAGRAPH_BREAK = re.compile(r"\n[ \t\r\f\v]*\n")
 
@@ -57,7 +61,8 @@ class CorpusStats:
     lines: int = 0  # text-file lines read, blank ones included
     empty_lines: int = 0  # blank text-file lines (document separators)
     replaced_lines: int = 0  # lines (TFDS: texts) with non-UTF-8 bytes, decoded to U+FFFD
-    over_long_lines: int = 0  # lines or sentences over max_line_chars: cut into pieces
+    over_long_lines: int = 0  # lines or sentences over max_line_chars: read in pieces
+    split_lines: int = 0  # lines or sentences over max_sentence_chars: cut into sentences
     short_documents: int = 0  # documents with fewer than min_sentences sentences: dropped
 
     def __add__(self, other: CorpusStats) -> CorpusStats:
@@ -144,11 +149,15 @@ def expand_patterns(patterns: str | Iterable[str], what: str = "--input_file") -
 class Source(abc.ABC):
     """A corpus cut into named units; documents stream from `read`, counters go to `stats`."""
 
-    def __init__(self, min_sentences: int, max_line_chars: int):
+    def __init__(self, min_sentences: int, max_line_chars: int, max_sentence_chars: int = DEFAULT_MAX_SENTENCE_CHARS):
         if max_line_chars < 4:
             raise ValueError(f"max_line_chars must be at least 4, got {max_line_chars}.")
+        if max_sentence_chars < 1:
+            raise ValueError(f"max_sentence_chars must be at least 1, got {max_sentence_chars}.")
         self.min_sentences = min_sentences
         self.max_line_chars = max_line_chars
+        # No larger than max_line_chars: what an over-long line carries from piece to piece stays bounded.
+        self.max_sentence_chars = min(max_sentence_chars, max_line_chars)
         self.stats = CorpusStats()
 
     @abc.abstractmethod
@@ -187,17 +196,14 @@ class Source(abc.ABC):
         return self.read(self.list_units())
 
     def _cap(self, sentences: Iterable[str], stats: CorpusStats) -> Iterator[str]:
-        """Cuts sentences longer than max_line_chars into pieces (counted)."""
-        cap = self.max_line_chars
+        """Cuts sentences longer than max_sentence_chars into sentences that fit (counted)."""
         for sentence in sentences:
-            if len(sentence) <= cap:
+            if len(sentence) <= self.max_sentence_chars:
                 yield sentence
                 continue
-            stats.over_long_lines += 1
-            for start in range(0, len(sentence), cap):
-                piece = sentence[start:start + cap].strip()
-                if piece:
-                    yield piece
+            stats.split_lines += 1
+            stats.over_long_lines += len(sentence) > self.max_line_chars
+            yield from text_checks.cut_sentences(sentence, self.max_sentence_chars)[0]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -223,41 +229,26 @@ class _RawGFile(io.RawIOBase):
         super().close()
 
 
-def _incomplete_utf8_tail(data: bytes) -> int:
-    """Bytes at the end of `data` that begin a UTF-8 character not finished yet (0 to 3)."""
-    for back in range(1, min(4, len(data)) + 1):
-        byte = data[-back]
-        if byte & 0xC0 == 0x80:  # continuation byte: the lead byte is further back
-            continue
-        if byte >> 5 == 0b110:
-            need = 2
-        elif byte >> 4 == 0b1110:
-            need = 3
-        elif byte >> 3 == 0b11110:
-            need = 4
-        else:
-            need = 1
-        return back if need > back else 0
-    return 0
-
-
 class TextSource(Source):
     """google-research/bert raw text: one sentence per line, a blank line between documents.
 
     Units are files (globs expanded when opened, each glob's matches sorted). A document also ends
     at the end of its file (the reference tool lets it run on into the next file), so documents
     never straddle units. Lines are stripped; bytes that are not UTF-8 become U+FFFD (the line is
-    counted in `replaced_lines`). A line longer than `max_line_chars` bytes is read in pieces of at
-    most that many bytes, cut on a character boundary, so memory stays bounded whatever the line
-    length; each piece becomes a sentence and the line counts once in `over_long_lines`.
+    counted in `replaced_lines`), but a file whose first 64 KiB hold NUL bytes or mostly non-UTF-8
+    bytes is refused (text_checks.NotTextError). A line longer than `max_line_chars` bytes is read in
+    pieces of at most that many bytes, cut on a character boundary, so memory stays bounded whatever
+    the line length (counted once in `over_long_lines`); a line longer than `max_sentence_chars` is
+    cut into sentences of at most that many characters (counted once in `split_lines`).
 
     `split` cuts the files into byte ranges (`FileRange`) of equal size, so that one big file
     spreads over all shards and every byte is read by one shard only; `.gz` files stay whole.
     """
 
     def __init__(self, patterns: str, min_sentences: int = 1,
-                 max_line_chars: int = DEFAULT_MAX_LINE_CHARS, what: str = "--input_file"):
-        super().__init__(min_sentences, max_line_chars)
+                 max_line_chars: int = DEFAULT_MAX_LINE_CHARS, what: str = "--input_file",
+                 max_sentence_chars: int = DEFAULT_MAX_SENTENCE_CHARS):
+        super().__init__(min_sentences, max_line_chars, max_sentence_chars)
         self._files = expand_patterns(patterns, what)
 
     def list_units(self) -> list[str]:
@@ -295,6 +286,10 @@ class TextSource(Source):
                              "drop the .gz from the name of a plain-text file.") from None
 
     def _read_range(self, part: FileRange, stats: CorpusStats) -> Iterator[Document]:
+        if part.start == 0:  # once per file: one range of each file starts at byte 0
+            gz = part.path.endswith(".gz")
+            with _open_binary(part.path, 0) as raw, (gzip.GzipFile(fileobj=raw, mode="rb") if gz else raw) as f:
+                text_checks.check_text_head(part.path, f.read(text_checks.SNIFF_BYTES), decompressed=gz)
         with _open_binary(part.path, part.start - 1 if part.start else 0) as raw:
             if part.path.endswith(".gz"):
                 if part.start or part.end is not None:
@@ -315,31 +310,44 @@ class TextSource(Source):
                 stats.empty_lines += 1
             doc: Document = []
             has_text = False
+            max_chars = self.max_sentence_chars
+            rest = ""  # an over-long line's text after its last cut: goes in front of its next piece
             for line_start, text, cut, replaced in pieces:
+                whole = line_start is not None and not cut and len(text) <= max_chars  # most lines
                 if line_start is not None:
                     if part.end is not None and line_start >= part.end and not (cut or text):
                         break  # the next range starts at this blank line
                     stats.lines += 1
-                    stats.over_long_lines += cut
-                stats.replaced_lines += replaced
-                if text:
+                    if not whole:
+                        stats.over_long_lines += cut
+                        stats.split_lines += 1
+                if replaced:
+                    stats.replaced_lines += 1
+                if not whole:
+                    sentences, rest = text_checks.cut_sentences(rest + text, max_chars, final=not cut)
+                    doc.extend(sentences)
+                    has_text = has_text or bool(sentences)
+                elif text:
                     doc.append(text)
                     has_text = True
-                elif line_start is not None and not cut:
+                else:  # a blank line ends the document
                     stats.empty_lines += 1
                     if doc:
                         yield doc
                         doc = []
+            if rest:  # the file ended in an over-long line, exactly at a cut
+                doc.extend(text_checks.cut_sentences(rest, max_chars)[0])
             if doc:
                 yield doc
             if part.start == 0 and not has_text:
                 # The file is empty only if the ranges after this one hold no text either.
-                if part.end is None or not any(text for _, text, _, _ in pieces):
+                if part.end is None or not any(text.strip() for _, text, _, _ in pieces):
                     stats.empty_files += 1
 
     def _pieces(self, stream: Any, position: int) -> Iterator[tuple[Optional[int], str, bool, bool]]:
         """(line_start, text, cut, replaced) per piece of a line: line_start is the byte offset where
-        the line starts (None for the later pieces of an over-long line), text the stripped piece,
+        the line starts (None for the later pieces of an over-long line), text the piece (stripped,
+        unless it is part of an over-long line: whitespace at a cut matters when the pieces are joined),
         cut whether the line goes on in the next piece, replaced whether bytes were not UTF-8."""
         cap = self.max_line_chars
         carry = b""  # start of a character cut off at the end of the previous piece
@@ -354,13 +362,15 @@ class TextSource(Source):
                 return
             cut = len(data) >= cap and not data.endswith(b"\n")
             if cut:
-                tail = _incomplete_utf8_tail(data)
+                tail = text_checks.incomplete_utf8_tail(data)
                 if tail:
                     data, carry = data[:-tail], data[-tail:]
             try:
-                text, replaced = data.decode("utf-8").strip(), False
+                text, replaced = data.decode("utf-8"), False
             except UnicodeDecodeError:
-                text, replaced = data.decode("utf-8", errors="replace").strip(), True
+                text, replaced = data.decode("utf-8", errors="replace"), True
+            if not (cut or continued):
+                text = text.strip()
             yield (None if continued else piece_start), text, cut, replaced
             continued = cut
 
@@ -401,8 +411,8 @@ class TfdsSource(Source):
 
     def __init__(self, name: str, split: str = "train", data_dir: str | None = None,
                  text_feature: str = "text", language: str = "en", min_sentences: int = 1,
-                 max_line_chars: int = DEFAULT_MAX_LINE_CHARS):
-        super().__init__(min_sentences, max_line_chars)
+                 max_line_chars: int = DEFAULT_MAX_LINE_CHARS, max_sentence_chars: int = DEFAULT_MAX_SENTENCE_CHARS):
+        super().__init__(min_sentences, max_line_chars, max_sentence_chars)
         import tensorflow_datasets as tfds  # Deferred: heavy, and only this source needs it.
 
         self.name, self.split = name, split
@@ -521,8 +531,8 @@ class PyDocsSource(Source):
     """
 
     def __init__(self, root: str | None = None, language: str = "en", min_sentences: int = 2,
-                 max_line_chars: int = DEFAULT_MAX_LINE_CHARS):
-        super().__init__(min_sentences, max_line_chars)
+                 max_line_chars: int = DEFAULT_MAX_LINE_CHARS, max_sentence_chars: int = DEFAULT_MAX_SENTENCE_CHARS):
+        super().__init__(min_sentences, max_line_chars, max_sentence_chars)
         self.root = root or sysconfig.get_paths()["stdlib"]
         self.language = language
         if not os.path.isdir(self.root):
@@ -564,14 +574,17 @@ BUILTIN_CORPORA = ("builtin:pydocs",)
 
 def open_source(spec: str, *, data_dir: str | None = None, text_feature: str = "text",
                 language: str = "en", min_sentences: int | None = None,
-                max_line_chars: int = DEFAULT_MAX_LINE_CHARS, what: str = "--input_file") -> Source:
+                max_line_chars: int = DEFAULT_MAX_LINE_CHARS, what: str = "--input_file",
+                max_sentence_chars: int = DEFAULT_MAX_SENTENCE_CHARS) -> Source:
     """Opens the corpus a spec names; fails here, in one clear sentence, if it cannot be read.
 
     spec: `tfds:NAME[/CONFIG][:SPLIT]` (SPLIT defaults to train; `data_dir` is --tfds_data_dir,
       `text_feature` the feature holding the text), `builtin:pydocs`, or else BERT raw-text files:
       a path, glob or comma-separated list of them (`.gz` is decompressed; `gs://` works).
     min_sentences: documents with fewer sentences are dropped and counted (default 1; pydocs 2).
-    max_line_chars: longer lines / sentences are cut into pieces of at most this size (counted).
+    max_line_chars: longer lines are read in pieces of at most this size, so memory stays bounded.
+    max_sentence_chars: longer lines / sentences are cut into sentences of at most this size (at
+      sentence ends, else whitespace; counted), so that they fit an instance instead of being truncated.
     what: the flag or config field that gave `spec`, named in the errors about its files.
     """
     spec = spec.strip()
@@ -582,10 +595,11 @@ def open_source(spec: str, *, data_dir: str | None = None, text_feature: str = "
                              "tfds:NAME[/CONFIG][:SPLIT].")
         return TfdsSource(name, split or "train", data_dir=data_dir, text_feature=text_feature,
                           language=language, min_sentences=min_sentences or 1,
-                          max_line_chars=max_line_chars)
+                          max_line_chars=max_line_chars, max_sentence_chars=max_sentence_chars)
     if spec.startswith("builtin:"):
         if spec not in BUILTIN_CORPORA:
             raise ValueError(f"Unknown builtin corpus {spec!r}: use one of {BUILTIN_CORPORA}.")
         return PyDocsSource(language=language, min_sentences=min_sentences or 2,
-                            max_line_chars=max_line_chars)
-    return TextSource(spec, min_sentences=min_sentences or 1, max_line_chars=max_line_chars, what=what)
+                            max_line_chars=max_line_chars, max_sentence_chars=max_sentence_chars)
+    return TextSource(spec, min_sentences=min_sentences or 1, max_line_chars=max_line_chars, what=what,
+                      max_sentence_chars=max_sentence_chars)

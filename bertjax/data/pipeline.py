@@ -71,6 +71,7 @@ class PipelineConfig:
     prefetch: int = 2  # batches
     max_batches: Optional[int] = None  # eval: at most this many batches per pass (None: the whole set)
     skip_damaged_records: bool = False  # read each file up to its first damage (scanned at start) instead of failing
+    verify_checksums: bool = False  # read every file at start: its CRC32C must equal metadata.json's
 
     def validate(self) -> None:
         if self.batch_size < 1:
@@ -132,6 +133,42 @@ def split_files(files: list[str], process_index: int, process_count: int) -> tup
     return list(files), True
 
 
+def common_dir(paths: list[str]) -> str:
+    """The deepest directory holding every path ('' when they share none); '/'-separated, gs:// included."""
+    common = paths[0].split("/")[:-1] if paths else []
+    for p in paths[1:]:
+        parts = p.split("/")[:-1]
+        n = 0
+        while n < min(len(common), len(parts)) and common[n] == parts[n]:
+            n += 1
+        common = common[:n]
+    return "/".join(common)
+
+
+def files_difference(saved: list, mine: list) -> Optional[str]:
+    """What changed between two fingerprints' file lists ([name, bytes] pairs in reading order; a state saved
+    before names holds absolute paths, compared by base name), or None when they match."""
+    legacy = bool(saved) and isinstance(saved[0], str)
+    pairs = lambda files: [(os.path.basename(f), None) if isinstance(f, str) else tuple(f) for f in files]  # noqa: E731
+    then, now = dict(pairs(saved)), dict(pairs(mine))
+    counts = f"{len(then)} file(s) then, {len(now)} now"
+    for name in then:
+        if name not in now:
+            return f"record file {name} was removed since the checkpoint ({counts})"
+    for name in now:
+        if name not in then:
+            return f"record file {name} was added since the checkpoint ({counts})"
+    for name, size in then.items():
+        if size is not None and now[name] != size:  # same name, other contents
+            return f"record file {name} changed since the checkpoint ({size:,} bytes then, {now[name]:,} now)"
+    if list(then) != list(now):  # the seeded file shuffle permutes positions: the order is part of the state
+        return "the record files are listed in another order than at the checkpoint"
+    if legacy and saved != mine:
+        return (f"it was saved before record files were named relative to their directory, so it resumes only with "
+                f"them at {os.path.dirname(saved[0])}")
+    return None
+
+
 def damaged_file_error(scan: records.FileScan, listed: dict[str, int]) -> ValueError:
     return ValueError(f"record file {scan.describe(listed.get(scan.path))}; re-create it with `python -m "
                       "bertjax.prepare`, drop it from the file list, or set config.data.skip_damaged_records=true "
@@ -170,8 +207,18 @@ class InputPipeline:
         config.validate()
         self.config = c = config
         tf = _tf()
-        all_files = records.expand_patterns(c.files if isinstance(c.files, str) else list(c.files), "record")
+        all_files = records.expand_record_files(c.files if isinstance(c.files, str) else list(c.files), "record")
+        # tf.data and the saved state see names relative to this directory, never paths: a workdir or record
+        # set moved elsewhere with the same names resumes (the iterator state holds the names it has open).
+        self.base = common_dir(all_files)
+        self._legacy = False  # restored from a state saved with absolute paths (before names): read by path
+        self._sizes: Optional[dict[str, int]] = None  # bytes per file, for the saved fingerprint
         not_records = self._check_headers(all_files)
+        for here in records.check_record_set([f for f in all_files if f not in not_records]):
+            log.warning("pipeline: the record files in %s have no metadata.json listing them (google-research/bert's "
+                        "records?), so missing, extra or changed shards cannot be detected", here)
+        if c.verify_checksums:
+            records.verify_checksums([f for f in all_files if f not in not_records])
         vocab_size = c.vocab_size if c.vocab_size is not None else (c.vocab.size if c.vocab else None)
         self.metadata = records.check_schema([f for f in all_files if f not in not_records] or all_files,
                                              c.max_seq_length, c.max_predictions_per_seq, vocab_size,
@@ -208,7 +255,7 @@ class InputPipeline:
         bad = {f: p for f, p in problems.items() if p}
         if bad and not self.config.skip_damaged_records:
             path = next(iter(bad))
-            hint = " (a glob such as 'train/*' also matches metadata.json: use 'train/*.tfrecord')" \
+            hint = " (it describes the record set: name the shards, or their directory)" \
                 if os.path.basename(path) == records.METADATA_NAME else ""
             raise ValueError(f"record file {path} has {bad[path]}{hint}; drop it from the file list, or set "
                              "config.data.skip_damaged_records=true to skip unreadable files and records (counted "
@@ -249,12 +296,14 @@ class InputPipeline:
     def _examples(self, epochs: Optional[int], shuffle_files: bool):
         """Serialized records of this process: files (shuffled per epoch) → interleave → split."""
         tf, c = _tf(), self.config
+        names, read_file = (self.files, tf.data.TFRecordDataset) if self._legacy else \
+            ([self.name(f) for f in self.files], self._read_name)
         if self.readable is None:
-            ds, read = tf.data.Dataset.from_tensor_slices(self.files), tf.data.TFRecordDataset
+            ds, read = tf.data.Dataset.from_tensor_slices(names), read_file
         else:  # each file up to its first damage
-            ds = tf.data.Dataset.from_tensor_slices((self.files, np.array([self.readable[f] for f in self.files],
-                                                                          np.int64)))
-            read = lambda path, count: tf.data.TFRecordDataset(path).take(count)  # noqa: E731
+            ds = tf.data.Dataset.from_tensor_slices((names, np.array([self.readable[f] for f in self.files],
+                                                                     np.int64)))
+            read = lambda name, count: read_file(name).take(count)  # noqa: E731
         if shuffle_files:
             ds = ds.shuffle(len(self.files), seed=c.seed, reshuffle_each_iteration=True)
         if epochs != 1:
@@ -264,6 +313,19 @@ class InputPipeline:
         if self.split_by_example:  # every process reads the same stream and keeps every P-th record
             ds = ds.shard(c.process_count, c.process_index)
         return ds
+
+    def name(self, path: str) -> str:
+        """A record file's name relative to `base` (the path itself when the files share no directory)."""
+        return path[len(self.base) + 1:] if self.base else path
+
+    def _read_name(self, name):
+        """One file's records, by name under `base`. Not tf.data.TFRecordDataset: it opens files through a
+        flat_map whose saved state holds the full path, which a moved file set no longer has."""
+        tf = _tf()
+        path = tf.strings.join([self.base + "/", name]) if self.base else name
+        return tf.data.experimental.from_variant(
+            tf.raw_ops.TFRecordDataset(filenames=path, compression_type="", buffer_size=256 << 10),
+            tf.TensorSpec([], tf.string))
 
     def _check_not_empty(self) -> None:
         """A process with no records would spin forever on repeat(); say why instead."""
@@ -404,9 +466,21 @@ class InputPipeline:
                           "pre-training records of this schema: re-run prepare, or drop the file that is not.")
 
     # --- State -------------------------------------------------------------------------------------
+    def _file_sizes(self) -> list[int]:
+        """Bytes of each of this process's files, stat'ed once (many at a time: remote storage is slow)."""
+        if self._sizes is None:
+            from concurrent import futures
+
+            tf = _tf()
+            with futures.ThreadPoolExecutor(16) as pool:
+                self._sizes = dict(zip(self.files, pool.map(lambda f: tf.io.gfile.stat(f).length, self.files)))
+        return [self._sizes[f] for f in self.files]
+
     def _fingerprint(self) -> dict:
         c = self.config
-        return {"files": self.files, "batch_size": c.batch_size, "seed": c.seed, "training": c.training,
+        # Names and sizes, not paths: the same files elsewhere match, a changed one does not.
+        files = self.files if self._legacy else [[self.name(f), n] for f, n in zip(self.files, self._file_sizes())]
+        return {"files": files, "batch_size": c.batch_size, "seed": c.seed, "training": c.training,
                 "process_index": c.process_index, "process_count": c.process_count,
                 "shuffle_buffer": c.shuffle_buffer, "num_epochs": c.num_epochs,
                 "dynamic_masking": c.dynamic_masking, "max_seq_length": c.max_seq_length,
@@ -428,10 +502,18 @@ class InputPipeline:
             raise FileNotFoundError(f"{info} not found; path must be a prefix written by save_state.")
         with tf.io.gfile.GFile(info) as f:
             saved = json.load(f)
+        legacy = bool(saved.get("files")) and isinstance(saved["files"][0], str)
+        if legacy != self._legacy:  # its iterator state opened files by path: read them so again
+            self._legacy = legacy
+            self.dataset = self._build()
         mine = self._fingerprint()
-        diff = sorted(k for k in set(saved) | set(mine) if saved.get(k) != mine.get(k))
+        diff = sorted(k for k in set(saved) | set(mine) if k != "files" and saved.get(k) != mine.get(k))
         if diff:
             raise PipelineMismatch(f"{info}: the saved pipeline differs in {', '.join(diff)}; restore with the "
                                    "config it was saved with.")
+        changed = files_difference(saved.get("files", []), mine["files"])
+        if changed:
+            raise PipelineMismatch(f"{info}: {changed}; restore with the files it was saved with or start a new "
+                                   "workdir.")
         self._iterator, self._exhausted = iter(self.dataset), False
         tf.train.Checkpoint(iterator=self._iterator).read(path).assert_consumed()

@@ -9,9 +9,11 @@ in record creation together (measured: ~45 µs vs ~4 µs per instance).
 from __future__ import annotations
 
 import dataclasses
+import errno
 import functools
 import json
 import os
+import shutil
 import struct
 from typing import Mapping, Optional, Sequence
 
@@ -31,6 +33,10 @@ FEATURES: dict[str, tuple[str, str | int]] = {
     "next_sentence_labels": ("int64", 1),
 }
 METADATA_NAME = "metadata.json"
+# prepare writes its shards here and moves them beside metadata.json only once every shard is complete: a
+# hidden folder, which record globs (`DIR/*`, `DIR/*.tfrecord`) never match. While it exists, the set is
+# unfinished (a prepare failed or was killed) and training refuses the directory.
+STAGING_NAME = ".prepare-incomplete"
 FORMAT_VERSION = 1
 
 
@@ -222,26 +228,58 @@ def open_for_write(path: str):
     return open(path, "wb")
 
 
+def disk_full_error(path: str, error: OSError) -> OSError:
+    """ENOSPC as one sentence naming the file being written and the bytes left (local disks)."""
+    where = os.path.dirname(os.path.abspath(path)) if "://" not in path else ""
+    free = f" ({shutil.disk_usage(where).free:,} bytes free)" if where and os.path.isdir(where) else ""
+    full = OSError(f"no space left on the device writing {path}{free}: free space there or choose another "
+                   "--output_dir")
+    full.errno = error.errno  # str() stays the sentence alone, without "[Errno 28]"
+    return full
+
+
+def _raise_disk_full(path: str, error: OSError) -> None:
+    if error.errno == errno.ENOSPC:
+        raise disk_full_error(path, error) from None
+    raise error
+
+
 class RecordWriter:
     """Writes one TFRecord shard, framed here (length, masked CRC32C) so that writing records does not
     import TensorFlow: that import costs each worker ~3 s. The file appears under its name only once
-    complete (written as NAME.tmp, then renamed), so a killed job never leaves a truncated shard."""
+    complete (written as NAME.tmp, then renamed), so a killed job never leaves a truncated shard.
+    `size` and `crc32c` (of the whole file, for metadata.json) are known once it is closed."""
 
     def __init__(self, path: str):
         self.path = path
         self.count = 0
+        self.size = 0
+        self._crc = google_crc32c.Checksum()
         self._tmp = path + ".tmp"
         self._file = open_for_write(self._tmp)
+
+    @property
+    def crc32c(self) -> str:
+        return self._crc.hexdigest().decode()
 
     def write_block(self, arrays: Mapping[str, np.ndarray], chunk: int = 2048) -> None:
         rows = len(next(iter(arrays.values())))
         for start in range(0, rows, chunk):  # chunks that stay in cache
             framed, _, _ = encode_framed({k: v[start:start + chunk] for k, v in arrays.items()})
-            self._file.write(framed.data)
+            data = framed.tobytes()  # google_crc32c takes read-only bytes only
+            try:
+                self._file.write(data)
+            except OSError as e:
+                _raise_disk_full(self.path, e)
+            self._crc.update(data)
+            self.size += len(data)
         self.count += rows
 
     def close(self) -> None:
-        self._file.close()
+        try:
+            self._file.close()
+        except OSError as e:  # buffered bytes meet a full disk here
+            _raise_disk_full(self.path, e)
         if "://" in self.path:
             import tensorflow as tf
 
@@ -256,7 +294,10 @@ class RecordWriter:
         if exc_type is None:
             self.close()
         else:  # leave no partial shard behind
-            self._file.close()
+            try:
+                self._file.close()
+            except OSError:
+                pass
             try:
                 os.remove(self._tmp)
             except OSError:
@@ -267,9 +308,12 @@ class RecordWriter:
 
 def write_metadata(output_dir: str, schema: RecordSchema, **fields) -> str:
     path = os.path.join(output_dir, METADATA_NAME)
-    with open_for_write(path) as f:
-        f.write(json.dumps({"format_version": FORMAT_VERSION, "schema": schema.to_dict(), **fields}, indent=2,
-                           sort_keys=True).encode())
+    try:
+        with open_for_write(path) as f:
+            f.write(json.dumps({"format_version": FORMAT_VERSION, "schema": schema.to_dict(), **fields}, indent=2,
+                               sort_keys=True).encode())
+    except OSError as e:
+        _raise_disk_full(path, e)
     return path
 
 
@@ -337,6 +381,100 @@ def check_schema(files: Sequence[str], max_seq_length: int, max_predictions_per_
         raise ValueError(f"{where}: records were made with a vocabulary of {metadata['vocab_size']} tokens but "
                          f"config.model.vocab_size={vocab_size}; set the config to match or re-run prepare.")
     return metadata
+
+
+# --- Complete and fresh record sets ---------------------------------------------------------------------
+
+def _gfile():
+    import tensorflow as tf
+
+    return tf.io.gfile
+
+
+def expand_record_files(patterns: str | Sequence[str], what: str = "record") -> list[str]:
+    """Record globs → files, as `expand_patterns`; a directory stands for the shards its metadata.json lists."""
+    names = [n.strip() for n in (patterns.split(",") if isinstance(patterns, str) else patterns) if str(n).strip()]
+    out: list[str] = []
+    for name in names:
+        gfile = _gfile() if "://" in name else None
+        is_dir = gfile.isdir(name) if gfile else os.path.isdir(name)
+        listing = os.path.join(name, METADATA_NAME)
+        if is_dir and (gfile.exists(listing) if gfile else os.path.exists(listing)):
+            with (gfile.GFile(listing) if gfile else open(listing)) as f:
+                out += [os.path.join(name, entry["file"]) for entry in json.load(f).get("files", ())]
+        else:  # a glob such as DIR/* means the shards, not the metadata.json beside them
+            out += [f for f in expand_patterns(name, what)
+                    if not (set(name) & set("*?[") and os.path.basename(f) == METADATA_NAME)]
+    if not out:
+        raise FileNotFoundError(f"{what} {patterns!r} matches only {METADATA_NAME}: name the record shards, or "
+                                "their directory.")
+    return list(dict.fromkeys(out))
+
+
+def check_record_set(files: Sequence[str]) -> list[str]:
+    """Refuses, in one sentence naming the file, record files that are not the complete, fresh set their
+    directory's metadata.json lists: an unfinished prepare, a listed shard missing, a shard it does not list
+    (left from another run) or one whose size differs. Returns the directories whose metadata.json lists
+    no shards, or that have none (google-research/bert's records): they cannot be checked; the caller warns."""
+    unchecked = []
+    by_dir: dict[str, list[str]] = {}
+    for f in files:
+        by_dir.setdefault(os.path.dirname(f), []).append(f)
+    for here, matched in by_dir.items():
+        remote = "://" in here
+        exists = _gfile().exists if remote else os.path.exists
+        if exists(os.path.join(here, STAGING_NAME)):
+            raise ValueError(f"{here} holds an unfinished record set ({STAGING_NAME}: a prepare into it failed or "
+                             "was killed); re-run `python -m bertjax.prepare` into it (it clears the leftovers).")
+        listing = os.path.join(here, METADATA_NAME)
+        if not exists(listing):
+            unchecked.append(here or ".")
+            continue
+        with (_gfile().GFile(listing) if remote else open(listing)) as f:
+            metadata = json.load(f)
+        if "files" not in metadata:  # written by hand or by another tool: it lists no shards to check
+            unchecked.append(here or ".")
+            continue
+        listed = {entry["file"]: entry for entry in metadata["files"]}
+        for path in matched:
+            if os.path.basename(path) not in listed:
+                raise ValueError(f"record file {path} is not in {listing}: it is left from another run; delete it, "
+                                 "or re-run prepare with --overwrite, which replaces the whole set.")
+        for name, entry in listed.items():
+            path = os.path.join(here, name)
+            if not exists(path):
+                raise ValueError(f"{listing} lists {name}, which is missing from {here}: the record set is "
+                                 "incomplete; restore the file or re-run prepare.")
+            size = (_gfile().stat(path).length if remote else os.path.getsize(path)) if path in matched else None
+            if size is not None and "bytes" in entry and size != entry["bytes"]:
+                raise ValueError(f"record file {path} has {size:,} bytes but {listing} lists {entry['bytes']:,}: it "
+                                 "was changed or cut short since prepare wrote it; restore it or re-run prepare.")
+    return unchecked
+
+
+def verify_checksums(files: Sequence[str]) -> None:
+    """Reads every byte of `files` and compares each file's CRC32C with its metadata.json's (a full read:
+    ~1 GB/s a core); files that no metadata.json lists with a checksum are left to `check_record_set`."""
+    listings: dict[str, dict] = {}
+    for path in files:
+        here = os.path.dirname(path)
+        gfile = _gfile() if "://" in path else None
+        listing = os.path.join(here, METADATA_NAME)
+        if here not in listings:
+            listings[here] = {}
+            if gfile.exists(listing) if gfile else os.path.exists(listing):
+                with (gfile.GFile(listing) if gfile else open(listing)) as f:
+                    listings[here] = {entry["file"]: entry for entry in json.load(f).get("files", ())}
+        entry = listings[here].get(os.path.basename(path), {})
+        if "crc32c" not in entry:
+            continue
+        crc = google_crc32c.Checksum()
+        with (gfile.GFile(path, "rb") if gfile else open(path, "rb")) as f:
+            while chunk := f.read(1 << 24):
+                crc.update(chunk)
+        if crc.hexdigest().decode() != entry["crc32c"]:
+            raise ValueError(f"record file {path} fails its checksum (crc32c {crc.hexdigest().decode()}, {listing} "
+                             f"lists {entry['crc32c']}): its bytes changed since prepare wrote it; re-run prepare.")
 
 
 # --- Damaged files -------------------------------------------------------------------------------------
@@ -417,4 +555,5 @@ def listed_counts(files: Sequence[str], metadata: Optional[dict]) -> dict[str, i
     if not metadata or not files:
         return {}
     here = os.path.dirname(files[0])
-    return {os.path.join(here, f["file"]): int(f["instances"]) for f in metadata.get("files", ())}
+    # "records" since shards carry sizes and checksums; before, "instances" (records too, unless packed)
+    return {os.path.join(here, f["file"]): int(f.get("records", f["instances"])) for f in metadata.get("files", ())}

@@ -20,7 +20,9 @@ import multiprocessing
 import os
 import pickle
 import queue as queue_lib
+import shutil
 import sys
+import threading
 import time
 from typing import Any, Callable, Iterator, Optional
 
@@ -62,8 +64,17 @@ class PrepareConfig:
         return records.RecordSchema(self.instance.max_seq_length, self.packing.max_predictions_per_row,
                                     self.packing.max_instances_per_row)
 
+    @property
+    def staging_dir(self) -> str:
+        """Where shards are written until the whole set is committed (records.STAGING_NAME)."""
+        return os.path.join(self.output_dir, records.STAGING_NAME)
+
+    def shard_name(self, k: int) -> str:
+        return f"records-{k:05d}-of-{self.num_shards:05d}.tfrecord"
+
     def shard_path(self, k: int) -> str:
-        return os.path.join(self.output_dir, f"records-{k:05d}-of-{self.num_shards:05d}.tfrecord")
+        """Where shard k is written: in the staging folder; `commit` moves it beside metadata.json."""
+        return os.path.join(self.staging_dir, self.shard_name(k))
 
     def open_source(self) -> corpus_lib.Source:
         return corpus_lib.open_source(self.input_file, data_dir=self.tfds_data_dir,
@@ -185,7 +196,7 @@ def process_shard(cfg: PrepareConfig, work: ShardWork | int, progress: Optional[
                 progress(dict(shard=k, instances=made, documents=block.num_documents))
             del arrays, block
     # A shard that read the whole corpus to keep its share reports the corpus only as shard 0.
-    result = dict(shard=k, file=os.path.basename(cfg.shard_path(k)), **counts,
+    result = dict(shard=k, file=cfg.shard_name(k), bytes=writer.size, crc32c=writer.crc32c, **counts,
                   corpus=corpus_stats.as_dict() if (k == 0 or not work.reads_whole_corpus) else None)
     with records.open_for_write(cfg.shard_path(k) + SHARD_STATS_SUFFIX) as f:
         f.write(json.dumps(result).encode())
@@ -232,9 +243,32 @@ def _take(counter: Any, total: int) -> Optional[int]:
         return i
 
 
+def _die_with_parent(parent_pid: int) -> None:
+    """Ends this worker when its parent dies, SIGKILL included (which no handler in the parent can see):
+    the kernel's parent-death signal on Linux, and a watcher of the parent's pid everywhere."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+        import signal
+
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            pass
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(0.5)
+        os._exit(1)
+
+    if os.getppid() != parent_pid:  # the parent died before the signal was armed
+        os._exit(1)
+    threading.Thread(target=watch, daemon=True, name="bertjax-prepare-parent-watch").start()
+
+
 def _worker_main(cfg: PrepareConfig, plan: list[ShardWork], counter: Any, events: Any,
-                 tokenizer: tokenization.Tokenizer) -> None:
+                 tokenizer: tokenization.Tokenizer, parent_pid: int) -> None:
     """A spawned worker: takes shards until none are left, reporting on `events`."""
+    _die_with_parent(parent_pid)
     try:
         # The parent's tokenizer comes with the spawn arguments (~25 ms) instead of being rebuilt (~1 s).
         _TOKENIZERS[(os.path.abspath(cfg.vocab_file), cfg.do_lower_case)] = tokenizer, instances_lib.Vocab.from_tokenizer(tokenizer)
@@ -268,8 +302,8 @@ def run_local(cfg: PrepareConfig, num_workers: int, progress: Progress,
     ctx = multiprocessing.get_context("spawn")
     events, counter = ctx.Queue(), ctx.Value("i", 0)
     tokenizer = load_tokenizer(cfg)[0]
-    workers = [ctx.Process(target=_worker_main, args=(cfg, plan, counter, events, tokenizer), daemon=True,
-                           name=f"bertjax-prepare-{w}") for w in range(1, num_workers)]
+    workers = [ctx.Process(target=_worker_main, args=(cfg, plan, counter, events, tokenizer, os.getpid()),
+                           daemon=True, name=f"bertjax-prepare-{w}") for w in range(1, num_workers)]
     results: dict[int, dict] = {}
     running: dict[int, int] = {}  # worker pid → shard it is writing
 
@@ -349,13 +383,45 @@ def read_shard_stats(cfg: PrepareConfig, k: int) -> dict:
         return json.load(f)
 
 
+# Local paths through os, URLs (gs://) through TensorFlow's file systems, imported only for them.
+def _remote(path: str) -> bool:
+    return "://" in path
+
+
 def _remove(path: str) -> None:
-    if "://" in path:
+    if _remote(path):
         import tensorflow as tf
 
         tf.io.gfile.remove(path)
     else:
         os.remove(path)
+
+
+def _listdir(path: str) -> list[str]:
+    if _remote(path):
+        import tensorflow as tf
+
+        return [name.rstrip("/") for name in tf.io.gfile.listdir(path)] if tf.io.gfile.isdir(path) else []
+    return os.listdir(path) if os.path.isdir(path) else []
+
+
+def _rmtree(path: str) -> None:
+    if _remote(path):
+        import tensorflow as tf
+
+        if tf.io.gfile.exists(path):
+            tf.io.gfile.rmtree(path)
+    else:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _rename(src: str, dst: str) -> None:
+    if _remote(src):
+        import tensorflow as tf
+
+        tf.io.gfile.rename(src, dst, overwrite=True)
+    else:
+        os.replace(src, dst)
 
 
 # --- The job -------------------------------------------------------------------------------------
@@ -373,26 +439,64 @@ def check_inputs(cfg: PrepareConfig) -> tokenization.Tokenizer:
     return tokenizer
 
 
+def clear_output_dir(cfg: PrepareConfig, overwrite: bool) -> None:
+    """Makes output_dir ready for a new record set. A set already there is refused, or with `overwrite`
+    removed; what an unfinished run left (its staging folder, and any shards it had moved) is cleared
+    either way. The staging folder is made first, so that training refuses the directory from then on."""
+    _makedirs(cfg.output_dir)
+    names = _listdir(cfg.output_dir)
+    unfinished = records.STAGING_NAME in names
+    old = [n for n in names if n == records.METADATA_NAME or ".tfrecord" in n]  # .tmp, .stats.json: old leftovers
+    if old and not (overwrite or unfinished):
+        shards_there = sum(n.endswith(".tfrecord") for n in old)
+        raise FileExistsError(
+            f"--output_dir={cfg.output_dir} already holds a record set ({shards_there} .tfrecord file(s)"
+            f"{' and metadata.json' if records.METADATA_NAME in old else ''}); pass --overwrite to replace it, or "
+            "choose an empty directory (mixing two runs' shards would train on both).")
+    _rmtree(cfg.staging_dir)
+    _makedirs(cfg.staging_dir)
+    for name in sorted(old, key=lambda n: n != records.METADATA_NAME):  # metadata.json first
+        _remove(os.path.join(cfg.output_dir, name))
+
+
+def commit(cfg: PrepareConfig, metadata_fields: dict) -> None:
+    """Moves the complete shards beside metadata.json, which is written after them; the staging folder,
+    removed last, marks the set unfinished until then (training refuses a directory that has one)."""
+    for k in range(cfg.num_shards):
+        _remove(cfg.shard_path(k) + SHARD_STATS_SUFFIX)
+        _rename(cfg.shard_path(k), os.path.join(cfg.output_dir, cfg.shard_name(k)))
+    records.write_metadata(cfg.staging_dir, cfg.schema, **metadata_fields)
+    _rename(os.path.join(cfg.staging_dir, records.METADATA_NAME), os.path.join(cfg.output_dir, records.METADATA_NAME))
+    _rmtree(cfg.staging_dir)
+
+
 def prepare(cfg: PrepareConfig, num_workers: int = 1, runner: str = "local", beam_args: tuple[str, ...] = (),
-            progress_stream=None) -> dict:
-    """Runs the whole job; returns (and writes) the metadata."""
+            progress_stream=None, overwrite: bool = False) -> dict:
+    """Runs the whole job; returns (and writes) the metadata. The set appears at once: shards are staged,
+    then moved beside metadata.json (`commit`); a failed run leaves nothing a record glob matches."""
     if runner not in ("local", "beam"):
         raise ValueError(f"--runner={runner!r} is not one of local, beam.")
     if num_workers < 1:
         raise ValueError(f"--num_workers={num_workers} must be ≥ 1.")
     tokenizer = check_inputs(cfg)
-    _makedirs(cfg.output_dir)
-    start = time.monotonic()
-    progress = Progress(cfg.num_shards, stream=progress_stream)
-    plan = plan_shards(cfg)
-    if runner == "local":
-        results = run_local(cfg, num_workers, progress, plan)
-    else:
-        results = run_beam(cfg, list(beam_args), plan)
-    seconds = time.monotonic() - start
-    for k in range(cfg.num_shards):
-        _remove(cfg.shard_path(k) + SHARD_STATS_SUFFIX)
-    return write_job_metadata(cfg, tokenizer, sorted(results, key=lambda r: r["shard"]), seconds, runner, num_workers)
+    clear_output_dir(cfg, overwrite)
+    try:
+        start = time.monotonic()
+        progress = Progress(cfg.num_shards, stream=progress_stream)
+        plan = plan_shards(cfg)
+        if runner == "local":
+            results = run_local(cfg, num_workers, progress, plan)
+        else:
+            results = run_beam(cfg, list(beam_args), plan)
+        seconds = time.monotonic() - start
+        metadata = job_metadata(cfg, tokenizer, sorted(results, key=lambda r: r["shard"]), seconds, runner,
+                                num_workers)
+        commit(cfg, metadata)
+        metadata.update(format_version=records.FORMAT_VERSION, schema=cfg.schema.to_dict())  # as written
+    except BaseException:  # a full disk, an error, Ctrl-C: free what was written (a kill leaves it to the rerun)
+        _rmtree(cfg.staging_dir)
+        raise
+    return metadata
 
 
 def _makedirs(path: str) -> None:
@@ -404,8 +508,9 @@ def _makedirs(path: str) -> None:
         os.makedirs(path, exist_ok=True)
 
 
-def write_job_metadata(cfg: PrepareConfig, tokenizer: tokenization.Tokenizer, results: list[dict],
-                       seconds: float, runner: str, num_workers: int) -> dict:
+def job_metadata(cfg: PrepareConfig, tokenizer: tokenization.Tokenizer, results: list[dict],
+                 seconds: float, runner: str, num_workers: int) -> dict:
+    """metadata.json's fields: the settings, every shard (name, bytes, crc32c, records) and the counts."""
     totals = {key: sum(r[key] for r in results) for key in COUNT_KEYS}
     corpus = corpus_lib.CorpusStats()
     for r in results:
@@ -419,7 +524,8 @@ def write_job_metadata(cfg: PrepareConfig, tokenizer: tokenization.Tokenizer, re
         do_whole_word_mask=inst.do_whole_word_mask, next_sentence_prediction=inst.next_sentence_prediction,
         masked_lm_prob=inst.masked_lm_prob, short_seq_prob=inst.short_seq_prob, dupe_factor=inst.dupe_factor,
         random_seed=cfg.random_seed, num_shards=cfg.num_shards,
-        files=[{"file": r["file"], "instances": r["instances"]} for r in results],
+        files=[{"file": r["file"], "records": r["rows"], "instances": r["instances"], "bytes": r["bytes"],
+                "crc32c": r["crc32c"]} for r in results],
         counts=totals, corpus=corpus.as_dict(),
         skipped={  # everything not turned into instances, and why
             "short_documents": corpus.short_documents, "empty_files": corpus.empty_files,
@@ -435,19 +541,49 @@ def write_job_metadata(cfg: PrepareConfig, tokenizer: tokenization.Tokenizer, re
                          f"skipped {skipped or 'nothing'}): point --input_file at plain text, one sentence per line "
                          "and a blank line between documents.")
     metadata["padding_fraction"] = round(1 - totals["real_tokens"] / max(totals["rows"] * inst.max_seq_length, 1), 4)
+    # Corpus tokens that reach an instance, per pass: [CLS] and the [SEP]s are not the corpus's. Truncated
+    # pairs and over-long sentences lower it; NSP's random B segments (drawn from other documents) raise it.
+    specials = 3 if inst.next_sentence_prediction else 2
+    metadata["tokens_kept_share"] = round((totals["real_tokens"] - specials * totals["instances"])
+                                          / max(totals["tokens"] * inst.dupe_factor, 1), 4)
     if cfg.packing is not None:
         metadata.update(max_predictions_per_seq=inst.max_predictions_per_seq,
                         instances_per_row=round(totals["instances"] / max(totals["rows"], 1), 3))
-    records.write_metadata(cfg.output_dir, cfg.schema, **metadata)
     return metadata
+
+
+MIN_TOKENS_KEPT = 0.95  # below this share of the corpus's tokens in instances, the summary warns
+
+
+def tokens_kept_warning(metadata: dict) -> str:
+    """A warning when the instances keep less than MIN_TOKENS_KEPT of the corpus's tokens, with the cause;
+    "" otherwise."""
+    share = metadata.get("tokens_kept_share")
+    if share is None or share >= MIN_TOKENS_KEPT:
+        return ""
+    c = metadata["counts"]
+    tokens_per_sentence = c["tokens"] / max(c["sentences"], 1)
+    limit = metadata.get("schema", {}).get("max_seq_length")
+    causes = []
+    if metadata["replaced"].get("over_long_lines_cut"):
+        causes.append(f"{metadata['replaced']['over_long_lines_cut']:,} over-long line(s) were cut")
+    if limit and tokens_per_sentence > limit / 2:
+        causes.append(f"sentences average {tokens_per_sentence:,.0f} tokens, more than half of max_seq_length="
+                      f"{limit}, so pairs are truncated: put one sentence per line")
+    causes = causes or ["pairs longer than max_seq_length are truncated"]
+    return (f"prepare: warning: the instances keep only {100 * share:.1f}% of the corpus's tokens (of "
+            f"{c['tokens']:,} a pass); {'; '.join(causes)}.")
 
 
 def summary(metadata: dict) -> str:
     c, s, r = metadata["counts"], metadata["skipped"], metadata["replaced"]
     packed = f" packed into {c['rows']:,} rows" if metadata.get("instances_per_row") else ""
+    kept = f", {100 * metadata['tokens_kept_share']:.1f}% of the tokens kept" if "tokens_kept_share" in metadata else ""
+    warning = tokens_kept_warning(metadata)
     return (f"prepare: wrote {c['instances']:,} instances{packed} from {c['documents']:,} documents "
-            f"({c['sentences']:,} sentences, {c['tokens']:,} tokens) into {metadata['num_shards']} shards in "
+            f"({c['sentences']:,} sentences, {c['tokens']:,} tokens{kept}) into {metadata['num_shards']} shards in "
             f"{metadata['seconds']:.1f}s ({metadata['instances_per_second']:,.0f} instances/s; padding "
             f"{100 * metadata['padding_fraction']:.1f}% of the tokens); skipped "
             + ", ".join(f"{v:,} {k.replace('_', ' ')}" for k, v in s.items())
-            + "; replaced " + ", ".join(f"{v:,} {k.replace('_', ' ')}" for k, v in r.items()))
+            + "; replaced " + ", ".join(f"{v:,} {k.replace('_', ' ')}" for k, v in r.items())
+            + (f"\n{warning}" if warning else ""))

@@ -62,6 +62,15 @@ def read_sentences(path: str) -> Iterator[str]:
                 yield line.rstrip("\n")
 
 
+def _recorded(path: str, out: str) -> str:
+    """A path as stage.json keeps it: relative to out when under it (so a copied or moved workdir finds its own
+    vocab), else absolute (a relative one would be read against out)."""
+    if "://" in path:
+        return path
+    path = os.path.abspath(path)
+    return os.path.relpath(path, out) if path.startswith(out + os.sep) else path
+
+
 def prepare_data(config: JobConfig, workdir: str) -> JobConfig:
     """Returns config with data.train_files / eval_files / vocab_file pointing at prepared records."""
     d = config.data
@@ -88,11 +97,12 @@ def prepare_data(config: JobConfig, workdir: str) -> JobConfig:
                 num_shards=d.num_shards if name == "train" else 1, instance=d.instance_config(dupe),
                 packing=d.packing_config())
             log.info("data: preparing %s records (dupe_factor %d) into %s", name, dupe, cfg.output_dir)
-            metadata = shards.prepare(cfg, num_workers=d.num_workers or os.cpu_count() or 1)
+            # overwrite: a stage cut short before stage.json is redone from the start
+            metadata = shards.prepare(cfg, num_workers=d.num_workers or os.cpu_count() or 1, overwrite=True)
             log.info("data: %s", shards.summary(metadata).replace("\n", "; "))
             counts[f"{name}_instances"] = metadata["counts"]["instances"]
         with open(done + ".tmp", "w") as f:
-            json.dump(dict(counts, vocab_file=vocab_file,
+            json.dump(dict(counts, vocab_file=_recorded(vocab_file, out),
                            vocab_size=tokenization.load(vocab_file, d.do_lower_case).vocab_size), f, indent=2)
         os.replace(done + ".tmp", done)
     if jax.process_count() > 1:
@@ -101,6 +111,8 @@ def prepare_data(config: JobConfig, workdir: str) -> JobConfig:
         multihost_utils.sync_global_devices("bertjax data stage")
     with open(done) as f:
         stage = json.load(f)
+    if "://" not in stage["vocab_file"] and not os.path.isabs(stage["vocab_file"]):  # under data/, wherever it is now
+        stage["vocab_file"] = os.path.join(out, stage["vocab_file"])
     if config.model.vocab_size != stage["vocab_size"]:
         log.info("data: config.model.vocab_size %d → %d, the size of %s", config.model.vocab_size,
                  stage["vocab_size"], stage["vocab_file"])
