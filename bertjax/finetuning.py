@@ -99,7 +99,7 @@ def resolve_source(job: FinetuneConfig) -> Source:
     tokenizer; without init_from, config.model's architecture and config.data.vocab_file."""
     path, data = job.train.init_from, job.data
     if path:
-        architecture, params = pretrained.load(path, job.seed)
+        architecture, params = pretrained.load(path, job.seed, encoder_only=True)  # the task head is new
         vocab, lower = _vocab_of(path)
     else:
         architecture, params, vocab, lower = job.model.architecture, None, None, data.do_lower_case

@@ -359,9 +359,12 @@ def test_a_damaged_record_file_is_named_with_the_byte_or_read_up_to_its_damage(p
         assert rows == (intact + good if not training else (intact + good) // 16 * 16)  # training drops the remainder
 
 
-def test_a_glob_that_also_matches_metadata_json_says_so(pydocs_data):
-    with pytest.raises(ValueError, match=r"metadata.json has no TFRecord header .* use 'train/\*.tfrecord'"):
-        _pipeline(os.path.join(pydocs_data, "train", "*"))
+def test_a_glob_that_also_matches_metadata_json_means_the_shards_and_metadata_json_named_says_so(pydocs_data):
+    files = _pipeline(os.path.join(pydocs_data, "train", "*")).files
+    assert files and all(f.endswith(".tfrecord") for f in files)
+    with pytest.raises(ValueError, match=r"metadata.json has no TFRecord header .* \(it describes the record set: "
+                                         "name the shards, or their directory\)"):
+        _pipeline(os.path.join(pydocs_data, "train", "metadata.json"))
 
 
 def test_the_job_stops_on_a_damaged_record_file_or_skips_what_it_is_told_to(pydocs_data, tmp_path, caplog):

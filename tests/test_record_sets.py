@@ -9,6 +9,7 @@ against the model and the records.
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import glob
 import io
@@ -114,8 +115,13 @@ def test_a_stale_missing_or_changed_shard_is_refused_naming_it(tmp_path, record_
         pipeline(missing / "*.tfrecord")
     changed = copy_set(record_set, tmp_path / "changed")
     shard = changed / "records-00001-of-00004.tfrecord"
-    shard.write_bytes(shard.read_bytes()[:-100])
-    with pytest.raises(ValueError, match=r"records-00001-of-00004.tfrecord has [\d,]+ bytes but .* lists"):
+    shard.write_bytes((changed / "records-00000-of-00004.tfrecord").read_bytes())  # intact records, other size
+    assert shard.stat().st_size != (record_set / shard.name).stat().st_size
+    with pytest.raises(ValueError, match=r"records-00001-of-00004.tfrecord has [\d,]+ bytes but .* lists [\d,]+: it "
+                                         "was changed or cut short since prepare wrote it"):
+        pipeline(changed / "*.tfrecord")
+    shard.write_bytes((record_set / shard.name).read_bytes()[:-100])  # cut short: where, before compiling
+    with pytest.raises(ValueError, match=r"records-00001-of-00004.tfrecord has a truncated record at byte"):
         pipeline(changed / "*.tfrecord")
     assert len(pipeline(changed / "records-00000-*.tfrecord").files) == 1  # a chosen subset of good shards trains
 
@@ -142,6 +148,26 @@ def test_records_without_metadata_train_with_a_warning(tmp_path, record_set, cap
     with caplog.at_level(logging.WARNING):
         assert len(pipeline(bare / "*.tfrecord").files) == 4
     assert "have no metadata.json listing them" in caplog.text and "cannot be detected" in caplog.text
+
+
+def test_the_summary_warns_when_instances_keep_under_95_percent_of_the_tokens(tmp_path, corpus, vocab_file):
+    words = corpus.read_text(encoding="utf-8").split()
+    long = tmp_path / "long.txt"  # sentences of ~60 words for 64-token instances: most of each is truncated
+    long.write_text("\n\n".join("\n".join(" ".join(words[i:i + 60]) for i in range(d, d + 600, 60))
+                                for d in range(0, 6000, 600)) + "\n", encoding="utf-8")
+    metadata = prepare(tmp_path / "out", long, vocab_file, num_shards=1)
+    assert metadata["tokens_kept_share"] < 0.6
+    warning = shards_lib.summary(metadata).splitlines()[-1]
+    assert warning.startswith(f"prepare: warning: the instances keep only {100 * metadata['tokens_kept_share']:.1f}% "
+                              f"of the corpus's {metadata['counts']['tokens']:,} tokens; sentences average")
+    assert "more than half of max_seq_length=64" in warning
+    # One-line sentences: one pass loses only what pairs overshoot, and five passes cut in different places.
+    one_pass = prepare(tmp_path / "one", corpus, vocab_file, num_shards=1)
+    assert 0.85 < one_pass["tokens_kept_share"] < 0.95 and "dupe_factor=1" in shards_lib.summary(one_pass)
+    cfg = dataclasses.replace(config(tmp_path / "five", corpus, vocab_file, 1), instance=instances.InstanceConfig(
+        max_seq_length=SEQ, max_predictions_per_seq=PRED, dupe_factor=5))
+    five = shards_lib.prepare(cfg, progress_stream=io.StringIO())
+    assert five["tokens_kept_share"] > 0.99 and "warning" not in shards_lib.summary(five)
 
 
 class FullDisk(io.RawIOBase):

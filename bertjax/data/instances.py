@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
+from typing import Optional
 
 import numpy as np
 
@@ -240,14 +241,29 @@ def mask_tokens(input_ids: np.ndarray, input_mask: np.ndarray, cfg: InstanceConf
     return dict(input_ids=masked, masked_lm_positions=positions, masked_lm_ids=labels, masked_lm_weights=weights)
 
 
+def covered_tokens(pairs: np.ndarray, num_tokens: int) -> int:
+    """Tokens of the block that are in at least one instance of their own document: A segments, and B
+    segments that are the true next (a random next segment's tokens are counted where they belong)."""
+    own_b = pairs[:, 4] == 0
+    starts = np.concatenate([pairs[:, 0], pairs[own_b, 2]])
+    ends = np.concatenate([pairs[:, 1], pairs[own_b, 3]])
+    delta = np.zeros(num_tokens + 1, np.int64)
+    np.add.at(delta, starts, 1)
+    np.add.at(delta, ends, -1)
+    return int((np.cumsum(delta[:-1]) > 0).sum())
+
+
 def create_instances(block: TokenizedBlock, cfg: InstanceConfig, vocab: Vocab, seed: int,
-                     shuffle: bool = True) -> dict[str, np.ndarray]:
-    """All instances of a block (dupe_factor passes), masked and shuffled, as record-ready arrays."""
+                     shuffle: bool = True, counts: Optional[dict] = None) -> dict[str, np.ndarray]:
+    """All instances of a block (dupe_factor passes), masked and shuffled, as record-ready arrays.
+    `counts["covered_tokens"]`, when given, grows by the block's tokens that some instance keeps."""
     rng = random.Random(seed)
     np_rng = np.random.default_rng(seed)
     pairs = create_pairs(block, cfg, rng)
     max_num_tokens = cfg.max_seq_length - (3 if cfg.next_sentence_prediction else 2)
     pairs = truncate_pairs(pairs, max_num_tokens, np_rng)
+    if counts is not None:
+        counts["covered_tokens"] = counts.get("covered_tokens", 0) + covered_tokens(pairs, len(block.tokens))
     if shuffle:
         pairs = pairs[np_rng.permutation(len(pairs))]
     parts = []

@@ -169,10 +169,7 @@ def files_difference(saved: list, mine: list) -> Optional[str]:
     return None
 
 
-def damaged_file_error(scan: records.FileScan, listed: dict[str, int]) -> ValueError:
-    return ValueError(f"record file {scan.describe(listed.get(scan.path))}; re-create it with `python -m "
-                      "bertjax.prepare`, drop it from the file list, or set config.data.skip_damaged_records=true "
-                      "to read every file up to its first damage (counted in the log).")
+damaged_file_error = records.damaged_file_error
 
 
 def count_records(files: list[str], metadata: Optional[dict]) -> list[int]:
@@ -214,7 +211,8 @@ class InputPipeline:
         self._legacy = False  # restored from a state saved with absolute paths (before names): read by path
         self._sizes: Optional[dict[str, int]] = None  # bytes per file, for the saved fingerprint
         not_records = self._check_headers(all_files)
-        for here in records.check_record_set([f for f in all_files if f not in not_records]):
+        for here in records.check_record_set([f for f in all_files if f not in not_records],
+                                             damaged_ok=c.skip_damaged_records):
             log.warning("pipeline: the record files in %s have no metadata.json listing them (google-research/bert's "
                         "records?), so missing, extra or changed shards cannot be detected", here)
         if c.verify_checksums:

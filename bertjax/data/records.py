@@ -411,10 +411,17 @@ def expand_record_files(patterns: str | Sequence[str], what: str = "record") -> 
     return list(dict.fromkeys(out))
 
 
-def check_record_set(files: Sequence[str]) -> list[str]:
+def damaged_file_error(scan: "FileScan", listed: dict[str, int]) -> ValueError:
+    return ValueError(f"record file {scan.describe(listed.get(scan.path))}; re-create it with `python -m "
+                      "bertjax.prepare`, drop it from the file list, or set config.data.skip_damaged_records=true "
+                      "to read every file up to its first damage (counted in the log).")
+
+
+def check_record_set(files: Sequence[str], damaged_ok: bool = False) -> list[str]:
     """Refuses, in one sentence naming the file, record files that are not the complete, fresh set their
     directory's metadata.json lists: an unfinished prepare, a listed shard missing, a shard it does not list
-    (left from another run) or one whose size differs. Returns the directories whose metadata.json lists
+    (left from another run) or one whose size differs (a damaged one: where, unless `damaged_ok`, as
+    config.data.skip_damaged_records). Returns the directories whose metadata.json lists
     no shards, or that have none (google-research/bert's records): they cannot be checked; the caller warns."""
     unchecked = []
     by_dir: dict[str, list[str]] = {}
@@ -447,6 +454,11 @@ def check_record_set(files: Sequence[str]) -> list[str]:
                                  "incomplete; restore the file or re-run prepare.")
             size = (_gfile().stat(path).length if remote else os.path.getsize(path)) if path in matched else None
             if size is not None and "bytes" in entry and size != entry["bytes"]:
+                scan = scan_file(path)  # damaged (truncated): say where, or leave it to skip_damaged_records
+                if scan.problem and damaged_ok:
+                    continue
+                if scan.problem:
+                    raise damaged_file_error(scan, {path: int(entry.get("records", entry.get("instances", 0)))})
                 raise ValueError(f"record file {path} has {size:,} bytes but {listing} lists {entry['bytes']:,}: it "
                                  "was changed or cut short since prepare wrote it; restore it or re-run prepare.")
     return unchecked

@@ -40,7 +40,7 @@ BLOCK_CHARS = 1_000_000
 ENCODE_BATCH = 4096
 SHARD_STATS_SUFFIX = ".stats.json"
 COUNT_KEYS = ("documents", "sentences", "tokens", "empty_sentences", "empty_documents", "instances", "masked",
-              "rows", "real_tokens")
+              "rows", "real_tokens", "covered_tokens")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -183,7 +183,8 @@ def process_shard(cfg: PrepareConfig, work: ShardWork | int, progress: Optional[
             del block_docs
             if block.num_documents == 0:
                 continue
-            arrays = instances_lib.create_instances(block, cfg.instance, vocab, shard_seed(cfg.random_seed, k, b))
+            arrays = instances_lib.create_instances(block, cfg.instance, vocab, shard_seed(cfg.random_seed, k, b),
+                                                    counts=counts)
             made = len(arrays["input_ids"])
             counts["instances"] += made
             counts["masked"] += int(arrays["masked_lm_weights"].sum())
@@ -531,7 +532,8 @@ def job_metadata(cfg: PrepareConfig, tokenizer: tokenization.Tokenizer, results:
             "short_documents": corpus.short_documents, "empty_files": corpus.empty_files,
             "unparsable_files": corpus.unparsable_files, "empty_sentences": totals["empty_sentences"],
             "empty_documents": totals["empty_documents"]},
-        replaced={"non_utf8_lines": corpus.replaced_lines, "over_long_lines_cut": corpus.over_long_lines},
+        replaced={"non_utf8_lines": corpus.replaced_lines, "over_long_lines_cut": corpus.over_long_lines,
+                  "long_lines_split_into_sentences": corpus.split_lines},
         seconds=round(seconds, 2), instances_per_second=round(totals["instances"] / max(seconds, 1e-9), 1),
         runner=runner, num_workers=num_workers,
     )
@@ -541,11 +543,9 @@ def job_metadata(cfg: PrepareConfig, tokenizer: tokenization.Tokenizer, results:
                          f"skipped {skipped or 'nothing'}): point --input_file at plain text, one sentence per line "
                          "and a blank line between documents.")
     metadata["padding_fraction"] = round(1 - totals["real_tokens"] / max(totals["rows"] * inst.max_seq_length, 1), 4)
-    # Corpus tokens that reach an instance, per pass: [CLS] and the [SEP]s are not the corpus's. Truncated
-    # pairs and over-long sentences lower it; NSP's random B segments (drawn from other documents) raise it.
-    specials = 3 if inst.next_sentence_prediction else 2
-    metadata["tokens_kept_share"] = round((totals["real_tokens"] - specials * totals["instances"])
-                                          / max(totals["tokens"] * inst.dupe_factor, 1), 4)
+    # The corpus's tokens that some instance keeps (in any of the dupe_factor passes): pairs truncated to
+    # max_seq_length lose a few (each pass cuts elsewhere), sentences far longer than an instance most.
+    metadata["tokens_kept_share"] = round(totals["covered_tokens"] / max(totals["tokens"], 1), 4)
     if cfg.packing is not None:
         metadata.update(max_predictions_per_seq=inst.max_predictions_per_seq,
                         instances_per_row=round(totals["instances"] / max(totals["rows"], 1), 3))
@@ -565,14 +565,18 @@ def tokens_kept_warning(metadata: dict) -> str:
     tokens_per_sentence = c["tokens"] / max(c["sentences"], 1)
     limit = metadata.get("schema", {}).get("max_seq_length")
     causes = []
-    if metadata["replaced"].get("over_long_lines_cut"):
-        causes.append(f"{metadata['replaced']['over_long_lines_cut']:,} over-long line(s) were cut")
+    if metadata["replaced"].get("long_lines_split_into_sentences"):
+        causes.append(f"{metadata['replaced']['long_lines_split_into_sentences']:,} line(s) too long for one "
+                      "sentence were cut where no sentence end was near")
     if limit and tokens_per_sentence > limit / 2:
         causes.append(f"sentences average {tokens_per_sentence:,.0f} tokens, more than half of max_seq_length="
                       f"{limit}, so pairs are truncated: put one sentence per line")
+    if not causes and metadata.get("dupe_factor") == 1:
+        causes.append("pairs longer than max_seq_length are truncated, and with dupe_factor=1 no other pass "
+                      "keeps what one cut")
     causes = causes or ["pairs longer than max_seq_length are truncated"]
-    return (f"prepare: warning: the instances keep only {100 * share:.1f}% of the corpus's tokens (of "
-            f"{c['tokens']:,} a pass); {'; '.join(causes)}.")
+    return (f"prepare: warning: the instances keep only {100 * share:.1f}% of the corpus's {c['tokens']:,} "
+            f"tokens; {'; '.join(causes)}.")
 
 
 def summary(metadata: dict) -> str:
