@@ -1,5 +1,7 @@
-"""benchmarks/faults.py, short: one trial of each fault (kill -9, a damaged checkpoint, a full disk, SIGTERM)
-against the real job; every rerun must finish with the uninterrupted run's params, losing nothing."""
+"""benchmarks/faults.py, short: one trial of each fault (kill -9, a damaged checkpoint, a full disk, SIGTERM, a
+moved workdir) against the real job, where every rerun must finish with the uninterrupted run's params, losing
+nothing; and one of each of prepare's (kill -9, a full disk), after which training is refused or complete, never
+partial, no worker is left, and the same prepare command writes the reference's bytes."""
 
 import json
 import subprocess
@@ -9,13 +11,18 @@ import train_setup
 
 
 def test_every_fault_is_survived_bitwise_with_nothing_lost(tmp_path):
-    done = subprocess.run([sys.executable, "benchmarks/faults.py", "--trials=4", "--steps=15",
+    done = subprocess.run([sys.executable, "benchmarks/faults.py", "--trials=5", "--steps=15", "--prepare_trials=2",
                            f"--workdir={tmp_path}"], cwd=train_setup.ROOT, capture_output=True, text=True, timeout=1200)
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
-    assert set(result["by_fault"]) == {"kill", "damage", "disk_full", "sigterm"}, result
-    assert (result["trials"], result["survived"], result["bitwise_identical"]) == (4, 4, 4), result
+    assert set(result["by_fault"]) == {"kill", "damage", "disk_full", "sigterm", "moved"}, result
+    assert (result["trials"], result["survived"], result["bitwise_identical"]) == (5, 5, 5), result
     assert result["steps_lost"] == 0 and result["items_lost"] == 0, result
     full = result["by_fault"]["disk_full"]["runs"][0]
     assert full["first_exit"] == 1 and full["said"].startswith("bertjax: no space left on device for "), full
     assert result["by_fault"]["kill"]["runs"][0]["first_exit"] == -9
+    prepare = result["prepare"]
+    assert [r["fault"] for r in prepare["runs"]] == ["prepare_kill", "prepare_disk_full"], prepare
+    assert prepare["partial"] == 0 and prepare["workers_left"] == 0 and prepare["rerun_identical"] == 2, prepare
+    assert prepare["runs"][0]["workers_seen"] > 0, prepare  # the kill found workers to outlive it
+    assert prepare["runs"][1]["exit"] == 1 and "no space left on the device writing" in prepare["runs"][1]["said"][0]

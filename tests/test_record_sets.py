@@ -105,7 +105,8 @@ def test_a_directory_holding_a_set_is_refused_and_overwrite_replaces_the_whole_s
 
 def test_a_stale_missing_or_changed_shard_is_refused_naming_it(tmp_path, record_set):
     stale = copy_set(record_set, tmp_path / "stale")
-    (stale / "records-00007-of-00008.tfrecord").write_bytes((record_set / "records-00000-of-00004.tfrecord").read_bytes())
+    first = (record_set / "records-00000-of-00004.tfrecord").read_bytes()
+    (stale / "records-00007-of-00008.tfrecord").write_bytes(first)
     with pytest.raises(ValueError, match=r"records-00007-of-00008.tfrecord is not in .*metadata.json: it is left from "
                                          "another run"):
         pipeline(stale / "*.tfrecord")
@@ -238,7 +239,7 @@ def test_kill_9_of_prepare_leaves_no_worker_and_no_partial_set(tmp_path, corpus,
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and not (workers and (out / records.STAGING_NAME).exists()):
         workers = [c for c in _children(proc.pid)
-                   if "bertjax" in open(f"/proc/{c}/cmdline").read() or "multiprocessing" in open(f"/proc/{c}/cmdline").read()]
+                   if "multiprocessing" in pathlib.Path(f"/proc/{c}/cmdline").read_text()]
         time.sleep(0.1)
     time.sleep(0.5)
     assert workers and proc.poll() is None, "prepare finished (or never spawned a worker) before it could be killed"

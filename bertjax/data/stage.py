@@ -114,7 +114,7 @@ def prepare_data(config: JobConfig, workdir: str) -> JobConfig:
     if "://" not in stage["vocab_file"] and not os.path.isabs(stage["vocab_file"]):  # under data/, wherever it is now
         stage["vocab_file"] = os.path.join(out, stage["vocab_file"])
     if config.model.vocab_size != stage["vocab_size"]:
-        log.info("data: config.model.vocab_size %d → %d, the size of %s", config.model.vocab_size,
+        log.info("data: config.model.vocab_size %s → %d, the size of %s", config.model.vocab_size or "unset",
                  stage["vocab_size"], stage["vocab_file"])
     return config.replace(model={"vocab_size": stage["vocab_size"]},
                           data={"vocab_file": stage["vocab_file"],
