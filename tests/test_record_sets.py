@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import errno
 import glob
+import importlib.util
 import io
 import logging
 import os
@@ -214,21 +215,17 @@ def test_an_unfinished_prepare_is_refused_and_a_rerun_clears_it(tmp_path, record
     assert not (killed / records.STAGING_NAME).exists() and len(pipeline(killed / "*").files) == 4
 
 
-def _children(pid: int) -> list[int]:
-    out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True, text=True).stdout
-    return [int(p) for p in out.split()]
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split()[2] != "Z"
-    except FileNotFoundError:
-        return False
+def _faults_benchmark():
+    """benchmarks/faults.py, for its process helpers (children, alive)."""
+    spec = importlib.util.spec_from_file_location("faults", REPO / "benchmarks" / "faults.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_kill_9_of_prepare_leaves_no_worker_and_no_partial_set(tmp_path, corpus, vocab_file):
+    faults = _faults_benchmark()
     big = tmp_path / "big.txt"
     big.write_text(corpus.read_text(encoding="utf-8") * 60, encoding="utf-8")  # ~30 s of work
     out = tmp_path / "out"
@@ -238,7 +235,7 @@ def test_kill_9_of_prepare_leaves_no_worker_and_no_partial_set(tmp_path, corpus,
     workers: list[int] = []
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and not (workers and (out / records.STAGING_NAME).exists()):
-        workers = [c for c in _children(proc.pid)
+        workers = [c for c in faults.children(proc.pid)
                    if "multiprocessing" in pathlib.Path(f"/proc/{c}/cmdline").read_text()]
         time.sleep(0.1)
     time.sleep(0.5)
@@ -246,9 +243,9 @@ def test_kill_9_of_prepare_leaves_no_worker_and_no_partial_set(tmp_path, corpus,
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     deadline = time.monotonic() + 5
-    while time.monotonic() < deadline and any(map(_alive, workers)):
+    while time.monotonic() < deadline and any(map(faults.alive, workers)):
         time.sleep(0.1)
-    assert not any(map(_alive, workers)), "a worker outlived its killed parent"
+    assert not any(map(faults.alive, workers)), "a worker outlived its killed parent"
     assert not glob.glob(str(out / "*"))  # only the hidden staging folder: nothing a glob of its shards matches
     with pytest.raises(FileNotFoundError, match="matches no files"):
         pipeline(out / "*")
