@@ -83,18 +83,20 @@ def _prediction_bits(predicted: Array, vocab_size: int, w: Array) -> Array:
 def pretraining_metrics(mlm_logits: Array, masked_lm_ids: Array, masked_lm_weights: Array,
                         nsp_logits: Optional[Array] = None, next_sentence_labels: Optional[Array] = None,
                         example_weight: Optional[Array] = None,
-                        next_sentence_weights: Optional[Array] = None) -> Metrics:
-    """{mlm_loss, mlm_accuracy, mlm_constant_prediction[, nsp_loss, nsp_accuracy]} as (sum, count) float32.
+                        next_sentence_weights: Optional[Array] = None, constant_prediction: bool = False) -> Metrics:
+    """{mlm_loss, mlm_accuracy[, mlm_constant_prediction][, nsp_loss, nsp_accuracy]} as (sum, count) float32.
 
     MLM terms are weighted by masked_lm_weights × example_weight, NSP terms by example_weight (times
     next_sentence_weights for packed rows: one NSP term per instance). With nsp_logits None (MLM-only
-    data) the NSP keys are absent. mlm_constant_prediction's sum is a vector (`_prediction_bits`), which
-    `normalize` turns into the one token id every MLM prediction was (a collapsed model), else -1.
+    data) the NSP keys are absent. mlm_constant_prediction (evals: `constant_prediction`; the train step
+    stays as it was) has a vector sum (`_prediction_bits`), which `normalize` turns into the one token id
+    every MLM prediction was (a collapsed model), else -1.
     """
     ce, correct, w, predicted = _mlm_terms(mlm_logits, masked_lm_ids, masked_lm_weights, example_weight)
     count = jnp.sum(w)
-    out = {"mlm_loss": (jnp.sum(ce * w), count), "mlm_accuracy": (jnp.sum(correct * w), count),
-           "mlm_constant_prediction": (_prediction_bits(predicted, mlm_logits.shape[-1], w), count)}
+    out = {"mlm_loss": (jnp.sum(ce * w), count), "mlm_accuracy": (jnp.sum(correct * w), count)}
+    if constant_prediction:
+        out["mlm_constant_prediction"] = (_prediction_bits(predicted, mlm_logits.shape[-1], w), count)
     if nsp_logits is not None:
         ce, correct, w = _nsp_terms(nsp_logits, next_sentence_labels, example_weight, next_sentence_weights)
         count = jnp.sum(w)

@@ -75,7 +75,8 @@ def _pretraining_sums(model: nn.Module, nsp: bool, params: Any, batch: Batch, rn
     weight = batch[pipeline_lib.EXAMPLE_WEIGHT]
     sums = metrics_lib.pretraining_metrics(
         out.mlm_logits, batch["masked_lm_ids"], batch["masked_lm_weights"], out.nsp_logits if nsp else None,
-        batch["next_sentence_labels"], weight, batch.get("next_sentence_weights"))
+        batch["next_sentence_labels"], weight, batch.get("next_sentence_weights"),
+        constant_prediction=rng is None)  # evals only: whether a collapsed model predicts one token
     instances = jnp.sum(batch["next_sentence_weights"] * weight[:, None]) if packed else jnp.sum(weight)
     return dict(sums, **row_counts(batch, instances))
 
@@ -153,7 +154,7 @@ def make_train_step(task: Task, tx: optax.GradientTransformation, micro_batches:
                 return (loss + loss_i, jax.tree.map(jnp.add, sums, sums_i), jax.tree.map(jnp.add, grads, grads_i)), None
 
             zero_sums = jax.eval_shape(lambda: task.forward_sums(state.params, jax.tree.map(lambda x: x[0], split),
-                                                                 None))
+                                                                 step_rng))  # a train step's sums (rng given)
             init = (jnp.zeros((), jnp.float32), jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), zero_sums),
                     jax.tree.map(jnp.zeros_like, state.params))
             (loss, sums, grads), _ = jax.lax.scan(accumulate, init, (jnp.arange(micro_batches), split))
