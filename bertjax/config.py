@@ -92,6 +92,7 @@ class DataConfig:
     dynamic_masking: bool = False
     corpus: str = ""
     tfds_data_dir: str = ""
+    text_field: str = "text"
     tfds_text_feature: str = "text"
     heldout_every: int = 20
     corpus_vocab_size: int = 8192

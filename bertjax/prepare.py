@@ -3,8 +3,9 @@
     python -m bertjax.prepare --input_file='corpus/*.txt' --output_dir=records --vocab_file=vocab.txt \
         --max_seq_length=128 --max_predictions_per_seq=20 --dupe_factor=10 --num_workers=8
 
-Flags keep google-research/bert's names and defaults. --input_file also takes `tfds:NAME[/CONFIG][:SPLIT]`
-and `builtin:pydocs`. With --runner=beam, flags this program does not know pass through to Beam
+Flags keep google-research/bert's names and defaults. --input_file also takes Parquet and JSON Lines files
+(`.parquet`, `.jsonl`, `.jsonl.gz`, `.json.gz`, `.jsonl.zst`; one document per row, its text in --text_field),
+`tfds:NAME[/CONFIG][:SPLIT]` and `builtin:pydocs`. With --runner=beam, flags this program does not know pass through to Beam
 (e.g. --runner=beam --beam_runner=DataflowRunner --project=... --temp_location=gs://...).
 """
 
@@ -14,7 +15,7 @@ import sys
 from absl import app, flags
 
 from bertjax import cli
-from bertjax.data import instances, packing, shards
+from bertjax.data import instances, packing, shards, table_corpus
 
 FLAGS = flags.FLAGS
 
@@ -22,8 +23,8 @@ FLAGS = flags.FLAGS
 def define_flags() -> None:
     """create_pretraining_data.py's flags; defined only when run as a program, so that importing this
     module (or two CLIs in one process) defines none."""
-    flags.DEFINE_string("input_file", None, "Raw text files (glob or comma list; .gz ok), tfds:NAME[:SPLIT] or "
-                        "builtin:pydocs.")
+    flags.DEFINE_string("input_file", None, "Raw text files (glob or comma list; .gz ok), Parquet / JSON Lines "
+                        "files (.parquet, .jsonl, .jsonl.gz, .json.gz, .jsonl.zst), tfds:NAME[:SPLIT] or builtin:pydocs.")
     flags.DEFINE_string("output_dir", None, "Directory for the record shards and metadata.json.")
     flags.DEFINE_string("vocab_file", None, "WordPiece vocab.txt or SentencePiece .model.")
     flags.DEFINE_bool("do_lower_case", True, "Lower-case and strip accents (uncased models).")
@@ -47,7 +48,11 @@ def define_flags() -> None:
     flags.DEFINE_enum("runner", "local", ["local", "beam"], "local processes or Apache Beam.")
     flags.DEFINE_string("beam_runner", "DirectRunner", "Beam runner for --runner=beam.")
     flags.DEFINE_string("tfds_data_dir", None, "TFDS data_dir for tfds: inputs.")
-    flags.DEFINE_string("tfds_text_feature", "text", "TFDS feature holding the text.")
+    flags.DEFINE_string("text_field", "text", "The field holding each document's text: Parquet column, JSON key "
+                        "or TFDS feature.")
+    flags.DEFINE_bool("skip_bad_json_lines", False, "Skip (and count) JSON lines that do not parse, instead of "
+                      "stopping at the first.")
+    flags.DEFINE_string("tfds_text_feature", "text", "Deprecated: use --text_field.")
     flags.mark_flags_as_required(["input_file", "output_dir", "vocab_file"])
 
 
@@ -58,7 +63,9 @@ def main(argv):
     cfg = shards.PrepareConfig(
         input_file=FLAGS.input_file, output_dir=FLAGS.output_dir, vocab_file=FLAGS.vocab_file,
         do_lower_case=FLAGS.do_lower_case, random_seed=FLAGS.random_seed, num_shards=FLAGS.num_shards,
-        tfds_data_dir=FLAGS.tfds_data_dir, tfds_text_feature=FLAGS.tfds_text_feature,
+        tfds_data_dir=FLAGS.tfds_data_dir, skip_bad_json_lines=FLAGS.skip_bad_json_lines,
+        text_field=table_corpus.resolve_text_field(FLAGS.text_field, FLAGS.tfds_text_feature, "--tfds_text_feature",
+                                                   "--text_field"),
         instance=instances.InstanceConfig(
             max_seq_length=FLAGS.max_seq_length, max_predictions_per_seq=FLAGS.max_predictions_per_seq,
             masked_lm_prob=FLAGS.masked_lm_prob, short_seq_prob=FLAGS.short_seq_prob,

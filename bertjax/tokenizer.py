@@ -4,7 +4,8 @@
       [--model_type=wordpiece|sentencepiece] [--do_lower_case]
 
 --input_file takes what `python -m bertjax.prepare` takes: BERT raw-text files (one sentence per line,
-blank lines between documents, `.gz` allowed), `tfds:NAME[/CONFIG][:SPLIT]` or `builtin:pydocs`. The same
+blank lines between documents, `.gz` allowed), Parquet / JSON Lines files (one document per row, its text in
+--text_field), `tfds:NAME[/CONFIG][:SPLIT]` or `builtin:pydocs`. The same
 corpus and flags write the same bytes on every run (bertjax/data/vocab_training.py). A WordPiece vocab that
 comes out another size than --vocab_size (a corpus too small for it) is one printed line with both sizes
 and why; SentencePiece refuses such a size instead.
@@ -16,7 +17,7 @@ from absl import flags
 
 from bertjax import cli
 from bertjax.data import corpus as corpus_lib
-from bertjax.data import vocab_training
+from bertjax.data import table_corpus, vocab_training
 
 FLAGS = flags.FLAGS
 
@@ -24,8 +25,8 @@ FLAGS = flags.FLAGS
 def define_flags() -> None:
     """Defined only when run as a program, so that importing this module (or two CLIs in one process)
     defines no flags."""
-    flags.DEFINE_string("input_file", None, "Corpus: text files (glob / comma list, .gz ok), tfds:NAME[:SPLIT] "
-                        "or builtin:pydocs.", required=True)
+    flags.DEFINE_string("input_file", None, "Corpus: text files (glob / comma list, .gz ok), Parquet / JSON "
+                        "Lines files (.parquet, .jsonl[.gz|.zst]), tfds:NAME[:SPLIT] or builtin:pydocs.", required=True)
     flags.DEFINE_integer("vocab_size", None, "Size of the vocabulary, special tokens included.", required=True)
     flags.DEFINE_string("output_dir", None, "Directory for vocab.txt or spm.model/spm.vocab.", required=True)
     flags.DEFINE_enum("model_type", "wordpiece", ["wordpiece", "sentencepiece"], "Tokenizer engine.")
@@ -36,7 +37,11 @@ def define_flags() -> None:
     flags.DEFINE_integer("random_seed", 12345, "SentencePiece: seed of the sample of lines it trains on when the "
                          "corpus has more than 10M.")
     flags.DEFINE_string("tfds_data_dir", None, "TFDS data_dir for tfds: inputs.")
-    flags.DEFINE_string("tfds_text_feature", "text", "TFDS feature holding the text.")
+    flags.DEFINE_string("text_field", "text", "The field holding each document's text: Parquet column, JSON key "
+                        "or TFDS feature.")
+    flags.DEFINE_bool("skip_bad_json_lines", False, "Skip (and count) JSON lines that do not parse, instead of "
+                      "stopping at the first.")
+    flags.DEFINE_string("tfds_text_feature", "text", "Deprecated: use --text_field.")
 
 
 def sentences(source: corpus_lib.Source) -> Iterator[str]:
@@ -47,8 +52,10 @@ def sentences(source: corpus_lib.Source) -> Iterator[str]:
 def main(argv: list[str]) -> None:
     del argv
     try:
-        source = corpus_lib.open_source(FLAGS.input_file, data_dir=FLAGS.tfds_data_dir,
-                                        text_feature=FLAGS.tfds_text_feature)
+        text_field = table_corpus.resolve_text_field(FLAGS.text_field, FLAGS.tfds_text_feature,
+                                                     "--tfds_text_feature", "--text_field")
+        source = corpus_lib.open_source(FLAGS.input_file, data_dir=FLAGS.tfds_data_dir, text_field=text_field,
+                                        skip_bad_json_lines=FLAGS.skip_bad_json_lines)
         if FLAGS.model_type == "wordpiece":
             # A vocab of another size than asked says so, and why, in one printed line.
             tok = vocab_training.train_wordpiece(sentences(source), FLAGS.vocab_size, FLAGS.output_dir,
@@ -61,7 +68,9 @@ def main(argv: list[str]) -> None:
         raise SystemExit(f"error: {e}") from None
     written = [tok.path] + ([tok.path.with_suffix(".vocab")] if FLAGS.model_type == "sentencepiece" else [])
     stats = source.stats
-    print(f"Read {stats.units} unit(s), {stats.documents:,} documents, {stats.sentences:,} sentences; wrote "
+    rows = table_corpus.skipped_rows_note(stats)  # Parquet / JSON Lines: rows without text are counted
+    print(f"Read {stats.units} unit(s), {stats.documents:,} documents, {stats.sentences:,} sentences"
+          f"{f' ({rows})' if rows else ''}; wrote "
           f"{', '.join(map(str, written))}; vocab_size={tok.vocab_size} (do_lower_case={tok.do_lower_case}; "
           f"[PAD]={tok.pad_id} [UNK]={tok.unk_id} [CLS]={tok.cls_id} [SEP]={tok.sep_id} [MASK]={tok.mask_id}).")
 

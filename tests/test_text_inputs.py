@@ -131,12 +131,16 @@ def test_lines_up_to_max_sentence_chars_are_left_whole(tmp_path):
     assert (source.stats.split_lines, source.stats.over_long_lines) == (1, 0)
 
 
-def test_over_long_sentences_of_tfds_and_pydocs_are_cut_too():
-    source = corpus_lib.open_source("builtin:pydocs")
+def test_over_long_sentences_of_segmented_sources_are_cut_too_but_pydocs_keeps_its_own():
+    source = corpus_lib.TfdsSource.__new__(corpus_lib.TfdsSource)  # _cap is the Source's: no dataset needed
+    corpus_lib.Source.__init__(source, 1, corpus_lib.DEFAULT_MAX_LINE_CHARS)
     stats = corpus_lib.CorpusStats()
     cut = list(source._cap(["short one.", "x" * 2500], stats))
     assert cut == ["short one.", "x" * 1000, "x" * 1000, "x" * 500]
     assert (stats.split_lines, stats.over_long_lines) == (1, 0)
+    # builtin:pydocs, the demo's corpus, cuts only past max_line_chars: its documented figures stay true.
+    pydocs, stats = corpus_lib.open_source("builtin:pydocs"), corpus_lib.CorpusStats()
+    assert list(pydocs._cap(["x" * 2500], stats)) == ["x" * 2500] and stats.split_lines == 0
 
 
 def _prepare(path: pathlib.Path, out: pathlib.Path, vocab: pathlib.Path) -> dict:

@@ -32,6 +32,7 @@ from bertjax.data import corpus as corpus_lib
 from bertjax.data import instances as instances_lib
 from bertjax.data import packing as packing_lib
 from bertjax.data import records
+from bertjax.data import table_corpus
 from bertjax.data import tokenization
 
 # Characters of text per block: ~250k tokens, ~20k instances at dupe_factor 10 (~40 MB of arrays).
@@ -53,7 +54,9 @@ class PrepareConfig:
     random_seed: int = 12345
     num_shards: int = 16
     tfds_data_dir: Optional[str] = None
-    tfds_text_feature: str = "text"
+    tfds_text_feature: str = "text"  # deprecated alias of text_field, used when text_field is "text"
+    text_field: str = "text"  # TFDS feature / Parquet column / JSON key holding a document's text
+    skip_bad_json_lines: bool = False  # JSON lines that do not parse: skipped and counted, not an error
     block_chars: int = BLOCK_CHARS
     packing: Optional[packing_lib.PackingConfig] = None  # several instances a row (data/packing.py)
 
@@ -77,8 +80,9 @@ class PrepareConfig:
         return os.path.join(self.staging_dir, self.shard_name(k))
 
     def open_source(self) -> corpus_lib.Source:
-        return corpus_lib.open_source(self.input_file, data_dir=self.tfds_data_dir,
-                                      text_feature=self.tfds_text_feature)
+        return corpus_lib.open_source(self.input_file, data_dir=self.tfds_data_dir, text_field=self.text_field,
+                                      text_feature=self.tfds_text_feature,
+                                      skip_bad_json_lines=self.skip_bad_json_lines)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -531,7 +535,8 @@ def job_metadata(cfg: PrepareConfig, tokenizer: tokenization.Tokenizer, results:
         skipped={  # everything not turned into instances, and why
             "short_documents": corpus.short_documents, "empty_files": corpus.empty_files,
             "unparsable_files": corpus.unparsable_files, "empty_sentences": totals["empty_sentences"],
-            "empty_documents": totals["empty_documents"]},
+            "empty_documents": totals["empty_documents"],  # then Parquet / JSON Lines rows with no text, if any rows
+            **({k: getattr(corpus, k) for k in table_corpus.SKIPPED_ROW_COUNTERS} if corpus.rows else {})},
         replaced={"non_utf8_lines": corpus.replaced_lines, "over_long_lines_cut": corpus.over_long_lines,
                   "long_lines_split_into_sentences": corpus.split_lines},
         seconds=round(seconds, 2), instances_per_second=round(totals["instances"] / max(seconds, 1e-9), 1),
@@ -540,8 +545,10 @@ def job_metadata(cfg: PrepareConfig, tokenizer: tokenization.Tokenizer, results:
     if totals["instances"] == 0:  # no metadata.json: empty shards must not look like a finished data set
         skipped = ", ".join(f"{v:,} {k.replace('_', ' ')}" for k, v in metadata["skipped"].items() if v)
         raise ValueError(f"{cfg.input_file} yielded no training instances ({totals['documents']:,} documents; "
-                         f"skipped {skipped or 'nothing'}): point --input_file at plain text, one sentence per line "
-                         "and a blank line between documents.")
+                         f"skipped {skipped or 'nothing'}): "
+                         + (f"check that --text_field={cfg.text_field!r} names the field holding the text."
+                            if corpus.rows else "point --input_file at plain text, one sentence per line "
+                            "and a blank line between documents."))
     metadata["padding_fraction"] = round(1 - totals["real_tokens"] / max(totals["rows"] * inst.max_seq_length, 1), 4)
     # The corpus's tokens that some instance keeps (in any of the dupe_factor passes): pairs truncated to
     # max_seq_length lose a few (each pass cuts elsewhere), sentences far longer than an instance most.

@@ -1,7 +1,8 @@
 """The data stage of the main job: corpus → vocab → train and held-out records, when the config asks.
 
 With `config.data.corpus` empty the job trains on existing records (`data.train_files`) and this stage
-does nothing. With a corpus (`builtin:pydocs`, a glob of BERT raw-text files, `tfds:NAME[:SPLIT]`) it
+does nothing. With a corpus (`builtin:pydocs`, a glob of BERT raw-text, Parquet or JSON Lines files,
+`tfds:NAME[:SPLIT]`; `data.text_field` names the field holding the text) it
 splits the documents into train and held-out sets (every `heldout_every`-th document is held out, so
 no held-out sentence is ever trained on), trains a WordPiece vocab on the train documents unless
 `data.vocab_file` is given, prepares records for both with `bertjax.prepare`, and points the config at
@@ -20,7 +21,7 @@ import jax
 from bertjax.config import JobConfig
 from bertjax.data import corpus as corpus_lib
 from bertjax.data import shards
-from bertjax.data import tokenization, vocab_training
+from bertjax.data import table_corpus, tokenization, vocab_training
 
 log = logging.getLogger(__name__)
 DONE = "stage.json"
@@ -38,12 +39,14 @@ def _write_documents(path: str, documents: Iterator[list[str]]) -> int:
 
 
 def split_corpus(spec: str, out_dir: str, heldout_every: int, tfds_data_dir: str | None = None,
-                 tfds_text_feature: str = "text") -> tuple[str, str, dict]:
+                 tfds_text_feature: str = "text", text_field: str = "text") -> tuple[str, str, dict]:
     """Writes train.txt and heldout.txt (disjoint documents) under out_dir; returns their paths and counts."""
-    source = corpus_lib.open_source(spec, data_dir=tfds_data_dir, text_feature=tfds_text_feature,
-                                    what="config.data.corpus")
+    source = corpus_lib.open_source(spec, data_dir=tfds_data_dir, text_field=text_field,
+                                    text_feature=tfds_text_feature, what="config.data.corpus")
     train_path, heldout_path = os.path.join(out_dir, "train.txt"), os.path.join(out_dir, "heldout.txt")
     documents = list(source.documents())
+    if rows := table_corpus.skipped_rows_note(source.stats):  # Parquet / JSON Lines: rows without text
+        log.info("data: %s: %s", spec, rows)
     if len(documents) < 2:
         raise ValueError(f"config.data.corpus={spec} has {len(documents)} document(s); a train/held-out "
                          "split needs at least 2.")
@@ -82,8 +85,10 @@ def prepare_data(config: JobConfig, workdir: str) -> JobConfig:
         os.makedirs(out, exist_ok=True)
         log.info("data: splitting %s into train and held-out documents (every %d-th held out)", d.corpus,
                  d.heldout_every)
+        text_field = table_corpus.resolve_text_field(d.text_field, d.tfds_text_feature,
+                                                     "config.data.tfds_text_feature", "config.data.text_field")
         train_txt, heldout_txt, counts = split_corpus(d.corpus, out, d.heldout_every, d.tfds_data_dir or None,
-                                                      d.tfds_text_feature)
+                                                      text_field=text_field)
         vocab_file = d.vocab_file
         if not vocab_file:
             log.info("data: training a %d-token WordPiece vocab on the train documents", d.corpus_vocab_size)
