@@ -135,7 +135,7 @@ def test_deprecated_alias_warns_once_and_is_used_only_when_text_field_is_default
 def test_long_sentences_are_capped(tmp_path):
     long = " ".join(["word"] * 600)  # 2,999 characters, no sentence end
     (tmp_path / "c.jsonl").write_bytes(jsonl_bytes([{"text": long}]))
-    source = corpus_lib.open_source(str(tmp_path / "c.jsonl"), max_sentence_chars=1_000)
+    source = corpus_lib.open_source(str(tmp_path / "c.jsonl"), max_line_chars=2_000, max_sentence_chars=1_000)
     doc, = source.documents()
     assert len(doc) == 3 and all(len(s) <= 1_000 for s in doc) and " ".join(doc) == long
     assert source.stats.split_lines == 1

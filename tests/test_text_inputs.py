@@ -122,25 +122,24 @@ def test_an_over_long_line_keeps_its_words_whole_across_pieces(tmp_path):
     assert " ".join(s for doc in source.documents() for s in doc) == line[:1000].strip()
 
 
-def test_lines_up_to_max_sentence_chars_are_left_whole(tmp_path):
-    short, long = "Dr. Who went home. " * 52, "Dr. Who went home. " * 53  # 988 and 1007 characters
+def test_lines_that_fit_one_read_stay_whole_as_in_google_bert(tmp_path):
+    # Records equal google-research/bert's for any corpus whose lines fit one read (max_line_chars): a
+    # 2,000-character line stays one sentence, and only a longer line is cut into sentences.
+    short, long = "Dr. Who went home. " * 105, "Dr. Who went home. " * 106  # 1,995 and 2,014 characters
     (tmp_path / "a.txt").write_text(f"{short}\n{long}\n")
-    source = corpus_lib.open_source(str(tmp_path / "a.txt"))
+    source = corpus_lib.open_source(str(tmp_path / "a.txt"), max_line_chars=2_000)
     (doc,) = list(source.documents())
-    assert doc[0] == short.strip() and doc[1:] == ["Dr.", "Who went home."] * 53
-    assert (source.stats.split_lines, source.stats.over_long_lines) == (1, 0)
+    assert doc[0] == short.strip() and doc[1:] == ["Dr.", "Who went home."] * 106
+    assert (source.stats.split_lines, source.stats.over_long_lines) == (1, 1)
 
 
-def test_over_long_sentences_of_segmented_sources_are_cut_too_but_pydocs_keeps_its_own():
+def test_over_long_sentences_of_segmented_sources_are_cut_too():
     source = corpus_lib.TfdsSource.__new__(corpus_lib.TfdsSource)  # _cap is the Source's: no dataset needed
-    corpus_lib.Source.__init__(source, 1, corpus_lib.DEFAULT_MAX_LINE_CHARS)
+    corpus_lib.Source.__init__(source, 1, 2_000)
     stats = corpus_lib.CorpusStats()
-    cut = list(source._cap(["short one.", "x" * 2500], stats))
-    assert cut == ["short one.", "x" * 1000, "x" * 1000, "x" * 500]
-    assert (stats.split_lines, stats.over_long_lines) == (1, 0)
-    # builtin:pydocs, the demo's corpus, cuts only past max_line_chars: its documented figures stay true.
-    pydocs, stats = corpus_lib.open_source("builtin:pydocs"), corpus_lib.CorpusStats()
-    assert list(pydocs._cap(["x" * 2500], stats)) == ["x" * 2500] and stats.split_lines == 0
+    cut = list(source._cap(["short one.", "x" * 1_900, "x" * 2_500], stats))
+    assert cut == ["short one.", "x" * 1_900, "x" * 1000, "x" * 1000, "x" * 500]
+    assert (stats.split_lines, stats.over_long_lines) == (1, 1)
 
 
 def _prepare(path: pathlib.Path, out: pathlib.Path, vocab: pathlib.Path) -> dict:

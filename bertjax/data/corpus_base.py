@@ -22,10 +22,11 @@ from bertjax.data import text_checks
 
 Document = list[str]
 
-# A line longer than this is read in pieces (counted in `over_long_lines`): memory stays bounded.
+# A line longer than this is read in pieces (counted in `over_long_lines`), so memory stays bounded, and
+# cut into sentences (text_checks.cut_sentences; counted in `split_lines`) of at most
+# DEFAULT_MAX_SENTENCE_CHARS, ~250 tokens, so that its text fits instances instead of being truncated to
+# one. A shorter line stays one sentence, as in google-research/bert.
 DEFAULT_MAX_LINE_CHARS = 100_000
-# A line or sentence longer than this is cut into sentences (text_checks.cut_sentences), counted in
-# `split_lines`: ~250 tokens, so that it fits in an instance instead of being truncated to max_seq_length.
 DEFAULT_MAX_SENTENCE_CHARS = 1_000
 
 _PARAGRAPH_BREAK = re.compile(r"\n[ \t\r\f\v]*\n")
@@ -45,7 +46,7 @@ class CorpusStats:
     empty_lines: int = 0  # blank text-file lines (document separators)
     replaced_lines: int = 0  # lines (TFDS: texts) with non-UTF-8 bytes, decoded to U+FFFD
     over_long_lines: int = 0  # lines or sentences over max_line_chars: read in pieces
-    split_lines: int = 0  # lines or sentences over max_sentence_chars: cut into sentences
+    split_lines: int = 0  # lines or sentences over max_line_chars: cut into sentences
     short_documents: int = 0  # documents with fewer than min_sentences sentences: dropped
     # Parquet and JSON Lines (table_corpus.py): one document per row; the rows that hold none are skipped.
     rows: int = 0  # Parquet rows and JSON lines read, blank lines excepted
@@ -186,13 +187,14 @@ class Source(abc.ABC):
         return self.read(self.list_units())
 
     def _cap(self, sentences: Iterable[str], stats: CorpusStats) -> Iterator[str]:
-        """Cuts sentences longer than max_sentence_chars into sentences that fit (counted)."""
+        """Cuts sentences longer than max_line_chars into sentences of at most max_sentence_chars (counted);
+        shorter ones stay whole, as a raw-text line that fits one read does."""
         for sentence in sentences:
-            if len(sentence) <= self.max_sentence_chars:
+            if len(sentence) <= self.max_line_chars:
                 yield sentence
                 continue
             stats.split_lines += 1
-            stats.over_long_lines += len(sentence) > self.max_line_chars
+            stats.over_long_lines += 1
             yield from text_checks.cut_sentences(sentence, self.max_sentence_chars)[0]
 
 class _RawGFile(io.RawIOBase):
