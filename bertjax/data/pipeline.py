@@ -169,9 +169,6 @@ def files_difference(saved: list, mine: list) -> Optional[str]:
     return None
 
 
-damaged_file_error = records.damaged_file_error
-
-
 def count_records(files: list[str], metadata: Optional[dict]) -> list[int]:
     """Records per file: from metadata.json's per-shard counts where it lists the file, else by walking its
     frames (which also names a damaged one)."""
@@ -183,7 +180,7 @@ def count_records(files: list[str], metadata: Optional[dict]) -> list[int]:
             continue
         scan = records.scan_file(f)
         if scan.problem:
-            raise damaged_file_error(scan, listed)
+            raise records.damaged_file_error(scan, listed)
         counts.append(scan.records)
     return counts
 
@@ -459,7 +456,7 @@ class InputPipeline:
         listed = records.listed_counts(self.files, self.metadata)
         for scan in map(records.scan_file, self.files):
             if scan.problem:
-                return damaged_file_error(scan, listed)
+                return records.damaged_file_error(scan, listed)
         return ValueError(f"reading {', '.join(self.files)} failed: {_tf_message(error)}; these are not BERT "
                           "pre-training records of this schema: re-run prepare, or drop the file that is not.")
 

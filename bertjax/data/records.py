@@ -306,26 +306,32 @@ class RecordWriter:
 
 # --- Metadata ------------------------------------------------------------------------------------
 
-def write_metadata(output_dir: str, schema: RecordSchema, **fields) -> str:
+def write_metadata(output_dir: str, schema: RecordSchema, **fields) -> dict:
+    """Writes output_dir/metadata.json; returns what it holds."""
     path = os.path.join(output_dir, METADATA_NAME)
+    metadata = {"format_version": FORMAT_VERSION, "schema": schema.to_dict(), **fields}
     try:
         with open_for_write(path) as f:
-            f.write(json.dumps({"format_version": FORMAT_VERSION, "schema": schema.to_dict(), **fields}, indent=2,
-                               sort_keys=True).encode())
+            f.write(json.dumps(metadata, indent=2, sort_keys=True).encode())
     except OSError as e:
         _raise_disk_full(path, e)
-    return path
+    return metadata
 
 
-def read_metadata(files: Sequence[str]) -> Optional[dict]:
-    """metadata.json beside the first shard, if there is one (google-research/bert writes none)."""
+def metadata_in(directory: str) -> Optional[dict]:
+    """The directory's metadata.json, or None (google-research/bert writes none); local or gs://."""
     import tensorflow as tf
 
-    path = os.path.join(os.path.dirname(files[0]), METADATA_NAME)
+    path = os.path.join(directory, METADATA_NAME)
     if not tf.io.gfile.exists(path):
         return None
     with tf.io.gfile.GFile(path) as f:
         return json.load(f)
+
+
+def read_metadata(files: Sequence[str]) -> Optional[dict]:
+    """metadata.json beside the first shard, if there is one."""
+    return metadata_in(os.path.dirname(files[0]))
 
 
 def infer_schema(files: Sequence[str]) -> tuple[RecordSchema, Optional[dict]]:
@@ -385,23 +391,16 @@ def check_schema(files: Sequence[str], max_seq_length: int, max_predictions_per_
 
 # --- Complete and fresh record sets ---------------------------------------------------------------------
 
-def _gfile():
-    import tensorflow as tf
-
-    return tf.io.gfile
-
-
 def expand_record_files(patterns: str | Sequence[str], what: str = "record") -> list[str]:
     """Record globs → files, as `expand_patterns`; a directory stands for the shards its metadata.json lists."""
+    import tensorflow as tf
+
     names = [n.strip() for n in (patterns.split(",") if isinstance(patterns, str) else patterns) if str(n).strip()]
     out: list[str] = []
     for name in names:
-        gfile = _gfile() if "://" in name else None
-        is_dir = gfile.isdir(name) if gfile else os.path.isdir(name)
-        listing = os.path.join(name, METADATA_NAME)
-        if is_dir and (gfile.exists(listing) if gfile else os.path.exists(listing)):
-            with (gfile.GFile(listing) if gfile else open(listing)) as f:
-                out += [os.path.join(name, entry["file"]) for entry in json.load(f).get("files", ())]
+        listing = metadata_in(name) if tf.io.gfile.isdir(name) else None
+        if listing is not None:
+            out += [os.path.join(name, entry["file"]) for entry in listing.get("files", ())]
         else:  # a glob such as DIR/* means the shards, not the metadata.json beside them
             out += [f for f in expand_patterns(name, what)
                     if not (set(name) & set("*?[") and os.path.basename(f) == METADATA_NAME)]
@@ -423,25 +422,21 @@ def check_record_set(files: Sequence[str], damaged_ok: bool = False) -> list[str
     (left from another run) or one whose size differs (a damaged one: where, unless `damaged_ok`, as
     config.data.skip_damaged_records). Returns the directories whose metadata.json lists
     no shards, or that have none (google-research/bert's records): they cannot be checked; the caller warns."""
+    import tensorflow as tf
+
     unchecked = []
     by_dir: dict[str, list[str]] = {}
     for f in files:
         by_dir.setdefault(os.path.dirname(f), []).append(f)
     for here, matched in by_dir.items():
-        remote = "://" in here
-        exists = _gfile().exists if remote else os.path.exists
-        if exists(os.path.join(here, STAGING_NAME)):
+        if tf.io.gfile.exists(os.path.join(here, STAGING_NAME)):
             raise ValueError(f"{here} holds an unfinished record set ({STAGING_NAME}: a prepare into it failed or "
                              "was killed); re-run `python -m bertjax.prepare` into it (it clears the leftovers).")
+        metadata = metadata_in(here)
+        if metadata is None or "files" not in metadata:  # none, or written by hand: no shards listed to check
+            unchecked.append(here or ".")
+            continue
         listing = os.path.join(here, METADATA_NAME)
-        if not exists(listing):
-            unchecked.append(here or ".")
-            continue
-        with (_gfile().GFile(listing) if remote else open(listing)) as f:
-            metadata = json.load(f)
-        if "files" not in metadata:  # written by hand or by another tool: it lists no shards to check
-            unchecked.append(here or ".")
-            continue
         listed = {entry["file"]: entry for entry in metadata["files"]}
         for path in matched:
             if os.path.basename(path) not in listed:
@@ -449,11 +444,13 @@ def check_record_set(files: Sequence[str], damaged_ok: bool = False) -> list[str
                                  "or re-run prepare with --overwrite, which replaces the whole set.")
         for name, entry in listed.items():
             path = os.path.join(here, name)
-            if not exists(path):
+            if not tf.io.gfile.exists(path):
                 raise ValueError(f"{listing} lists {name}, which is missing from {here}: the record set is "
                                  "incomplete; restore the file or re-run prepare.")
-            size = (_gfile().stat(path).length if remote else os.path.getsize(path)) if path in matched else None
-            if size is not None and "bytes" in entry and size != entry["bytes"]:
+            if path not in matched or "bytes" not in entry:
+                continue
+            size = tf.io.gfile.stat(path).length
+            if size != entry["bytes"]:
                 scan = scan_file(path)  # damaged (truncated): say where, or leave it to skip_damaged_records
                 if scan.problem and damaged_ok:
                     continue
@@ -467,26 +464,24 @@ def check_record_set(files: Sequence[str], damaged_ok: bool = False) -> list[str
 def verify_checksums(files: Sequence[str]) -> None:
     """Reads every byte of `files` and compares each file's CRC32C with its metadata.json's (a full read:
     ~1 GB/s a core); files that no metadata.json lists with a checksum are left to `check_record_set`."""
+    import tensorflow as tf
+
     listings: dict[str, dict] = {}
     for path in files:
         here = os.path.dirname(path)
-        gfile = _gfile() if "://" in path else None
-        listing = os.path.join(here, METADATA_NAME)
         if here not in listings:
-            listings[here] = {}
-            if gfile.exists(listing) if gfile else os.path.exists(listing):
-                with (gfile.GFile(listing) if gfile else open(listing)) as f:
-                    listings[here] = {entry["file"]: entry for entry in json.load(f).get("files", ())}
+            listings[here] = {entry["file"]: entry for entry in (metadata_in(here) or {}).get("files", ())}
         entry = listings[here].get(os.path.basename(path), {})
         if "crc32c" not in entry:
             continue
         crc = google_crc32c.Checksum()
-        with (gfile.GFile(path, "rb") if gfile else open(path, "rb")) as f:
+        with tf.io.gfile.GFile(path, "rb") as f:
             while chunk := f.read(1 << 24):
                 crc.update(chunk)
         if crc.hexdigest().decode() != entry["crc32c"]:
-            raise ValueError(f"record file {path} fails its checksum (crc32c {crc.hexdigest().decode()}, {listing} "
-                             f"lists {entry['crc32c']}): its bytes changed since prepare wrote it; re-run prepare.")
+            raise ValueError(f"record file {path} fails its checksum (crc32c {crc.hexdigest().decode()}, "
+                             f"{os.path.join(here, METADATA_NAME)} lists {entry['crc32c']}): its bytes changed since "
+                             "prepare wrote it; re-run prepare.")
 
 
 # --- Damaged files -------------------------------------------------------------------------------------

@@ -464,15 +464,17 @@ def clear_output_dir(cfg: PrepareConfig, overwrite: bool) -> None:
         _remove(os.path.join(cfg.output_dir, name))
 
 
-def commit(cfg: PrepareConfig, metadata_fields: dict) -> None:
-    """Moves the complete shards beside metadata.json, which is written after them; the staging folder,
-    removed last, marks the set unfinished until then (training refuses a directory that has one)."""
+def commit(cfg: PrepareConfig, metadata_fields: dict) -> dict:
+    """Moves the complete shards beside metadata.json, which is written after them (and returned); the
+    staging folder, removed last, marks the set unfinished until then (training refuses a directory that has
+    one)."""
     for k in range(cfg.num_shards):
         _remove(cfg.shard_path(k) + SHARD_STATS_SUFFIX)
         _rename(cfg.shard_path(k), os.path.join(cfg.output_dir, cfg.shard_name(k)))
-    records.write_metadata(cfg.staging_dir, cfg.schema, **metadata_fields)
+    metadata = records.write_metadata(cfg.staging_dir, cfg.schema, **metadata_fields)
     _rename(os.path.join(cfg.staging_dir, records.METADATA_NAME), os.path.join(cfg.output_dir, records.METADATA_NAME))
     _rmtree(cfg.staging_dir)
+    return metadata
 
 
 def prepare(cfg: PrepareConfig, num_workers: int = 1, runner: str = "local", beam_args: tuple[str, ...] = (),
@@ -496,8 +498,7 @@ def prepare(cfg: PrepareConfig, num_workers: int = 1, runner: str = "local", bea
         seconds = time.monotonic() - start
         metadata = job_metadata(cfg, tokenizer, sorted(results, key=lambda r: r["shard"]), seconds, runner,
                                 num_workers)
-        commit(cfg, metadata)
-        metadata.update(format_version=records.FORMAT_VERSION, schema=cfg.schema.to_dict())  # as written
+        metadata = commit(cfg, metadata)
     except BaseException:  # a full disk, an error, Ctrl-C: free what was written (a kill leaves it to the rerun)
         _rmtree(cfg.staging_dir)
         raise
