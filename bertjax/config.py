@@ -94,6 +94,7 @@ class DataConfig:
     tfds_data_dir: str = ""
     text_field: str = "text"
     tfds_text_feature: str = "text"
+    skip_bad_json_lines: bool = False
     heldout_every: int = 20
     corpus_vocab_size: int = 8192
     dupe_factor: int = 10

@@ -76,10 +76,11 @@ def make(size: str, phase: int, init_from: str, runlocal: bool) -> ml_collection
     c.data.max_predictions_per_row = 0  # a packed row's prediction slots (0 = max_predictions_per_seq + max_instances_per_row)
     # Corpus stage: with a corpus set, the job makes its own vocab and records in workdir/data first
     # (train_files / eval_files / vocab_file are then filled in), reusing them when it resumes.
-    c.data.corpus = ""  # builtin:pydocs, raw-text / .parquet / .jsonl[.gz|.zst] files (glob), or tfds:NAME[:SPLIT] ("" = off)
+    c.data.corpus = ""  # builtin:pydocs, raw-text / .parquet / .jsonl[.gz|.zst] files (glob), hf:DIR[:SPLIT], tfds:NAME[:SPLIT] ("" = off)
     c.data.tfds_data_dir = ""  # TFDS data_dir for tfds: corpora ("" = TFDS's default)
     c.data.text_field = "text"  # the Parquet column / JSON key / TFDS feature holding each document's text
     c.data.tfds_text_feature = "text"  # deprecated alias of text_field (used, with a warning, if text_field is "text")
+    c.data.skip_bad_json_lines = False  # JSON lines that do not parse: skipped and counted instead of stopping the job
     c.data.heldout_every = 20  # every N-th document goes to the held-out records, never to training
     c.data.corpus_vocab_size = 8192  # WordPiece vocab trained on the train documents (if vocab_file is "")
     c.data.dupe_factor = 10  # passes over the train documents, each with different masks

@@ -24,17 +24,20 @@ from __future__ import annotations
 import ast
 import bisect
 import gzip
+import logging
 import os
 import sysconfig
 import zlib
 from collections.abc import Iterator
 from typing import Any, Optional
 
-from bertjax.data import table_corpus, text_checks
+from bertjax.data import hf_datasets, table_corpus, text_checks
 # The shared pieces live in corpus_base (table_corpus imports them too); re-exported: callers use corpus.X.
 from bertjax.data.corpus_base import (  # noqa: F401
     DEFAULT_MAX_LINE_CHARS, DEFAULT_MAX_SENTENCE_CHARS, CorpusStats, Document, FileRange, Source, _file_size,
     _is_remote, _open_binary, expand_patterns, shard_units, split_sentences)
+
+log = logging.getLogger(__name__)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -371,7 +374,8 @@ def open_source(spec: str, *, data_dir: str | None = None, text_field: str = "te
 
     spec: `tfds:NAME[/CONFIG][:SPLIT]` (SPLIT defaults to train; `data_dir` is --tfds_data_dir),
       `builtin:pydocs`, Parquet / JSON Lines files (`.parquet`, `.jsonl`, `.jsonl.gz`, `.json.gz`,
-      `.jsonl.zst`: table_corpus.TableSource, one document per row), or else BERT raw-text files: a path,
+      `.jsonl.zst`, `.arrow`: table_corpus.TableSource, one document per row), `hf:DIR[:SPLIT]` (a Hugging
+      Face dataset directory: hf_datasets.py), or else BERT raw-text files: a path,
       glob or comma-separated list of them (`.gz` is decompressed; `gs://` works).
     text_field: the TFDS feature / Parquet column / JSON key holding a document's text; `text_feature` is
       its deprecated TFDS-only alias, used when text_field is left at "text".
@@ -399,11 +403,16 @@ def open_source(spec: str, *, data_dir: str | None = None, text_field: str = "te
             raise ValueError(f"Unknown builtin corpus {spec!r}: use one of {BUILTIN_CORPORA}.")
         return PyDocsSource(language=language, min_sentences=min_sentences or 2,
                             max_line_chars=max_line_chars, max_sentence_chars=max_sentence_chars)
+    table_args = dict(text_field=text_field, language=language, min_sentences=min_sentences or 1,
+                      max_line_chars=max_line_chars, max_sentence_chars=max_sentence_chars, what=what,
+                      skip_bad_json_lines=skip_bad_json_lines)
+    if hf_datasets.is_hf_spec(spec):
+        files, split = hf_datasets.resolve(spec, what)
+        log.info("%s: split %r, %d data file(s) (%s%s)", spec, split, len(files), files[0],
+                 ", ..." if len(files) > 1 else "")
+        return table_corpus.TableSource(spec, files=files, **table_args)
     names = [name.strip() for name in spec.split(",") if name.strip()]
     if any(table_corpus.is_table_file(name) for name in names):  # by extension; raw text is the rest
-        return table_corpus.TableSource(spec, text_field=text_field, language=language,
-                                        min_sentences=min_sentences or 1, max_line_chars=max_line_chars,
-                                        max_sentence_chars=max_sentence_chars, what=what,
-                                        skip_bad_json_lines=skip_bad_json_lines)
+        return table_corpus.TableSource(spec, **table_args)
     return TextSource(spec, min_sentences=min_sentences or 1, max_line_chars=max_line_chars, what=what,
                       max_sentence_chars=max_sentence_chars)

@@ -55,12 +55,20 @@ class CorpusStats:
     non_string_texts: int = 0  # JSON objects whose text field is not a string (a number, a list, ...)
     non_object_lines: int = 0  # JSON lines that hold no object (a list, a string, a number)
     bad_json_lines: int = 0  # lines that are not JSON, with skip_bad_json_lines (else they stop the read)
+    # The five counters above per file, for the files that have any: {path: {counter: n}}.
+    skipped_by_file: dict[str, dict[str, int]] = dataclasses.field(default_factory=dict)
 
     def __add__(self, other: CorpusStats) -> CorpusStats:
-        return CorpusStats(**{f.name: getattr(self, f.name) + getattr(other, f.name)
-                              for f in dataclasses.fields(self)})
+        merged = {f.name: getattr(self, f.name) + getattr(other, f.name)
+                  for f in dataclasses.fields(self) if f.name != "skipped_by_file"}
+        by_file = {path: dict(counts) for path, counts in self.skipped_by_file.items()}
+        for path, counts in other.skipped_by_file.items():
+            mine = by_file.setdefault(path, {})
+            for key, n in counts.items():
+                mine[key] = mine.get(key, 0) + n
+        return CorpusStats(**merged, skipped_by_file=by_file)
 
-    def as_dict(self) -> dict[str, int]:
+    def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
 
@@ -171,7 +179,7 @@ class Source(abc.ABC):
         """Streams the documents of `units` in order; counts into `stats` (default self.stats)."""
         stats = self.stats if stats is None else stats
         for unit in units:
-            if not (isinstance(unit, FileRange) and unit.start > 0):  # a file counts once
+            if not getattr(unit, "start", 0):  # a file (row group) counts once: by its range that starts it
                 stats.units += 1
             for doc in self._read_unit(unit, stats):
                 if len(doc) < self.min_sentences:

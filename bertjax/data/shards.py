@@ -529,7 +529,7 @@ def job_metadata(cfg: PrepareConfig, tokenizer: tokenization.Tokenizer, results:
         vocab_hash=tokenizer.vocab_hash(), tokenizer=type(tokenizer).__name__, do_lower_case=cfg.do_lower_case,
         do_whole_word_mask=inst.do_whole_word_mask, next_sentence_prediction=inst.next_sentence_prediction,
         masked_lm_prob=inst.masked_lm_prob, short_seq_prob=inst.short_seq_prob, dupe_factor=inst.dupe_factor,
-        random_seed=cfg.random_seed, num_shards=cfg.num_shards,
+        random_seed=cfg.random_seed, num_shards=cfg.num_shards, text_field=cfg.text_field,
         files=[{"file": r["file"], "records": r["rows"], "instances": r["instances"], "bytes": r["bytes"],
                 "crc32c": r["crc32c"]} for r in results],
         counts=totals, corpus=corpus.as_dict(),
@@ -592,10 +592,12 @@ def summary(metadata: dict) -> str:
     packed = f" packed into {c['rows']:,} rows" if metadata.get("instances_per_row") else ""
     kept = f", {100 * metadata['tokens_kept_share']:.1f}% of the tokens kept" if "tokens_kept_share" in metadata else ""
     warning = tokens_kept_warning(metadata)
+    by_file = table_corpus.skipped_by_file_note(metadata.get("corpus", {}).get("skipped_by_file", {}))
     return (f"prepare: wrote {c['instances']:,} instances{packed} from {c['documents']:,} documents "
             f"({c['sentences']:,} sentences, {c['tokens']:,} tokens{kept}) into {metadata['num_shards']} shards in "
             f"{metadata['seconds']:.1f}s ({metadata['instances_per_second']:,.0f} instances/s; padding "
             f"{100 * metadata['padding_fraction']:.1f}% of the tokens); skipped "
             + ", ".join(f"{v:,} {k.replace('_', ' ')}" for k, v in s.items())
             + "; replaced " + ", ".join(f"{v:,} {k.replace('_', ' ')}" for k, v in r.items())
+            + (f"; rows skipped by file: {by_file}" if by_file else "")
             + (f"\n{warning}" if warning else ""))

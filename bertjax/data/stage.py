@@ -2,7 +2,7 @@
 
 With `config.data.corpus` empty the job trains on existing records (`data.train_files`) and this stage
 does nothing. With a corpus (`builtin:pydocs`, a glob of BERT raw-text, Parquet or JSON Lines files,
-`tfds:NAME[:SPLIT]`; `data.text_field` names the field holding the text) it
+`hf:DIR[:SPLIT]`, `tfds:NAME[:SPLIT]`; `data.text_field` names the field holding the text) it
 splits the documents into train and held-out sets (every `heldout_every`-th document is held out, so
 no held-out sentence is ever trained on), trains a WordPiece vocab on the train documents unless
 `data.vocab_file` is given, prepares records for both with `bertjax.prepare`, and points the config at
@@ -11,6 +11,7 @@ them. Outputs live in `workdir/data` and are reused when present, so a resumed j
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import os
@@ -27,35 +28,40 @@ log = logging.getLogger(__name__)
 DONE = "stage.json"
 
 
-def _write_documents(path: str, documents: Iterator[list[str]]) -> int:
-    """BERT raw-text format: one sentence per line, a blank line between documents."""
-    n = 0
-    with open(path + ".tmp", "w", encoding="utf-8") as f:
-        for doc in documents:
-            f.write("\n".join(s.replace("\n", " ") for s in doc) + "\n\n")
-            n += 1
-    os.replace(path + ".tmp", path)
-    return n
+def _document_text(doc: list[str]) -> str:
+    """BERT raw-text format: one sentence per line, a blank line after each document."""
+    return "\n".join(s.replace("\n", " ") for s in doc) + "\n\n"
 
 
 def split_corpus(spec: str, out_dir: str, heldout_every: int, tfds_data_dir: str | None = None,
-                 tfds_text_feature: str = "text", text_field: str = "text") -> tuple[str, str, dict]:
-    """Writes train.txt and heldout.txt (disjoint documents) under out_dir; returns their paths and counts."""
+                 tfds_text_feature: str = "text", text_field: str = "text",
+                 skip_bad_json_lines: bool = False) -> tuple[str, str, dict]:
+    """Writes train.txt and heldout.txt (disjoint documents) under out_dir; returns their paths and counts.
+
+    Every heldout_every-th document is held out (every 2nd of a corpus with fewer documents). Documents
+    stream to the two files: only the first heldout_every are held, to know which of the two rules applies."""
     source = corpus_lib.open_source(spec, data_dir=tfds_data_dir, text_field=text_field,
-                                    text_feature=tfds_text_feature, what="config.data.corpus")
-    train_path, heldout_path = os.path.join(out_dir, "train.txt"), os.path.join(out_dir, "heldout.txt")
-    documents = list(source.documents())
+                                    text_feature=tfds_text_feature, what="config.data.corpus",
+                                    skip_bad_json_lines=skip_bad_json_lines)
+    paths = {"train": os.path.join(out_dir, "train.txt"), "heldout": os.path.join(out_dir, "heldout.txt")}
+    documents = source.documents()
+    head = list(itertools.islice(documents, max(heldout_every, 2)))
+    if len(head) < 2:
+        raise ValueError(f"config.data.corpus={spec} has {len(head)} document(s); a train/held-out "
+                         "split needs at least 2.")
+    every = max(2, min(heldout_every, len(head)))
+    counts = {"train_documents": 0, "heldout_documents": 0}
+    with open(paths["train"] + ".tmp", "w", encoding="utf-8") as train, \
+            open(paths["heldout"] + ".tmp", "w", encoding="utf-8") as heldout:
+        for i, doc in enumerate(itertools.chain(head, documents)):
+            held = i % every == every - 1
+            (heldout if held else train).write(_document_text(doc))
+            counts["heldout_documents" if held else "train_documents"] += 1
+    for path in paths.values():
+        os.replace(path + ".tmp", path)
     if rows := table_corpus.skipped_rows_note(source.stats):  # Parquet / JSON Lines: rows without text
         log.info("data: %s: %s", spec, rows)
-    if len(documents) < 2:
-        raise ValueError(f"config.data.corpus={spec} has {len(documents)} document(s); a train/held-out "
-                         "split needs at least 2.")
-    every = max(2, min(heldout_every, len(documents)))
-    heldout = [d for i, d in enumerate(documents) if i % every == every - 1]
-    train = [d for i, d in enumerate(documents) if i % every != every - 1]
-    counts = {"train_documents": _write_documents(train_path, iter(train)),
-              "heldout_documents": _write_documents(heldout_path, iter(heldout))}
-    return train_path, heldout_path, counts
+    return paths["train"], paths["heldout"], counts
 
 
 def read_sentences(path: str) -> Iterator[str]:
@@ -88,7 +94,7 @@ def prepare_data(config: JobConfig, workdir: str) -> JobConfig:
         text_field = table_corpus.resolve_text_field(d.text_field, d.tfds_text_feature,
                                                      "config.data.tfds_text_feature", "config.data.text_field")
         train_txt, heldout_txt, counts = split_corpus(d.corpus, out, d.heldout_every, d.tfds_data_dir or None,
-                                                      text_field=text_field)
+                                                      text_field=text_field, skip_bad_json_lines=d.skip_bad_json_lines)
         vocab_file = d.vocab_file
         if not vocab_file:
             log.info("data: training a %d-token WordPiece vocab on the train documents", d.corpus_vocab_size)

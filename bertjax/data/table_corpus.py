@@ -1,24 +1,30 @@
-"""Record-like corpora: Parquet files and JSON Lines (`.jsonl`, `.jsonl.gz`, `.json.gz`, `.jsonl.zst`), one
-document per row, its text in one field (`text_field`, "text" by default).
+"""Record-like corpora: Parquet files, JSON Lines (`.jsonl`, `.jsonl.gz`, `.json.gz`, `.jsonl.zst`) and the
+Arrow files `datasets.save_to_disk` writes, one document per row, its text in one field (`text_field`, "text"
+by default). `hf:DIR[:SPLIT]` directories resolve to such files in hf_datasets.py.
 
     source = TableSource("web/*.parquet,more/*.jsonl.zst", text_field="text")
 
 Nothing is read whole: Parquet is read one row group at a time and only the text column; JSON Lines one line
-at a time through the decompressor. Units are Parquet row groups (`RowGroup`) and JSON Lines files, so one
-big Parquet file spreads over many workers. A row's text is cut into sentences by `split_sentences` (as TFDS
-text is), and the same documents in the same order read as the same documents from any container. Rows that
-hold no text (null, empty, a missing or non-string field, a line that is no JSON object) are counted in
-`CorpusStats`, never dropped silently; a damaged file is one sentence naming it (and its row group or line).
+at a time through the decompressor; Arrow files one record batch at a time, memory-mapped. Units are Parquet
+row groups (`RowGroup`) and JSON Lines / Arrow files. `split` cuts the corpus by *rows*, not by units: shard k
+reads global rows [k·N/S, (k+1)·N/S) (`RowSpan`s of its units), so one big file of any kind spreads over all
+shards, and the same documents in the same order give the same shards, and so byte-identical records, from any
+container and any number of row groups or files. (JSON Lines files are read once more to count their rows.)
+
+A row's text is cut into sentences by `split_sentences` (as TFDS text is). Rows that hold no text (null, empty,
+a missing or non-string field, a line that is no JSON object) are counted in `CorpusStats`, in total and per
+file, never dropped silently; a damaged file is one sentence naming it (and its row group or line).
 """
 
 from __future__ import annotations
 
+import bisect
 import gzip
 import json
 import logging
 import zlib
 from collections.abc import Iterator
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Optional
 
 from bertjax.data.corpus_base import (
     DEFAULT_MAX_LINE_CHARS, DEFAULT_MAX_SENTENCE_CHARS, CorpusStats, Document, Source, _is_remote, _open_binary,
@@ -28,7 +34,8 @@ log = logging.getLogger(__name__)
 
 PARQUET_SUFFIXES = (".parquet",)
 JSONL_SUFFIXES = (".jsonl", ".jsonl.gz", ".json.gz", ".jsonl.zst", ".json.zst")
-TABLE_SUFFIXES = PARQUET_SUFFIXES + JSONL_SUFFIXES
+ARROW_SUFFIXES = (".arrow",)  # Arrow IPC streams (or files): what datasets.save_to_disk writes
+TABLE_SUFFIXES = PARQUET_SUFFIXES + JSONL_SUFFIXES + ARROW_SUFFIXES
 DEFAULT_TEXT_FIELD = "text"
 # The CorpusStats counters of rows skipped for holding no text (metadata.json's `skipped`, the logs).
 SKIPPED_ROW_COUNTERS = ("empty_texts", "missing_texts", "non_string_texts", "non_object_lines", "bad_json_lines")
@@ -57,12 +64,25 @@ def resolve_text_field(text_field: str, legacy: str, legacy_name: str, new_name:
     return legacy if text_field == DEFAULT_TEXT_FIELD else text_field
 
 
-def skipped_rows_note(stats: CorpusStats) -> str:
-    """"N rows, skipped: 2 empty texts, ..." for a log line; "" for corpora without rows (raw text)."""
+def skipped_rows_note(stats: CorpusStats, max_files: int = 5) -> str:
+    """"N rows, skipped 2 empty texts, ...; by file: a.parquet: 2 empty texts" for a log line; "" for corpora
+    without rows (raw text)."""
     if not stats.rows:
         return ""
     skipped = ", ".join(f"{getattr(stats, k):,} {k.replace('_', ' ')}" for k in SKIPPED_ROW_COUNTERS)
-    return f"{stats.rows:,} rows, skipped {skipped}"
+    by_file = skipped_by_file_note(stats.skipped_by_file, max_files)
+    return f"{stats.rows:,} rows, skipped {skipped}" + (f"; by file: {by_file}" if by_file else "")
+
+
+def skipped_by_file_note(by_file: dict[str, dict[str, int]], max_files: int = 5) -> str:
+    """"a.parquet: 2 empty texts; b.jsonl: 1 bad json lines" for the first `max_files` files, the rest counted
+    (metadata.json's corpus.skipped_by_file lists them all)."""
+    files = sorted(by_file.items())
+    note = "; ".join(f"{path}: " + ", ".join(f"{n:,} {k.replace('_', ' ')}" for k, n in sorted(counts.items()))
+                     for path, counts in files[:max_files])
+    if len(files) > max_files:
+        note += f"; and {len(files) - max_files:,} more file(s)"
+    return note
 
 
 class RowGroup(NamedTuple):
@@ -70,6 +90,15 @@ class RowGroup(NamedTuple):
 
     path: str
     index: int
+
+
+class RowSpan(NamedTuple):
+    """Rows [start, stop) of a unit (a RowGroup, or the path of a JSON Lines or Arrow file), numbered from 0 in
+    that unit; stop None: to its end. Spans that tile a unit's rows read each row (and blank line) once."""
+
+    unit: Any
+    start: int
+    stop: Optional[int] = None
 
 
 def _pyarrow() -> Any:
@@ -105,21 +134,22 @@ def _is_string_type(kind: Any) -> bool:
 
 
 class TableSource(Source):
-    """Parquet and JSON Lines files (globs / comma lists, local or gs://), one document per row.
+    """Parquet, JSON Lines and Arrow files (globs / comma lists, local or gs://), one document per row.
 
     JSON lines are parsed strictly: a line that is not JSON stops the read with its file and line number,
     unless `skip_bad_json_lines` (then it is counted in `bad_json_lines`). A blank line is skipped (counted
-    in `empty_lines`); bytes that are not UTF-8 become U+FFFD (`replaced_lines`).
+    in `empty_lines`); bytes that are not UTF-8 become U+FFFD (`replaced_lines`). `files` (a list of paths,
+    as hf_datasets resolves them) replaces `patterns`' globs.
     """
 
     def __init__(self, patterns: str, text_field: str = DEFAULT_TEXT_FIELD, language: str = "en",
                  min_sentences: int = 1, max_line_chars: int = DEFAULT_MAX_LINE_CHARS,
                  max_sentence_chars: int = DEFAULT_MAX_SENTENCE_CHARS, what: str = "--input_file",
-                 skip_bad_json_lines: bool = False):
+                 skip_bad_json_lines: bool = False, files: Optional[list[str]] = None):
         super().__init__(min_sentences, max_line_chars, max_sentence_chars)
         self.text_field, self.language = text_field, language
         self.skip_bad_json_lines = skip_bad_json_lines
-        files = expand_patterns(patterns, what)
+        files = list(files) if files is not None else expand_patterns(patterns, what)
         others = [f for f in files if not is_table_file(f)]
         if others:
             raise ValueError(f"{what} mixes Parquet / JSON Lines files with {others[0]!r}, which is neither "
@@ -128,45 +158,109 @@ class TableSource(Source):
         self._units: list[Any] = []
         self._parquet: tuple[str, Any] | None = None  # the last Parquet file opened: its footer is read once
         for path in files:
+            # Opened here, so that a damaged footer or a missing column fails before any work.
             if path.lower().endswith(PARQUET_SUFFIXES):
-                # Opened here, so that a damaged footer or a missing column fails before any work.
                 groups = self._parquet_file(path).num_row_groups
                 self._units += [RowGroup(path, i) for i in range(max(groups, 1))]  # no group: counted empty
             else:
+                if path.lower().endswith(ARROW_SUFFIXES):
+                    self._arrow_column(path)
                 self._units.append(path)
 
     def list_units(self) -> list[Any]:
         return list(self._units)
 
+    # --- Work split by rows ----------------------------------------------------------------------
+    def unit_rows(self, unit: Any) -> int:
+        """A unit's rows: Parquet's footer, an Arrow file's batch headers, a JSON Lines file read through."""
+        if isinstance(unit, RowGroup):
+            pf = self._parquet_file(unit.path)
+            return pf.metadata.row_group(unit.index).num_rows if pf.num_row_groups else 0
+        if unit.lower().endswith(ARROW_SUFFIXES):
+            return sum(batch.num_rows for batch in _arrow_batches(unit))
+        return sum(1 for _ in _rows(unit, CorpusStats()))
+
+    def split(self, num_shards: int) -> list[list[Any]]:
+        """The corpus's rows, in order, cut into `num_shards` equal spans: shard k reads the units (or
+        `RowSpan`s of them) that hold rows [k·N/S, (k+1)·N/S). Which rows go to a shard depends on the rows
+        alone, never on how they are laid out in files or row groups. A unit without rows goes whole to the
+        shard where it sits."""
+        if num_shards == 1:
+            return [self.list_units()]
+        jsonl = [u for u in self._units if isinstance(u, str) and not u.lower().endswith(ARROW_SUFFIXES)]
+        if jsonl:
+            log.info("Counting the rows of %d JSON Lines file(s) to split them over %d shards", len(jsonl), num_shards)
+        sizes = [self.unit_rows(u) for u in self._units]
+        total = sum(sizes)
+        bounds = [total * k // num_shards for k in range(num_shards + 1)]
+        work: list[list[Any]] = [[] for _ in range(num_shards)]
+        offset = 0
+        for unit, size in zip(self._units, sizes):
+            first = min(bisect.bisect_right(bounds, offset) - 1, num_shards - 1)
+            if size == 0:
+                work[first].append(unit)
+            for k in range(first, num_shards):
+                lo, hi = max(bounds[k], offset) - offset, min(bounds[k + 1], offset + size) - offset
+                if lo >= size:
+                    break
+                if lo < hi:
+                    work[k].append(unit if (lo, hi) == (0, size) else RowSpan(unit, lo, None if hi == size else hi))
+            offset += size
+        return work
+
+    # --- Reading -----------------------------------------------------------------------------------
     def _parquet_file(self, path: str) -> Any:
         if self._parquet is None or self._parquet[0] != path:
             pf = _open_parquet(path)
-            schema = pf.schema_arrow
-            if self.text_field not in schema.names:
-                raise ValueError(f"{path} has no column {self.text_field!r} (its columns: {schema.names}): "
-                                 f"{_FIELD_FIX}.")
-            kind = schema.field(self.text_field).type
-            if not _is_string_type(kind):
-                strings = [f.name for f in schema if _is_string_type(f.type)]
-                raise ValueError(f"{path}: column {self.text_field!r} holds {kind}, not strings: {_FIELD_FIX} "
-                                 f"(its string columns: {strings}).")
+            self._check_column(path, pf.schema_arrow)
             self._parquet = path, pf
         return self._parquet[1]
 
-    def _read_unit(self, unit: Any, stats: CorpusStats) -> Iterator[Document]:
-        if isinstance(unit, RowGroup):
-            yield from self._read_row_group(unit, stats)
-        else:
-            yield from self._read_jsonl(unit, stats)
+    def _check_column(self, path: str, schema: Any) -> int:
+        """The text field's column index in `schema`; one sentence if it is missing or holds no strings."""
+        if self.text_field not in schema.names:
+            raise ValueError(f"{path} has no column {self.text_field!r} (its columns: {schema.names}): "
+                             f"{_FIELD_FIX}.")
+        kind = schema.field(self.text_field).type
+        if not _is_string_type(kind):
+            strings = [f.name for f in schema if _is_string_type(f.type)]
+            raise ValueError(f"{path}: column {self.text_field!r} holds {kind}, not strings: {_FIELD_FIX} "
+                             f"(its string columns: {strings}).")
+        return schema.get_field_index(self.text_field)
 
-    def _document(self, text: Any, stats: CorpusStats) -> Document | None:
+    def _arrow_column(self, path: str) -> int:
+        return self._check_column(path, _arrow_schema(path))
+
+    def _read_unit(self, unit: Any, stats: CorpusStats) -> Iterator[Document]:
+        start, stop = 0, None
+        if isinstance(unit, RowSpan):
+            unit, start, stop = unit
+        if isinstance(unit, RowGroup):
+            yield from self._read_row_group(unit, start, stop, stats)
+        elif unit.lower().endswith(ARROW_SUFFIXES):
+            yield from self._read_arrow(unit, start, stop, stats)
+        else:
+            yield from self._read_jsonl(unit, start, stop, stats)
+
+    def _document(self, text: Any, path: str, stats: CorpusStats) -> Document | None:
         if text is None or not text.strip():
-            stats.empty_texts += 1
+            _skip(stats, path, "empty_texts")
             return None
         return list(self._cap(split_sentences(text, self.language), stats))
 
+    def _column_documents(self, column: Any, path: str, stats: CorpusStats) -> Iterator[Document]:
+        """The documents of an Arrow string array (or chunked array), 4096 rows at a time."""
+        for chunk in getattr(column, "chunks", [column]):
+            for start in range(0, len(chunk), 4096):  # Python strings for 4096 rows at a time
+                stats.rows += min(4096, len(chunk) - start)
+                for text in _texts(chunk.slice(start, 4096), stats):
+                    doc = self._document(text, path, stats)
+                    if doc is not None:
+                        yield doc
+
     # --- Parquet ---------------------------------------------------------------------------------
-    def _read_row_group(self, unit: RowGroup, stats: CorpusStats) -> Iterator[Document]:
+    def _read_row_group(self, unit: RowGroup, start: int, stop: Optional[int],
+                        stats: CorpusStats) -> Iterator[Document]:
         import pyarrow as pa
 
         pf = self._parquet_file(unit.path)
@@ -178,41 +272,29 @@ class TableSource(Source):
         except (pa.ArrowException, OSError) as e:
             raise ValueError(f"{unit.path}, row group {unit.index} of {pf.num_row_groups}, cannot be read ({_why(e)}): "
                              "the file is damaged; write or download it again.") from None
-        for chunk in column.chunks:
-            for start in range(0, len(chunk), 4096):  # Python strings for 4096 rows at a time
-                stats.rows += min(4096, len(chunk) - start)
-                for text in self._texts(chunk.slice(start, 4096), stats):
-                    doc = self._document(text, stats)
-                    if doc is not None:
-                        yield doc
+        if start or stop is not None:
+            column = column.slice(start, (len(column) if stop is None else stop) - start)
+        yield from self._column_documents(column, unit.path, stats)
 
-    @staticmethod
-    def _texts(chunk: Any, stats: CorpusStats) -> list[Any]:
-        try:
-            return chunk.to_pylist()
-        except UnicodeDecodeError:  # Arrow strings should be UTF-8; a writer that did not check: U+FFFD
-            import pyarrow as pa
-
-            raw = chunk.cast(pa.large_binary()).to_pylist()
-            texts = []
-            for data in raw:
-                try:
-                    texts.append(None if data is None else data.decode("utf-8"))
-                except UnicodeDecodeError:
-                    texts.append(data.decode("utf-8", errors="replace"))
-                    stats.replaced_lines += 1
-            return texts
+    # --- Arrow (datasets.save_to_disk) ------------------------------------------------------------
+    def _read_arrow(self, path: str, start: int, stop: Optional[int], stats: CorpusStats) -> Iterator[Document]:
+        index, offset = self._arrow_column(path), 0
+        for batch in _arrow_batches(path):
+            size = batch.num_rows
+            lo, hi = max(start - offset, 0), size if stop is None else min(stop - offset, size)
+            offset += size
+            if lo < hi:
+                yield from self._column_documents(batch.column(index).slice(lo, hi - lo), path, stats)
+            if stop is not None and offset >= stop:
+                return
+        if offset == 0:
+            stats.empty_files += 1
 
     # --- JSON Lines ------------------------------------------------------------------------------
-    def _read_jsonl(self, path: str, stats: CorpusStats) -> Iterator[Document]:
-        has_rows = False
-        for number, line in enumerate(_lines(path), 1):
-            if number == 1 and line.startswith(b"\xef\xbb\xbf"):  # a UTF-8 byte-order mark
-                line = line[3:]
-            if not line.strip():
-                stats.empty_lines += 1
-                continue
-            has_rows = True
+    def _read_jsonl(self, path: str, start: int, stop: Optional[int], stats: CorpusStats) -> Iterator[Document]:
+        row_count = 0
+        for row, number, line in _rows(path, stats, start, stop):
+            row_count += 1
             stats.rows += 1
             try:
                 text = line.decode("utf-8")
@@ -220,28 +302,108 @@ class TableSource(Source):
                 text = line.decode("utf-8", errors="replace")
                 stats.replaced_lines += 1
             try:
-                row = json.loads(text)
+                value = json.loads(text)
             except ValueError as e:
                 if self.skip_bad_json_lines:
-                    stats.bad_json_lines += 1
+                    _skip(stats, path, "bad_json_lines")
                     continue
                 raise ValueError(f"{path}, line {number}, is not valid JSON ({_why(e)}): fix or delete the line, or pass "
                                  "--skip_bad_json_lines to skip and count such lines.") from None
-            if not isinstance(row, dict):
-                stats.non_object_lines += 1
+            if not isinstance(value, dict):
+                _skip(stats, path, "non_object_lines")
                 continue
-            if self.text_field not in row:
-                stats.missing_texts += 1
+            if self.text_field not in value:
+                _skip(stats, path, "missing_texts")
                 continue
-            value = row[self.text_field]
+            value = value[self.text_field]
             if value is not None and not isinstance(value, str):
-                stats.non_string_texts += 1
+                _skip(stats, path, "non_string_texts")
                 continue
-            doc = self._document(value, stats)
+            doc = self._document(value, path, stats)
             if doc is not None:
                 yield doc
-        if not has_rows:
+        if row_count == 0 and start == 0:
             stats.empty_files += 1
+
+
+def _skip(stats: CorpusStats, path: str, counter: str) -> None:
+    """Counts a skipped row, in total and for its file."""
+    setattr(stats, counter, getattr(stats, counter) + 1)
+    counts = stats.skipped_by_file.setdefault(path, {})
+    counts[counter] = counts.get(counter, 0) + 1
+
+
+def _texts(chunk: Any, stats: CorpusStats) -> list[Any]:
+    try:
+        return chunk.to_pylist()
+    except UnicodeDecodeError:  # Arrow strings should be UTF-8; a writer that did not check: U+FFFD
+        import pyarrow as pa
+
+        raw = chunk.cast(pa.large_binary()).to_pylist()
+        texts = []
+        for data in raw:
+            try:
+                texts.append(None if data is None else data.decode("utf-8"))
+            except UnicodeDecodeError:
+                texts.append(data.decode("utf-8", errors="replace"))
+                stats.replaced_lines += 1
+        return texts
+
+
+def _arrow_reader(path: str) -> Any:
+    """An Arrow IPC stream reader (what datasets writes), or a file reader; memory-mapped when local."""
+    import pyarrow as pa
+
+    try:
+        if _is_remote(path):
+            fs, inner = pa.fs.FileSystem.from_uri(path)
+            data = fs.open_input_file(inner)
+        else:
+            data = pa.memory_map(path)
+        try:
+            return pa.ipc.open_stream(data)
+        except pa.ArrowInvalid:
+            data.seek(0)
+            return pa.ipc.open_file(data)
+    except (pa.ArrowException, OSError) as e:
+        raise ValueError(f"{path} is not a readable Arrow file ({_why(e)}): it is damaged or truncated; write or "
+                         "download it again.") from None
+
+
+def _arrow_schema(path: str) -> Any:
+    return _arrow_reader(path).schema
+
+
+def _arrow_batches(path: str) -> Iterator[Any]:
+    import pyarrow as pa
+
+    reader = _arrow_reader(path)
+    batches = (reader.get_batch(i) for i in range(reader.num_record_batches)) if hasattr(
+        reader, "num_record_batches") else reader
+    try:
+        yield from batches
+    except (pa.ArrowException, OSError) as e:
+        raise ValueError(f"{path} is not a readable Arrow file ({_why(e)}): it is damaged or truncated; write or "
+                         "download it again.") from None
+
+
+def _rows(path: str, stats: CorpusStats, start: int = 0,
+          stop: Optional[int] = None) -> Iterator[tuple[int, int, bytes]]:
+    """(row, line number, line) for the non-blank lines of a JSON Lines file whose row (counted from 0) is in
+    [start, stop). The blank lines before a row (and, with stop None, those at the end) are counted in
+    stats.empty_lines by the span that reads that row."""
+    row = 0
+    for number, line in enumerate(_lines(path), 1):
+        if number == 1 and line.startswith(b"\xef\xbb\xbf"):  # a UTF-8 byte-order mark
+            line = line[3:]
+        if not line.strip():
+            stats.empty_lines += start <= row and (stop is None or row < stop)
+            continue
+        if stop is not None and row >= stop:
+            return
+        if row >= start:
+            yield row, number, line
+        row += 1
 
 
 def _lines(path: str) -> Iterator[bytes]:
