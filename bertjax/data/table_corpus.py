@@ -5,7 +5,7 @@ by default). `hf:DIR[:SPLIT]` directories resolve to such files in hf_datasets.p
     source = TableSource("web/*.parquet,more/*.jsonl.zst", text_field="text")
 
 Nothing is read whole: Parquet is read one row group at a time and only the text column; JSON Lines one line
-at a time through the decompressor; Arrow files one record batch at a time, memory-mapped. Units are Parquet
+at a time through the decompressor; Arrow files one record batch at a time. Units are Parquet
 row groups (`RowGroup`) and JSON Lines / Arrow files. `split` cuts the corpus by *rows*, not by units: shard k
 reads global rows [k·N/S, (k+1)·N/S) (`RowSpan`s of its units), so one big file of any kind spreads over all
 shards, and the same documents in the same order give the same shards, and so byte-identical records, from any
@@ -40,6 +40,9 @@ DEFAULT_TEXT_FIELD = "text"
 # The CorpusStats counters of rows skipped for holding no text (metadata.json's `skipped`, the logs).
 SKIPPED_ROW_COUNTERS = ("empty_texts", "missing_texts", "non_string_texts", "non_object_lines", "bad_json_lines")
 _CHUNK = 1 << 20
+# zstd input is fed 64 KiB at a time: one call's output is the input times the compression ratio (20x and
+# more on repetitive text), and a 1 MiB feed made peak RSS grow with such a corpus.
+_ZSTD_FEED = 1 << 16
 _FIELD_FIX = "set --text_field (config.data.text_field in the job) to the field that holds each document's text"
 
 
@@ -94,11 +97,27 @@ class RowGroup(NamedTuple):
 
 class RowSpan(NamedTuple):
     """Rows [start, stop) of a unit (a RowGroup, or the path of a JSON Lines or Arrow file), numbered from 0 in
-    that unit; stop None: to its end. Spans that tile a unit's rows read each row (and blank line) once."""
+    that unit; stop None: to its end. Spans that tile a unit's rows read each row (and blank line) once.
+    `seek`: in an uncompressed JSON Lines file, (row, line number, byte offset) of a row at or before start,
+    where reading begins instead of at the top of the file."""
 
     unit: Any
     start: int
     stop: Optional[int] = None
+    seek: tuple = ()
+
+
+class SeekPoint(NamedTuple):
+    """Where a row of an uncompressed JSON Lines file starts: its row and line numbers and byte offset."""
+
+    row: int
+    line: int
+    offset: int
+
+
+# An uncompressed JSON Lines file's row count pass notes every SEEK_EVERY-th row's offset, so a span of a big
+# file starts reading at most SEEK_EVERY rows before its first row (a line-aligned byte range, in effect).
+SEEK_EVERY = 4096
 
 
 def _pyarrow() -> Any:
@@ -157,6 +176,7 @@ class TableSource(Source):
                              "or Parquet / JSON Lines files, so convert the others or leave them out.")
         self._units: list[Any] = []
         self._parquet: tuple[str, Any] | None = None  # the last Parquet file opened: its footer is read once
+        self._seek_points: dict[str, list[SeekPoint]] = {}  # uncompressed JSON Lines files: noted by unit_rows
         for path in files:
             # Opened here, so that a damaged footer or a missing column fails before any work.
             if path.lower().endswith(PARQUET_SUFFIXES):
@@ -177,8 +197,14 @@ class TableSource(Source):
             pf = self._parquet_file(unit.path)
             return pf.metadata.row_group(unit.index).num_rows if pf.num_row_groups else 0
         if unit.lower().endswith(ARROW_SUFFIXES):
-            return sum(batch.num_rows for batch in _arrow_batches(unit))
-        return sum(1 for _ in _rows(unit, CorpusStats()))
+            return sum(batch.num_rows for batch in _arrow_batches(unit, mapped=True))
+        seekable = not _is_remote(unit) and not unit.lower().endswith((".gz", ".zst"))
+        points, rows = [], 0
+        for rows, (row, number, line, offset) in enumerate(_rows(unit, CorpusStats()), 1):
+            if seekable and row and row % SEEK_EVERY == 0:
+                points.append(SeekPoint(row, number, offset))
+        self._seek_points[unit] = points
+        return rows
 
     def split(self, num_shards: int) -> list[list[Any]]:
         """The corpus's rows, in order, cut into `num_shards` equal spans: shard k reads the units (or
@@ -204,9 +230,17 @@ class TableSource(Source):
                 if lo >= size:
                     break
                 if lo < hi:
-                    work[k].append(unit if (lo, hi) == (0, size) else RowSpan(unit, lo, None if hi == size else hi))
+                    work[k].append(unit if (lo, hi) == (0, size) else RowSpan(unit, lo, None if hi == size else hi,
+                                                                              self._seek(unit, lo)))
             offset += size
         return work
+
+    def _seek(self, unit: Any, row: int) -> tuple:
+        """The last seek point at or before `row` of an uncompressed JSON Lines file; () for other units."""
+        points = self._seek_points.get(unit) if isinstance(unit, str) else None
+        if not points or row < points[0].row:
+            return ()
+        return tuple(points[bisect.bisect_right([p.row for p in points], row) - 1])
 
     # --- Reading -----------------------------------------------------------------------------------
     def _parquet_file(self, path: str) -> Any:
@@ -232,15 +266,15 @@ class TableSource(Source):
         return self._check_column(path, _arrow_schema(path))
 
     def _read_unit(self, unit: Any, stats: CorpusStats) -> Iterator[Document]:
-        start, stop = 0, None
+        start, stop, seek = 0, None, ()
         if isinstance(unit, RowSpan):
-            unit, start, stop = unit
+            unit, start, stop, seek = unit
         if isinstance(unit, RowGroup):
             yield from self._read_row_group(unit, start, stop, stats)
         elif unit.lower().endswith(ARROW_SUFFIXES):
             yield from self._read_arrow(unit, start, stop, stats)
         else:
-            yield from self._read_jsonl(unit, start, stop, stats)
+            yield from self._read_jsonl(unit, start, stop, stats, SeekPoint(*seek) if seek else None)
 
     def _document(self, text: Any, path: str, stats: CorpusStats) -> Document | None:
         if text is None or not text.strip():
@@ -291,9 +325,10 @@ class TableSource(Source):
             stats.empty_files += 1
 
     # --- JSON Lines ------------------------------------------------------------------------------
-    def _read_jsonl(self, path: str, start: int, stop: Optional[int], stats: CorpusStats) -> Iterator[Document]:
+    def _read_jsonl(self, path: str, start: int, stop: Optional[int], stats: CorpusStats,
+                    seek: Optional[SeekPoint] = None) -> Iterator[Document]:
         row_count = 0
-        for row, number, line in _rows(path, stats, start, stop):
+        for _, number, line, _ in _rows(path, stats, start, stop, seek):
             row_count += 1
             stats.rows += 1
             try:
@@ -350,8 +385,10 @@ def _texts(chunk: Any, stats: CorpusStats) -> list[Any]:
         return texts
 
 
-def _arrow_reader(path: str) -> Any:
-    """An Arrow IPC stream reader (what datasets writes), or a file reader; memory-mapped when local."""
+def _arrow_reader(path: str, mapped: bool = False) -> Any:
+    """An Arrow IPC stream reader (what datasets writes), or a file reader. `mapped`: memory-mapped, for
+    reading batch headers only (row counts, the schema); the texts are read through a plain file, whose
+    buffers are freed batch by batch, where touched mapped pages would add the file's size to the RSS."""
     import pyarrow as pa
 
     try:
@@ -359,7 +396,7 @@ def _arrow_reader(path: str) -> Any:
             fs, inner = pa.fs.FileSystem.from_uri(path)
             data = fs.open_input_file(inner)
         else:
-            data = pa.memory_map(path)
+            data = pa.memory_map(path) if mapped else pa.OSFile(path, "rb")
         try:
             return pa.ipc.open_stream(data)
         except pa.ArrowInvalid:
@@ -371,13 +408,13 @@ def _arrow_reader(path: str) -> Any:
 
 
 def _arrow_schema(path: str) -> Any:
-    return _arrow_reader(path).schema
+    return _arrow_reader(path, mapped=True).schema
 
 
-def _arrow_batches(path: str) -> Iterator[Any]:
+def _arrow_batches(path: str, mapped: bool = False) -> Iterator[Any]:
     import pyarrow as pa
 
-    reader = _arrow_reader(path)
+    reader = _arrow_reader(path, mapped)
     batches = (reader.get_batch(i) for i in range(reader.num_record_batches)) if hasattr(
         reader, "num_record_batches") else reader
     try:
@@ -387,13 +424,16 @@ def _arrow_batches(path: str) -> Iterator[Any]:
                          "download it again.") from None
 
 
-def _rows(path: str, stats: CorpusStats, start: int = 0,
-          stop: Optional[int] = None) -> Iterator[tuple[int, int, bytes]]:
-    """(row, line number, line) for the non-blank lines of a JSON Lines file whose row (counted from 0) is in
-    [start, stop). The blank lines before a row (and, with stop None, those at the end) are counted in
-    stats.empty_lines by the span that reads that row."""
-    row = 0
-    for number, line in enumerate(_lines(path), 1):
+def _rows(path: str, stats: CorpusStats, start: int = 0, stop: Optional[int] = None,
+          seek: Optional[SeekPoint] = None) -> Iterator[tuple[int, int, bytes, int]]:
+    """(row, line number, line, byte offset) for the non-blank lines of a JSON Lines file whose row (counted from
+    0) is in [start, stop); reading begins at `seek` if given. The blank lines before a row (and, with stop None,
+    those at the end) are counted in stats.empty_lines by the span that reads that row. Offsets are of the
+    decompressed stream; lines end at b"\\n"."""
+    row, number, offset = (seek.row, seek.line - 1, seek.offset) if seek else (0, 0, 0)
+    for line in _lines(path, offset):
+        number += 1
+        line_offset, offset = offset, offset + len(line) + 1
         if number == 1 and line.startswith(b"\xef\xbb\xbf"):  # a UTF-8 byte-order mark
             line = line[3:]
         if not line.strip():
@@ -402,14 +442,15 @@ def _rows(path: str, stats: CorpusStats, start: int = 0,
         if stop is not None and row >= stop:
             return
         if row >= start:
-            yield row, number, line
+            yield row, number, line, line_offset
         row += 1
 
 
-def _lines(path: str) -> Iterator[bytes]:
-    """The lines of a JSON Lines file (newline kept off), decompressed as its extension says, streamed."""
+def _lines(path: str, offset: int = 0) -> Iterator[bytes]:
+    """The lines of a JSON Lines file (newline kept off), decompressed as its extension says, streamed; from
+    byte `offset` of an uncompressed file (a line's start)."""
     name = path.lower()
-    with _open_binary(path, 0) as raw:
+    with _open_binary(path, offset) as raw:
         if name.endswith(".gz"):
             chunks = _gzip_chunks(raw, path)
         elif name.endswith(".zst"):
@@ -450,7 +491,7 @@ def _zstd_chunks(raw: Any, path: str) -> Iterator[bytes]:
     dctx = zstandard.ZstdDecompressor()
     dobj, in_frame = dctx.decompressobj(), False
     try:
-        while data := raw.read(_CHUNK):
+        while data := raw.read(_ZSTD_FEED):
             while data:
                 in_frame = True
                 out = dobj.decompress(data)
