@@ -370,6 +370,8 @@ class FinetuneDataConfig:
     n_best_size: int = 20
     version_2_with_negative: bool = False  # SQuAD 2.0: questions may have no answer
     null_score_diff_threshold: float = 0.0
+    packing: bool = True  # classification: several examples a row (data/example_packing.py); QA keeps its windows
+    max_instances_per_row: int = 0  # packed: at most this many examples a row (0 = as many as fit)
 
     def validate(self, task: str) -> None:
         if not self.train_file:
@@ -379,6 +381,8 @@ class FinetuneDataConfig:
             raise _bad("config.data.max_seq_length", self.max_seq_length, "must be ≥ 8.")
         if self.regression and task != "sequence_classification":
             raise _bad("config.data.regression", True, f"is for sequence_classification, not {task}.")
+        if self.max_instances_per_row < 0:
+            raise _bad("config.data.max_instances_per_row", self.max_instances_per_row, "must be ≥ 0 (0 = no limit).")
         if task == "question_answering" and not 0 < self.doc_stride < self.max_seq_length - self.max_query_length - 3:
             raise _bad("config.data.doc_stride", self.doc_stride,
                        f"must be > 0 and leave room for the question: below max_seq_length - max_query_length - 3 "

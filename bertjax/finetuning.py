@@ -37,6 +37,7 @@ from bertjax import scores
 from bertjax import trainer as trainer_lib
 from bertjax.config import FinetuneConfig
 from bertjax.data import arrays as arrays_lib
+from bertjax.data import example_packing
 from bertjax.data import squad as squad_lib
 from bertjax.data import pipeline as pipeline_lib
 from bertjax.data import tasks as tasks_lib
@@ -178,11 +179,39 @@ def make_split(job: FinetuneConfig, examples: list, tokenizer: tokenization.Toke
 
 # --- Held-out scores ------------------------------------------------------------------------------------
 
-def _logits(trainer: trainer_lib.Trainer, params: Any, split: Split, batches: arrays_lib.ArrayBatches) -> np.ndarray:
-    """The model's logits for every row of `split`, in row order."""
+def _logits(job: FinetuneConfig, trainer: trainer_lib.Trainer, params: Any, batches: Any) -> np.ndarray:
+    """The model's logits for every example of a split, in input order, one padded row each (packed batches
+    are unpacked)."""
     batches.reset()
     out = [trainer.predict_step(params, trainer.global_batch(local))["logits"] for local in batches]
+    if isinstance(batches, example_packing.PackedBatches):
+        return batches.unpack(out, per_token=job.task == "token_classification")
     return np.concatenate(out)[:batches.rows]
+
+
+def make_batches(job: FinetuneConfig, train: Split, evaluation: Optional[Split], steps: int) -> tuple[Any, Any]:
+    """(train, eval) batches: packed (config.data.packing, classification tasks) or one example a row."""
+    local_batch = trainer_lib.process_batch_size(job.train)
+    where = dict(process_index=jax.process_index(), process_count=jax.process_count())
+    if not uses_packing(job):
+        return (arrays_lib.ArrayBatches(train.arrays, local_batch, True, job.seed, **where),
+                arrays_lib.ArrayBatches(evaluation.arrays, local_batch, False, 0, **where) if evaluation else None)
+    # Every process's rows × process count must split over the micro-batches and the devices.
+    multiple = job.train.micro_batches * max(1, jax.device_count() // jax.process_count())
+    packed = dict(where, max_slots=job.data.max_instances_per_row, row_multiple=multiple)
+    train_batches = example_packing.PackedBatches(train.arrays, local_batch, True, job.seed, num_batches=steps,
+                                                  **packed)
+    eval_batches = (example_packing.PackedBatches(evaluation.arrays, local_batch, False, 0, **packed)
+                    if evaluation else None)
+    padded, now = train_batches.padding()
+    log.info("data: packing %d examples a step into %d rows of %d tokens (up to %d a row): padding %.0f%% of the "
+             "tokens instead of %.0f%%", job.train.global_batch_size, train_batches.layout.rows * jax.process_count(),
+             job.data.max_seq_length, train_batches.layout.slots, 100 * now, 100 * padded)
+    return train_batches, eval_batches
+
+
+def uses_packing(job: FinetuneConfig) -> bool:
+    return job.data.packing and job.task != "question_answering"
 
 
 def predictions_of(job: FinetuneConfig, split: Split, logits: np.ndarray,
@@ -261,7 +290,6 @@ def _finetune(job: FinetuneConfig, workdir: str, stop: loop_lib.StopRequest, loc
     train = make_split(job, train_examples, tokenizer, labels, True, "train")
     evaluation = (make_split(job, read_examples(job, job.data.eval_file, training=False), tokenizer, labels, False,
                              "eval") if job.data.eval_file else None)
-    local_batch = trainer_lib.process_batch_size(job.train)
     rows = len(train.arrays["input_ids"])
     steps = job.train.num_train_steps or max(1, math.ceil(job.train.num_epochs * rows / job.train.global_batch_size))
     job = job.replace(train={"num_train_steps": steps},
@@ -279,10 +307,10 @@ def _finetune(job: FinetuneConfig, workdir: str, stop: loop_lib.StopRequest, loc
     num_labels = 1 if job.data.regression else (2 if labels is None else len(labels.labels))
     fingerprint = dict(checkpoint_lib.model_fingerprint(source.architecture, job.model.scan_layers), task=job.task,
                        labels=list(labels.labels) if labels else None, regression=job.data.regression)
-    train_batches = arrays_lib.ArrayBatches(train.arrays, local_batch, True, job.seed, jax.process_index(),
-                                            jax.process_count())
-    eval_batches = (arrays_lib.ArrayBatches(evaluation.arrays, local_batch, False, 0, jax.process_index(),
-                                            jax.process_count()) if evaluation else None)
+    if job.data.packing and job.task == "question_answering":
+        log.info("data: question_answering keeps one window a row (config.data.packing is for classification)")
+    train_batches, eval_batches = make_batches(job, train, evaluation, steps)
+    packed = isinstance(train_batches, example_packing.PackedBatches)
 
     with contextlib.ExitStack() as cleanup:  # the one exit path
         checkpoints = checkpoint_lib.Checkpointer(workdir, job.checkpoint, fingerprint)
@@ -291,8 +319,12 @@ def _finetune(job: FinetuneConfig, workdir: str, stop: loop_lib.StopRequest, loc
 
         # ===== trainer =====
         def make_task(platform: str) -> trainer_lib.Task:
-            model = heads.from_config(job.model, source.architecture, job.task, num_labels, platform)
-            return heads.task(model, job.data.regression, job.data.max_seq_length)
+            model = heads.from_config(job.model, source.architecture, job.task, num_labels, platform, packed=packed)
+            if not packed:
+                return heads.task(model, job.data.regression, job.data.max_seq_length)
+            layout = train_batches.layout
+            return heads.task(model, job.data.regression, job.data.max_seq_length,
+                              packed_rows=layout.rows * jax.process_count(), slots=layout.slots)
 
         trainer = trainer_lib.setup(job, task=make_task)
         writer = metrics_lib.MetricWriter(workdir, is_primary=primary)
@@ -320,7 +352,7 @@ def _finetune(job: FinetuneConfig, workdir: str, stop: loop_lib.StopRequest, loc
         def run_eval(step: int, params: Any) -> dict:
             if evaluation is None:
                 return {}
-            result, predictions = scores_of(job, evaluation, _logits(trainer, params, evaluation, eval_batches), labels)
+            result, predictions = scores_of(job, evaluation, _logits(job, trainer, params, eval_batches), labels)
             writer.write(step, result, kind="eval")
             shown = [k for k in result if not k.startswith(("HasAns_", "NoAns_", "f1_"))]  # those: metrics.jsonl
             log.info("eval  %s", metrics_lib.format_log_line(dict(result, step=step), extra=shown))

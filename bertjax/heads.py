@@ -47,20 +47,25 @@ class BertForFinetuning(nn.Module):
     scan_layers: bool = False
     remat_policy: str = "none"
     attention: str = "xla"
+    packed: bool = False  # rows hold several examples (data/example_packing.py): input_mask numbers them 1..k
 
     def setup(self):
         cfg = self.config
-        self.bert = model_lib.BertModel(cfg, self.dtype, self.scan_layers, self.remat_policy, self.attention)
+        self.bert = model_lib.BertModel(cfg, self.dtype, self.scan_layers, self.remat_policy, self.attention,
+                                        self.packed)
         self.dropout = model_lib.Dropout(cfg.hidden_dropout_prob)
         if self.task == "question_answering":
             self.qa_outputs = _head(cfg, 2, self.dtype, "qa_outputs")
         else:
             self.classifier = _head(cfg, self.num_labels, self.dtype, "classifier")
 
-    def __call__(self, input_ids: Array, segment_ids: Array, input_mask: Array, deterministic: bool = True) -> Array:
-        # Sequence classification reads only [CLS]: its last layer computes that row alone.
-        sequence, pooled = self.bert(input_ids, segment_ids, input_mask, deterministic,
-                                     pooled_only=self.task == "sequence_classification")
+    def __call__(self, input_ids: Array, segment_ids: Array, input_mask: Array, deterministic: bool = True,
+                 position_ids: Optional[Array] = None, cls_positions: Optional[Array] = None) -> Array:
+        """Packed rows pass each token's position within its example (`position_ids`) and each example's
+        [CLS] (`cls_positions` [batch, k]): sequence classification then gives [batch, k, num_labels]."""
+        # Sequence classification reads only [CLS]: its last layer computes those rows alone.
+        sequence, pooled = self.bert(input_ids, segment_ids, input_mask, deterministic, position_ids=position_ids,
+                                     cls_positions=cls_positions, pooled_only=self.task == "sequence_classification")
         if self.task == "question_answering":  # no dropout before qa_outputs, as BERT's run_squad.py
             return self.qa_outputs(sequence).astype(jnp.float32)
         hidden = pooled if self.task == "sequence_classification" else sequence
@@ -68,24 +73,30 @@ class BertForFinetuning(nn.Module):
 
 
 def from_config(cfg: Any, architecture: model_lib.BertConfig, task: str, num_labels: int,
-                platform: Optional[str] = None) -> BertForFinetuning:
+                platform: Optional[str] = None, packed: bool = False) -> BertForFinetuning:
     """`config.model` (how to compute: dtype, scan, remat, attention) around `architecture` (what the
     weights are: the init_from checkpoint's)."""
     implementation = attention_lib.choose(cfg.attention, architecture.attention_probs_dropout_prob,
                                           platform or jax.default_backend())
     return BertForFinetuning(architecture, task, num_labels, dtype=model_lib.DTYPES[cfg.dtype],
-                             scan_layers=cfg.scan_layers, remat_policy=cfg.remat_policy, attention=implementation)
+                             scan_layers=cfg.scan_layers, remat_policy=cfg.remat_policy, attention=implementation,
+                             packed=packed)
 
 
 # --- Batches -----------------------------------------------------------------------------------------
 
-def batch_shapes(task: str, regression: bool, batch_size: int, seq_len: int) -> dict[str, tuple[tuple[int, ...], Any]]:
+def batch_shapes(task: str, regression: bool, batch_size: int, seq_len: int,
+                 slots: int = 0) -> dict[str, tuple[tuple[int, ...], Any]]:
     """Name → (shape, dtype) of a fine-tuning batch: the inputs, the task's targets, `example_weight`
-    (0 for the rows that pad the last eval batch)."""
+    (0 for the rows that pad the last eval batch). `slots` > 0: packed rows of up to that many examples
+    (data/example_packing.py), with their positions and [CLS] slots, and a label per slot."""
     row, tokens = (batch_size,), (batch_size, seq_len)
     out = {name: (tokens, np.int32) for name in ("input_ids", "segment_ids", "input_mask")}
+    if slots:
+        out.update(position_ids=(tokens, np.int32), cls_positions=((batch_size, slots), np.int32),
+                   cls_weights=((batch_size, slots), np.float32))
     if task == "sequence_classification":
-        out["label"] = (row, np.float32 if regression else np.int32)
+        out["label"] = ((batch_size, slots) if slots else row, np.float32 if regression else np.int32)
     elif task == "token_classification":
         out.update(label_ids=(tokens, np.int32), label_weights=(tokens, np.float32))
     else:
@@ -104,19 +115,33 @@ def _correct(logits: Array, labels: Array) -> Array:
     return (jnp.argmax(logits, axis=-1) == labels).astype(jnp.float32)
 
 
+def _packed(batch: trainer_lib.Batch) -> dict:
+    """The keyword arguments a packed batch adds to `apply`; {} for padded rows."""
+    if "cls_positions" not in batch:
+        return {}
+    return {"position_ids": batch["position_ids"], "cls_positions": batch["cls_positions"]}
+
+
+def _example_weights(batch: trainer_lib.Batch) -> Array:
+    """Each example's weight: per row ([batch]), or packed per [CLS] slot ([batch, k])."""
+    weight = batch[pipeline_lib.EXAMPLE_WEIGHT]
+    return batch["cls_weights"] * weight[:, None] if "cls_weights" in batch else weight
+
+
 def _sums(model: BertForFinetuning, regression: bool, params: Any, batch: trainer_lib.Batch,
           rng: Optional[Array]) -> metrics_lib.Metrics:
     """The task's weighted loss and accuracy sums of one batch (dropout on when rng is given)."""
     logits = model.apply({"params": params}, batch["input_ids"], batch["segment_ids"], batch["input_mask"],
-                         deterministic=rng is None, rngs=None if rng is None else {"dropout": rng})
+                         deterministic=rng is None, rngs=None if rng is None else {"dropout": rng}, **_packed(batch))
     weight = batch[pipeline_lib.EXAMPLE_WEIGHT]
-    rows = jnp.sum(weight)
+    examples = _example_weights(batch)
+    rows = jnp.sum(examples)
     if model.task == "sequence_classification" and regression:
-        error = (logits[:, 0] - batch["label"]) ** 2
-        sums = {"mse": (jnp.sum(error * weight), rows)}
+        error = (logits[..., 0] - batch["label"]) ** 2
+        sums = {"mse": (jnp.sum(error * examples), rows)}
     elif model.task == "sequence_classification":
-        sums = {"cross_entropy": (jnp.sum(_cross_entropy(logits, batch["label"]) * weight), rows),
-                "accuracy": (jnp.sum(_correct(logits, batch["label"]) * weight), rows)}
+        sums = {"cross_entropy": (jnp.sum(_cross_entropy(logits, batch["label"]) * examples), rows),
+                "accuracy": (jnp.sum(_correct(logits, batch["label"]) * examples), rows)}
     elif model.task == "token_classification":
         scored = batch["label_weights"] * weight[:, None]
         count = jnp.sum(scored)
@@ -128,14 +153,14 @@ def _sums(model: BertForFinetuning, regression: bool, params: Any, batch: traine
         sums = {"cross_entropy": (jnp.sum(0.5 * both * weight), rows),
                 "span_accuracy": (jnp.sum(_correct(start, batch["start_positions"]) *
                                           _correct(end, batch["end_positions"]) * weight), rows)}
-    return dict(sums, **trainer_lib.row_counts(batch))
+    return dict(sums, **trainer_lib.row_counts(batch, rows if "cls_weights" in batch else None))
 
 
 def _denominator(task: str, batch: trainer_lib.Batch) -> Array:
     weight = batch[pipeline_lib.EXAMPLE_WEIGHT]
     if task == "token_classification":
         return jnp.sum(batch["label_weights"] * weight[:, None])
-    return jnp.sum(weight)
+    return jnp.sum(_example_weights(batch))
 
 
 def _loss(sums: metrics_lib.Metrics, denominator: Array) -> Array:
@@ -144,15 +169,21 @@ def _loss(sums: metrics_lib.Metrics, denominator: Array) -> Array:
 
 
 def _predict(model: BertForFinetuning, params: Any, batch: trainer_lib.Batch) -> dict[str, Array]:
-    return {"logits": model.apply({"params": params}, batch["input_ids"], batch["segment_ids"], batch["input_mask"])}
+    return {"logits": model.apply({"params": params}, batch["input_ids"], batch["segment_ids"], batch["input_mask"],
+                                  **_packed(batch))}
 
 
-def task(model: BertForFinetuning, regression: bool, seq_len: int) -> trainer_lib.Task:
-    """The `trainer.Task` that fine-tunes `model` on batches of `batch_shapes`."""
+def task(model: BertForFinetuning, regression: bool, seq_len: int, packed_rows: int = 0,
+         slots: int = 0) -> trainer_lib.Task:
+    """The `trainer.Task` that fine-tunes `model` on batches of `batch_shapes`: padded rows, one example each,
+    or (`packed_rows` > 0) that many packed rows of up to `slots` examples for every global batch."""
+    def shapes(global_batch: int) -> dict:
+        return batch_shapes(model.task, regression, packed_rows or global_batch, seq_len, slots)
+
     return trainer_lib.Task(
         model=model, forward_sums=functools.partial(_sums, model, regression),
         loss_denominators=functools.partial(_denominator, model.task), loss=_loss,
-        batch_shapes=functools.partial(batch_shapes, model.task, regression, seq_len=seq_len),
+        batch_shapes=shapes,
         seq_len=seq_len, flops_per_row=metrics_lib.flops_per_sequence(model.config, seq_len, num_predictions=0),
         predict=functools.partial(_predict, model))
 

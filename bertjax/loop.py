@@ -195,7 +195,9 @@ def train_loop(trainer: trainer_lib.Trainer, state: Any, train_data: Any, evalua
     evaluation, writes and logs it, and returns its metrics ({} when there is none)."""
     job = trainer.config
     start_step = int(state.step)
-    num_steps, global_batch, seq_len = job.train.num_train_steps, job.train.global_batch_size, trainer.task.seq_len
+    # Rows the compiled step runs: global_batch_size, or fewer when examples are packed several to a row.
+    num_steps, global_batch, seq_len = (job.train.num_train_steps, trainer.batch_abstract["input_ids"].shape[0],
+                                        trainer.task.seq_len)
     peak = metrics_lib.peak_flops_per_device(jax.devices()[0].device_kind, job.model.dtype)
     meter = metrics_lib.Throughput(num_steps)
     profile = Profile(workdir, start_step, job.train.profile_steps)

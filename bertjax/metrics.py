@@ -18,6 +18,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+
+from bertjax import event_file
 from etils import epath
 
 Array = jax.Array
@@ -423,22 +425,12 @@ class MetricWriter:
         self.is_primary = bool(is_primary)
         self._jsonl = None
         self._tb = None
-        self._tf = None
         if not self.is_primary:
             return
         self.jsonl_path = os.path.join(workdir, filename)
         self._jsonl = _AppendOnlyFile(self.jsonl_path)
-        if tensorboard:
-            import tensorflow as tf  # lazy: only process 0 pays for it
-            from tensorflow.core.framework import summary_pb2
-
-            self._tf = tf
-            self._tb = tf.summary.create_file_writer(workdir)
-            # What tf.summary.scalar writes, without needing the `tensorboard` package (tensorflow-cpu
-            # does not install it): a float32 scalar tagged for TensorBoard's scalars plugin.
-            self._scalar_metadata = summary_pb2.SummaryMetadata(
-                plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="scalars"),
-                data_class=summary_pb2.DATA_CLASS_SCALAR)
+        if tensorboard:  # what tf.summary.scalar writes, without importing TensorFlow (event_file.py)
+            self._tb = event_file.EventFileWriter(workdir)
 
     def write(self, step: int, metrics: Mapping[str, Any], kind: str = "train",
               notes: Optional[Mapping[str, str]] = None) -> None:
@@ -457,10 +449,7 @@ class MetricWriter:
         self._jsonl.write(json.dumps(record) + "\n")
         self._jsonl.flush()
         if self._tb is not None:
-            with self._tb.as_default():
-                for key, value in values.items():
-                    self._tf.summary.write(f"{kind}/{key}", self._tf.constant(value, self._tf.float32),
-                                           step=int(step), metadata=self._scalar_metadata)
+            self._tb.scalars(int(step), {f"{kind}/{key}": value for key, value in values.items()})
             self._tb.flush()
 
     def close(self) -> None:

@@ -311,7 +311,11 @@ class Trainer:
 
         params = checkpoint_lib.place(params, self.state_shardings.params)
         opt_state = jax.jit(self.tx.init, out_shardings=self.state_shardings.opt_state)(params)
-        return self.init_state().replace(params=params, opt_state=opt_state)
+        # The step and rng `init_state` would give, without building (and compiling) a random model to drop.
+        seed = self.config.seed
+        step, rng = jax.jit(lambda: (jnp.zeros((), jnp.int32), jax.random.fold_in(jax.random.PRNGKey(seed), 1)),
+                            out_shardings=(self.state_shardings.step, self.state_shardings.rng))()
+        return TrainState(step=step, params=params, opt_state=opt_state, rng=rng)
 
 
 def process_batch_size(train: Any) -> int:

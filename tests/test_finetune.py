@@ -103,12 +103,13 @@ def test_sequence_classification_learns_and_exports(pretrained_dir, tmp_path):
     train = sentiment(tmp_path / "train.tsv", 160, seed=0)
     dev = sentiment(tmp_path / "dev.tsv", 40, seed=1)
     workdir = tmp_path / "run"
-    result = finetuning.finetune(config(pretrained_dir, **{"data.train_file": train, "data.eval_file": dev}),
-                               str(workdir))
+    # 4 epochs: at 2 this random tiny model stays at chance for 2 seeds in 4, padded or packed alike.
+    result = finetuning.finetune(config(pretrained_dir, **{"data.train_file": train, "data.eval_file": dev,
+                                                           "train.num_epochs": 4.0}), str(workdir))
     assert result["accuracy"] >= 0.9, result  # chance is ~0.5
     assert {"macro_f1", "matthews_corrcoef"} <= result.keys()
     rows = eval_rows(workdir)
-    assert rows[-1]["step"] == 40 and rows[-1]["accuracy"] == pytest.approx(result["accuracy"])
+    assert rows[-1]["step"] == 80 and rows[-1]["accuracy"] == pytest.approx(result["accuracy"])
     assert json.loads((workdir / finetuning.LABELS_FILE).read_text()) == ["neg", "pos"]
     predictions = [json.loads(line) for line in (workdir / finetuning.PREDICTIONS_FILE).read_text().splitlines()]
     assert len(predictions) == 40 and {p["prediction"] for p in predictions} <= {"neg", "pos"}

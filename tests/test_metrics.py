@@ -342,3 +342,25 @@ def test_metric_writer_keeps_notes_in_jsonl_only(tmp_path):
         writer.write(5, {"not_learning": 1.0}, kind="eval", notes={"warning": "step 5: this run is not learning"})
     assert json.loads((tmp_path / "metrics.jsonl").read_text()) == {
         "step": 5, "kind": "eval", "not_learning": 1.0, "warning": "step 5: this run is not learning"}
+
+
+def test_event_file_records_are_what_tensorflow_serializes():
+    """bertjax/event_file.py writes TensorBoard events without TensorFlow: each Event is byte-identical to the
+    one TensorFlow builds for tf.summary.scalar's float32 tensor and scalars-plugin metadata."""
+    import tensorflow as tf
+    from tensorflow.core.framework import summary_pb2
+
+    from bertjax import event_file
+
+    values = {"train/loss": 2.5, "train/learning_rate": 3e-5, "eval/accuracy": float("nan")}
+    expected = tf.compat.v1.Event(wall_time=1700000000.25, step=1234)
+    for tag, value in values.items():
+        v = expected.summary.value.add(tag=tag)
+        v.tensor.CopyFrom(tf.make_tensor_proto(value, tf.float32))
+        v.metadata.plugin_data.plugin_name = "scalars"
+        v.metadata.data_class = summary_pb2.DATA_CLASS_SCALAR
+    ours = event_file.event(1234, b"".join(event_file.scalar_value(t, v) for t, v in values.items()),
+                            wall_time=1700000000.25)
+    assert ours == expected.SerializeToString()
+    header = tf.compat.v1.Event(wall_time=5.0, file_version="brain.Event:2")
+    assert event_file.event(0, wall_time=5.0, file_version=b"brain.Event:2") == header.SerializeToString()

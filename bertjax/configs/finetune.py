@@ -49,6 +49,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.data.n_best_size = 20  # question_answering: start and end candidates considered per window
     c.data.version_2_with_negative = False  # SQuAD 2.0: predict "no answer" when [CLS] scores higher
     c.data.null_score_diff_threshold = 0.0  # SQuAD 2.0: no answer when null score − best span score exceeds this
+    # Packing (classification tasks): each step's examples share rows instead of each padding its own, so no
+    # compute goes to padding; the same examples per step, so the same loss, gradients and schedule.
+    c.data.packing = True  # question_answering keeps its windows (one per row)
+    c.data.max_instances_per_row = 0  # examples a packed row holds at most (0 = as many as fit)
 
     # --- train
     c.train = ml_collections.ConfigDict()

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from typing import Iterator
+from typing import Iterator, Optional
 
 import numpy as np
 
@@ -37,13 +37,24 @@ class ArrayBatches:
         self.batches_per_epoch = max(1, self.rows // global_batch) if training else math.ceil(self.rows / global_batch)
         self.num_batches = self.batches_per_epoch
         self.epoch = self.position = 0
+        self._order_cache: tuple[int, np.ndarray] = (-1, np.zeros(0, np.int64))
 
-    def _order(self) -> np.ndarray:
+    def epoch_order(self, epoch: int) -> np.ndarray:
+        """Every row in the order of `epoch` (training: a permutation of (seed, epoch); eval: in order)."""
         if not self.training:
             return np.arange(self.rows)
-        order = np.random.default_rng([self.seed, self.epoch]).permutation(self.rows)
-        need = self.batches_per_epoch * self.batch_size * self.process_count
-        return np.resize(order, need) if need > self.rows else order  # fewer rows than one batch: repeat
+        if self._order_cache[0] != epoch:  # one permutation per epoch, not per batch
+            order = np.random.default_rng([self.seed, epoch]).permutation(self.rows)
+            need = self.batches_per_epoch * self.batch_size * self.process_count
+            self._order_cache = epoch, (np.resize(order, need) if need > self.rows else order)  # too few: repeat
+        return self._order_cache[1]
+
+    def indices(self, epoch: int, position: int, process_index: Optional[int] = None) -> np.ndarray:
+        """The rows of batch `position` of `epoch` on a process (default: this one); fewer than batch_size
+        at the end of an eval pass."""
+        process = self.process_index if process_index is None else process_index
+        start = position * self.batch_size * self.process_count + process * self.batch_size
+        return self.epoch_order(epoch)[start:start + self.batch_size]
 
     def __iter__(self) -> Iterator[dict[str, np.ndarray]]:
         return self
@@ -53,9 +64,7 @@ class ArrayBatches:
             if not self.training:
                 raise StopIteration
             self.epoch, self.position = self.epoch + 1, 0
-        global_batch = self.batch_size * self.process_count
-        start = self.position * global_batch + self.process_index * self.batch_size
-        index = self._order()[start:start + self.batch_size]
+        index = self.indices(self.epoch, self.position)
         self.position += 1
         batch = {name: a[index] for name, a in self.arrays.items()}
         weight = np.ones(len(index), np.float32)

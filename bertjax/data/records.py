@@ -169,7 +169,7 @@ def _scatter(out: np.ndarray, dest: np.ndarray, data: np.ndarray, lengths: np.nd
     out[np.repeat(dest - starts, lengths) + np.arange(len(data))] = data
 
 
-def _masked_crc(data: bytes) -> bytes:
+def masked_crc(data: bytes) -> bytes:
     crc = google_crc32c.value(data)
     return struct.pack("<I", (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF)
 
@@ -201,7 +201,7 @@ def encode_framed(arrays: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np.ndar
     for n in sizes.tolist():
         record_len = 1 + len(_len_prefix(n)) + n
         length = struct.pack("<Q", record_len)
-        prefixes.append(length + _masked_crc(length) + b"\x0a" + _len_prefix(n))
+        prefixes.append(length + masked_crc(length) + b"\x0a" + _len_prefix(n))
     prefix, prefix_len = _table_lookup(prefixes, which.ravel())
     parts.insert(0, (prefix, prefix_len))
     row_len = prefix_len + features_len + 4
@@ -514,7 +514,7 @@ class FileScan:
 def _frame_problem(head: bytes, at: int) -> str:
     if len(head) < _HEADER.size:
         return "a truncated record header"
-    if _masked_crc(head[:8]) != head[8:12]:
+    if masked_crc(head[:8]) != head[8:12]:
         return "no TFRecord header (it is not a record file)" if at == 0 else "a damaged record header"
     return ""
 
@@ -551,7 +551,7 @@ def scan_file(path: str, chunk_bytes: int = 1 << 24) -> FileScan:
                 stop = _HEADER.size + length + 4
                 if stop > len(buf):
                     return FileScan(path, records, end, size, "a truncated record")
-            if _masked_crc(buf[pos + _HEADER.size:stop - 4]) != buf[stop - 4:stop]:
+            if masked_crc(buf[pos + _HEADER.size:stop - 4]) != buf[stop - 4:stop]:
                 return FileScan(path, records, end, size, "a record whose data fails its CRC check")
             records, end = records + 1, end + FRAME_BYTES + length
     return FileScan(path, records, end, size)
