@@ -22,7 +22,6 @@ import math
 import os
 from typing import Any, Optional
 
-import flax.linen as nn
 import jax
 import numpy as np
 from etils import epath
@@ -337,9 +336,8 @@ def _finetune(job: FinetuneConfig, workdir: str, stop: loop_lib.StopRequest, loc
         else:
             if source.params is not None:
                 # The new head's initial values, on the host (the body's are init_from's, host arrays too).
-                fresh = jax.device_get(jax.jit(lambda: nn.meta.unbox(trainer.model.init(
-                    jax.random.PRNGKey(job.seed), **model_lib.dummy_inputs(1, 8))["params"]))())
-                params = heads.with_pretrained_body(model_lib.unstack_layers(fresh), source.params)
+                fresh = trainer.model.fresh_head(jax.random.PRNGKey(job.seed))  # the body is init_from's
+                params = heads.with_pretrained_body(fresh, source.params)
                 if job.model.scan_layers:
                     params = model_lib.stack_layers(params, source.architecture.num_hidden_layers)
                 state = trainer.state_from_params(params)

@@ -72,6 +72,18 @@ class BertForFinetuning(nn.Module):
         return self.classifier(self.dropout(hidden, deterministic=deterministic)).astype(jnp.float32)
 
 
+    def init_head(self, hidden: Array) -> Array:
+        """The output layer alone: `init` with this method creates its params and no encoder's, with the
+        values a full init gives it (Flax derives each submodule's key from its name); the body comes from
+        init_from, and a full init of a BERT-Base body costs seconds on a CPU."""
+        return self.qa_outputs(hidden) if self.task == "question_answering" else self.classifier(hidden)
+
+    def fresh_head(self, rng: Array) -> dict:
+        """Unboxed initial params of the output layer (`init_head`), on the host."""
+        hidden = jnp.zeros((1, self.config.hidden_size), jnp.float32)
+        return jax.device_get(nn.meta.unbox(self.init(rng, hidden, method=BertForFinetuning.init_head)["params"]))
+
+
 def from_config(cfg: Any, architecture: model_lib.BertConfig, task: str, num_labels: int,
                 platform: Optional[str] = None, packed: bool = False) -> BertForFinetuning:
     """`config.model` (how to compute: dtype, scan, remat, attention) around `architecture` (what the

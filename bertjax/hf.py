@@ -273,14 +273,17 @@ def from_hf_state_dict(config: model_lib.BertConfig, tensors: dict[str, np.ndarr
     origin = _canonical_names(origin) if origin else {}
     model = model_lib.BertForPreTraining(config)
     shapes = jax.eval_shape(lambda: model_lib.init_params(model, rng))
-    fresh = None  # a full init costs seconds on large models: only when something must be initialised
+    table = _expand_table(config)
+    absent = [name for name, _, _ in table if name not in tensors]
+    # An init costs seconds on large models: only when something must be initialised, and only the heads
+    # when the encoder is all there (a fine-tuning source, which drops them anyway).
+    fresh = model_lib.init_params(model, rng, heads_only=all(n.startswith("cls.") for n in absent)) if absent else None
     params: dict = {}
     used, initialised, missing = set(), [], []
-    for name, path, (to_jax, to_hf) in _expand_table(config):
+    for name, path, (to_jax, to_hf) in table:
         expected = _get(shapes, path)
         if name not in tensors:
             (initialised if name.startswith(_OPTIONAL_PREFIXES) else missing).append(name)
-            fresh = model_lib.init_params(model, rng) if fresh is None else fresh
             _set(params, path, _get(fresh, path))
             continue
         hf_shape = to_hf(np.zeros(expected.shape, np.float32), config).shape

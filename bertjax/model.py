@@ -415,6 +415,13 @@ class BertForPreTraining(nn.Module):
                           pooled_output=pooled, hidden_states=hidden_states[0] if hidden_states else None)
 
 
+    def init_heads(self, hidden: Array, pooled: Array) -> Array:
+        """The pre-training heads alone: `init` with this method creates their params and no encoder's, with
+        the values a full init gives them (Flax derives each submodule's key from its name), for a checkpoint
+        that has the encoder and lacks the heads (a full init of a BERT-Base body costs seconds on a CPU)."""
+        return self.nsp(pooled).sum() + self.transform_layer_norm(self.transform(hidden)).sum() + self.mlm_bias.sum()
+
+
 def packed_inputs(batch: dict) -> dict:
     """The keyword arguments a packed batch (records of `prepare --packing`) adds to `apply`; {} otherwise."""
     if "position_ids" not in batch:
@@ -428,9 +435,14 @@ def dummy_inputs(batch: int = 1, seq_len: int = 8) -> dict[str, Array]:
     return dict(input_ids=ids, segment_ids=ids, input_mask=jnp.ones_like(ids))
 
 
-def init_params(model: BertForPreTraining, rng: Array, seq_len: int = 8) -> dict:
-    """Unboxed float32 parameters (logical-axis metadata stripped)."""
-    variables = model.init(rng, **dummy_inputs(1, seq_len))
+def init_params(model: BertForPreTraining, rng: Array, seq_len: int = 8, heads_only: bool = False) -> dict:
+    """Unboxed float32 parameters (logical-axis metadata stripped); `heads_only`: the MLM and NSP heads'
+    alone (`BertForPreTraining.init_heads`)."""
+    if heads_only:
+        hidden = jnp.zeros((1, 1, model.config.hidden_size), jnp.float32)
+        variables = model.init(rng, hidden, hidden[:, 0], method=BertForPreTraining.init_heads)
+    else:
+        variables = model.init(rng, **dummy_inputs(1, seq_len))
     return nn.meta.unbox(variables["params"])
 
 

@@ -281,3 +281,23 @@ def test_bad_architecture_is_one_clear_error(field, value, message):
         model_lib.BertConfig(**fields)
     with pytest.raises(ValueError, match=f"my_config.json: {message}"):
         model_lib.BertConfig.from_dict(fields, source="my_config.json")
+
+
+@pytest.mark.parametrize("scan_layers", [False, True])
+def test_heads_initialised_alone_equal_a_full_init(scan_layers):
+    """Loading an encoder-only checkpoint (hf.from_hf_state_dict) and starting a fine-tuning head
+    (finetuning, heads.fresh_head) initialise the heads without the body: the values must be those a full init
+    gives, or a run from init_from would depend on which path built its head."""
+    from bertjax import heads
+
+    rng = jax.random.PRNGKey(3)
+    model = model_lib.BertForPreTraining(CONFIG, scan_layers=scan_layers)
+    full, alone = model_lib.init_params(model, rng), model_lib.init_params(model, rng, heads_only=True)
+    assert set(alone) == set(full) - {"bert"}
+    jax.tree.map(np.testing.assert_array_equal, alone, {k: full[k] for k in alone})
+    for task in ("sequence_classification", "token_classification", "question_answering"):
+        head_model = heads.BertForFinetuning(CONFIG, task, 3, scan_layers=scan_layers)
+        full = nn.meta.unbox(head_model.init(rng, **model_lib.dummy_inputs(1, 8))["params"])
+        alone = head_model.fresh_head(rng)
+        assert set(alone) == set(full) - {"bert"} and alone
+        jax.tree.map(np.testing.assert_array_equal, alone, {k: full[k] for k in alone})
