@@ -127,7 +127,7 @@ def _correct(logits: Array, labels: Array) -> Array:
     return (jnp.argmax(logits, axis=-1) == labels).astype(jnp.float32)
 
 
-def _packed(batch: trainer_lib.Batch) -> dict:
+def packed_inputs(batch: trainer_lib.Batch) -> dict:
     """The keyword arguments a packed batch adds to `apply`; {} for padded rows."""
     if "cls_positions" not in batch:
         return {}
@@ -144,7 +144,7 @@ def _sums(model: BertForFinetuning, regression: bool, params: Any, batch: traine
           rng: Optional[Array]) -> metrics_lib.Metrics:
     """The task's weighted loss and accuracy sums of one batch (dropout on when rng is given)."""
     logits = model.apply({"params": params}, batch["input_ids"], batch["segment_ids"], batch["input_mask"],
-                         deterministic=rng is None, rngs=None if rng is None else {"dropout": rng}, **_packed(batch))
+                         deterministic=rng is None, rngs=None if rng is None else {"dropout": rng}, **packed_inputs(batch))
     weight = batch[pipeline_lib.EXAMPLE_WEIGHT]
     examples = _example_weights(batch)
     rows = jnp.sum(examples)
@@ -182,7 +182,7 @@ def _loss(sums: metrics_lib.Metrics, denominator: Array) -> Array:
 
 def _predict(model: BertForFinetuning, params: Any, batch: trainer_lib.Batch) -> dict[str, Array]:
     return {"logits": model.apply({"params": params}, batch["input_ids"], batch["segment_ids"], batch["input_mask"],
-                                  **_packed(batch))}
+                                  **packed_inputs(batch))}
 
 
 def task(model: BertForFinetuning, regression: bool, seq_len: int, packed_rows: int = 0,

@@ -116,7 +116,7 @@ def predict_file(workdir: str, input_file: str, output_file: str, step: Optional
                  batch_size: int = 32) -> int:
     """Runs a fine-tuned workdir on input_file and writes output_file (JSONL); returns the count."""
     from bertjax import finetuning, heads
-    from bertjax.data import arrays
+    from bertjax.data import arrays, example_packing
 
     _refuse_pre_training_run(workdir)
     job, labels, params = finetuning.load_run(workdir, step)
@@ -124,10 +124,17 @@ def predict_file(workdir: str, input_file: str, output_file: str, step: Optional
     examples = _read_inputs(job, labels, input_file)
     split = finetuning.make_split(job, examples, tokenizer, labels, False, os.path.basename(input_file))
     num_labels = 1 if job.data.regression else (2 if labels is None else len(labels.labels))
-    model = heads.BertForFinetuning(job.model.architecture, job.task, num_labels)
-    forward = jax.jit(lambda p, b: model.apply({"params": p}, b["input_ids"], b["segment_ids"], b["input_mask"]))
-    batches = arrays.ArrayBatches(split.arrays, batch_size, training=False)
-    logits = np.concatenate([np.asarray(forward(params, b)) for b in batches])[:batches.rows]
+    packed = finetuning.uses_packing(job)  # short inputs share rows, as in the run's own evaluation
+    model = heads.BertForFinetuning(job.model.architecture, job.task, num_labels, packed=packed)
+    forward = jax.jit(lambda p, b: model.apply({"params": p}, b["input_ids"], b["segment_ids"], b["input_mask"],
+                                               **heads.packed_inputs(b)))
+    if packed:
+        batches = example_packing.PackedBatches(split.arrays, batch_size, training=False)
+        logits = batches.unpack([np.asarray(forward(params, b)) for b in batches],
+                                per_token=job.task == "token_classification")
+    else:
+        batches = arrays.ArrayBatches(split.arrays, batch_size, training=False)
+        logits = np.concatenate([np.asarray(forward(params, b)) for b in batches])[:batches.rows]
     predictions = finetuning.predictions_of(job, split, logits, labels)
     os.makedirs(os.path.dirname(os.path.abspath(output_file)), exist_ok=True)
     with open(output_file, "w") as f:

@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from bertjax import finetuning, heads
+from bertjax import finetuning, heads, prediction
 from bertjax import model as model_lib
 from bertjax.data import arrays as arrays_lib
 from bertjax.data import example_packing
@@ -181,3 +181,14 @@ def test_a_packed_job_trains_to_the_padded_jobs_results(tmp_path):
     assert [json.loads(x)["prediction"] for x in predictions[True]] == \
         [json.loads(x)["prediction"] for x in predictions[False]]
     assert train[True][-1]["padding_fraction"] < 0.5 * train[False][-1]["padding_fraction"]
+    # python -m bertjax.predict packs as the run did: the padded run's labels and probabilities, in input order
+    texts = [line.split("\t")[0] for line in (tmp_path / "dev.tsv").read_text().splitlines()[1:]]
+    (tmp_path / "new.txt").write_text("\n".join(texts) + "\n")
+    out = {}
+    for p in rows:
+        prediction.predict_file(str(tmp_path / f"packing_{p}"), str(tmp_path / "new.txt"), str(tmp_path / f"{p}.jsonl"))
+        out[p] = [json.loads(line) for line in (tmp_path / f"{p}.jsonl").read_text().splitlines()]
+    assert [o["text"] for o in out[True]] == texts
+    assert [o["prediction"] for o in out[True]] == [o["prediction"] for o in out[False]]
+    np.testing.assert_allclose([o["probability"] for o in out[True]], [o["probability"] for o in out[False]],
+                               rtol=1e-3)
