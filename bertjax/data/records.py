@@ -20,6 +20,7 @@ from typing import Mapping, Optional, Sequence
 import google_crc32c
 import numpy as np
 
+from bertjax.data import files
 from bertjax.data.corpus import expand_patterns  # noqa: F401  (record globs expand as corpus globs do)
 
 # Feature name → (dtype, length key). Lengths come from the schema: "seq" or "pred" or 1.
@@ -221,11 +222,7 @@ def encode_framed(arrays: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np.ndar
 
 
 def open_for_write(path: str):
-    if "://" in path:  # gs:// and friends: TensorFlow's file systems (imported only when needed)
-        import tensorflow as tf
-
-        return tf.io.gfile.GFile(path, "wb")
-    return open(path, "wb")
+    return files.open_file(path, "wb")
 
 
 def disk_full_error(path: str, error: OSError) -> OSError:

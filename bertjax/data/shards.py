@@ -20,7 +20,6 @@ import multiprocessing
 import os
 import pickle
 import queue as queue_lib
-import shutil
 import sys
 import threading
 import time
@@ -29,6 +28,7 @@ from typing import Any, Callable, Iterator, Optional
 import numpy as np
 
 from bertjax.data import corpus as corpus_lib
+from bertjax.data import files
 from bertjax.data import instances as instances_lib
 from bertjax.data import packing as packing_lib
 from bertjax.data import records
@@ -378,55 +378,7 @@ def _beam_process_shard(work: ShardWork, cfg: PrepareConfig) -> dict:
 
 
 def read_shard_stats(cfg: PrepareConfig, k: int) -> dict:
-    path = cfg.shard_path(k) + SHARD_STATS_SUFFIX
-    if "://" in path:
-        import tensorflow as tf
-
-        with tf.io.gfile.GFile(path) as f:
-            return json.load(f)
-    with open(path) as f:
-        return json.load(f)
-
-
-# Local paths through os, URLs (gs://) through TensorFlow's file systems, imported only for them.
-def _remote(path: str) -> bool:
-    return "://" in path
-
-
-def _remove(path: str) -> None:
-    if _remote(path):
-        import tensorflow as tf
-
-        tf.io.gfile.remove(path)
-    else:
-        os.remove(path)
-
-
-def _listdir(path: str) -> list[str]:
-    if _remote(path):
-        import tensorflow as tf
-
-        return [name.rstrip("/") for name in tf.io.gfile.listdir(path)] if tf.io.gfile.isdir(path) else []
-    return os.listdir(path) if os.path.isdir(path) else []
-
-
-def _rmtree(path: str) -> None:
-    if _remote(path):
-        import tensorflow as tf
-
-        if tf.io.gfile.exists(path):
-            tf.io.gfile.rmtree(path)
-    else:
-        shutil.rmtree(path, ignore_errors=True)
-
-
-def _rename(src: str, dst: str) -> None:
-    if _remote(src):
-        import tensorflow as tf
-
-        tf.io.gfile.rename(src, dst, overwrite=True)
-    else:
-        os.replace(src, dst)
+    return files.read_json(cfg.shard_path(k) + SHARD_STATS_SUFFIX)
 
 
 # --- The job -------------------------------------------------------------------------------------
@@ -448,8 +400,8 @@ def clear_output_dir(cfg: PrepareConfig, overwrite: bool) -> None:
     """Makes output_dir ready for a new record set. A set already there is refused, or with `overwrite`
     removed; what an unfinished run left (its staging folder, and any shards it had moved) is cleared
     either way. The staging folder is made first, so that training refuses the directory from then on."""
-    _makedirs(cfg.output_dir)
-    names = _listdir(cfg.output_dir)
+    files.makedirs(cfg.output_dir)
+    names = files.listdir(cfg.output_dir)
     unfinished = records.STAGING_NAME in names
     old = [n for n in names if n == records.METADATA_NAME or ".tfrecord" in n]  # .tmp, .stats.json: old leftovers
     if old and not (overwrite or unfinished):
@@ -458,10 +410,10 @@ def clear_output_dir(cfg: PrepareConfig, overwrite: bool) -> None:
             f"--output_dir={cfg.output_dir} already holds a record set ({shards_there} .tfrecord file(s)"
             f"{' and metadata.json' if records.METADATA_NAME in old else ''}); pass --overwrite to replace it, or "
             "choose an empty directory (mixing two runs' shards would train on both).")
-    _rmtree(cfg.staging_dir)
-    _makedirs(cfg.staging_dir)
+    files.rmtree(cfg.staging_dir)
+    files.makedirs(cfg.staging_dir)
     for name in sorted(old, key=lambda n: n != records.METADATA_NAME):  # metadata.json first
-        _remove(os.path.join(cfg.output_dir, name))
+        files.remove(os.path.join(cfg.output_dir, name))
 
 
 def commit(cfg: PrepareConfig, metadata_fields: dict) -> dict:
@@ -469,11 +421,11 @@ def commit(cfg: PrepareConfig, metadata_fields: dict) -> dict:
     staging folder, removed last, marks the set unfinished until then (training refuses a directory that has
     one)."""
     for k in range(cfg.num_shards):
-        _remove(cfg.shard_path(k) + SHARD_STATS_SUFFIX)
-        _rename(cfg.shard_path(k), os.path.join(cfg.output_dir, cfg.shard_name(k)))
+        files.remove(cfg.shard_path(k) + SHARD_STATS_SUFFIX)
+        files.rename(cfg.shard_path(k), os.path.join(cfg.output_dir, cfg.shard_name(k)))
     metadata = records.write_metadata(cfg.staging_dir, cfg.schema, **metadata_fields)
-    _rename(os.path.join(cfg.staging_dir, records.METADATA_NAME), os.path.join(cfg.output_dir, records.METADATA_NAME))
-    _rmtree(cfg.staging_dir)
+    files.rename(os.path.join(cfg.staging_dir, records.METADATA_NAME), os.path.join(cfg.output_dir, records.METADATA_NAME))
+    files.rmtree(cfg.staging_dir)
     return metadata
 
 
@@ -500,18 +452,9 @@ def prepare(cfg: PrepareConfig, num_workers: int = 1, runner: str = "local", bea
                                 num_workers)
         metadata = commit(cfg, metadata)
     except BaseException:  # a full disk, an error, Ctrl-C: free what was written (a kill leaves it to the rerun)
-        _rmtree(cfg.staging_dir)
+        files.rmtree(cfg.staging_dir)
         raise
     return metadata
-
-
-def _makedirs(path: str) -> None:
-    if "://" in path:
-        import tensorflow as tf
-
-        tf.io.gfile.makedirs(path)
-    else:
-        os.makedirs(path, exist_ok=True)
 
 
 def job_metadata(cfg: PrepareConfig, tokenizer: tokenization.Tokenizer, results: list[dict],

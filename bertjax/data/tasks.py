@@ -25,6 +25,7 @@ from typing import Any, Optional, Union
 
 import numpy as np
 
+from bertjax.data import files
 from bertjax.data.corpus import expand_patterns
 from bertjax.data.tokenization import CLS, PAD, SEP, UNK, Tokenizer
 
@@ -77,14 +78,8 @@ def pieces_of(tokenizer: Tokenizer, texts: Sequence[str]) -> list[list[str]]:
 
 def read_text(path: str) -> str:
     """A whole UTF-8 file (a BOM dropped); a decoding error names the file, line and byte."""
-    if "://" in path:
-        import tensorflow as tf  # Deferred: only remote files need it.
-
-        with tf.io.gfile.GFile(path, "rb") as f:
-            data = f.read()
-    else:
-        with open(path, "rb") as f:
-            data = f.read()
+    with files.open_file(path, "rb") as f:
+        data = f.read()
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as e:
