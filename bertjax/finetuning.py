@@ -309,7 +309,7 @@ def _finetune(job: FinetuneConfig, workdir: str, stop: loop_lib.StopRequest, loc
     if job.data.packing and job.task == "question_answering":
         log.info("data: question_answering keeps one window a row (config.data.packing is for classification)")
     train_batches, eval_batches = make_batches(job, train, evaluation, steps)
-    packed = isinstance(train_batches, example_packing.PackedBatches)
+    packed = uses_packing(job)
 
     with contextlib.ExitStack() as cleanup:  # the one exit path
         checkpoints = checkpoint_lib.Checkpointer(workdir, job.checkpoint, fingerprint)
@@ -319,11 +319,9 @@ def _finetune(job: FinetuneConfig, workdir: str, stop: loop_lib.StopRequest, loc
         # ===== trainer =====
         def make_task(platform: str) -> trainer_lib.Task:
             model = heads.from_config(job.model, source.architecture, job.task, num_labels, platform, packed=packed)
-            if not packed:
-                return heads.task(model, job.data.regression, job.data.max_seq_length)
-            layout = train_batches.layout
-            return heads.task(model, job.data.regression, job.data.max_seq_length,
-                              packed_rows=layout.rows * jax.process_count(), slots=layout.slots)
+            rows, slots = (train_batches.layout.rows * jax.process_count(), train_batches.layout.slots) if packed \
+                else (0, 0)  # padded: one example a row
+            return heads.task(model, job.data.regression, job.data.max_seq_length, packed_rows=rows, slots=slots)
 
         trainer = trainer_lib.setup(job, task=make_task)
         writer = metrics_lib.MetricWriter(workdir, is_primary=primary)

@@ -71,7 +71,6 @@ class BertForFinetuning(nn.Module):
         hidden = pooled if self.task == "sequence_classification" else sequence
         return self.classifier(self.dropout(hidden, deterministic=deterministic)).astype(jnp.float32)
 
-
     def init_head(self, hidden: Array) -> Array:
         """The output layer alone: `init` with this method creates its params and no encoder's, with the
         values a full init gives it (Flax derives each submodule's key from its name); the body comes from
@@ -144,7 +143,8 @@ def _sums(model: BertForFinetuning, regression: bool, params: Any, batch: traine
           rng: Optional[Array]) -> metrics_lib.Metrics:
     """The task's weighted loss and accuracy sums of one batch (dropout on when rng is given)."""
     logits = model.apply({"params": params}, batch["input_ids"], batch["segment_ids"], batch["input_mask"],
-                         deterministic=rng is None, rngs=None if rng is None else {"dropout": rng}, **packed_inputs(batch))
+                         deterministic=rng is None, rngs=None if rng is None else {"dropout": rng},
+                         **packed_inputs(batch))
     weight = batch[pipeline_lib.EXAMPLE_WEIGHT]
     examples = _example_weights(batch)
     rows = jnp.sum(examples)

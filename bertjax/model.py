@@ -414,7 +414,6 @@ class BertForPreTraining(nn.Module):
         return BertOutput(mlm_logits=mlm_logits, nsp_logits=nsp_logits, sequence_output=sequence,
                           pooled_output=pooled, hidden_states=hidden_states[0] if hidden_states else None)
 
-
     def init_heads(self, hidden: Array, pooled: Array) -> Array:
         """The pre-training heads alone: `init` with this method creates their params and no encoder's, with
         the values a full init gives them (Flax derives each submodule's key from its name), for a checkpoint

@@ -190,14 +190,18 @@ def make_eval_step(forward: Callable[[Any, Batch], Any], compute_shardings: Any 
 
 # --- State -------------------------------------------------------------------------------------------
 
+def initial_step_and_rng(seed: int) -> tuple[jax.Array, jax.Array]:
+    """A fresh state's step (0) and dropout key: one derivation for a random init and for init_from."""
+    return jnp.zeros((), jnp.int32), jax.random.fold_in(jax.random.PRNGKey(seed), 1)
+
+
 def sharded_state(model: nn.Module, tx: optax.GradientTransformation, seed: int, seq_len: int,
                   mesh: jax.sharding.Mesh, rules: sharding_lib.Rules) -> tuple[TrainState, TrainState, Callable]:
     """(abstract state with shardings, shardings, jitted init that creates the state already sharded)."""
     def create() -> TrainState:
-        rng = jax.random.PRNGKey(seed)
-        params = nn.meta.unbox(model.init(rng, **model_lib.dummy_inputs(1, seq_len))["params"])
-        return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params),
-                          rng=jax.random.fold_in(rng, 1))
+        params = nn.meta.unbox(model.init(jax.random.PRNGKey(seed), **model_lib.dummy_inputs(1, seq_len))["params"])
+        step, rng = initial_step_and_rng(seed)
+        return TrainState(step=step, params=params, opt_state=tx.init(params), rng=rng)
 
     boxed = jax.eval_shape(lambda: model.init(jax.random.PRNGKey(0), **model_lib.dummy_inputs(1, seq_len))["params"])
     param_shardings = sharding_lib.logical_shardings(boxed, mesh, rules)
@@ -311,9 +315,8 @@ class Trainer:
 
         params = checkpoint_lib.place(params, self.state_shardings.params)
         opt_state = jax.jit(self.tx.init, out_shardings=self.state_shardings.opt_state)(params)
-        # The step and rng `init_state` would give, without building (and compiling) a random model to drop.
-        seed = self.config.seed
-        step, rng = jax.jit(lambda: (jnp.zeros((), jnp.int32), jax.random.fold_in(jax.random.PRNGKey(seed), 1)),
+        # Without building (and compiling) a random model to drop, as init_state would.
+        step, rng = jax.jit(functools.partial(initial_step_and_rng, self.config.seed),
                             out_shardings=(self.state_shardings.step, self.state_shardings.rng))()
         return TrainState(step=step, params=params, opt_state=opt_state, rng=rng)
 

@@ -75,12 +75,6 @@ class ArrayBatches:
         batch[EXAMPLE_WEIGHT] = weight
         return batch
 
-    def row_indices(self, batch_number: int) -> np.ndarray:
-        """Eval: the rows of batch `batch_number` on this process (fewer than batch_size at the end)."""
-        global_batch = self.batch_size * self.process_count
-        start = batch_number * global_batch + self.process_index * self.batch_size
-        return np.arange(start, min(start + self.batch_size, self.rows))
-
     def reset(self) -> None:
         self.epoch = self.position = 0
 

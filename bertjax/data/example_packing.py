@@ -149,17 +149,24 @@ class PackedBatches:
         position = self.examples.position
         batch = next(self.examples)
         index = batch["index"][batch[EXAMPLE_WEIGHT] > 0]
-        groups = assign(self.lengths[index], self.layout.seq_len, self.max_slots)
-        if not self.training:  # where every process's examples go in the global batch, whose rows it gets
-            placed = []
-            for process in range(self.examples.process_count):
-                mine = self.examples.indices(0, position, process)
-                for r, group in enumerate(assign(self.lengths[mine], self.layout.seq_len, self.max_slots)):
-                    starts = np.cumsum([0] + [int(self.lengths[mine[p]]) for p in group])
-                    placed += [(mine[p], process * self.layout.rows + r, slot, starts[slot])
-                               for slot, p in enumerate(group)]
-            self.placements.append(np.array(placed, np.int64).reshape(-1, 4))
+        if self.training:
+            return pack(self.arrays, index, self._assign(index), self.layout, self.lengths)
+        # Eval: where every process's examples go in the global batch (whose rows predict_step returns).
+        placed, groups = [], []
+        for process in range(self.examples.process_count):
+            theirs = self.examples.indices(0, position, process)
+            their_groups = self._assign(theirs)
+            if process == self.examples.process_index:
+                groups = their_groups  # `index`'s own: the same rows
+            for r, group in enumerate(their_groups):
+                starts = np.cumsum([0] + [int(self.lengths[theirs[p]]) for p in group])
+                placed += [(theirs[p], process * self.layout.rows + r, slot, starts[slot])
+                           for slot, p in enumerate(group)]
+        self.placements.append(np.array(placed, np.int64).reshape(-1, 4))
         return pack(self.arrays, index, groups, self.layout, self.lengths)
+
+    def _assign(self, index: np.ndarray) -> list[list[int]]:
+        return assign(self.lengths[index], self.layout.seq_len, self.max_slots)
 
     def reset(self) -> None:
         self.examples.reset()
