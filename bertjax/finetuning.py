@@ -266,6 +266,21 @@ def scores_of(job: FinetuneConfig, split: Split, logits: np.ndarray,
 
 # --- One run --------------------------------------------------------------------------------------------
 
+@dataclasses.dataclass(frozen=True)
+class Examples:
+    """A task's examples read by the caller (the GLUE suite) instead of from config.data's files."""
+
+    train: list
+    eval: Optional[list]
+    labels: Optional[tasks_lib.LabelMap]  # the task's label order; None = regression (or from train's labels)
+
+
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+    scores: dict  # the final held-out scores ({} without an eval set)
+    finished: bool  # False: stopped on request (SIGTERM, preemption) before the last step; rerun to resume
+
+
 def finetune(config: Any, workdir: str) -> dict:
     """Runs (or resumes) the configured fine-tuning in workdir — or, with config.sweep, one run per
     learning rate × seed under workdir/sweep/ — and returns the final held-out scores (for a sweep: the
@@ -274,21 +289,32 @@ def finetune(config: Any, workdir: str) -> dict:
     rates, seeds = job.sweep.learning_rates, job.sweep.seed_values
     if rates or seeds:
         return _sweep(job, workdir, rates or (job.optim.learning_rate,), seeds or (job.seed,))
-    return loop_lib.run_job(workdir, lambda stop, lock: _finetune(job, workdir, stop, lock))
+    return run(job, workdir).scores
 
 
-def _finetune(job: FinetuneConfig, workdir: str, stop: loop_lib.StopRequest, lock: Any) -> dict:
+def run(job: FinetuneConfig, workdir: str, given: Optional[Examples] = None) -> Outcome:
+    """One fine-tuning run (or its resumption) in workdir, on config.data's files or the `given` examples."""
+    outcome = loop_lib.run_job(workdir, lambda stop, lock: _finetune(job, workdir, stop, lock, given))
+    return outcome if isinstance(outcome, Outcome) else Outcome({}, finished=False)  # stopped before training
+
+
+def _finetune(job: FinetuneConfig, workdir: str, stop: loop_lib.StopRequest, lock: Any,
+              given: Optional[Examples] = None) -> Outcome:
     # ===== setup: weights and tokenizer =====
     source = resolve_source(job)
     tokenizer = load_tokenizer(source)
     primary = jax.process_index() == 0
 
     # ===== data =====
-    train_examples = read_examples(job, job.data.train_file, training=True)
-    labels = label_map(job, train_examples)
+    if given is None:
+        train_examples = read_examples(job, job.data.train_file, training=True)
+        eval_examples = read_examples(job, job.data.eval_file, training=False) if job.data.eval_file else None
+        labels = label_map(job, train_examples)
+    else:
+        train_examples, eval_examples = given.train, given.eval
+        labels = given.labels if given.labels is not None else label_map(job, train_examples)
     train = make_split(job, train_examples, tokenizer, labels, True, "train")
-    evaluation = (make_split(job, read_examples(job, job.data.eval_file, training=False), tokenizer, labels, False,
-                             "eval") if job.data.eval_file else None)
+    evaluation = make_split(job, eval_examples, tokenizer, labels, False, "eval") if eval_examples else None
     rows = len(train.arrays["input_ids"])
     steps = job.train.num_train_steps or max(1, math.ceil(job.train.num_epochs * rows / job.train.global_batch_size))
     job = job.replace(train={"num_train_steps": steps},
@@ -359,8 +385,8 @@ def _finetune(job: FinetuneConfig, workdir: str, stop: loop_lib.StopRequest, loc
 
         result = loop_lib.train_loop(trainer, state, train_batches, run_eval, checkpoints, writer, lock, stop,
                                      workdir)
-    log.info("done: %d steps in %s", result.step, workdir)
-    return result.last_eval
+    log.info("%s: %d steps in %s", "stopped" if result.stopped else "done", result.step, workdir)
+    return Outcome(result.last_eval, finished=not result.stopped)
 
 
 # --- A fine-tuned run, for predict ---------------------------------------------------------------------
@@ -393,10 +419,11 @@ def _sweep(job: FinetuneConfig, workdir: str, rates: tuple[float, ...], seeds: t
             name = f"lr={rate:g},seed={seed}"
             log.info("sweep: run %d of %d: %s", len(runs) + 1, len(rates) * len(seeds), name)
             one = dataclasses.replace(job.replace(optim={"learning_rate": rate}), seed=seed)
-            result = loop_lib.run_job(os.path.join(workdir, "sweep", name),
-                                      lambda stop, lock: _finetune(one, os.path.join(workdir, "sweep", name), stop,
-                                                                   lock))
-            runs.append({"learning_rate": rate, "seed": seed, **result})
+            outcome = run(one, os.path.join(workdir, "sweep", name))
+            if not outcome.finished:  # a stop request ends the sweep; the same command resumes it
+                log.info("sweep: stopped in run %s; rerun the same command to go on", name)
+                return {}
+            runs.append({"learning_rate": rate, "seed": seed, **outcome.scores})
     by_rate = {f"{rate:g}": scores.summary([r[metric] for r in runs if r["learning_rate"] == rate and metric in r])
                for rate in rates}
     best = max(by_rate, key=lambda rate: by_rate[rate]["mean"])

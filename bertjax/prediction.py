@@ -115,14 +115,32 @@ def _refuse_pre_training_run(workdir: str) -> None:
 def predict_file(workdir: str, input_file: str, output_file: str, step: Optional[int] = None,
                  batch_size: int = 32) -> int:
     """Runs a fine-tuned workdir on input_file and writes output_file (JSONL); returns the count."""
-    from bertjax import finetuning, heads
-    from bertjax.data import arrays, example_packing
+    from bertjax import finetuning
 
     _refuse_pre_training_run(workdir)
     job, labels, params = finetuning.load_run(workdir, step)
-    tokenizer = tokenization.load(job.data.vocab_file, job.data.do_lower_case)
     examples = _read_inputs(job, labels, input_file)
-    split = finetuning.make_split(job, examples, tokenizer, labels, False, os.path.basename(input_file))
+    split, logits = run_on_examples(job, labels, params, examples, os.path.basename(input_file), batch_size)
+    predictions = finetuning.predictions_of(job, split, logits, labels)
+    os.makedirs(os.path.dirname(os.path.abspath(output_file)), exist_ok=True)
+    with open(output_file, "w") as f:
+        for example, prediction in zip(examples, predictions):
+            text = {"text": example.text_a, **({"text_b": example.text_b} if example.text_b else {})} \
+                if job.task == "sequence_classification" else {}
+            f.write(json.dumps({**text, **prediction}) + "\n")
+    log.info("predict: %d %s predictions from %s written to %s", len(predictions), job.task, workdir, output_file)
+    return len(predictions)
+
+
+def run_on_examples(job: Any, labels: Any, params: Any, examples: list, name: str, batch_size: int = 32
+                    ) -> tuple[Any, np.ndarray]:
+    """(split, logits of every example in input order) of a fine-tuned run's params (finetuning.load_run)
+    on examples of its task, rows built as the run built its own."""
+    from bertjax import finetuning, heads
+    from bertjax.data import arrays, example_packing
+
+    tokenizer = tokenization.load(job.data.vocab_file, job.data.do_lower_case)
+    split = finetuning.make_split(job, examples, tokenizer, labels, False, name)
     num_labels = 1 if job.data.regression else (2 if labels is None else len(labels.labels))
     packed = finetuning.uses_packing(job)  # short inputs share rows, as in the run's own evaluation
     model = heads.BertForFinetuning(job.model.architecture, job.task, num_labels, packed=packed)
@@ -135,12 +153,4 @@ def predict_file(workdir: str, input_file: str, output_file: str, step: Optional
     else:
         batches = arrays.ArrayBatches(split.arrays, batch_size, training=False)
         logits = np.concatenate([np.asarray(forward(params, b)) for b in batches])[:batches.rows]
-    predictions = finetuning.predictions_of(job, split, logits, labels)
-    os.makedirs(os.path.dirname(os.path.abspath(output_file)), exist_ok=True)
-    with open(output_file, "w") as f:
-        for example, prediction in zip(examples, predictions):
-            text = {"text": example.text_a, **({"text_b": example.text_b} if example.text_b else {})} \
-                if job.task == "sequence_classification" else {}
-            f.write(json.dumps({**text, **prediction}) + "\n")
-    log.info("predict: %d %s predictions from %s written to %s", len(predictions), job.task, workdir, output_file)
-    return len(predictions)
+    return split, logits

@@ -67,6 +67,14 @@ def classification_scores(labels: np.ndarray, predictions: np.ndarray, num_class
     return {"accuracy": float(tp.sum() / n), "macro_f1": float(f1.mean()), "matthews_corrcoef": float(mcc)}
 
 
+def binary_f1(labels: np.ndarray, predictions: np.ndarray, positive: int = 1) -> float:
+    """F1 of the `positive` class (sklearn's `f1_score(average="binary", zero_division=0)`): what GLUE
+    reports for MRPC and QQP."""
+    labels, predictions = np.asarray(labels) == positive, np.asarray(predictions) == positive
+    denom = labels.sum() + predictions.sum()
+    return float(2.0 * (labels & predictions).sum() / denom) if denom else 0.0
+
+
 # --- Regression (STS-B) ------------------------------------------------------------------------------
 
 
