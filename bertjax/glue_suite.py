@@ -249,12 +249,15 @@ def _run_one(plan: Plan, template: FinetuneConfig, data: TaskData, run_dir: str)
                                                                labels))
     if not outcome.finished:
         return None
-    run_job, run_labels, params = finetuning.load_run(run_dir)
-    dev = {}
-    for name in (first_dev, *other_devs):
-        examples = data.dev[name].examples
-        dev[name] = glue_metrics(task, [e.label for e in examples],
-                                 _predictions(run_job, run_labels, params, examples, f"{task.name} {name}"))
+    with open(os.path.join(run_dir, finetuning.PREDICTIONS_FILE)) as f:  # the run's own final dev predictions
+        first = [json.loads(line)["prediction"] for line in f]
+    dev = {first_dev: glue_metrics(task, [e.label for e in data.dev[first_dev].examples], first)}
+    if other_devs:  # MNLI's mismatched dev set, with the run's final weights
+        run_job, run_labels, params = finetuning.load_run(run_dir)
+        for name in other_devs:
+            examples = data.dev[name].examples
+            dev[name] = glue_metrics(task, [e.label for e in examples],
+                                     _predictions(run_job, run_labels, params, examples, f"{task.name} {name}"))
     result = {"learning_rate": plan.learning_rate, "seed": plan.seed, "run": run_dir, "dev": dev,
               "score": task_score(task, dev), "settings": _settings_of(job)}
     if jax.process_index() == 0:

@@ -21,7 +21,7 @@ ROOT = train_setup.ROOT
 PACKAGE = ROOT / "bertjax"
 # `python -m bertjax.NAME`: flags and one call. Every other module is a library, which imports none of these.
 COMMANDS = {"main", "finetune", "predict", "export", "extract_features", "summary", "prepare", "tokenizer",
-            "demo_finetune"}
+            "demo_finetune", "glue"}
 
 
 def _modules() -> dict[str, pathlib.Path]:
@@ -198,6 +198,7 @@ def test_config_files_that_do_not_exist_or_take_no_such_argument_are_one_sentenc
 @pytest.mark.parametrize("module, args", [
     ("finetune", ["--config=configs/finetune.py:size=tiny", "--workdir=w", "--config.train.num_epoch=1"]),
     ("summary", ["--config=configs/tiny.py", "--config.model.hiden_size=1"]),
+    ("glue", ["--config=configs/glue.py", "--workdir=w", "--config.small_task_seed=0"]),
     ("demo_finetune", ["--config=configs/demo_finetune.py", "--pretrained=p", "--workdir=w",
                        "--config.demo.max_word=3"]),
 ])
