@@ -37,9 +37,10 @@ _check_jax()
 
 # Imported on first use, so that `python -m bertjax.prepare` workers do not pay for importing JAX.
 _LAZY = {
-    "from_pretrained": "bertjax.pretrained", "save_pretrained": "bertjax.hf",
+    "from_pretrained": "bertjax.pretrained", "save_pretrained": "bertjax.pretrained",
     "BertConfig": "bertjax.architecture", "BertForPreTraining": "bertjax.model", "BertOutput": "bertjax.model",
     "config_for_size": "bertjax.architecture",
+    "ModernBertConfig": "bertjax.models.modernbert_config", "ModernBertForMaskedLM": "bertjax.models.modernbert",
 }
 __all__ = sorted(_LAZY)
 

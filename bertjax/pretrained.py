@@ -9,7 +9,7 @@ and tf1.py TF1 checkpoints (renamed into hf.py's import); checkpoint.py knows ab
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, Optional
 
 import jax
 import jax.numpy as jnp
@@ -17,6 +17,7 @@ import jax.numpy as jnp
 from bertjax import checkpoint as checkpoint_lib
 from bertjax import hf
 from bertjax import model as model_lib
+from bertjax import models
 from bertjax import tf1
 
 log = logging.getLogger(__name__)
@@ -46,13 +47,32 @@ def load(path: str, seed: int = 0, encoder_only: bool = False) -> tuple[model_li
 
 
 def from_pretrained(path: str, *, dtype: Any = jnp.float32, scan_layers: bool = False,
-                    remat_policy: str = "none", seed: int = 0) -> tuple[model_lib.BertForPreTraining, dict]:
-    """(model, params) from a Hugging Face BERT directory (safetensors), a bertjax workdir or a
-    google-research/bert TF1 directory."""
+                    remat_policy: str = "none", seed: int = 0) -> tuple[Any, dict]:
+    """(model, params) from a Hugging Face BERT or ModernBERT directory (safetensors), a bertjax workdir or
+    a google-research/bert TF1 directory."""
+    if hf.has_config(path) and models.family_of(path) == "modernbert":
+        from bertjax.models import modernbert, modernbert_hf
+
+        config, params = modernbert_hf.load(path, seed)
+        return modernbert.ModernBertForMaskedLM(config, dtype=dtype), jax.tree.map(jnp.asarray, params)
     config, params = load(path, seed)
     model = model_lib.BertForPreTraining(config, dtype=dtype, scan_layers=scan_layers, remat_policy=remat_policy)
     params = jax.tree.map(jnp.asarray, params)
     return model, model_lib.stack_layers(params, config.num_hidden_layers) if scan_layers else params
+
+
+def save_pretrained(path: str, model: Any, params: dict, vocab_file: Optional[str] = None,
+                    do_lower_case: bool = True, tokenizer_dir: Optional[str] = None) -> None:
+    """A directory transformers loads as it is: `BertForPreTraining` for a BERT (with `vocab_file`'s
+    BertTokenizer files), `ModernBertForMaskedLM` for a ModernBERT (with `tokenizer_dir`'s tokenizer files)."""
+    from bertjax.models import modernbert
+
+    if isinstance(model, modernbert.ModernBertForMaskedLM):
+        from bertjax.models import modernbert_hf
+
+        modernbert_hf.save(path, model.config, params, tokenizer_dir)
+    else:
+        hf.save_pretrained(path, model, params, vocab_file=vocab_file, do_lower_case=do_lower_case)
 
 
 def init_params(path: str, model: model_lib.BertForPreTraining) -> dict:

@@ -1,0 +1,201 @@
+"""ModernBERT in Flax linen, as transformers' `ModernBertForMaskedLM` computes it (Warner et al. 2024).
+
+Pre-normalisation encoder without biases, rotary positions (global layers and sliding-window layers with their
+own bases), GeGLU feed-forward, a global layer every few layers and a banded `local_attention // 2`-each-side
+window in the others, no token types and no NSP. The MLM head is dense → activation → norm → the decoder tied
+to the token embeddings, with its own bias.
+
+Packed rows: `input_mask` holds per token 0 for padding, else its instance's number (1..k), as for BERT
+(attention.py); pass each token's position within its instance as `position_ids`, and rotary positions restart
+there while attention never crosses instances. Parameters carry logical axis names (embed, heads, kv, mlp,
+vocab) for sharding.py.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import flax
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from bertjax import model as bert_lib
+from bertjax import sharding as sharding_lib
+from bertjax.models.modernbert_config import ModernBertConfig
+
+Array = jax.Array
+Dtype = Any
+
+
+@flax.struct.dataclass
+class ModernBertOutput:
+    mlm_logits: Array  # [batch, predictions or length, vocab], float32
+    sequence_output: Array  # [batch, length, hidden]: the final norm's output
+    # With output_hidden_states=True: the embeddings' output then each layer's (before the final norm).
+    hidden_states: Optional[tuple[Array, ...]] = None
+
+
+def _init(std: float, cutoff: float, names: tuple[Optional[str], ...]):
+    # transformers' trunc_normal_(std, a=-cutoff·std, b=cutoff·std)
+    return nn.with_logical_partitioning(nn.initializers.truncated_normal(std, lower=-cutoff, upper=cutoff), names)
+
+
+def _init_std(config: ModernBertConfig) -> dict[str, float]:
+    """transformers' ModernBertPreTrainedModel._init_weights: inputs, outputs (scaled by depth), embeddings."""
+    r = config.initializer_range
+    return {"in": r, "out": r / (2.0 * config.num_hidden_layers) ** 0.5, "embedding": r,
+            "final_out": config.hidden_size ** -0.5}
+
+
+def _norm(config: ModernBertConfig, dtype: Dtype, name: str) -> nn.LayerNorm:
+    return nn.LayerNorm(epsilon=config.norm_eps, use_bias=config.norm_bias, dtype=dtype, use_fast_variance=False,
+                        scale_init=nn.with_logical_partitioning(nn.initializers.ones_init(), ("embed",)),
+                        bias_init=nn.with_logical_partitioning(nn.initializers.zeros_init(), ("embed",)), name=name)
+
+
+def rotary(position_ids: Array, head_dim: int, theta: float) -> tuple[Array, Array]:
+    """(cos, sin) [batch, length, head_dim] in float32, as transformers' default RoPE."""
+    inv_freq = 1.0 / (theta ** (jnp.arange(0, head_dim, 2, dtype=jnp.float32) / head_dim))
+    freqs = position_ids.astype(jnp.float32)[..., None] * inv_freq
+    emb = jnp.concatenate([freqs, freqs], axis=-1)
+    return jnp.cos(emb), jnp.sin(emb)
+
+
+def _rotate(x: Array, cos: Array, sin: Array) -> Array:
+    """x [batch, length, heads, head_dim] rotated in float32 (rotate_half convention)."""
+    x32 = x.astype(jnp.float32)
+    half = x.shape[-1] // 2
+    rotated = jnp.concatenate([-x32[..., half:], x32[..., :half]], axis=-1)
+    return (x32 * cos[:, :, None, :] + rotated * sin[:, :, None, :]).astype(x.dtype)
+
+
+def attention_bias(input_mask: Array, window: Optional[int]) -> Array:
+    """Additive float32 bias [batch, 1, queries, keys]: keys of padding and of other instances masked (as
+    BERT's packed mask), and with `window` keys more than `window` positions away."""
+    mask = input_mask.astype(jnp.int32)
+    allowed = (mask[:, None, :] > 0) & ((mask[:, :, None] == mask[:, None, :]) | (mask[:, :, None] == 0))
+    if window is not None:
+        index = jnp.arange(mask.shape[-1])
+        allowed = allowed & (jnp.abs(index[:, None] - index[None, :]) <= window)[None]
+    return jnp.where(allowed[:, None], 0.0, jnp.finfo(jnp.float32).min).astype(jnp.float32)
+
+
+class ModernBertLayer(nn.Module):
+    config: ModernBertConfig
+    layer: int  # its index: layer 0 has no attention norm; the layer type says global or sliding
+    dtype: Dtype = jnp.float32
+    deterministic: bool = True
+
+    @nn.compact
+    def __call__(self, x: Array, bias: Array, cos: Array, sin: Array) -> Array:
+        cfg = self.config
+        std, cut = _init_std(cfg), cfg.initializer_cutoff_factor
+        heads, head_dim = cfg.num_attention_heads, cfg.head_dim
+        h = x if self.layer == 0 else _norm(cfg, self.dtype, "attn_norm")(x)
+        qkv = nn.DenseGeneral((3, heads, head_dim), use_bias=cfg.attention_bias, dtype=self.dtype,
+                              kernel_init=_init(std["in"], cut, ("embed", None, "heads", "kv")),
+                              bias_init=nn.with_logical_partitioning(nn.initializers.zeros_init(),
+                                                                     (None, "heads", "kv")),
+                              name="Wqkv")(h)
+        q, k, v = (qkv[:, :, i] for i in range(3))
+        q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
+        scores = jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=jnp.float32) * head_dim ** -0.5
+        probs = jax.nn.softmax(scores + bias, axis=-1)
+        probs = bert_lib.Dropout(cfg.attention_dropout)(probs, deterministic=self.deterministic)
+        context = jnp.einsum("bhqk,bkhd->bqhd", probs.astype(self.dtype), v)
+        out = nn.DenseGeneral(cfg.hidden_size, axis=(-2, -1), use_bias=cfg.attention_bias, dtype=self.dtype,
+                              kernel_init=_init(std["out"], cut, ("heads", "kv", "embed")),
+                              bias_init=nn.with_logical_partitioning(nn.initializers.zeros_init(), ("embed",)),
+                              name="Wo_attn")(context)
+        x = x + bert_lib.Dropout(cfg.attention_dropout)(out, deterministic=self.deterministic)
+        x = sharding_lib.constrain(x, ("batch", "length", "embed"))
+        # GeGLU: Wi's two halves are the input and the gate (transformers' chunk(2)).
+        h = nn.DenseGeneral((2, cfg.intermediate_size), use_bias=cfg.mlp_bias, dtype=self.dtype,
+                            kernel_init=_init(std["in"], cut, ("embed", None, "mlp")),
+                            bias_init=nn.with_logical_partitioning(nn.initializers.zeros_init(), (None, "mlp")),
+                            name="Wi")(_norm(cfg, self.dtype, "mlp_norm")(x))
+        h = bert_lib.ACTIVATIONS[cfg.hidden_activation](h[:, :, 0]) * h[:, :, 1]
+        h = bert_lib.Dropout(cfg.mlp_dropout)(h, deterministic=self.deterministic)
+        out = nn.Dense(cfg.hidden_size, use_bias=cfg.mlp_bias, dtype=self.dtype,
+                       kernel_init=_init(std["out"], cut, ("mlp", "embed")),
+                       bias_init=nn.with_logical_partitioning(nn.initializers.zeros_init(), ("embed",)),
+                       name="Wo_mlp")(h)
+        return sharding_lib.constrain(x + out, ("batch", "length", "embed"))
+
+
+class ModernBertModel(nn.Module):
+    """The encoder: token embeddings → norm → layers → final norm."""
+
+    config: ModernBertConfig
+    dtype: Dtype = jnp.float32
+
+    @nn.compact
+    def __call__(self, input_ids: Array, input_mask: Array, deterministic: bool = True,
+                 position_ids: Optional[Array] = None, output_hidden_states: bool = False
+                 ) -> tuple[Array, Optional[tuple[Array, ...]]]:
+        cfg = self.config
+        std, cut = _init_std(cfg), cfg.initializer_cutoff_factor
+        embed = nn.Embed(cfg.vocab_size, cfg.hidden_size, dtype=self.dtype, name="tok_embeddings",
+                         embedding_init=_init(std["embedding"], cut, ("vocab", "embed")))
+        x = _norm(cfg, self.dtype, "embeddings_norm")(embed(input_ids))
+        x = bert_lib.Dropout(cfg.embedding_dropout)(x, deterministic=deterministic)
+        if position_ids is None:
+            position_ids = jnp.broadcast_to(jnp.arange(input_ids.shape[-1]), input_ids.shape)
+        rope = {True: rotary(position_ids, cfg.head_dim, cfg.global_rope_theta),
+                False: rotary(position_ids, cfg.head_dim, cfg.local_rope_theta)}
+        biases = {True: attention_bias(input_mask, None), False: attention_bias(input_mask, cfg.sliding_window)}
+        hidden = [x] if output_hidden_states else None
+        for i in range(cfg.num_hidden_layers):
+            kind = cfg.is_global(i)
+            x = ModernBertLayer(cfg, i, self.dtype, deterministic, name=f"layers_{i}")(x, biases[kind], *rope[kind])
+            if hidden is not None:
+                hidden.append(x)
+        x = _norm(cfg, self.dtype, "final_norm")(x)
+        return x, tuple(hidden) if hidden is not None else None
+
+    def embedding_table(self) -> Array:
+        return self.variables["params"]["tok_embeddings"]["embedding"]
+
+
+class ModernBertForMaskedLM(nn.Module):
+    """The encoder and its MLM head; logits for `masked_lm_positions` [batch, predictions], or for every
+    position when none are passed. `segment_ids` is accepted and ignored (ModernBERT has no token types)."""
+
+    config: ModernBertConfig
+    dtype: Dtype = jnp.float32
+
+    def setup(self):
+        cfg = self.config
+        std, cut = _init_std(cfg), cfg.initializer_cutoff_factor
+        self.model = ModernBertModel(cfg, self.dtype)
+        self.head_dense = nn.Dense(cfg.hidden_size, use_bias=cfg.classifier_bias, dtype=self.dtype,
+                                   kernel_init=_init(std["out"], cut, ("embed", "mlp")),
+                                   bias_init=nn.with_logical_partitioning(nn.initializers.zeros_init(), ("mlp",)))
+        self.head_norm = _norm(cfg, self.dtype, "head_norm")
+        if cfg.decoder_bias:
+            self.decoder_bias = self.param("decoder_bias", nn.with_logical_partitioning(
+                nn.initializers.zeros_init(), ("vocab",)), (cfg.vocab_size,), jnp.float32)
+
+    def __call__(self, input_ids: Array, input_mask: Optional[Array] = None, deterministic: bool = True, *,
+                 segment_ids: Optional[Array] = None, masked_lm_positions: Optional[Array] = None,
+                 position_ids: Optional[Array] = None, output_hidden_states: bool = False) -> ModernBertOutput:
+        del segment_ids
+        if input_mask is None:
+            input_mask = jnp.ones_like(input_ids)
+        sequence, hidden = self.model(input_ids, input_mask, deterministic, position_ids, output_hidden_states)
+        x = sequence
+        if masked_lm_positions is not None:
+            x = jnp.take_along_axis(x, masked_lm_positions[..., None].astype(jnp.int32), axis=1)
+        x = self.head_norm(bert_lib.ACTIVATIONS[self.config.classifier_activation](self.head_dense(x)))
+        table = self.model.variables["params"]["tok_embeddings"]["embedding"]
+        table = table.value if isinstance(table, nn.meta.AxisMetadata) else table
+        logits = jnp.einsum("bpe,ve->bpv", x, table.astype(self.dtype), preferred_element_type=jnp.float32)
+        if self.config.decoder_bias:
+            logits = logits + self.decoder_bias
+        return ModernBertOutput(logits.astype(jnp.float32), sequence, hidden)
+
+
+def init_params(model: ModernBertForMaskedLM, rng: Array, seq_len: int = 8) -> dict:
+    ids = jnp.ones((1, seq_len), jnp.int32)
+    return nn.meta.unbox(model.init(rng, ids, jnp.ones_like(ids))["params"])

@@ -1,0 +1,193 @@
+"""What a ModernBERT is, without the code that computes it: the config dataclass, its named sizes, and both
+spellings of Hugging Face's config.json (transformers' legacy `global_rope_theta` / `local_rope_theta` /
+`global_attn_every_n_layers`, and `layer_types` + `rope_parameters`).
+
+Plain dataclasses and the standard library only, as architecture.py is for BERT: the config schema and record
+preparation read it without importing JAX. models/modernbert.py builds the Flax module from it.
+
+The traps the model must keep (Warner et al. 2024; transformers' modeling_modernbert.py): the sliding window
+is `local_attention // 2` tokens on each side (so `local_attention` must be even); the first layer has no
+attention norm; global and local layers rotate with different RoPE bases; norms and linears have no bias by
+default; the MLM head is dense → activation → norm → the tied decoder with its own bias.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import numbers
+from typing import Any
+
+from bertjax import architecture
+
+FULL, SLIDING = "full_attention", "sliding_attention"
+ACTIVATION_NAMES = architecture.ACTIVATION_NAMES
+POOLINGS = ("cls", "mean")
+# Settings of training, not of the function the params compute (a run may resume with other values).
+TRAINING_ONLY_FIELDS = ("embedding_dropout", "attention_dropout", "mlp_dropout", "classifier_dropout",
+                        "initializer_range", "initializer_cutoff_factor")
+
+
+@dataclasses.dataclass(frozen=True)
+class ModernBertConfig:
+    """The architecture; field names are those of transformers' ModernBertConfig."""
+
+    vocab_size: int = 50368
+    hidden_size: int = 768
+    intermediate_size: int = 1152
+    num_hidden_layers: int = 22
+    num_attention_heads: int = 12
+    hidden_activation: str = "gelu"
+    max_position_embeddings: int = 8192
+    norm_eps: float = 1e-5
+    norm_bias: bool = False
+    attention_bias: bool = False
+    mlp_bias: bool = False
+    decoder_bias: bool = True
+    classifier_bias: bool = False
+    classifier_activation: str = "gelu"
+    classifier_pooling: str = "cls"
+    local_attention: int = 128  # the whole window: local layers see local_attention // 2 tokens each side
+    layer_types: tuple[str, ...] = ()  # FULL or SLIDING per layer; () = global every 3rd layer, from layer 0
+    global_rope_theta: float = 160_000.0
+    local_rope_theta: float = 10_000.0
+    embedding_dropout: float = 0.0
+    attention_dropout: float = 0.0
+    mlp_dropout: float = 0.0
+    classifier_dropout: float = 0.0
+    initializer_range: float = 0.02
+    initializer_cutoff_factor: float = 2.0
+    pad_token_id: int = 50283
+    bos_token_id: int = 50281
+    eos_token_id: int = 50282
+    cls_token_id: int = 50281
+    sep_token_id: int = 50282
+
+    def __post_init__(self):
+        if not self.layer_types:
+            object.__setattr__(self, "layer_types", layer_types_every(self.num_hidden_layers, 3))
+        object.__setattr__(self, "layer_types", tuple(self.layer_types))
+        self.validate()
+
+    def validate(self, source: str = "the model config") -> None:
+        """Raises one ValueError naming the field for an architecture that cannot be built."""
+        for name in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                     "max_position_embeddings", "local_attention"):
+            value = getattr(self, name)
+            if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{source}: {name}={value!r} must be a positive integer.")
+        if self.hidden_size % self.num_attention_heads:
+            raise ValueError(f"{source}: hidden_size={self.hidden_size} is not divisible by num_attention_heads="
+                             f"{self.num_attention_heads}; choose a head count that divides it.")
+        if self.local_attention % 2:
+            raise ValueError(f"{source}: local_attention={self.local_attention} is not even; it is the whole "
+                             "sliding window, local_attention // 2 tokens on each side (ModernBERT uses 128).")
+        if len(self.layer_types) != self.num_hidden_layers or set(self.layer_types) - {FULL, SLIDING}:
+            raise ValueError(f"{source}: layer_types={list(self.layer_types)} must give each of the "
+                             f"{self.num_hidden_layers} layers {FULL!r} or {SLIDING!r}.")
+        for name in ("hidden_activation", "classifier_activation"):
+            if getattr(self, name) not in ACTIVATION_NAMES:
+                raise ValueError(f"{source}: {name}={getattr(self, name)!r} is not one of {sorted(ACTIVATION_NAMES)}.")
+        if self.classifier_pooling not in POOLINGS:
+            raise ValueError(f"{source}: classifier_pooling={self.classifier_pooling!r} is not one of {list(POOLINGS)}.")
+        for name in ("embedding_dropout", "attention_dropout", "mlp_dropout", "classifier_dropout"):
+            if not (isinstance(getattr(self, name), numbers.Real) and 0.0 <= getattr(self, name) < 1.0):
+                raise ValueError(f"{source}: {name}={getattr(self, name)} must be in [0, 1).")
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_attention_heads
+
+    @property
+    def sliding_window(self) -> int:
+        """Tokens a local layer's query sees on each side (transformers' `config.sliding_window`)."""
+        return self.local_attention // 2
+
+    def is_global(self, layer: int) -> bool:
+        return self.layer_types[layer] == FULL
+
+    def to_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        d["layer_types"] = list(self.layer_types)
+        return d
+
+    def differences(self, other: dict) -> list[str]:
+        """'field: theirs there, mine here' for each field that would make the same params compute another function."""
+        mine = self.to_dict()
+        return [f"{f}: {other.get(f)} there, {mine[f]} here" for f in mine
+                if f not in TRAINING_ONLY_FIELDS and other.get(f) != mine[f]]
+
+
+def layer_types_every(num_layers: int, every: int) -> tuple[str, ...]:
+    """transformers' default: layer i is global when i % every == 0 (layers 0, 3, 6, ...), else sliding."""
+    if not isinstance(every, numbers.Integral) or every < 1:
+        raise ValueError(f"global_attn_every_n_layers={every!r} must be a positive integer.")
+    return tuple(FULL if i % every == 0 else SLIDING for i in range(num_layers))
+
+
+# --- Named sizes (configs/modernbert.py:size=...) ----------------------------------------------------------
+
+SIZES: dict[str, dict[str, int]] = {
+    "tiny": dict(num_hidden_layers=4, hidden_size=128, intermediate_size=192, num_attention_heads=2),
+    "base": dict(num_hidden_layers=22, hidden_size=768, intermediate_size=1152, num_attention_heads=12),
+    "large": dict(num_hidden_layers=28, hidden_size=1024, intermediate_size=2624, num_attention_heads=16),
+}
+
+
+def config_for_size(size: str, **overrides: Any) -> ModernBertConfig:
+    if size not in SIZES:
+        raise ValueError(f"ModernBERT size {size!r} is not one of {list(SIZES)}.")
+    return ModernBertConfig(**{**SIZES[size], **overrides})
+
+
+# --- Hugging Face config.json, both spellings ---------------------------------------------------------------
+
+_HF_FIELDS = tuple(f.name for f in dataclasses.fields(ModernBertConfig)
+                   if f.name not in ("layer_types", "global_rope_theta", "local_rope_theta"))
+
+
+def _rope_theta(d: dict, kind: str, legacy: str, default: float, source: str) -> float:
+    params = (d.get("rope_parameters") or {}).get(kind)
+    if params is None:
+        return float(d.get(legacy, default))
+    if params.get("rope_type", "default") != "default":
+        raise ValueError(f"{source}: rope_parameters.{kind}.rope_type={params['rope_type']!r} is not supported; "
+                         "bertjax implements ModernBERT's default RoPE only.")
+    return float(params.get("rope_theta", d.get(legacy, default)))
+
+
+def from_hf_dict(d: dict, source: str = "config.json") -> ModernBertConfig:
+    """A transformers ModernBertConfig dict (either spelling) → ModernBertConfig."""
+    if d.get("model_type") != "modernbert":
+        raise ValueError(f"{source}: model_type={d.get('model_type')!r} is not 'modernbert'.")
+    fields = {k: d[k] for k in _HF_FIELDS if k in d and d[k] is not None}
+    layers = d.get("num_hidden_layers", ModernBertConfig.num_hidden_layers)
+    fields["layer_types"] = tuple(d["layer_types"]) if d.get("layer_types") else \
+        layer_types_every(layers, d.get("global_attn_every_n_layers", 3))
+    fields["global_rope_theta"] = _rope_theta(d, FULL, "global_rope_theta", 160_000.0, source)
+    fields["local_rope_theta"] = _rope_theta(d, SLIDING, "local_rope_theta", 10_000.0, source)
+    try:
+        return ModernBertConfig(**fields)
+    except ValueError as e:
+        raise ValueError(str(e).replace("the model config", source, 1)) from None
+
+
+def from_json_file(path: str) -> ModernBertConfig:
+    with open(path, encoding="utf-8") as f:
+        return from_hf_dict(json.load(f), source=path)
+
+
+def to_hf_dict(config: ModernBertConfig, architectures: tuple[str, ...] = ("ModernBertForMaskedLM",)) -> dict:
+    """config.json in both spellings: `layer_types` + `rope_parameters` for transformers 5, and the legacy
+    fields older releases read (global_attn_every_n_layers only when the layers follow that pattern)."""
+    d = {k: v for k, v in config.to_dict().items() if k in _HF_FIELDS}
+    d.update(model_type="modernbert", architectures=list(architectures), layer_types=list(config.layer_types),
+             rope_parameters={FULL: {"rope_type": "default", "rope_theta": config.global_rope_theta},
+                              SLIDING: {"rope_type": "default", "rope_theta": config.local_rope_theta}},
+             global_rope_theta=config.global_rope_theta, local_rope_theta=config.local_rope_theta,
+             tie_word_embeddings=True, torch_dtype="float32")
+    for every in range(1, config.num_hidden_layers + 1):
+        if layer_types_every(config.num_hidden_layers, every) == config.layer_types:
+            d["global_attn_every_n_layers"] = every
+            break
+    return d
