@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import logging
 import math
+from typing import Optional
 
 import jax
 import jax.numpy as jnp
@@ -61,28 +62,33 @@ def choose(requested: str, attention_probs_dropout_prob: float, platform: str) -
     return requested
 
 
-def xla_bias(input_mask: jax.Array, packed: bool) -> jax.Array:
+def xla_bias(input_mask: jax.Array, packed: bool, window: Optional[int] = None) -> jax.Array:
     """Additive float32 bias: [batch, 1, 1, keys] masking padding keys, or [batch, 1, queries, keys]
-    also masking other instances when rows are packed."""
+    also masking other instances when rows are packed, and with `window` (a sliding window) keys more
+    than `window` positions from the query."""
     mask = input_mask.astype(jnp.int32)
     allowed = (mask > 0)[:, None, None, :]
-    if packed:
+    if packed or window is not None:
         same = (mask[:, :, None] == mask[:, None, :]) | (mask[:, :, None] == 0)
         allowed = allowed & same[:, None]
+    if window is not None:
+        index = jnp.arange(mask.shape[-1])
+        allowed = allowed & (jnp.abs(index[:, None] - index[None, :]) <= window)[None, None]
     return jnp.where(allowed, 0.0, jnp.finfo(jnp.float32).min).astype(jnp.float32)
 
 
 def fused(implementation: str, q: jax.Array, k: jax.Array, v: jax.Array, input_mask: jax.Array,
-          packed: bool) -> jax.Array:
-    """Attention output [batch, length, heads, kv] of q, k, v [batch, length, heads, kv] by a fused kernel."""
+          packed: bool, window: Optional[int] = None) -> jax.Array:
+    """Attention output [batch, length, heads, kv] of q, k, v [batch, length, heads, kv] by a fused kernel;
+    `window`: each query sees keys at most that many positions away (ModernBERT's local layers)."""
     if implementation == "splash":
-        return _splash(q, k, v, input_mask.astype(jnp.int32))
-    return _cudnn(q, k, v, input_mask.astype(jnp.int32), packed)
+        return _splash(q, k, v, input_mask.astype(jnp.int32), window)
+    return _cudnn(q, k, v, input_mask.astype(jnp.int32), packed, window)
 
 
 # --- splash -------------------------------------------------------------------------------------------
 
-def _splash_kernel(heads: int, length: int, interpret: bool):
+def _splash_kernel(heads: int, length: int, interpret: bool, window: Optional[int] = None):
     from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel as kernel_lib
     from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask as mask_lib
 
@@ -90,19 +96,23 @@ def _splash_kernel(heads: int, length: int, interpret: bool):
     sizes = kernel_lib.BlockSizes(block_q=block, block_kv=block, block_kv_compute=block, block_q_dkv=block,
                                   block_kv_dkv=block, block_kv_dkv_compute=block, block_q_dq=block,
                                   block_kv_dq=block)
-    mask = mask_lib.MultiHeadMask([mask_lib.FullMask((length, length)) for _ in range(heads)])
+    # A local mask lets the kernel skip the blocks wholly outside the window (fewer FLOPs, not only masked).
+    one = mask_lib.FullMask((length, length)) if window is None else \
+        mask_lib.LocalMask((length, length), window_size=(window, window), offset=0)
+    mask = mask_lib.MultiHeadMask([one for _ in range(heads)])
     return kernel_lib.make_splash_mha(mask, block_sizes=sizes, head_shards=1, q_seq_shards=1,
                                       interpret=interpret), kernel_lib.SegmentIds
 
 
-def _splash_local(q: jax.Array, k: jax.Array, v: jax.Array, segments: jax.Array, interpret: bool) -> jax.Array:
+def _splash_local(q: jax.Array, k: jax.Array, v: jax.Array, segments: jax.Array, interpret: bool,
+                  window: Optional[int] = None) -> jax.Array:
     """One device's share: q, k, v [batch, length, heads, kv], segments [batch, length]."""
     length, heads, head_dim = q.shape[1:]
     padded = math.ceil(length / _SPLASH_LANES) * _SPLASH_LANES
     if padded != length:  # pad tokens form segment 0 with the row's own padding: no row is empty
         q, k, v = (jnp.pad(x, ((0, 0), (0, padded - length), (0, 0), (0, 0))) for x in (q, k, v))
         segments = jnp.pad(segments, ((0, 0), (0, padded - length)))
-    kernel, segment_ids = _splash_kernel(heads, padded, interpret)
+    kernel, segment_ids = _splash_kernel(heads, padded, interpret, window)
     scale = jnp.asarray(1.0 / np.sqrt(head_dim), q.dtype)  # the kernel does not scale by 1/√d itself
 
     def one_row(q, k, v, s):  # kernel layout: [heads, length, kv]
@@ -112,10 +122,11 @@ def _splash_local(q: jax.Array, k: jax.Array, v: jax.Array, segments: jax.Array,
     return jax.vmap(one_row)(q, k, v, segments)[:, :length]
 
 
-def _splash(q: jax.Array, k: jax.Array, v: jax.Array, segments: jax.Array) -> jax.Array:
+def _splash(q: jax.Array, k: jax.Array, v: jax.Array, segments: jax.Array, window: Optional[int] = None
+            ) -> jax.Array:
     context = sharding_lib.current_mesh_and_rules()
     if context is None:  # eager use or one device outside the trainer
-        return _splash_local(q, k, v, segments, jax.default_backend() != "tpu")
+        return _splash_local(q, k, v, segments, jax.default_backend() != "tpu", window)
     mesh, rules = context
     qkv_spec = sharding_lib.logical_spec(q.shape, ("batch", "length", "heads", "kv"), mesh, rules)
     segment_spec = sharding_lib.logical_spec(segments.shape, ("batch", "length"), mesh, rules)
@@ -123,19 +134,21 @@ def _splash(q: jax.Array, k: jax.Array, v: jax.Array, segments: jax.Array) -> ja
         raise ValueError("config.mesh.logical_axis_rules shard 'length', which splash attention needs whole on "
                          "each device; map 'length' to None.")
     interpret = mesh.devices.flat[0].platform != "tpu"
-    local = functools.partial(_splash_local, interpret=interpret)
+    local = functools.partial(_splash_local, interpret=interpret, window=window)
     return jax.shard_map(local, mesh=mesh, in_specs=(qkv_spec, qkv_spec, qkv_spec, segment_spec),
                          out_specs=qkv_spec, check_vma=False)(q, k, v, segments)
 
 
 # --- cuDNN --------------------------------------------------------------------------------------------
 
-def _cudnn(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, packed: bool) -> jax.Array:
+def _cudnn(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, packed: bool,
+           window: Optional[int] = None) -> jax.Array:
     """Unpacked rows (real tokens first, then padding) pass their lengths; packed rows pass the instance
-    mask as a bias, which cuDNN's fused kernel takes too."""
+    mask as a bias, which cuDNN's fused kernel takes too. A sliding window is cuDNN's local window."""
+    local = None if window is None else (window, window)
     if packed:
         return jax.nn.dot_product_attention(q, k, v, bias=xla_bias(mask, True).astype(q.dtype),
-                                            implementation="cudnn")
+                                            local_window_size=local, implementation="cudnn")
     lengths = jnp.sum(mask > 0, axis=1).astype(jnp.int32)
     return jax.nn.dot_product_attention(q, k, v, query_seq_lengths=lengths, key_value_seq_lengths=lengths,
-                                        implementation="cudnn")
+                                        local_window_size=local, implementation="cudnn")

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import bertjax
+from bertjax import attention as attention_lib
 from bertjax.models import modernbert, modernbert_config, modernbert_hf
 
 torch = pytest.importorskip("torch")
@@ -132,7 +133,7 @@ def test_the_window_is_half_of_local_attention_on_each_side():
         changed[0, far] = (changed[0, far] + 1) % VOCAB
         moved = np.abs(our_logits(model, params, changed, mask)[0, 10] - base[0, 10]).max()
         assert (moved > 0) == heard, (far, moved)
-    bias = np.asarray(modernbert.attention_bias(jnp.ones((1, 12), jnp.int32), config.sliding_window))[0, 0]
+    bias = np.asarray(attention_lib.xla_bias(jnp.ones((1, 12), jnp.int32), True, config.sliding_window))[0, 0]
     assert [(j, bias[5, j] == 0) for j in (0, 1, 9, 10)] == [(0, False), (1, True), (9, True), (10, False)]
 
 
@@ -217,3 +218,43 @@ def test_a_bare_modernbert_model_directory_loads_with_a_fresh_head(tmp_path, cap
     ours = model.apply({"params": params}, input_ids=jnp.asarray(ids), input_mask=jnp.asarray(mask)).sequence_output
     np.testing.assert_allclose(np.asarray(ours)[mask > 0], theirs[mask > 0], atol=1e-4)
     assert any("initialised fresh" in r.getMessage() and "head.dense" in r.getMessage() for r in caplog.records)
+
+
+# --- Kernels ----------------------------------------------------------------------------------------------
+
+def _loss_and_grads(attention: str, packed: bool):
+    """A masked-LM loss and its gradients, and the real tokens' outputs, by one attention kernel."""
+    config = modernbert_config.ModernBertConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=48,
+                                                num_hidden_layers=3, num_attention_heads=2, local_attention=16,
+                                                max_position_embeddings=128)
+    model = modernbert.ModernBertForMaskedLM(config, attention=attention, packed=packed)
+    params = modernbert.init_params(modernbert.ModernBertForMaskedLM(config), jax.random.PRNGKey(0))
+    rng = np.random.default_rng(0)
+    ids = rng.integers(3, VOCAB, (2, 100))
+    mask = np.ones_like(ids)
+    mask[1, 70:] = 0
+    positions = np.broadcast_to(np.arange(100), ids.shape).copy()
+    if packed:  # row 0: three instances
+        mask[0, 40:75], mask[0, 75:] = 2, 3
+        positions[0, 40:75], positions[0, 75:] = np.arange(35), np.arange(25)
+    targets = rng.integers(3, VOCAB, ids.shape)
+
+    def loss(p):
+        out = model.apply({"params": p}, input_ids=jnp.asarray(ids), input_mask=jnp.asarray(mask),
+                          position_ids=jnp.asarray(positions))
+        logp = jax.nn.log_softmax(out.mlm_logits)
+        picked = jnp.take_along_axis(logp, jnp.asarray(targets)[..., None], -1)[..., 0]
+        return -jnp.sum(picked * (mask > 0)), jnp.where(jnp.asarray(mask > 0)[..., None], out.sequence_output, 0.0)
+
+    return jax.jit(jax.value_and_grad(loss, has_aux=True))(params)
+
+
+@pytest.mark.parametrize("packed", [False, True], ids=["padded", "packed"])
+def test_splash_with_its_local_mask_equals_xla(packed):
+    """Pallas's splash kernel (interpreted here) with LocalMask for the sliding layers, outputs and gradients."""
+    (loss_a, out_a), grads_a = _loss_and_grads("xla", packed)
+    (loss_b, out_b), grads_b = _loss_and_grads("splash", packed)
+    np.testing.assert_allclose(float(loss_b), float(loss_a), rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(out_b), np.asarray(out_a), atol=1e-5)
+    for (path, a), b in zip(jax.tree_util.tree_leaves_with_path(grads_a), jax.tree.leaves(grads_b)):
+        np.testing.assert_allclose(np.asarray(b), np.asarray(a), atol=1e-5, err_msg=jax.tree_util.keystr(path))

@@ -20,6 +20,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from bertjax import attention as attention_lib
 from bertjax import model as bert_lib
 from bertjax import sharding as sharding_lib
 from bertjax.models.modernbert_config import ModernBertConfig
@@ -70,25 +71,16 @@ def _rotate(x: Array, cos: Array, sin: Array) -> Array:
     return (x32 * cos[:, :, None, :] + rotated * sin[:, :, None, :]).astype(x.dtype)
 
 
-def attention_bias(input_mask: Array, window: Optional[int]) -> Array:
-    """Additive float32 bias [batch, 1, queries, keys]: keys of padding and of other instances masked (as
-    BERT's packed mask), and with `window` keys more than `window` positions away."""
-    mask = input_mask.astype(jnp.int32)
-    allowed = (mask[:, None, :] > 0) & ((mask[:, :, None] == mask[:, None, :]) | (mask[:, :, None] == 0))
-    if window is not None:
-        index = jnp.arange(mask.shape[-1])
-        allowed = allowed & (jnp.abs(index[:, None] - index[None, :]) <= window)[None]
-    return jnp.where(allowed[:, None], 0.0, jnp.finfo(jnp.float32).min).astype(jnp.float32)
-
-
 class ModernBertLayer(nn.Module):
     config: ModernBertConfig
     layer: int  # its index: layer 0 has no attention norm; the layer type says global or sliding
     dtype: Dtype = jnp.float32
     deterministic: bool = True
+    attention: str = "xla"  # resolved: xla | splash | cudnn
+    packed: bool = False
 
     @nn.compact
-    def __call__(self, x: Array, bias: Array, cos: Array, sin: Array) -> Array:
+    def __call__(self, x: Array, bias: Optional[Array], input_mask: Array, cos: Array, sin: Array) -> Array:
         cfg = self.config
         std, cut = _init_std(cfg), cfg.initializer_cutoff_factor
         heads, head_dim = cfg.num_attention_heads, cfg.head_dim
@@ -100,10 +92,14 @@ class ModernBertLayer(nn.Module):
                               name="Wqkv")(h)
         q, k, v = (qkv[:, :, i] for i in range(3))
         q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
-        scores = jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=jnp.float32) * head_dim ** -0.5
-        probs = jax.nn.softmax(scores + bias, axis=-1)
-        probs = bert_lib.Dropout(cfg.attention_dropout)(probs, deterministic=self.deterministic)
-        context = jnp.einsum("bhqk,bkhd->bqhd", probs.astype(self.dtype), v)
+        if self.attention == "xla":
+            scores = jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=jnp.float32) * head_dim ** -0.5
+            probs = jax.nn.softmax(scores + bias, axis=-1)
+            probs = bert_lib.Dropout(cfg.attention_dropout)(probs, deterministic=self.deterministic)
+            context = jnp.einsum("bhqk,bkhd->bqhd", probs.astype(self.dtype), v)
+        else:  # the kernel masks padding, other instances and (local layers) keys outside the window itself
+            window = None if cfg.is_global(self.layer) else cfg.sliding_window
+            context = attention_lib.fused(self.attention, q, k, v, input_mask, self.packed, window)
         out = nn.DenseGeneral(cfg.hidden_size, axis=(-2, -1), use_bias=cfg.attention_bias, dtype=self.dtype,
                               kernel_init=_init(std["out"], cut, ("heads", "kv", "embed")),
                               bias_init=nn.with_logical_partitioning(nn.initializers.zeros_init(), ("embed",)),
@@ -129,6 +125,8 @@ class ModernBertModel(nn.Module):
 
     config: ModernBertConfig
     dtype: Dtype = jnp.float32
+    attention: str = "xla"
+    packed: bool = False
 
     @nn.compact
     def __call__(self, input_ids: Array, input_mask: Array, deterministic: bool = True,
@@ -144,11 +142,14 @@ class ModernBertModel(nn.Module):
             position_ids = jnp.broadcast_to(jnp.arange(input_ids.shape[-1]), input_ids.shape)
         rope = {True: rotary(position_ids, cfg.head_dim, cfg.global_rope_theta),
                 False: rotary(position_ids, cfg.head_dim, cfg.local_rope_theta)}
-        biases = {True: attention_bias(input_mask, None), False: attention_bias(input_mask, cfg.sliding_window)}
+        xla = self.attention == "xla"
+        biases = {True: attention_lib.xla_bias(input_mask, True) if xla else None,
+                  False: attention_lib.xla_bias(input_mask, True, cfg.sliding_window) if xla else None}
         hidden = [x] if output_hidden_states else None
         for i in range(cfg.num_hidden_layers):
             kind = cfg.is_global(i)
-            x = ModernBertLayer(cfg, i, self.dtype, deterministic, name=f"layers_{i}")(x, biases[kind], *rope[kind])
+            x = ModernBertLayer(cfg, i, self.dtype, deterministic, self.attention, self.packed,
+                                name=f"layers_{i}")(x, biases[kind], input_mask, *rope[kind])
             if hidden is not None:
                 hidden.append(x)
         x = _norm(cfg, self.dtype, "final_norm")(x)
@@ -164,11 +165,13 @@ class ModernBertForMaskedLM(nn.Module):
 
     config: ModernBertConfig
     dtype: Dtype = jnp.float32
+    attention: str = "xla"  # resolved (attention.choose): xla | splash | cudnn
+    packed: bool = False  # rows of several instances (input_mask numbers them)
 
     def setup(self):
         cfg = self.config
         std, cut = _init_std(cfg), cfg.initializer_cutoff_factor
-        self.model = ModernBertModel(cfg, self.dtype)
+        self.model = ModernBertModel(cfg, self.dtype, self.attention, self.packed)
         self.head_dense = nn.Dense(cfg.hidden_size, use_bias=cfg.classifier_bias, dtype=self.dtype,
                                    kernel_init=_init(std["out"], cut, ("embed", "mlp")),
                                    bias_init=nn.with_logical_partitioning(nn.initializers.zeros_init(), ("mlp",)))
