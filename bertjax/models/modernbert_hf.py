@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from typing import Any, Callable, Optional
+from typing import Callable, Optional
 
 import jax
 import numpy as np
@@ -105,22 +105,10 @@ HEAD_PREFIXES = ("head.", "decoder.")  # what a bare ModernBertModel directory l
 _REDUNDANT = ("decoder.weight",)  # tied to the token embeddings
 
 
-def _get(tree: dict, path: tuple[str, ...]) -> Any:
-    for key in path:
-        tree = tree[key]
-    return tree
-
-
-def _set(tree: dict, path: tuple[str, ...], value: Any) -> None:
-    for key in path[:-1]:
-        tree = tree.setdefault(key, {})
-    tree[path[-1]] = value
-
-
 def to_state_dict(config: ModernBertConfig, params: dict) -> dict[str, np.ndarray]:
     """bertjax params → ModernBertForMaskedLM's state dict (the tied decoder.weight written as transformers does)."""
     params = jax.device_get(params)
-    out = {name: np.ascontiguousarray(to_hf(np.asarray(_get(params, path), np.float32), config))
+    out = {name: np.ascontiguousarray(to_hf(np.asarray(hf._get(params, path), np.float32), config))
            for name, path, (_, to_hf) in name_table(config)}
     out["decoder.weight"] = out["model.embeddings.tok_embeddings.weight"]
     return out
@@ -143,15 +131,15 @@ def from_state_dict(config: ModernBertConfig, tensors: dict[str, np.ndarray], se
     fresh = jax.device_get(modernbert_lib.init_params(model, rng)) if absent else None
     params: dict = {}
     for name, path, (to_jax, to_hf) in table:
-        expected = _get(shapes, path)
+        expected = hf._get(shapes, path)
         if name not in tensors:
-            _set(params, path, _get(fresh, path))
+            hf._set(params, path, hf._get(fresh, path))
             continue
         want = to_hf(np.zeros(expected.shape, np.float32), config).shape
         if tuple(tensors[name].shape) != tuple(want):
             raise ValueError(f"{source}: '{name}' has shape {tuple(tensors[name].shape)} but config.json implies "
                              f"{tuple(want)}; the weights and config.json come from different models.")
-        _set(params, path, to_jax(tensors[name].astype(np.float32), config))
+        hf._set(params, path, to_jax(tensors[name].astype(np.float32), config))
     decoder = tensors.get("decoder.weight")
     if decoder is not None and not np.array_equal(decoder, tensors["model.embeddings.tok_embeddings.weight"]):
         raise ValueError(f"{source}: decoder.weight differs from the token embeddings; bertjax ties them as "
