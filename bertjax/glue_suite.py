@@ -123,6 +123,14 @@ def parse(config: Any) -> tuple[Settings, dict]:
     settings = Settings(suite["init_from"], suite["data_dir"], tasks, _names("small_tasks", suite["small_tasks"]),
                         seeds, from_mnli, _per_task(suite["per_task"]), bool(suite["submission"]),
                         bool(suite["skip_ragged_rows"]))
+    for task in tasks:  # every task's settings checked now, not hours into the suite
+        placeholder = TaskData(task, glue_data.Split([], []), {}, {}, {"train": "(checked before reading)"})
+        try:
+            task_template(settings, base, placeholder, settings.init_from)
+        except ValueError as e:
+            if task.name not in settings.per_task:
+                raise
+            raise ValueError(f"config.per_task sets {task.name}'s settings: {e}") from None
     return settings, base
 
 

@@ -310,6 +310,10 @@ def test_suite_settings_that_cannot_run_are_one_sentence(glue_dir, pretrained_di
     assert "leaves out mnli; add mnli to config.tasks" in refused(tasks="rte", from_mnli="rte")
     assert "is not TASK.SECTION.FIELD=VALUE" in refused(per_task="rte.num_epochs=4")
     assert "config.data_dir is empty" in refused(data_dir="")
+    assert "config.per_task sets rte's settings: config.train.num_epoch is not a setting; did you mean " \
+           "config.train.num_epochs?" in refused(per_task="rte.train.num_epoch=4")
+    assert "config.per_task sets rte's settings: config.train.num_epochs='four' must be a number" in refused(
+        per_task="rte.train.num_epochs=four")
     settings, _ = glue_suite.parse(suite_config(pretrained_dir, glue_dir, tasks="rte,mnli", from_mnli="rte",
                                                 per_task="rte.train.num_epochs=4; rte.sweep.seeds=3,4"))
     assert [t.name for t in settings.tasks] == ["mnli", "rte"]
