@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import pathlib
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -19,6 +20,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 VOCAB = 97
+SPECIAL = dict(pad_token_id=0, bos_token_id=1, eos_token_id=2, cls_token_id=1, sep_token_id=2)
 
 
 def hf_model(layers: int = 3, window: int = 4, every: int = 3, biases: bool = False, seed: int = 0, **extra):
@@ -80,9 +82,9 @@ def test_both_directions_equal_transformers(tmp_path, layers, window, every, seq
 
 
 def test_random_bertjax_weights_equal_transformers_after_export(tmp_path):
-    config = modernbert_config.ModernBertConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=40,
+    config = modernbert_config.ModernBertConfig(**SPECIAL, vocab_size=VOCAB, hidden_size=32, intermediate_size=40,
                                                 num_hidden_layers=4, num_attention_heads=2, local_attention=6,
-                                                max_position_embeddings=64, pad_token_id=0)
+                                                max_position_embeddings=64)
     model = modernbert.ModernBertForMaskedLM(config)
     params = modernbert.init_params(model, jax.random.PRNGKey(3))
     params["decoder_bias"] = jax.random.normal(jax.random.PRNGKey(4), (VOCAB,)) * 0.1
@@ -94,7 +96,7 @@ def test_random_bertjax_weights_equal_transformers_after_export(tmp_path):
 
 
 def test_both_config_spellings_read_the_same(tmp_path):
-    legacy = {"model_type": "modernbert", "num_hidden_layers": 4, "hidden_size": 32, "intermediate_size": 48,
+    legacy = {"model_type": "modernbert", **SPECIAL, "num_hidden_layers": 4, "hidden_size": 32, "intermediate_size": 48,
               "num_attention_heads": 4, "vocab_size": VOCAB, "global_rope_theta": 1000.0, "local_rope_theta": 50.0,
               "global_attn_every_n_layers": 2, "local_attention": 6}
     current = {k: v for k, v in legacy.items() if "theta" not in k and k != "global_attn_every_n_layers"}
@@ -117,7 +119,7 @@ def test_both_config_spellings_read_the_same(tmp_path):
 
 def _one_layer(kind: str, window: int = 4, **overrides) -> modernbert_config.ModernBertConfig:
     return modernbert_config.ModernBertConfig(
-        vocab_size=VOCAB, hidden_size=16, intermediate_size=24, num_hidden_layers=2, num_attention_heads=2,
+        **SPECIAL, vocab_size=VOCAB, hidden_size=16, intermediate_size=24, num_hidden_layers=2, num_attention_heads=2,
         local_attention=window, layer_types=(kind, kind), max_position_embeddings=64, **overrides)
 
 
@@ -170,7 +172,7 @@ def test_global_and_local_layers_rotate_with_their_own_bases():
 # --- Packed rows ------------------------------------------------------------------------------------------
 
 def test_packed_rows_give_each_instance_its_unpacked_logits():
-    config = modernbert_config.ModernBertConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=48,
+    config = modernbert_config.ModernBertConfig(**SPECIAL, vocab_size=VOCAB, hidden_size=32, intermediate_size=48,
                                                 num_hidden_layers=3, num_attention_heads=4, local_attention=4,
                                                 max_position_embeddings=64)
     model = modernbert.ModernBertForMaskedLM(config)
@@ -198,6 +200,8 @@ def test_bad_configs_and_directories_are_one_sentence(tmp_path):
     with pytest.raises(ValueError) as e:
         bertjax.from_pretrained(str(tmp_path))
     assert "model_type='roberta' is neither BERT nor ModernBERT" in str(e.value) and "\n" not in str(e.value)
+    with pytest.raises(ValueError, match=r"pad_token_id=50283 is outside the vocab \(vocab_size=97\); set the special"):
+        modernbert_config.ModernBertConfig(vocab_size=VOCAB)
     ref = hf_model()
     ref.save_pretrained(tmp_path / "hf")
     config = json.loads((tmp_path / "hf" / "config.json").read_text())
@@ -224,7 +228,7 @@ def test_a_bare_modernbert_model_directory_loads_with_a_fresh_head(tmp_path, cap
 
 def _loss_and_grads(attention: str, packed: bool):
     """A masked-LM loss and its gradients, and the real tokens' outputs, by one attention kernel."""
-    config = modernbert_config.ModernBertConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=48,
+    config = modernbert_config.ModernBertConfig(**SPECIAL, vocab_size=VOCAB, hidden_size=32, intermediate_size=48,
                                                 num_hidden_layers=3, num_attention_heads=2, local_attention=16,
                                                 max_position_embeddings=128)
     model = modernbert.ModernBertForMaskedLM(config, attention=attention, packed=packed)
@@ -258,3 +262,33 @@ def test_splash_with_its_local_mask_equals_xla(packed):
     np.testing.assert_allclose(np.asarray(out_b), np.asarray(out_a), atol=1e-5)
     for (path, a), b in zip(jax.tree_util.tree_leaves_with_path(grads_a), jax.tree.leaves(grads_b)):
         np.testing.assert_allclose(np.asarray(b), np.asarray(a), atol=1e-5, err_msg=jax.tree_util.keystr(path))
+
+
+# --- Fine-tuning heads --------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("task, pooling, hf_class", [
+    ("sequence_classification", "cls", "ModernBertForSequenceClassification"),
+    ("sequence_classification", "mean", "ModernBertForSequenceClassification"),
+    ("token_classification", "cls", "ModernBertForTokenClassification"),
+])
+def test_finetuning_heads_export_to_their_transformers_class(tmp_path, task, pooling, hf_class):
+    config = modernbert_config.ModernBertConfig(**SPECIAL, vocab_size=VOCAB, hidden_size=32, intermediate_size=48,
+                                                num_hidden_layers=3, num_attention_heads=4, local_attention=6,
+                                                max_position_embeddings=64, classifier_pooling=pooling)
+    model = modernbert.ModernBertForFinetuning(config, task, num_labels=3)
+    ids, mask = inputs(16, pad=6)
+    params = nn.meta.unbox(model.init(jax.random.PRNGKey(5), jnp.asarray(ids), jnp.asarray(mask))["params"])
+    params = jax.tree.map(lambda x: x + 0.05 * jax.random.normal(jax.random.PRNGKey(6), x.shape),
+                          jax.device_get(params))  # biases and norms off their init values
+    labels = ["neg", "neu", "pos"]
+    modernbert_hf.save_finetuned(str(tmp_path), config, params, task, labels)
+    ref, info = getattr(transformers, hf_class).from_pretrained(str(tmp_path), output_loading_info=True,
+                                                                attn_implementation="eager")
+    assert not any(info.values()), info
+    assert ref.config.id2label == dict(enumerate(labels)) and ref.config.classifier_pooling == pooling
+    ours = np.asarray(model.apply({"params": params}, jnp.asarray(ids), jnp.asarray(mask)))
+    with torch.no_grad():
+        theirs = ref.eval()(input_ids=torch.tensor(ids), attention_mask=torch.tensor(mask)).logits.numpy()
+    if task == "token_classification":
+        ours, theirs = ours[mask > 0], theirs[mask > 0]
+    np.testing.assert_allclose(ours, theirs, atol=1e-4)

@@ -202,3 +202,43 @@ class ModernBertForMaskedLM(nn.Module):
 def init_params(model: ModernBertForMaskedLM, rng: Array, seq_len: int = 8) -> dict:
     ids = jnp.ones((1, seq_len), jnp.int32)
     return nn.meta.unbox(model.init(rng, ids, jnp.ones_like(ids))["params"])
+
+
+class ModernBertForFinetuning(nn.Module):
+    """The encoder with transformers' task head: the prediction head (dense → activation → norm, the MLM
+    head's own weights when fine-tuning starts from a masked-LM checkpoint, as transformers loads them), dropout
+    and a classifier. sequence_classification pools by `config.classifier_pooling`: the first token (cls) or
+    the mean over real tokens (mean); token_classification classifies every token."""
+
+    config: ModernBertConfig
+    task: str  # sequence_classification | token_classification
+    num_labels: int
+    dtype: Dtype = jnp.float32
+    attention: str = "xla"
+    packed: bool = False
+
+    @nn.compact
+    def __call__(self, input_ids: Array, input_mask: Optional[Array] = None, deterministic: bool = True, *,
+                 segment_ids: Optional[Array] = None, position_ids: Optional[Array] = None) -> Array:
+        del segment_ids
+        cfg = self.config
+        std, cut = _init_std(cfg), cfg.initializer_cutoff_factor
+        if input_mask is None:
+            input_mask = jnp.ones_like(input_ids)
+        x, _ = ModernBertModel(cfg, self.dtype, self.attention, self.packed, name="model")(
+            input_ids, input_mask, deterministic, position_ids)
+        if self.task == "sequence_classification":
+            if cfg.classifier_pooling == "cls":
+                x = x[:, 0]
+            else:
+                real = (input_mask > 0).astype(x.dtype)[..., None]
+                x = jnp.sum(x * real, axis=1) / jnp.sum(real, axis=1)
+        x = nn.Dense(cfg.hidden_size, use_bias=cfg.classifier_bias, dtype=self.dtype, name="head_dense",
+                     kernel_init=_init(std["out"], cut, ("embed", "mlp")),
+                     bias_init=nn.with_logical_partitioning(nn.initializers.zeros_init(), ("mlp",)))(x)
+        x = _norm(cfg, self.dtype, "head_norm")(bert_lib.ACTIVATIONS[cfg.classifier_activation](x))
+        x = bert_lib.Dropout(cfg.classifier_dropout)(x, deterministic=deterministic)
+        logits = nn.Dense(self.num_labels, dtype=self.dtype, name="classifier",
+                          kernel_init=_init(std["final_out"], cut, ("embed", None)),
+                          bias_init=nn.with_logical_partitioning(nn.initializers.zeros_init(), (None,)))(x)
+        return logits.astype(jnp.float32)

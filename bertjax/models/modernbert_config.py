@@ -90,6 +90,10 @@ class ModernBertConfig:
                 raise ValueError(f"{source}: {name}={getattr(self, name)!r} is not one of {sorted(ACTIVATION_NAMES)}.")
         if self.classifier_pooling not in POOLINGS:
             raise ValueError(f"{source}: classifier_pooling={self.classifier_pooling!r} is not one of {list(POOLINGS)}.")
+        for name in ("pad_token_id", "bos_token_id", "eos_token_id", "cls_token_id", "sep_token_id"):
+            if not 0 <= getattr(self, name) < self.vocab_size:
+                raise ValueError(f"{source}: {name}={getattr(self, name)} is outside the vocab (vocab_size="
+                                 f"{self.vocab_size}); set the special token ids of the tokenizer in use.")
         for name in ("embedding_dropout", "attention_dropout", "mlp_dropout", "classifier_dropout"):
             if not (isinstance(getattr(self, name), numbers.Real) and 0.0 <= getattr(self, name) < 1.0):
                 raise ValueError(f"{source}: {name}={getattr(self, name)} must be in [0, 1).")

@@ -101,6 +101,52 @@ def name_table(c: ModernBertConfig) -> list[tuple[str, tuple[str, ...], tuple[Ca
     return [(name, tuple(path.split("/")), fns) for name, path, fns in rows]
 
 
+def task_table(c: ModernBertConfig) -> list[tuple[str, tuple[str, ...], tuple[Callable, Callable]]]:
+    """The name table of ModernBertForSequenceClassification / ModernBertForTokenClassification: the encoder and
+    prediction head as the masked LM's, then the classifier."""
+    rows = [row for row in name_table(c) if not row[0].startswith("decoder.")]
+    return rows + [("classifier.weight", ("classifier", "kernel"), DENSE),
+                   ("classifier.bias", ("classifier", "bias"), SAME)]
+
+
+TASK_CLASSES = {"sequence_classification": "ModernBertForSequenceClassification",
+                "token_classification": "ModernBertForTokenClassification"}
+
+
+def save_finetuned(path: str, config: ModernBertConfig, params: dict, task: str, labels: Optional[list[str]],
+                   regression: bool = False, tokenizer_dir: Optional[str] = None) -> None:
+    """A fine-tuned ModernBERT (ModernBertForFinetuning's params) as transformers' class of its task, with
+    id2label/label2id, loading with no missing or unexpected keys."""
+    from safetensors.numpy import save_file
+
+    if task not in TASK_CLASSES:
+        raise ValueError(f"task {task!r}: transformers has ModernBERT classes for {sorted(TASK_CLASSES)} only.")
+    hf._new_directory(path)
+    params = jax.device_get(params)
+    num_labels = 1 if regression else len(labels or [0, 0])
+    names = labels if labels else [f"LABEL_{i}" for i in range(num_labels)]
+    d = config_lib.to_hf_dict(config, (TASK_CLASSES[task],))
+    d.update(num_labels=num_labels, id2label={str(i): n for i, n in enumerate(names)},
+             label2id={n: i for i, n in enumerate(names)},
+             problem_type="regression" if regression else "single_label_classification")
+    with open(os.path.join(path, hf.CONFIG_NAME), "w") as f:
+        json.dump(d, f, indent=2, sort_keys=True)
+    tensors = {name: np.ascontiguousarray(to_hf(np.asarray(hf._get(params, p), np.float32), config))
+               for name, p, (_, to_hf) in task_table(config)}
+    save_file(tensors, os.path.join(path, hf.WEIGHTS_NAME), metadata={"format": "pt"})
+    _copy_tokenizer(tokenizer_dir, path)
+
+
+def _copy_tokenizer(tokenizer_dir: Optional[str], path: str) -> None:
+    if not tokenizer_dir:
+        return
+    import shutil
+
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt"):
+        if os.path.isfile(os.path.join(tokenizer_dir, name)):
+            shutil.copyfile(os.path.join(tokenizer_dir, name), os.path.join(path, name))
+
+
 HEAD_PREFIXES = ("head.", "decoder.")  # what a bare ModernBertModel directory lacks: initialised fresh
 _REDUNDANT = ("decoder.weight",)  # tied to the token embeddings
 
@@ -176,9 +222,4 @@ def save(path: str, config: ModernBertConfig, params: dict, tokenizer_dir: Optio
     tensors = to_state_dict(config, params)
     del tensors["decoder.weight"]  # tied: transformers re-ties it on load, as for its own saves
     save_file(tensors, os.path.join(path, hf.WEIGHTS_NAME), metadata={"format": "pt"})
-    if tokenizer_dir:
-        import shutil
-
-        for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt"):
-            if os.path.isfile(os.path.join(tokenizer_dir, name)):
-                shutil.copyfile(os.path.join(tokenizer_dir, name), os.path.join(path, name))
+    _copy_tokenizer(tokenizer_dir, path)
