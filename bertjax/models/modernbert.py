@@ -242,3 +242,23 @@ class ModernBertForFinetuning(nn.Module):
                           kernel_init=_init(std["final_out"], cut, ("embed", None)),
                           bias_init=nn.with_logical_partitioning(nn.initializers.zeros_init(), (None,)))(x)
         return logits.astype(jnp.float32)
+
+
+def flops_per_sequence(config: ModernBertConfig, seq_len: int, num_predictions: Optional[int] = None,
+                       training: bool = True, window_saves: bool = True) -> float:
+    """Model FLOPs of one sequence, as metrics.flops_per_sequence counts BERT's: matmuls only, 2·m·n·k each;
+    training = 3 × forward. Per layer: the fused QKV and output projections (2·L·H·3H + 2·L·H²), scores and
+    context (2·2·L·K·H, K the keys a query attends: L in a global layer, 2·(local_attention // 2) + 1 at most
+    in a sliding one when `window_saves`, as kernels that skip blocks outside the window do; the xla kernel
+    computes all L), GeGLU (2·L·H·2I + 2·L·I·H). The MLM head's dense and tied vocab projection on P positions
+    (every position when num_predictions is None)."""
+    h, i, v = config.hidden_size, config.intermediate_size, config.vocab_size
+    length = int(seq_len)
+    p = length if num_predictions is None else int(num_predictions)
+    forward = 0
+    for layer in range(config.num_hidden_layers):
+        keys = length if (config.is_global(layer) or not window_saves) else min(length, 2 * config.sliding_window + 1)
+        forward += 2 * length * h * 3 * h + 2 * length * h * h + 2 * 2 * length * keys * h
+        forward += 2 * length * h * 2 * i + 2 * length * i * h
+    forward += 2 * p * h * h + 2 * p * h * v
+    return float(3 * forward if training else forward)
