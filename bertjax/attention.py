@@ -88,19 +88,43 @@ def fused(implementation: str, q: jax.Array, k: jax.Array, v: jax.Array, input_m
 
 # --- splash -------------------------------------------------------------------------------------------
 
-def _splash_kernel(heads: int, length: int, interpret: bool, window: Optional[int] = None):
-    from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel as kernel_lib
+def splash_block(length: int, window: Optional[int] = None) -> int:
+    """Splash's block size: the largest of 512, 256, 128 dividing the (padded) length; with a sliding window
+    no larger than about the window, so the blocks wholly outside it can be skipped."""
+    fits = [b for b in (512, 256, 128) if length % b == 0]
+    if window is not None:
+        fits = [b for b in fits if b <= max(_SPLASH_LANES, 2 * window)] or fits[-1:]
+    return fits[0]
+
+
+def _splash_mask(heads: int, length: int, window: Optional[int]):
     from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask as mask_lib
 
-    block = max(b for b in (512, 256, 128) if length % b == 0)
-    sizes = kernel_lib.BlockSizes(block_q=block, block_kv=block, block_kv_compute=block, block_q_dkv=block,
-                                  block_kv_dkv=block, block_kv_dkv_compute=block, block_q_dq=block,
-                                  block_kv_dq=block)
     # A local mask lets the kernel skip the blocks wholly outside the window (fewer FLOPs, not only masked).
     one = mask_lib.FullMask((length, length)) if window is None else \
         mask_lib.LocalMask((length, length), window_size=(window, window), offset=0)
-    mask = mask_lib.MultiHeadMask([one for _ in range(heads)])
-    return kernel_lib.make_splash_mha(mask, block_sizes=sizes, head_shards=1, q_seq_shards=1,
+    return mask_lib.MultiHeadMask([one for _ in range(heads)])
+
+
+def splash_blocks_computed(length: int, window: Optional[int] = None) -> tuple[int, int]:
+    """(query × key blocks splash computes, blocks in all) for one head of a sequence of `length` tokens: the
+    work a window saves on TPU, which XLA's cost analysis does not see inside the kernel."""
+    from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask_info as info_lib
+
+    padded = math.ceil(length / _SPLASH_LANES) * _SPLASH_LANES
+    block = splash_block(padded, window)
+    info, _ = info_lib.process_mask(_splash_mask(1, padded, window), (block, block), shrink_grid=False)
+    return int(np.count_nonzero(info.block_mask)), (padded // block) ** 2
+
+
+def _splash_kernel(heads: int, length: int, interpret: bool, window: Optional[int] = None):
+    from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel as kernel_lib
+
+    block = splash_block(length, window)
+    sizes = kernel_lib.BlockSizes(block_q=block, block_kv=block, block_kv_compute=block, block_q_dkv=block,
+                                  block_kv_dkv=block, block_kv_dkv_compute=block, block_q_dq=block,
+                                  block_kv_dq=block)
+    return kernel_lib.make_splash_mha(_splash_mask(heads, length, window), block_sizes=sizes, head_shards=1, q_seq_shards=1,
                                       interpret=interpret), kernel_lib.SegmentIds
 
 

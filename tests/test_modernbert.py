@@ -311,3 +311,13 @@ def test_the_flops_formula_counts_what_xla_compiles():
     assert 0.85 < formula / counted <= 1.0, (formula, counted)
     saved = formula - modernbert.flops_per_sequence(config, 256, training=False)
     assert saved == 2 * 2 * 2 * 256 * (256 - 17) * 64  # two sliding layers, 17 keys of 256 each
+
+
+def test_splash_skips_the_blocks_outside_the_window():
+    """ModernBERT-base's window (64 each side) at seq 2,048: splash computes 46 of 256 blocks of 128 (the
+    diagonal and its neighbours) in a sliding layer, every block in a global one."""
+    assert attention_lib.splash_block(2048) == 512 and attention_lib.splash_block(2048, 64) == 128
+    assert attention_lib.splash_blocks_computed(2048, 64) == (16 + 2 * 15, 256)
+    assert attention_lib.splash_blocks_computed(2048) == (16, 16)
+    computed, total = attention_lib.splash_blocks_computed(8192, 64)
+    assert computed / total < 0.05  # at ModernBERT's longest rows a sliding layer costs under 5% of a global one
