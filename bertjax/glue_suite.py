@@ -158,7 +158,8 @@ def glue_metrics(task: GlueTask, gold: list, predicted: list) -> dict[str, float
         return {m: 100 * result[m] for m in task.metrics}
     ids = {label: i for i, label in enumerate(task.labels)}
     y, p = np.array([ids[g] for g in gold]), np.array([ids[x] for x in predicted])
-    result = dict(scores_lib.classification_scores(y, p, len(task.labels)), f1=scores_lib.binary_f1(y, p, ids.get("1", 1)))
+    result = dict(scores_lib.classification_scores(y, p, len(task.labels)),
+                  f1=scores_lib.binary_f1(y, p, ids.get("1", 1)))  # MRPC's and QQP's positive class is "1"
     return {m: 100 * result[m] for m in task.metrics}
 
 
@@ -175,11 +176,15 @@ def _predictions(job: FinetuneConfig, labels: Optional[LabelMap], params: Any, e
 
 # --- Runs -----------------------------------------------------------------------------------------------
 
-def _settings_of(job: FinetuneConfig) -> dict:
-    """What a finished run must share with a rerun's for its result to stand."""
+def _settings_of(job: FinetuneConfig, workdir: str) -> dict:
+    """What a finished run must share with a rerun's for its result to stand (a start inside the suite's
+    workdir, the MNLI run, named relative to it: a moved suite still resumes)."""
     d = job.to_dict()
-    return {"seed": d["seed"], "train": {k: v for k, v in d["train"].items() if k not in ("log_every_steps",
-                                                                                       "profile_steps")},
+    train = {k: v for k, v in d["train"].items() if k not in ("log_every_steps", "profile_steps")}
+    inside = os.path.abspath(train["init_from"] or os.sep).startswith(os.path.abspath(workdir) + os.sep)
+    if inside:
+        train["init_from"] = os.path.join("WORKDIR", os.path.relpath(train["init_from"], workdir))
+    return {"seed": d["seed"], "train": train,
             "optim": {k: v for k, v in d["optim"].items() if k != "warmup_steps"},
             "data": {k: v for k, v in d["data"].items() if k not in ("train_file", "eval_file")}}
 
@@ -194,17 +199,17 @@ def _first_difference(old: Any, new: Any, path: str = "config") -> Optional[str]
     return None if old == new else f"{path} was {old!r} there and is {new!r} now"
 
 
-def _finished(run_dir: str, job: FinetuneConfig) -> Optional[dict]:
+def _finished(run_dir: str, job: FinetuneConfig, workdir: str) -> Optional[dict]:
     path = os.path.join(run_dir, RUN_FILE)
     if not os.path.isfile(path):
         return None
     with open(path) as f:
         done = json.load(f)
-    difference = _first_difference(done["settings"], _settings_of(job))
+    difference = _first_difference(done["settings"], _settings_of(job, workdir))
     if difference:
         raise ValueError(f"{run_dir} is a finished run of other settings ({difference}); rerun with the settings "
                          "it ran with, or give the new settings a new --workdir.")
-    return done
+    return dict(done, run=run_dir)  # where it is now, should the suite's workdir have moved
 
 
 @dataclasses.dataclass
@@ -243,12 +248,12 @@ def _clock(seconds: float) -> str:
     return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}"
 
 
-def _run_one(plan: Plan, template: FinetuneConfig, data: TaskData, run_dir: str) -> Optional[dict]:
+def _run_one(plan: Plan, template: FinetuneConfig, data: TaskData, run_dir: str, workdir: str) -> Optional[dict]:
     """A run's result (dev scores on every dev set), training it or resuming it as needed; None if stopped."""
     task = plan.task
     job = dataclasses.replace(template.replace(optim={"learning_rate": plan.learning_rate},
                                                sweep={"learning_rate": "", "seeds": ""}), seed=plan.seed)
-    done = _finished(run_dir, job)
+    done = _finished(run_dir, job, workdir)
     if done is not None:
         return done
     labels = None if task.regression else LabelMap(task.labels)
@@ -267,7 +272,7 @@ def _run_one(plan: Plan, template: FinetuneConfig, data: TaskData, run_dir: str)
             dev[name] = glue_metrics(task, [e.label for e in examples],
                                      _predictions(run_job, run_labels, params, examples, f"{task.name} {name}"))
     result = {"learning_rate": plan.learning_rate, "seed": plan.seed, "run": run_dir, "dev": dev,
-              "score": task_score(task, dev), "settings": _settings_of(job)}
+              "score": task_score(task, dev), "settings": _settings_of(job, workdir)}
     if jax.process_index() == 0:
         epath.Path(run_dir, RUN_FILE).write_text(json.dumps(result, indent=2))
     return result
@@ -323,7 +328,7 @@ def run_suite(config: Any, workdir: str) -> dict:
             skipped = os.path.isfile(os.path.join(run_dir, RUN_FILE))
             progress.start(plan, skipped)
             began = time.time()
-            result = _run_one(plan, template, data[task.name], run_dir)
+            result = _run_one(plan, template, data[task.name], run_dir, workdir)
             if result is None:
                 log.info("glue: stopped in %s %s; rerun the same command to go on from there", task.name, plan.name)
                 return {}

@@ -200,6 +200,8 @@ def test_a_killed_suite_reruns_finished_runs_never_and_resumes_the_unfinished_on
     assert len(skipped) == 6 and not any("rte lr=0.001,seed=1" in m for m in skipped), skipped
     assert any("restore: resumed from" in r.getMessage() and "/4" in r.getMessage() for r in caplog.records)
     assert again["tasks"]["rte"]["runs"] == report["tasks"]["rte"]["runs"]  # resumed exactly: the same scores
+    # The copy is a moved suite: its runs are found where they are now, RTE starting from the copy's MNLI run.
+    assert again["tasks"]["rte"]["init_from"] == str(copy / "mnli" / "lr=0.001,seed=0")
     a = checkpoint_lib.load_params(str(workdir / "rte" / "lr=0.001,seed=1"))[1]
     b = checkpoint_lib.load_params(str(killed))[1]
     for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
