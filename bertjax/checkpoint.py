@@ -260,9 +260,7 @@ class Checkpointer:
     def _disk_full(self, what: str, free: Optional[int] = None) -> DiskFull:
         """The one sentence, after removing what a failed write left behind (orbax's *-tmp directories)."""
         self._failed = True
-        if jax.process_index() == 0:
-            for partial in glob.glob(os.path.join(self.directory, "*.orbax-checkpoint-tmp*")):
-                shutil.rmtree(partial, ignore_errors=True)
+        self._remove_partial_saves()
         if free is None:  # after a failed write: what is free once its partial files are gone
             free = shutil.disk_usage(self.directory).free if "://" not in self.directory else 0
         committed = self._committed()
@@ -273,6 +271,11 @@ class Checkpointer:
                         f"{self._needed_bytes() / mib:,.1f} MiB and {free / mib:,.1f} MiB are free; free some space "
                         f"(config.checkpoint.keep={self.keep} steps are kept) or move the workdir to a larger disk, "
                         f"then rerun: {kept}.")
+
+    def _remove_partial_saves(self) -> None:
+        if jax.process_index() == 0:
+            for partial in glob.glob(os.path.join(self.directory, "*.orbax-checkpoint-tmp*")):
+                shutil.rmtree(partial, ignore_errors=True)
 
     def restore(self, step: int, abstract_state: Any, pipeline: Any = None) -> Any:
         """The state saved at step, placed with abstract_state's shardings; the pipeline repositioned.
@@ -390,6 +393,8 @@ class Checkpointer:
         finally:
             self._wait_for_tmp_cleanup()
             self.manager.close()
+            if self._failed:  # a failed save's writer threads may have written on after the first removal
+                self._remove_partial_saves()
 
     def _wait_for_tmp_cleanup(self) -> None:
         """Orbax removes the *-tmp directories of killed saves in a thread the manager starts at creation;

@@ -22,6 +22,6 @@ def family_of(path: str) -> str:
         except (json.JSONDecodeError, AttributeError):
             return "bert"  # bert's reader says what is wrong with the file
     if model_type not in FAMILIES:
-        raise ValueError(f"{config}: model_type={model_type!r} is neither BERT nor ModernBERT; bertjax loads "
+        raise ValueError(f"{config}: model_type={model_type!r} is not BERT or ModernBERT; bertjax loads "
                          f"{' and '.join(repr(f) for f in FAMILIES)} checkpoints (load this one with transformers).")
     return model_type
