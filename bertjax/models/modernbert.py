@@ -155,9 +155,6 @@ class ModernBertModel(nn.Module):
         x = _norm(cfg, self.dtype, "final_norm")(x)
         return x, tuple(hidden) if hidden is not None else None
 
-    def embedding_table(self) -> Array:
-        return self.variables["params"]["tok_embeddings"]["embedding"]
-
 
 class ModernBertForMaskedLM(nn.Module):
     """The encoder and its MLM head; logits for `masked_lm_positions` [batch, predictions], or for every

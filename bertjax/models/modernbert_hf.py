@@ -117,27 +117,26 @@ def save_finetuned(path: str, config: ModernBertConfig, params: dict, task: str,
                    regression: bool = False, tokenizer_dir: Optional[str] = None) -> None:
     """A fine-tuned ModernBERT (ModernBertForFinetuning's params) as transformers' class of its task, with
     id2label/label2id, loading with no missing or unexpected keys."""
-    from safetensors.numpy import save_file
-
     if task not in TASK_CLASSES:
         raise ValueError(f"task {task!r}: transformers has ModernBERT classes for {sorted(TASK_CLASSES)} only.")
-    hf._new_directory(path)
-    params = jax.device_get(params)
     num_labels = 1 if regression else len(labels or [0, 0])
     names = labels if labels else [f"LABEL_{i}" for i in range(num_labels)]
     d = config_lib.to_hf_dict(config, (TASK_CLASSES[task],))
     d.update(num_labels=num_labels, id2label={str(i): n for i, n in enumerate(names)},
              label2id={n: i for i, n in enumerate(names)},
              problem_type="regression" if regression else "single_label_classification")
+    _write_directory(path, d, to_state_dict(config, params, task_table(config)), tokenizer_dir)
+
+
+def _write_directory(path: str, config_dict: dict, tensors: dict[str, np.ndarray], tokenizer_dir: Optional[str]
+                     ) -> None:
+    """config.json, model.safetensors and the tokenizer files of `tokenizer_dir` (if any) in `path`."""
+    from safetensors.numpy import save_file
+
+    hf._new_directory(path)
     with open(os.path.join(path, hf.CONFIG_NAME), "w") as f:
-        json.dump(d, f, indent=2, sort_keys=True)
-    tensors = {name: np.ascontiguousarray(to_hf(np.asarray(hf._get(params, p), np.float32), config))
-               for name, p, (_, to_hf) in task_table(config)}
+        json.dump(config_dict, f, indent=2, sort_keys=True)
     save_file(tensors, os.path.join(path, hf.WEIGHTS_NAME), metadata={"format": "pt"})
-    _copy_tokenizer(tokenizer_dir, path)
-
-
-def _copy_tokenizer(tokenizer_dir: Optional[str], path: str) -> None:
     if not tokenizer_dir:
         return
     import shutil
@@ -151,13 +150,12 @@ HEAD_PREFIXES = ("head.", "decoder.")  # what a bare ModernBertModel directory l
 _REDUNDANT = ("decoder.weight",)  # tied to the token embeddings
 
 
-def to_state_dict(config: ModernBertConfig, params: dict) -> dict[str, np.ndarray]:
-    """bertjax params → ModernBertForMaskedLM's state dict (the tied decoder.weight written as transformers does)."""
+def to_state_dict(config: ModernBertConfig, params: dict, table: Optional[list] = None) -> dict[str, np.ndarray]:
+    """bertjax params → transformers tensors by `table` (default: ModernBertForMaskedLM's, without the tied
+    decoder.weight, which transformers re-ties on load as for its own saves)."""
     params = jax.device_get(params)
-    out = {name: np.ascontiguousarray(to_hf(np.asarray(hf._get(params, path), np.float32), config))
-           for name, path, (_, to_hf) in name_table(config)}
-    out["decoder.weight"] = out["model.embeddings.tok_embeddings.weight"]
-    return out
+    return {name: np.ascontiguousarray(to_hf(np.asarray(hf._get(params, path), np.float32), config))
+            for name, path, (_, to_hf) in (table or name_table(config))}
 
 
 def from_state_dict(config: ModernBertConfig, tensors: dict[str, np.ndarray], seed: int = 0,
@@ -214,12 +212,4 @@ def load(path: str, seed: int = 0) -> tuple[ModernBertConfig, dict]:
 def save(path: str, config: ModernBertConfig, params: dict, tokenizer_dir: Optional[str] = None) -> None:
     """A directory `transformers.AutoModelForMaskedLM.from_pretrained(path)` loads as ModernBertForMaskedLM,
     with the tokenizer files of `tokenizer_dir` (a ModernBERT/HF tokenizer directory) copied beside it."""
-    from safetensors.numpy import save_file
-
-    hf._new_directory(path)
-    with open(os.path.join(path, hf.CONFIG_NAME), "w") as f:
-        json.dump(config_lib.to_hf_dict(config), f, indent=2, sort_keys=True)
-    tensors = to_state_dict(config, params)
-    del tensors["decoder.weight"]  # tied: transformers re-ties it on load, as for its own saves
-    save_file(tensors, os.path.join(path, hf.WEIGHTS_NAME), metadata={"format": "pt"})
-    _copy_tokenizer(tokenizer_dir, path)
+    _write_directory(path, config_lib.to_hf_dict(config), to_state_dict(config, params), tokenizer_dir)
