@@ -24,11 +24,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bertjax import architecture
+from bertjax.models import options
 from bertjax import sharding as sharding_lib
 
 log = logging.getLogger(__name__)
-IMPLEMENTATIONS = architecture.ATTENTION_IMPLEMENTATIONS
+IMPLEMENTATIONS = options.ATTENTION_IMPLEMENTATIONS
 FUSED = ("splash", "cudnn")
 _SPLASH_LANES = 128  # splash's blocks are multiples of this: sequences are padded up to one
 

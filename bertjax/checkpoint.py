@@ -38,7 +38,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 from etils import epath
 
-from bertjax import model as model_lib
+from bertjax.models import bert as model_lib
 from bertjax.config import CheckpointConfig
 from bertjax.data import pipeline as pipeline_lib
 

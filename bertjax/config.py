@@ -18,7 +18,7 @@ import types
 import typing
 from typing import Any, Mapping, Optional
 
-from bertjax import architecture as architecture_lib
+from bertjax.models import bert_config as architecture_lib
 from bertjax.data import instances as instances_lib
 from bertjax.data import packing as packing_lib
 

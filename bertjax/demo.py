@@ -21,7 +21,7 @@ from typing import Any
 import ml_collections
 
 from bertjax import finetuning
-from bertjax import model as model_lib
+from bertjax.models import bert as model_lib
 from bertjax.data import pydocs_task
 
 log = logging.getLogger(__name__)

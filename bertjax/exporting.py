@@ -22,8 +22,8 @@ import posixpath
 from typing import Optional
 
 from bertjax import checkpoint as checkpoint_lib
-from bertjax import hf
-from bertjax import model as model_lib
+from bertjax.models import bert_hf as hf
+from bertjax.models import bert as model_lib
 from bertjax import tf1
 from bertjax.data import tokenization
 

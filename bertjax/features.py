@@ -30,7 +30,7 @@ import numpy as np
 
 from bertjax import checkpoint as checkpoint_lib
 from bertjax import exporting
-from bertjax import model as model_lib
+from bertjax.models import bert as model_lib
 from bertjax import pretrained
 from bertjax.data import tokenization
 

@@ -30,7 +30,7 @@ from bertjax import checkpoint as checkpoint_lib
 from bertjax import heads
 from bertjax import loop as loop_lib
 from bertjax import metrics as metrics_lib
-from bertjax import model as model_lib
+from bertjax.models import bert as model_lib
 from bertjax import pretrained
 from bertjax import scores
 from bertjax import trainer as trainer_lib
@@ -67,7 +67,7 @@ class Source:
 def _vocab_of(path: str) -> tuple[Optional[str], bool]:
     """(vocab file, do_lower_case) that come with the weights at `path`."""
     from bertjax import exporting
-    from bertjax import hf
+    from bertjax.models import bert_hf as hf
 
     if checkpoint_lib.is_workdir(path):
         return _run_vocab(path) or exporting.run_vocab(path)

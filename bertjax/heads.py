@@ -21,7 +21,7 @@ import numpy as np
 
 from bertjax import attention as attention_lib
 from bertjax import metrics as metrics_lib
-from bertjax import model as model_lib
+from bertjax.models import bert as model_lib
 from bertjax import trainer as trainer_lib
 from bertjax.data import pipeline as pipeline_lib
 

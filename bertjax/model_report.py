@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from bertjax import metrics as metrics_lib
-from bertjax import model as model_lib
+from bertjax.models import bert as model_lib
 from bertjax.config import JobConfig
 
 

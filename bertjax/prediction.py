@@ -18,7 +18,7 @@ from typing import Any, Optional
 import jax
 import numpy as np
 
-from bertjax import model as model_lib
+from bertjax.models import bert as model_lib
 from bertjax.data import tokenization
 
 log = logging.getLogger(__name__)

@@ -15,8 +15,8 @@ import jax
 import jax.numpy as jnp
 
 from bertjax import checkpoint as checkpoint_lib
-from bertjax import hf
-from bertjax import model as model_lib
+from bertjax.models import bert_hf as hf
+from bertjax.models import bert as model_lib
 from bertjax import models
 from bertjax import tf1
 

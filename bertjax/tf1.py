@@ -17,8 +17,8 @@ from typing import Optional
 import jax
 import numpy as np
 
-from bertjax import hf
-from bertjax import model as model_lib
+from bertjax.models import bert_hf as hf
+from bertjax.models import bert as model_lib
 
 log = logging.getLogger(__name__)
 

@@ -26,7 +26,7 @@ import numpy as np
 import optax
 
 from bertjax import metrics as metrics_lib
-from bertjax import model as model_lib
+from bertjax.models import bert as model_lib
 from bertjax import optim as optim_lib
 from bertjax import sharding as sharding_lib
 from bertjax.config import JobConfig

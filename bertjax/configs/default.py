@@ -15,7 +15,7 @@ The schema (types, checks) is bertjax/config.py; its defaults equal this file's 
 import ml_collections
 
 from bertjax import config as config_lib
-from bertjax import architecture
+from bertjax.models import bert_config as architecture
 
 SIZE_ARGS = dict(phase=1, init_from="", runlocal=False)  # what configs/<size>.py take
 

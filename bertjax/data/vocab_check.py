@@ -13,7 +13,7 @@ import logging
 import os
 from typing import Any
 
-from bertjax import architecture
+from bertjax.models import bert_config as architecture
 from bertjax.data import records, tokenization
 
 log = logging.getLogger(__name__)

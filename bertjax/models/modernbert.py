@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 
 from bertjax import attention as attention_lib
-from bertjax import model as bert_lib
+from bertjax.models import layers
 from bertjax import sharding as sharding_lib
 from bertjax.models.modernbert_config import ModernBertConfig
 
@@ -95,7 +95,7 @@ class ModernBertLayer(nn.Module):
         if self.attention == "xla":
             scores = jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=jnp.float32) * head_dim ** -0.5
             probs = jax.nn.softmax(scores + bias, axis=-1)
-            probs = bert_lib.Dropout(cfg.attention_dropout)(probs, deterministic=self.deterministic)
+            probs = layers.Dropout(cfg.attention_dropout)(probs, deterministic=self.deterministic)
             context = jnp.einsum("bhqk,bkhd->bqhd", probs.astype(self.dtype), v)
         else:  # the kernel masks padding, other instances and (local layers) keys outside the window itself
             window = None if cfg.is_global(self.layer) else cfg.sliding_window
@@ -104,15 +104,15 @@ class ModernBertLayer(nn.Module):
                               kernel_init=_init(std["out"], cut, ("heads", "kv", "embed")),
                               bias_init=nn.with_logical_partitioning(nn.initializers.zeros_init(), ("embed",)),
                               name="Wo_attn")(context)
-        x = x + bert_lib.Dropout(cfg.attention_dropout)(out, deterministic=self.deterministic)
+        x = x + layers.Dropout(cfg.attention_dropout)(out, deterministic=self.deterministic)
         x = sharding_lib.constrain(x, ("batch", "length", "embed"))
         # GeGLU: Wi's two halves are the input and the gate (transformers' chunk(2)).
         h = nn.DenseGeneral((2, cfg.intermediate_size), use_bias=cfg.mlp_bias, dtype=self.dtype,
                             kernel_init=_init(std["in"], cut, ("embed", None, "mlp")),
                             bias_init=nn.with_logical_partitioning(nn.initializers.zeros_init(), (None, "mlp")),
                             name="Wi")(_norm(cfg, self.dtype, "mlp_norm")(x))
-        h = bert_lib.ACTIVATIONS[cfg.hidden_activation](h[:, :, 0]) * h[:, :, 1]
-        h = bert_lib.Dropout(cfg.mlp_dropout)(h, deterministic=self.deterministic)
+        h = layers.ACTIVATIONS[cfg.hidden_activation](h[:, :, 0]) * h[:, :, 1]
+        h = layers.Dropout(cfg.mlp_dropout)(h, deterministic=self.deterministic)
         out = nn.Dense(cfg.hidden_size, use_bias=cfg.mlp_bias, dtype=self.dtype,
                        kernel_init=_init(std["out"], cut, ("mlp", "embed")),
                        bias_init=nn.with_logical_partitioning(nn.initializers.zeros_init(), ("embed",)),
@@ -137,7 +137,7 @@ class ModernBertModel(nn.Module):
         embed = nn.Embed(cfg.vocab_size, cfg.hidden_size, dtype=self.dtype, name="tok_embeddings",
                          embedding_init=_init(std["embedding"], cut, ("vocab", "embed")))
         x = _norm(cfg, self.dtype, "embeddings_norm")(embed(input_ids))
-        x = bert_lib.Dropout(cfg.embedding_dropout)(x, deterministic=deterministic)
+        x = layers.Dropout(cfg.embedding_dropout)(x, deterministic=deterministic)
         if position_ids is None:
             position_ids = jnp.broadcast_to(jnp.arange(input_ids.shape[-1]), input_ids.shape)
         rope = {True: rotary(position_ids, cfg.head_dim, cfg.global_rope_theta),
@@ -187,7 +187,7 @@ class ModernBertForMaskedLM(nn.Module):
         x = sequence
         if masked_lm_positions is not None:
             x = jnp.take_along_axis(x, masked_lm_positions[..., None].astype(jnp.int32), axis=1)
-        x = self.head_norm(bert_lib.ACTIVATIONS[self.config.classifier_activation](self.head_dense(x)))
+        x = self.head_norm(layers.ACTIVATIONS[self.config.classifier_activation](self.head_dense(x)))
         table = self.model.variables["params"]["tok_embeddings"]["embedding"]
         table = table.value if isinstance(table, nn.meta.AxisMetadata) else table
         logits = jnp.einsum("bpe,ve->bpv", x, table.astype(self.dtype), preferred_element_type=jnp.float32)
@@ -233,8 +233,8 @@ class ModernBertForFinetuning(nn.Module):
         x = nn.Dense(cfg.hidden_size, use_bias=cfg.classifier_bias, dtype=self.dtype, name="head_dense",
                      kernel_init=_init(std["out"], cut, ("embed", "mlp")),
                      bias_init=nn.with_logical_partitioning(nn.initializers.zeros_init(), ("mlp",)))(x)
-        x = _norm(cfg, self.dtype, "head_norm")(bert_lib.ACTIVATIONS[cfg.classifier_activation](x))
-        x = bert_lib.Dropout(cfg.classifier_dropout)(x, deterministic=deterministic)
+        x = _norm(cfg, self.dtype, "head_norm")(layers.ACTIVATIONS[cfg.classifier_activation](x))
+        x = layers.Dropout(cfg.classifier_dropout)(x, deterministic=deterministic)
         logits = nn.Dense(self.num_labels, dtype=self.dtype, name="classifier",
                           kernel_init=_init(std["final_out"], cut, ("embed", None)),
                           bias_init=nn.with_logical_partitioning(nn.initializers.zeros_init(), (None,)))(x)

@@ -2,7 +2,7 @@
 spellings of Hugging Face's config.json (transformers' legacy `global_rope_theta` / `local_rope_theta` /
 `global_attn_every_n_layers`, and `layer_types` + `rope_parameters`).
 
-Plain dataclasses and the standard library only, as architecture.py is for BERT: the config schema and record
+Plain dataclasses and the standard library only, as bert_config.py is for BERT: the config schema and record
 preparation read it without importing JAX. models/modernbert.py builds the Flax module from it.
 
 The traps the model must keep (Warner et al. 2024; transformers' modeling_modernbert.py): the sliding window
@@ -18,10 +18,10 @@ import json
 import numbers
 from typing import Any
 
-from bertjax import architecture
+from bertjax.models import options
 
 FULL, SLIDING = "full_attention", "sliding_attention"
-ACTIVATION_NAMES = architecture.ACTIVATION_NAMES
+ACTIVATION_NAMES = options.ACTIVATION_NAMES
 POOLINGS = ("cls", "mean")
 # Settings of training, not of the function the params compute (a run may resume with other values).
 TRAINING_ONLY_FIELDS = ("embedding_dropout", "attention_dropout", "mlp_dropout", "classifier_dropout",

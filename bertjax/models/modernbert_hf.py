@@ -1,5 +1,5 @@
 """transformers' ModernBERT directories both ways: `ModernBertForMaskedLM` (config.json + safetensors) ↔ the
-Flax params of models/modernbert.py, through one name table; hf.py's readers and writers do the files.
+Flax params of models/modernbert.py, through one name table; hf_files.py reads and checks the files.
 
     config, params = load(path)                       # a ModernBertForMaskedLM / ModernBertModel directory
     save(path, config, params, tokenizer_dir=None)    # AutoModelForMaskedLM loads it, no missing or unexpected keys
@@ -15,7 +15,7 @@ from typing import Callable, Optional
 import jax
 import numpy as np
 
-from bertjax import hf
+from bertjax.models import hf_files
 from bertjax.models import modernbert as modernbert_lib
 from bertjax.models import modernbert_config as config_lib
 from bertjax.models.modernbert_config import ModernBertConfig
@@ -133,10 +133,10 @@ def _write_directory(path: str, config_dict: dict, tensors: dict[str, np.ndarray
     """config.json, model.safetensors and the tokenizer files of `tokenizer_dir` (if any) in `path`."""
     from safetensors.numpy import save_file
 
-    hf._new_directory(path)
-    with open(os.path.join(path, hf.CONFIG_NAME), "w") as f:
+    hf_files.new_directory(path)
+    with open(os.path.join(path, hf_files.CONFIG_NAME), "w") as f:
         json.dump(config_dict, f, indent=2, sort_keys=True)
-    save_file(tensors, os.path.join(path, hf.WEIGHTS_NAME), metadata={"format": "pt"})
+    save_file(tensors, os.path.join(path, hf_files.WEIGHTS_NAME), metadata={"format": "pt"})
     if not tokenizer_dir:
         return
     import shutil
@@ -154,7 +154,7 @@ def to_state_dict(config: ModernBertConfig, params: dict, table: Optional[list] 
     """bertjax params → transformers tensors by `table` (default: ModernBertForMaskedLM's, without the tied
     decoder.weight, which transformers re-ties on load as for its own saves)."""
     params = jax.device_get(params)
-    return {name: np.ascontiguousarray(to_hf(np.asarray(hf._get(params, path), np.float32), config))
+    return {name: np.ascontiguousarray(to_hf(np.asarray(hf_files.get_path(params, path), np.float32), config))
             for name, path, (_, to_hf) in (table or name_table(config))}
 
 
@@ -175,15 +175,15 @@ def from_state_dict(config: ModernBertConfig, tensors: dict[str, np.ndarray], se
     fresh = jax.device_get(modernbert_lib.init_params(model, rng)) if absent else None
     params: dict = {}
     for name, path, (to_jax, to_hf) in table:
-        expected = hf._get(shapes, path)
+        expected = hf_files.get_path(shapes, path)
         if name not in tensors:
-            hf._set(params, path, hf._get(fresh, path))
+            hf_files.set_path(params, path, hf_files.get_path(fresh, path))
             continue
         want = to_hf(np.zeros(expected.shape, np.float32), config).shape
         if tuple(tensors[name].shape) != tuple(want):
             raise ValueError(f"{source}: '{name}' has shape {tuple(tensors[name].shape)} but config.json implies "
                              f"{tuple(want)}; the weights and config.json come from different models.")
-        hf._set(params, path, to_jax(tensors[name].astype(np.float32), config))
+        hf_files.set_path(params, path, to_jax(tensors[name].astype(np.float32), config))
     decoder = tensors.get("decoder.weight")
     if decoder is not None and not np.array_equal(decoder, tensors["model.embeddings.tok_embeddings.weight"]):
         raise ValueError(f"{source}: decoder.weight differs from the token embeddings; bertjax ties them as "
@@ -199,13 +199,13 @@ def from_state_dict(config: ModernBertConfig, tensors: dict[str, np.ndarray], se
 
 
 def read_config(path: str) -> ModernBertConfig:
-    return config_lib.from_json_file(os.path.join(path, hf.CONFIG_NAME))
+    return config_lib.from_json_file(os.path.join(path, hf_files.CONFIG_NAME))
 
 
 def load(path: str, seed: int = 0) -> tuple[ModernBertConfig, dict]:
     """(config, params) of a transformers ModernBERT directory (safetensors only)."""
     config = read_config(path)
-    tensors, _ = hf._read_safetensors(hf._weight_files(path))
+    tensors, _ = hf_files.read_safetensors(hf_files.weight_files(path, "ModernBertForMaskedLM"))
     return config, from_state_dict(config, tensors, seed, source=path)
 
 
