@@ -38,6 +38,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 from etils import epath
 
+from bertjax import models as models_lib
 from bertjax.models import bert as model_lib
 from bertjax.config import CheckpointConfig
 from bertjax.data import pipeline as pipeline_lib
@@ -126,10 +127,11 @@ class PipelineRestore(ocp.args.CheckpointArgs):
     pipeline: Any
 
 
-def model_fingerprint(architecture: model_lib.BertConfig, scan_layers: bool) -> dict:
-    """What a checkpoint's params depend on: the architecture and the layer layout (not the dtype, remat
-    or attention implementation, which compute the same function of the same params)."""
-    return {"model": architecture.to_dict(), "scan_layers": bool(scan_layers)}
+def model_fingerprint(architecture: Any, scan_layers: bool) -> dict:
+    """What a checkpoint's params depend on: the family, the architecture and the layer layout (not the dtype,
+    remat or attention implementation, which compute the same function of the same params). Checkpoints
+    written before ModernBERT have no "family": they are BERT's."""
+    return {"family": architecture.model_type, "model": architecture.to_dict(), "scan_layers": bool(scan_layers)}
 
 
 def _handlers() -> dict:
@@ -185,7 +187,13 @@ class Checkpointer:
         """Refuses a workdir whose checkpoints belong to a different model, before restoring anything;
         returns the step's config item (with the arrays' checksums, for steps saved since they exist)."""
         saved = self.manager.restore(step, args=ocp.args.Composite(config=ocp.args.JsonRestore()))["config"]
-        diff = model_lib.BertConfig(**self.fingerprint["model"]).differences(saved.get("model", {}))
+        family, saved_family = self.fingerprint.get("family", "bert"), saved.get("family", "bert")
+        if family != saved_family:
+            raise IncompatibleCheckpoint(
+                f"{self.directory}/{step} holds a {saved_family} model, but this run's config.model.family is "
+                f"{family!r}; use a new --workdir, or the config the checkpoint was made with.")
+        diff = models_lib.architecture_from_fingerprint(self.fingerprint["model"], family).differences(
+            saved.get("model", {}))
         if diff:
             raise IncompatibleCheckpoint(
                 f"{self.directory}/{step} was made with a different model config ({'; '.join(diff)}); use a new "
@@ -195,7 +203,7 @@ class Checkpointer:
                 f"{self.directory}/{step} was saved with scan_layers={saved.get('scan_layers')}; resume with "
                 f"--config.model.scan_layers={saved.get('scan_layers')} (export and init_from convert between "
                 "layouts, resume does not).")
-        for key in sorted(self.fingerprint.keys() - {"model", "scan_layers"}):  # a fine-tuned run's task, labels
+        for key in sorted(self.fingerprint.keys() - {"family", "model", "scan_layers"}):  # a fine-tuned run's task, labels
             if saved.get(key) != self.fingerprint[key]:
                 raise IncompatibleCheckpoint(
                     f"{self.directory}/{step} was saved with {key}={saved.get(key)!r}, but this run has "

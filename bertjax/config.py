@@ -18,6 +18,7 @@ import types
 import typing
 from typing import Any, Mapping, Optional
 
+from bertjax import models as models_lib
 from bertjax.models import bert_config as architecture_lib
 from bertjax.data import instances as instances_lib
 from bertjax.data import packing as packing_lib
@@ -57,15 +58,28 @@ class ModelConfig:
     scan_layers: bool = True
     remat_policy: str = "none"
     attention: str = "auto"
+    family: str = "bert"  # models.FAMILIES; the fields below are ModernBERT's (transformers' names)
+    local_attention: int = 128
+    global_attn_every_n_layers: int = 3
+    global_rope_theta: float = 160_000.0
+    local_rope_theta: float = 10_000.0
+    classifier_pooling: str = "cls"
+    pad_token_id: int = -1  # -1: the vocab's [PAD] (the job sets it)
+    cls_token_id: int = -1
+    sep_token_id: int = -1
 
     @property
-    def architecture(self) -> architecture_lib.BertConfig:
-        """The model; an unset vocab_size (before the job resolves it, or without data) is BERT's 30,522."""
-        fields = dataclasses.asdict(self)
-        fields["vocab_size"] = self.vocab_size or _BASE.vocab_size
-        return architecture_lib.BertConfig.from_dict(fields, source="config.model")
+    def architecture(self) -> Any:
+        """The model (models/<family>_config.py's dataclass); an unset vocab_size (before the job resolves it,
+        or without data) is the family's default."""
+        return models_lib.get(self.family).config.from_model_config(self)
 
     def validate(self) -> None:
+        if self.family not in models_lib.FAMILIES:
+            raise _bad("config.model.family", self.family, f"is not one of {list(models_lib.FAMILIES)}.")
+        if self.family != "bert" and self.scan_layers:
+            raise _bad("config.model.scan_layers", True, f"is BERT's; {self.family}'s layers alternate global and "
+                       "sliding-window attention and run as a loop: set it to False (configs/modernbert.py does).")
         if self.dtype not in architecture_lib.DTYPE_NAMES:
             raise _bad("config.model.dtype", self.dtype, f"is not one of {list(architecture_lib.DTYPE_NAMES)}.")
         if self.attention not in architecture_lib.ATTENTION_IMPLEMENTATIONS:
@@ -346,7 +360,10 @@ class JobConfig(_Sections):
             raise ValueError(f"config.data.max_seq_length={self.data.max_seq_length} exceeds "
                              f"config.model.max_position_embeddings={self.model.max_position_embeddings}; lower the "
                              "first (and the records' max_seq_length with it) or raise the second.")
-
+        if self.model.family != "bert" and self.data.next_sentence_prediction:
+            raise ValueError(f"config.data.next_sentence_prediction=True, but config.model.family="
+                             f"{self.model.family!r} has no NSP head: set it to False (MLM only, as "
+                             "configs/modernbert.py does).")
 
 
 # --- Fine-tuning (configs/finetune.py, python -m bertjax.finetune) ----------------------------------------

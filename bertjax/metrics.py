@@ -20,6 +20,7 @@ import numpy as np
 import optax
 
 from bertjax import event_file
+from bertjax import models as models_lib
 from etils import epath
 
 Array = jax.Array
@@ -232,26 +233,10 @@ def not_learning(result: Mapping[str, float], step: int, num_train_steps: int, a
 
 # --- FLOPs, throughput, MFU --------------------------------------------------------------------------
 
-def flops_per_sequence(bert_config: Any, seq_len: int, num_predictions: Optional[int] = None,
+def flops_per_sequence(architecture: Any, seq_len: int, num_predictions: Optional[int] = None,
                        training: bool = True) -> float:
-    """Model FLOPs for one sequence: matmuls only, 2·m·n·k each; training = 3 × forward (backward ≈ 2×).
-
-    Counted: per layer the Q/K/V and attention-output projections (4·2·L·H²), scores and context
-    (2·2·L²·H), the feed-forward pair (2·2·L·H·I); pooler (2·H²) and NSP head (2·H·2) on the [CLS]
-    token; MLM transform (2·P·H²) and tied vocab projection (2·P·H·V) on the P gathered predictions
-    (P = seq_len when num_predictions is None: the model then predicts every position). Not counted:
-    embedding lookups, softmax, LayerNorm, GELU, bias adds, the optimizer update. The last layer is counted
-    whole, as for any BERT, although bertjax's steps compute only the rows its heads read (`pooled_only`,
-    `predictions_only`): the work saved shows as speed, and a model FLOPs share can pass 1 on few layers.
-    """
-    H, I, V = bert_config.hidden_size, bert_config.intermediate_size, bert_config.vocab_size
-    L = int(seq_len)
-    P = L if num_predictions is None else int(num_predictions)
-    per_layer = 2 * L * H * H * 4 + 2 * L * L * H * 2 + 2 * L * H * I * 2
-    forward = bert_config.num_hidden_layers * per_layer
-    forward += 2 * H * H + 2 * H * 2  # pooler + NSP on one token
-    forward += 2 * P * H * H + 2 * P * H * V  # MLM transform + vocab projection
-    return float(3 * forward if training else forward)
+    """Model FLOPs of one sequence by the family's own formula (models/<family>.py `flops_per_sequence`)."""
+    return models_lib.of(architecture).model.flops_per_sequence(architecture, seq_len, num_predictions, training)
 
 
 # Dense (no sparsity) peak matmul FLOP/s per JAX device. Keys are lower-case substrings of

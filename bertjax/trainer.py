@@ -26,6 +26,7 @@ import numpy as np
 import optax
 
 from bertjax import metrics as metrics_lib
+from bertjax import models as models_lib
 from bertjax.models import bert as model_lib
 from bertjax import optim as optim_lib
 from bertjax import sharding as sharding_lib
@@ -67,16 +68,18 @@ class Task:
 
 def _pretraining_sums(model: nn.Module, nsp: bool, params: Any, batch: Batch, rng: Optional[jax.Array]) -> dict:
     """Weighted (sum, count) metrics of one batch; dropout on when rng is given. Packed rows carry
-    per-instance positions and [CLS] positions, and one NSP term per instance."""
-    packed = model_lib.packed_inputs(batch)
-    out = model.apply({"params": params}, batch["input_ids"], batch["segment_ids"], batch["input_mask"],
-                      masked_lm_positions=batch["masked_lm_positions"], deterministic=rng is None,
-                      rngs=None if rng is None else {"dropout": rng}, predictions_only=True, **packed)
+    per-instance positions (and, for NSP, [CLS] positions and one NSP term per instance)."""
+    family = models_lib.of(model.config)
+    out = model.apply({"params": params}, input_ids=batch["input_ids"], segment_ids=batch["segment_ids"],
+                      input_mask=batch["input_mask"], masked_lm_positions=batch["masked_lm_positions"],
+                      deterministic=rng is None, rngs=None if rng is None else {"dropout": rng},
+                      **family.model.pretraining_inputs(batch))
     weight = batch[pipeline_lib.EXAMPLE_WEIGHT]
     sums = metrics_lib.pretraining_metrics(
         out.mlm_logits, batch["masked_lm_ids"], batch["masked_lm_weights"], out.nsp_logits if nsp else None,
         batch["next_sentence_labels"], weight, batch.get("next_sentence_weights"),
         constant_prediction=rng is None)  # evals only: whether a collapsed model predicts one token
+    packed = "position_ids" in batch
     instances = jnp.sum(batch["next_sentence_weights"] * weight[:, None]) if packed else jnp.sum(weight)
     return dict(sums, **row_counts(batch, instances))
 
@@ -101,7 +104,7 @@ def _pretraining_denominators(batch: Batch) -> tuple[jax.Array, jax.Array]:
 def pretraining_task(config: JobConfig, platform: Optional[str] = None) -> Task:
     """Masked LM (+ next sentence prediction) on the records of `config.data`, for a mesh on `platform`."""
     data = config.data
-    model = model_lib.from_config(config.model, platform=platform, packed=data.packing)
+    model = models_lib.get(config.model.family).model.from_config(config.model, platform=platform, packed=data.packing)
     return Task(
         model=model, forward_sums=functools.partial(_pretraining_sums, model, data.next_sentence_prediction),
         loss_denominators=_pretraining_denominators,

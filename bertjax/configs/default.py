@@ -55,6 +55,17 @@ def make(size: str, phase: int, init_from: str, runlocal: bool) -> ml_collection
     # Fused kernels (splash, cudnn) have no attention dropout: they need attention_probs_dropout_prob=0, and
     # auto keeps xla while it is > 0. The params are the same whichever computes them.
     c.model.attention = "auto"  # xla (any backend) | splash (Pallas TPU kernel) | cudnn (GPU) | auto (the best one)
+    # The encoder family: bert, or modernbert (configs/modernbert.py sets the fields below, transformers' names;
+    # BERT ignores them).
+    c.model.family = "bert"  # bert | modernbert
+    c.model.local_attention = 128  # ModernBERT: the sliding window, local_attention // 2 tokens each side
+    c.model.global_attn_every_n_layers = 3  # layers 0, n, 2n, ... attend globally, the others in the window
+    c.model.global_rope_theta = 160_000.0  # RoPE base of the global layers
+    c.model.local_rope_theta = 10_000.0  # RoPE base of the sliding-window layers
+    c.model.classifier_pooling = "cls"  # fine-tuning's sequence pooling: cls (first token) or mean
+    c.model.pad_token_id = -1  # -1: the vocab's [PAD], [CLS], [SEP] (the job reads them from the vocab)
+    c.model.cls_token_id = -1  # see pad_token_id
+    c.model.sep_token_id = -1  # see pad_token_id
 
     # --- data: pre-masked TFRecords made by `python -m bertjax.prepare` (or google-research/bert).
     c.data = ml_collections.ConfigDict()

@@ -48,4 +48,10 @@ def check_job_vocab(job: Any) -> Any:
                              f"with (its sha256 differs from {where}' vocab_hash; prepare used "
                              f"{metadata.get('vocab_file', 'another file')}): set config.data.vocab_file to that "
                              "file.")
-    return job.replace(model={"vocab_size": vocab_size})
+    model = {"vocab_size": vocab_size}
+    if tokenizer is not None:  # special ids the vocab has (ModernBERT's config.json carries them); -1 = unset
+        for name, token_id in (("pad_token_id", tokenizer.pad_id), ("cls_token_id", tokenizer.cls_id),
+                               ("sep_token_id", tokenizer.sep_id)):
+            if getattr(job.model, name) < 0:
+                model[name] = token_id
+    return job.replace(model=model)

@@ -366,6 +366,34 @@ def packed_inputs(batch: dict) -> dict:
     return {"position_ids": batch["position_ids"], "cls_positions": batch["next_sentence_positions"]}
 
 
+def flops_per_sequence(bert_config: BertConfig, seq_len: int, num_predictions: Optional[int] = None,
+                       training: bool = True) -> float:
+    """Model FLOPs for one sequence: matmuls only, 2·m·n·k each; training = 3 × forward (backward ≈ 2×).
+
+    Counted: per layer the Q/K/V and attention-output projections (4·2·L·H²), scores and context
+    (2·2·L²·H), the feed-forward pair (2·2·L·H·I); pooler (2·H²) and NSP head (2·H·2) on the [CLS]
+    token; MLM transform (2·P·H²) and tied vocab projection (2·P·H·V) on the P gathered predictions
+    (P = seq_len when num_predictions is None: the model then predicts every position). Not counted:
+    embedding lookups, softmax, LayerNorm, GELU, bias adds, the optimizer update. The last layer is counted
+    whole, as for any BERT, although bertjax's steps compute only the rows its heads read (`pooled_only`,
+    `predictions_only`): the work saved shows as speed, and a model FLOPs share can pass 1 on few layers.
+    """
+    H, I, V = bert_config.hidden_size, bert_config.intermediate_size, bert_config.vocab_size
+    L = int(seq_len)
+    P = L if num_predictions is None else int(num_predictions)
+    per_layer = 2 * L * H * H * 4 + 2 * L * L * H * 2 + 2 * L * H * I * 2
+    forward = bert_config.num_hidden_layers * per_layer
+    forward += 2 * H * H + 2 * H * 2  # pooler + NSP on one token
+    forward += 2 * P * H * H + 2 * P * H * V  # MLM transform + vocab projection
+    return float(3 * forward if training else forward)
+
+
+def pretraining_inputs(batch: dict) -> dict:
+    """What the trainer's batch adds to `apply` beyond ids, segments, mask and masked positions: logits of the
+    masked positions only, and a packed row's per-instance positions and [CLS] positions."""
+    return dict(predictions_only=True, **packed_inputs(batch))
+
+
 def dummy_inputs(batch: int = 1, seq_len: int = 8) -> dict[str, Array]:
     """Shapes-only inputs for `init` and `eval_shape`."""
     ids = jnp.zeros((batch, seq_len), jnp.int32)
@@ -388,7 +416,7 @@ def init_params(model: BertForPreTraining, rng: Array, seq_len: int = 8, heads_o
 def stack_layers(params: dict, num_layers: int) -> dict:
     """`encoder/layer_{i}/...` → `encoder/layers/...` with a leading layer axis (for scan_layers=True)."""
     params = flax.core.unfreeze(params)
-    encoder = params["bert"]["encoder"]
+    encoder = params.get("bert", {}).get("encoder", {"layers": None})  # another family's params: as they are
     if "layers" in encoder:
         return params
     layers = [encoder.pop(f"layer_{i}") for i in range(num_layers)]
@@ -399,7 +427,7 @@ def stack_layers(params: dict, num_layers: int) -> dict:
 def unstack_layers(params: dict) -> dict:
     """Inverse of `stack_layers`."""
     params = flax.core.unfreeze(params)
-    encoder = params["bert"]["encoder"]
+    encoder = params.get("bert", {}).get("encoder", {})  # another family's params: as they are
     if "layers" not in encoder:
         return params
     stacked = encoder.pop("layers")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import numbers
+from typing import Any, ClassVar
 
 from bertjax.models.options import (  # noqa: F401  (re-exported: architecture.DTYPE_NAMES, ...)
     ACTIVATION_NAMES, ATTENTION_IMPLEMENTATIONS, DTYPE_NAMES, REMAT_POLICY_NAMES)
@@ -32,6 +33,8 @@ TRAINING_ONLY_FIELDS = ("hidden_dropout_prob", "attention_probs_dropout_prob", "
 @dataclasses.dataclass(frozen=True)
 class BertConfig:
     """The architecture; field names are those of bert_config.json."""
+
+    model_type: ClassVar[str] = "bert"  # the family (models.get)
 
     vocab_size: int = 30522
     hidden_size: int = 768
@@ -133,3 +136,16 @@ def config_for_size(size: str, **overrides) -> BertConfig:
                   intermediate_size=4 * hidden)
     fields.update(overrides)
     return BertConfig(**fields)
+
+
+def from_model_config(cfg: Any) -> BertConfig:
+    """`config.model` (config.ModelConfig) → the architecture; an unset vocab_size (before the job resolves
+    it, or without data) is BERT's 30,522. Fields BERT does not use (ModernBERT's) are ignored."""
+    fields = dataclasses.asdict(cfg)
+    fields["vocab_size"] = cfg.vocab_size or BertConfig.vocab_size
+    return BertConfig.from_dict(fields, source="config.model")
+
+
+def from_fingerprint(d: dict) -> BertConfig:
+    """The architecture a checkpoint saved (`to_dict()`)."""
+    return BertConfig(**d)

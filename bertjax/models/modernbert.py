@@ -127,6 +127,7 @@ class ModernBertModel(nn.Module):
     dtype: Dtype = jnp.float32
     attention: str = "xla"
     packed: bool = False
+    remat_policy: str = "none"  # layers.REMAT_POLICIES: what each layer keeps for the backward pass
 
     @nn.compact
     def __call__(self, input_ids: Array, input_mask: Array, deterministic: bool = True,
@@ -146,10 +147,12 @@ class ModernBertModel(nn.Module):
         biases = {True: attention_lib.xla_bias(input_mask, True) if xla else None,
                   False: attention_lib.xla_bias(input_mask, True, cfg.sliding_window) if xla else None}
         hidden = [x] if output_hidden_states else None
+        layer_class = ModernBertLayer if self.remat_policy == "none" else \
+            nn.remat(ModernBertLayer, policy=layers.REMAT_POLICIES[self.remat_policy])
         for i in range(cfg.num_hidden_layers):
             kind = cfg.is_global(i)
-            x = ModernBertLayer(cfg, i, self.dtype, deterministic, self.attention, self.packed,
-                                name=f"layers_{i}")(x, biases[kind], input_mask, *rope[kind])
+            x = layer_class(cfg, i, self.dtype, deterministic, self.attention, self.packed,
+                            name=f"layers_{i}")(x, biases[kind], input_mask, *rope[kind])
             if hidden is not None:
                 hidden.append(x)
         x = _norm(cfg, self.dtype, "final_norm")(x)
@@ -164,11 +167,12 @@ class ModernBertForMaskedLM(nn.Module):
     dtype: Dtype = jnp.float32
     attention: str = "xla"  # resolved (attention.choose): xla | splash | cudnn
     packed: bool = False  # rows of several instances (input_mask numbers them)
+    remat_policy: str = "none"
 
     def setup(self):
         cfg = self.config
         std, cut = _init_std(cfg), cfg.initializer_cutoff_factor
-        self.model = ModernBertModel(cfg, self.dtype, self.attention, self.packed)
+        self.model = ModernBertModel(cfg, self.dtype, self.attention, self.packed, self.remat_policy)
         self.head_dense = nn.Dense(cfg.hidden_size, use_bias=cfg.classifier_bias, dtype=self.dtype,
                                    kernel_init=_init(std["out"], cut, ("embed", "mlp")),
                                    bias_init=nn.with_logical_partitioning(nn.initializers.zeros_init(), ("mlp",)))
@@ -199,6 +203,27 @@ class ModernBertForMaskedLM(nn.Module):
 def init_params(model: ModernBertForMaskedLM, rng: Array, seq_len: int = 8) -> dict:
     ids = jnp.ones((1, seq_len), jnp.int32)
     return nn.meta.unbox(model.init(rng, ids, jnp.ones_like(ids))["params"])
+
+
+def dummy_inputs(batch: int = 1, seq_len: int = 8) -> dict[str, Array]:
+    """Shapes-only inputs for `init` and `eval_shape`."""
+    ids = jnp.zeros((batch, seq_len), jnp.int32)
+    return dict(input_ids=ids, input_mask=jnp.ones_like(ids))
+
+
+def pretraining_inputs(batch: dict) -> dict:
+    """What the trainer's batch adds to `apply` beyond ids, mask and masked positions: a packed row's
+    per-instance positions, where rotary positions restart."""
+    return {"position_ids": batch["position_ids"]} if "position_ids" in batch else {}
+
+
+def from_config(cfg: Any, platform: Optional[str] = None, packed: bool = False) -> ModernBertForMaskedLM:
+    """`config.model` (family modernbert) → the model, as models/bert.py's `from_config` for BERT."""
+    cfg.validate()
+    implementation = attention_lib.choose(cfg.attention, cfg.attention_probs_dropout_prob,
+                                          platform or jax.default_backend())
+    return ModernBertForMaskedLM(cfg.architecture, dtype=layers.DTYPES[cfg.dtype], attention=implementation,
+                                 packed=packed, remat_policy=cfg.remat_policy)
 
 
 class ModernBertForFinetuning(nn.Module):

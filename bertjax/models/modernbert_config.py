@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import numbers
-from typing import Any
+from typing import Any, ClassVar
 
 from bertjax.models import options
 
@@ -31,6 +31,8 @@ TRAINING_ONLY_FIELDS = ("embedding_dropout", "attention_dropout", "mlp_dropout",
 @dataclasses.dataclass(frozen=True)
 class ModernBertConfig:
     """The architecture; field names are those of transformers' ModernBertConfig."""
+
+    model_type: ClassVar[str] = "modernbert"  # the family (models.get)
 
     vocab_size: int = 50368
     hidden_size: int = 768
@@ -142,6 +144,36 @@ def config_for_size(size: str, **overrides: Any) -> ModernBertConfig:
     if size not in SIZES:
         raise ValueError(f"ModernBERT size {size!r} is not one of {list(SIZES)}.")
     return ModernBertConfig(**{**SIZES[size], **overrides})
+
+
+def from_model_config(cfg: Any) -> ModernBertConfig:
+    """`config.model` (config.ModelConfig) → the architecture. config.model keeps BERT's names where the two
+    mean the same (hidden_act, layer_norm_eps, the two dropouts) and transformers' for the rest; special token
+    ids left at -1 are 0 until the job sets them from the vocab ([PAD], [CLS], [SEP])."""
+    def token(name: str) -> int:
+        return max(getattr(cfg, name), 0)
+    try:
+        return ModernBertConfig(
+            vocab_size=cfg.vocab_size or ModernBertConfig.vocab_size, hidden_size=cfg.hidden_size,
+            intermediate_size=cfg.intermediate_size, num_hidden_layers=cfg.num_hidden_layers,
+            num_attention_heads=cfg.num_attention_heads, hidden_activation=cfg.hidden_act,
+            max_position_embeddings=cfg.max_position_embeddings, norm_eps=cfg.layer_norm_eps,
+            classifier_pooling=cfg.classifier_pooling, local_attention=cfg.local_attention,
+            layer_types=layer_types_every(cfg.num_hidden_layers, cfg.global_attn_every_n_layers),
+            global_rope_theta=cfg.global_rope_theta, local_rope_theta=cfg.local_rope_theta,
+            embedding_dropout=cfg.hidden_dropout_prob, mlp_dropout=cfg.hidden_dropout_prob,
+            classifier_dropout=cfg.hidden_dropout_prob, attention_dropout=cfg.attention_probs_dropout_prob,
+            initializer_range=cfg.initializer_range, pad_token_id=token("pad_token_id"),
+            cls_token_id=token("cls_token_id"), bos_token_id=token("cls_token_id"),
+            sep_token_id=token("sep_token_id"), eos_token_id=token("sep_token_id"))
+    except ValueError as e:
+        raise ValueError(str(e).replace("the model config:", "config.model:", 1).replace(
+            "global_attn_every_n_layers=", "config.model.global_attn_every_n_layers=")) from None
+
+
+def from_fingerprint(d: dict) -> ModernBertConfig:
+    """The architecture a checkpoint saved (`to_dict()`)."""
+    return ModernBertConfig(**{**d, "layer_types": tuple(d["layer_types"])})
 
 
 # --- Hugging Face config.json, both spellings ---------------------------------------------------------------
