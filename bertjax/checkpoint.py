@@ -131,7 +131,8 @@ def model_fingerprint(architecture: Any, scan_layers: bool) -> dict:
     """What a checkpoint's params depend on: the family, the architecture and the layer layout (not the dtype,
     remat or attention implementation, which compute the same function of the same params). Checkpoints
     written before ModernBERT have no "family": they are BERT's."""
-    return {"family": architecture.model_type, "model": architecture.to_dict(), "scan_layers": bool(scan_layers)}
+    return {"family": architecture.model_type, "model": architecture.to_dict(),
+            "scan_layers": bool(scan_layers) and architecture.scans_layers}
 
 
 def _handlers() -> dict:

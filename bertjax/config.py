@@ -77,9 +77,6 @@ class ModelConfig:
     def validate(self) -> None:
         if self.family not in models_lib.FAMILIES:
             raise _bad("config.model.family", self.family, f"is not one of {list(models_lib.FAMILIES)}.")
-        if self.family != "bert" and self.scan_layers:
-            raise _bad("config.model.scan_layers", True, f"is BERT's; {self.family}'s layers alternate global and "
-                       "sliding-window attention and run as a loop: set it to False (configs/modernbert.py does).")
         if self.dtype not in architecture_lib.DTYPE_NAMES:
             raise _bad("config.model.dtype", self.dtype, f"is not one of {list(architecture_lib.DTYPE_NAMES)}.")
         if self.attention not in architecture_lib.ATTENTION_IMPLEMENTATIONS:

@@ -22,6 +22,7 @@ import posixpath
 from typing import Optional
 
 from bertjax import checkpoint as checkpoint_lib
+from bertjax import models as models_lib
 from bertjax.models import bert_hf as hf
 from bertjax.models import bert as model_lib
 from bertjax import tf1
@@ -102,15 +103,17 @@ def export(workdir: str, output_dir: str, step: Optional[int] = None) -> str:
                                 f"{checkpoint_lib.CHECKPOINTS}/ directory); {fix}.")
     check_output_dir(workdir, output_dir)
     fingerprint, params = checkpoint_lib.load_params(workdir, step)
-    config = model_lib.BertConfig(**fingerprint["model"])
+    family = models_lib.get(fingerprint.get("family", "bert"))
+    config = family.config.from_fingerprint(fingerprint["model"])
     vocab_file, do_lower_case = run_vocab(workdir)
     check_vocab_size(vocab_file, do_lower_case, config.vocab_size, workdir)
     if "task" in fingerprint:  # a fine-tuned run (bertjax.finetune): the transformers class of its task
-        hf.save_finetuned(output_dir, config, params, fingerprint["task"], fingerprint.get("labels"),
-                          fingerprint.get("regression", False), vocab_file=vocab_file, do_lower_case=do_lower_case)
+        family.hf.save_finetuned(output_dir, config, params, fingerprint["task"], fingerprint.get("labels"),
+                                 fingerprint.get("regression", False), vocab_file=vocab_file,
+                                 do_lower_case=do_lower_case)
     else:
-        hf.save_pretrained(output_dir, model_lib.BertForPreTraining(config), params, vocab_file=vocab_file,
-                           do_lower_case=do_lower_case)
+        family.hf.save_pretrained(output_dir, family.model.from_architecture(config), params, vocab_file=vocab_file,
+                                  do_lower_case=do_lower_case)
     log.info("export: wrote %s (%s; vocab: %s)", output_dir, fingerprint.get("task", "pre-training"),
              vocab_file or "none")
     return output_dir

@@ -30,6 +30,7 @@ from bertjax import checkpoint as checkpoint_lib
 from bertjax import heads
 from bertjax import loop as loop_lib
 from bertjax import metrics as metrics_lib
+from bertjax import models as models_lib
 from bertjax.models import bert as model_lib
 from bertjax import pretrained
 from bertjax import scores
@@ -58,7 +59,7 @@ def primary_metric(job: FinetuneConfig) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class Source:
-    architecture: model_lib.BertConfig
+    architecture: Any  # models/<family>_config.py's dataclass
     params: Optional[dict]  # host arrays, loop layout; None = random initialisation
     vocab_file: str
     do_lower_case: bool
@@ -109,6 +110,8 @@ def resolve_source(job: FinetuneConfig) -> Source:
         raise FileNotFoundError(f"no vocab comes with config.train.init_from={path!r}; set "
                                 "--config.data.vocab_file (and --config.data.do_lower_case) to the vocab it was "
                                 "trained with.")
+    if hasattr(architecture, "classifier_pooling"):  # a fine-tuning choice (ModernBERT's), not the checkpoint's
+        architecture = dataclasses.replace(architecture, classifier_pooling=job.model.classifier_pooling)
     if not path and not job.model.vocab_size:  # unset: a random model as large as the vocab
         architecture = dataclasses.replace(architecture, vocab_size=tokenization.load(vocab, lower).vocab_size)
     return Source(architecture, params, vocab, lower)
@@ -319,7 +322,7 @@ def _finetune(job: FinetuneConfig, workdir: str, stop: loop_lib.StopRequest, loc
     steps = job.train.num_train_steps or max(1, math.ceil(job.train.num_epochs * rows / job.train.global_batch_size))
     job = job.replace(train={"num_train_steps": steps},
                       optim={"warmup_steps": int(job.train.warmup_proportion * steps)},
-                      model={name: getattr(source.architecture, name) for name in source.architecture.to_dict()},
+                      model=models_lib.of(source.architecture).config.model_config_fields(source.architecture),
                       data={"vocab_file": source.vocab_file, "do_lower_case": source.do_lower_case})
     log.info("setup: %s, %d training rows, batch %d: %d steps (%.1f epochs), warmup %d, lr %g; model %s",
              job.task, rows, job.train.global_batch_size, steps, steps * job.train.global_batch_size / rows,

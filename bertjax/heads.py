@@ -1,7 +1,9 @@
 """Fine-tuning heads: BERT "with just one additional output layer", and the `trainer.Task` that trains it.
 
-Each head is `BertModel` (the pre-trained body, under `bert/`, the same parameters as pre-training)
-plus one dense layer named as in Hugging Face's `BertFor*` classes, so that `hf.py` exports it as
+The head modules live with their family (models/bert.py `BertForFinetuning`, models/modernbert.py
+`ModernBertForFinetuning`); `from_config` picks the family's. BERT's is `BertModel` (the pre-trained body,
+under `bert/`, the same parameters as pre-training) plus one dense layer named as in Hugging Face's `BertFor*`
+classes, so that models/bert_hf.py exports it as
 `BertForSequenceClassification` / `BertForTokenClassification` / `BertForQuestionAnswering`:
   sequence_classification  dropout + `classifier` on the pooled [CLS] (one output and MSE for regression)
   token_classification     dropout + `classifier` on every token; only a word's first piece is scored
@@ -21,7 +23,9 @@ import numpy as np
 
 from bertjax import attention as attention_lib
 from bertjax import metrics as metrics_lib
+from bertjax import models as models_lib
 from bertjax.models import bert as model_lib
+from bertjax.models.bert import BertForFinetuning  # noqa: F401  (heads.BertForFinetuning)
 from bertjax import trainer as trainer_lib
 from bertjax.data import pipeline as pipeline_lib
 
@@ -29,69 +33,24 @@ TASKS = ("sequence_classification", "token_classification", "question_answering"
 Array = jax.Array
 
 
-def _head(config: model_lib.BertConfig, features: int, dtype: Any, name: str) -> nn.Dense:
-    init = nn.with_logical_partitioning(nn.initializers.truncated_normal(config.initializer_range), ("embed", None))
-    return nn.Dense(features, dtype=dtype, kernel_init=init,
-                    bias_init=nn.with_logical_partitioning(nn.initializers.zeros_init(), (None,)), name=name)
+def model_for(architecture: Any, task: str, num_labels: int, **compute: Any) -> nn.Module:
+    """The fine-tuning module of `architecture`'s family (BertForFinetuning, ModernBertForFinetuning), in the
+    loop layout unless `compute` says otherwise (dtype, scan_layers, remat_policy, attention, packed)."""
+    family = models_lib.of(architecture)
+    if task not in family.model.FINETUNING_TASKS:
+        raise ValueError(f"config.task={task!r} has no {family.name} head (transformers has none either); "
+                         f"{family.name} fine-tunes for {', '.join(family.model.FINETUNING_TASKS)}.")
+    return family.model.finetuning_model(architecture, task, num_labels, **compute)
 
 
-class BertForFinetuning(nn.Module):
-    """The pre-trained body and one output layer for `task`; returns float32 logits: [batch, num_labels]
-    (sequence_classification), [batch, length, num_labels] (token_classification), or
-    [batch, length, 2] (question_answering: start, end)."""
-
-    config: model_lib.BertConfig
-    task: str
-    num_labels: int
-    dtype: Any = jnp.float32
-    scan_layers: bool = False
-    remat_policy: str = "none"
-    attention: str = "xla"
-    packed: bool = False  # rows hold several examples (data/example_packing.py): input_mask numbers them 1..k
-
-    def setup(self):
-        cfg = self.config
-        self.bert = model_lib.BertModel(cfg, self.dtype, self.scan_layers, self.remat_policy, self.attention,
-                                        self.packed)
-        self.dropout = model_lib.Dropout(cfg.hidden_dropout_prob)
-        if self.task == "question_answering":
-            self.qa_outputs = _head(cfg, 2, self.dtype, "qa_outputs")
-        else:
-            self.classifier = _head(cfg, self.num_labels, self.dtype, "classifier")
-
-    def __call__(self, input_ids: Array, segment_ids: Array, input_mask: Array, deterministic: bool = True,
-                 position_ids: Optional[Array] = None, cls_positions: Optional[Array] = None) -> Array:
-        """Packed rows pass each token's position within its example (`position_ids`) and each example's
-        [CLS] (`cls_positions` [batch, k]): sequence classification then gives [batch, k, num_labels]."""
-        # Sequence classification reads only [CLS]: its last layer computes those rows alone.
-        sequence, pooled = self.bert(input_ids, segment_ids, input_mask, deterministic, position_ids=position_ids,
-                                     cls_positions=cls_positions, pooled_only=self.task == "sequence_classification")
-        if self.task == "question_answering":  # no dropout before qa_outputs, as BERT's run_squad.py
-            return self.qa_outputs(sequence).astype(jnp.float32)
-        hidden = pooled if self.task == "sequence_classification" else sequence
-        return self.classifier(self.dropout(hidden, deterministic=deterministic)).astype(jnp.float32)
-
-    def init_head(self, hidden: Array) -> Array:
-        """The output layer alone: `init` with this method creates its params and no encoder's, with the
-        values a full init gives it (Flax derives each submodule's key from its name); the body comes from
-        init_from, and a full init of a BERT-Base body costs seconds on a CPU."""
-        return self.qa_outputs(hidden) if self.task == "question_answering" else self.classifier(hidden)
-
-    def fresh_head(self, rng: Array) -> dict:
-        """Unboxed initial params of the output layer (`init_head`), on the host."""
-        hidden = jnp.zeros((1, self.config.hidden_size), jnp.float32)
-        return jax.device_get(nn.meta.unbox(self.init(rng, hidden, method=BertForFinetuning.init_head)["params"]))
-
-
-def from_config(cfg: Any, architecture: model_lib.BertConfig, task: str, num_labels: int,
-                platform: Optional[str] = None, packed: bool = False) -> BertForFinetuning:
+def from_config(cfg: Any, architecture: Any, task: str, num_labels: int,
+                platform: Optional[str] = None, packed: bool = False) -> nn.Module:
     """`config.model` (how to compute: dtype, scan, remat, attention) around `architecture` (what the
     weights are: the init_from checkpoint's)."""
     implementation = attention_lib.choose(cfg.attention, architecture.attention_probs_dropout_prob,
                                           platform or jax.default_backend())
-    return BertForFinetuning(architecture, task, num_labels, dtype=model_lib.DTYPES[cfg.dtype],
-                             scan_layers=cfg.scan_layers, remat_policy=cfg.remat_policy, attention=implementation,
-                             packed=packed)
+    return model_for(architecture, task, num_labels, dtype=model_lib.DTYPES[cfg.dtype], scan_layers=cfg.scan_layers,
+                     remat_policy=cfg.remat_policy, attention=implementation, packed=packed)
 
 
 # --- Batches -----------------------------------------------------------------------------------------
@@ -139,12 +98,12 @@ def _example_weights(batch: trainer_lib.Batch) -> Array:
     return batch["cls_weights"] * weight[:, None] if "cls_weights" in batch else weight
 
 
-def _sums(model: BertForFinetuning, regression: bool, params: Any, batch: trainer_lib.Batch,
+def _sums(model: nn.Module, regression: bool, params: Any, batch: trainer_lib.Batch,
           rng: Optional[Array]) -> metrics_lib.Metrics:
     """The task's weighted loss and accuracy sums of one batch (dropout on when rng is given)."""
-    logits = model.apply({"params": params}, batch["input_ids"], batch["segment_ids"], batch["input_mask"],
-                         deterministic=rng is None, rngs=None if rng is None else {"dropout": rng},
-                         **packed_inputs(batch))
+    logits = model.apply({"params": params}, input_ids=batch["input_ids"], segment_ids=batch["segment_ids"],
+                         input_mask=batch["input_mask"], deterministic=rng is None,
+                         rngs=None if rng is None else {"dropout": rng}, **packed_inputs(batch))
     weight = batch[pipeline_lib.EXAMPLE_WEIGHT]
     examples = _example_weights(batch)
     rows = jnp.sum(examples)
@@ -180,12 +139,12 @@ def _loss(sums: metrics_lib.Metrics, denominator: Array) -> Array:
     return total / jnp.maximum(denominator, 1.0)
 
 
-def _predict(model: BertForFinetuning, params: Any, batch: trainer_lib.Batch) -> dict[str, Array]:
-    return {"logits": model.apply({"params": params}, batch["input_ids"], batch["segment_ids"], batch["input_mask"],
-                                  **packed_inputs(batch))}
+def _predict(model: nn.Module, params: Any, batch: trainer_lib.Batch) -> dict[str, Array]:
+    return {"logits": model.apply({"params": params}, input_ids=batch["input_ids"], segment_ids=batch["segment_ids"],
+                                  input_mask=batch["input_mask"], **packed_inputs(batch))}
 
 
-def task(model: BertForFinetuning, regression: bool, seq_len: int, packed_rows: int = 0,
+def task(model: nn.Module, regression: bool, seq_len: int, packed_rows: int = 0,
          slots: int = 0) -> trainer_lib.Task:
     """The `trainer.Task` that fine-tunes `model` on batches of `batch_shapes`: padded rows, one example each,
     or (`packed_rows` > 0) that many packed rows of up to `slots` examples for every global batch."""
@@ -201,6 +160,7 @@ def task(model: BertForFinetuning, regression: bool, seq_len: int, packed_rows: 
 
 
 def with_pretrained_body(params: Any, pretrained: Any) -> Any:
-    """A head model's fresh `params` with the body (`bert/…`) replaced by a pre-trained model's; the pre-
-    training heads (MLM, NSP) are left behind, the new output layer keeps its initialisation."""
-    return dict(params, bert=pretrained["bert"])
+    """A head model's fresh `params` with the parts a pre-trained model gives it (`pretrained.load(...,
+    encoder_only=True)`: BERT's `bert/`; ModernBERT's `model/` and its prediction head, as transformers loads
+    them); the new output layer keeps its initialisation."""
+    return dict(params, **pretrained)

@@ -18,7 +18,7 @@ from typing import Any, Optional
 import jax
 import numpy as np
 
-from bertjax.models import bert as model_lib
+from bertjax import models as models_lib
 from bertjax.data import tokenization
 
 log = logging.getLogger(__name__)
@@ -26,9 +26,11 @@ log = logging.getLogger(__name__)
 
 def top_k_predictions(model: Any, params: Any, batch: dict[str, np.ndarray], k: int = 5) -> tuple[np.ndarray, np.ndarray]:
     """(ids, probabilities) of the k most likely tokens at every masked position: [batch, predictions, k]."""
-    out = jax.jit(lambda p, b: model.apply({"params": p}, b["input_ids"], b["segment_ids"], b["input_mask"],
-                                           masked_lm_positions=b["masked_lm_positions"],
-                                           **model_lib.packed_inputs(b)))(params, batch)
+    extra = {k: v for k, v in models_lib.of(model.config).model.pretraining_inputs(batch).items()
+             if k != "predictions_only"}
+    out = jax.jit(lambda p, b, e: model.apply({"params": p}, input_ids=b["input_ids"], segment_ids=b["segment_ids"],
+                                              input_mask=b["input_mask"], masked_lm_positions=b["masked_lm_positions"],
+                                              **e))(params, batch, extra)
     probs = jax.nn.softmax(out.mlm_logits, axis=-1)
     top_probs, top_ids = jax.lax.top_k(probs, k)
     return np.asarray(top_ids), np.asarray(top_probs)
@@ -143,9 +145,9 @@ def run_on_examples(job: Any, labels: Any, params: Any, examples: list, name: st
     split = finetuning.make_split(job, examples, tokenizer, labels, False, name)
     num_labels = 1 if job.data.regression else (2 if labels is None else len(labels.labels))
     packed = finetuning.uses_packing(job)  # short inputs share rows, as in the run's own evaluation
-    model = heads.BertForFinetuning(job.model.architecture, job.task, num_labels, packed=packed)
-    forward = jax.jit(lambda p, b: model.apply({"params": p}, b["input_ids"], b["segment_ids"], b["input_mask"],
-                                               **heads.packed_inputs(b)))
+    model = heads.model_for(job.model.architecture, job.task, num_labels, packed=packed)
+    forward = jax.jit(lambda p, b: model.apply({"params": p}, input_ids=b["input_ids"], segment_ids=b["segment_ids"],
+                                               input_mask=b["input_mask"], **heads.packed_inputs(b)))
     if packed:
         batches = example_packing.PackedBatches(split.arrays, batch_size, training=False)
         logits = batches.unpack([np.asarray(forward(params, b)) for b in batches],

@@ -23,69 +23,71 @@ from bertjax import tf1
 log = logging.getLogger(__name__)
 
 
-def load(path: str, seed: int = 0, encoder_only: bool = False) -> tuple[model_lib.BertConfig, dict]:
+def _family_of(path: str) -> models.Family:
+    """The family of a Hugging Face directory (a TF1 directory is BERT)."""
+    return models.get(models.family_of(path) if hf.has_config(path) else "bert")
+
+
+def load(path: str, seed: int = 0, encoder_only: bool = False) -> tuple[Any, dict]:
     """(architecture, params in the loop layout) from a bertjax workdir (its latest checkpoint), a Hugging
-    Face directory or a TF1 directory (heads either lacks initialised from `seed`).
+    Face directory (BERT or ModernBERT) or a TF1 directory (heads either lacks initialised from `seed`).
 
     A fine-tuned workdir (bertjax.finetune) gives its encoder with fresh pre-training heads, as a Hugging
-    Face BertFor<Task> directory does; its task head is left out. `encoder_only`: only `bert/`, and
-    nothing initialised for heads a workdir lacks (feature extraction reads no head)."""
+    Face BertFor<Task> directory does; its task head is left out. `encoder_only`: only what fine-tuning takes
+    (the family's `ENCODER`: BERT's `bert/`), and nothing initialised for heads a workdir lacks."""
     if checkpoint_lib.is_workdir(path):
         fingerprint, params = checkpoint_lib.load_params(path)
-        config = model_lib.BertConfig(**fingerprint["model"])
+        family = models.get(fingerprint.get("family", "bert"))
+        config = family.config.from_fingerprint(fingerprint["model"])
         if encoder_only:
-            return config, {"bert": params["bert"]}
+            return config, {name: params[name] for name in family.model.ENCODER if name in params}
         if "task" in fingerprint:
-            log.warning("%s is a fine-tuned %s run: using its encoder, with the masked-LM and next-sentence heads "
-                        "initialised fresh", path, fingerprint["task"])
-            fresh = jax.device_get(model_lib.init_params(model_lib.BertForPreTraining(config),
-                                                         jax.random.PRNGKey(seed)))
-            params = dict(fresh, bert=params["bert"])
+            log.warning("%s is a fine-tuned %s run: using its encoder, with the pre-training heads initialised "
+                        "fresh", path, fingerprint["task"])
+            model = family.model.from_architecture(config)
+            fresh = jax.device_get(family.model.init_params(model, jax.random.PRNGKey(seed)))
+            params = dict(fresh, **{name: params[name] for name in family.model.ENCODER[:1]})
         return config, params
-    config, params = tf1.load(path, seed) if tf1.is_tf1_dir(path) else hf.load(path, seed)
-    return config, {"bert": params["bert"]} if encoder_only else params
+    family = _family_of(path)
+    config, params = tf1.load(path, seed) if tf1.is_tf1_dir(path) else family.hf.load(path, seed)
+    return config, {name: params[name] for name in family.model.ENCODER} if encoder_only else params
 
 
 def from_pretrained(path: str, *, dtype: Any = jnp.float32, scan_layers: bool = False,
                     remat_policy: str = "none", seed: int = 0) -> tuple[Any, dict]:
     """(model, params) from a Hugging Face BERT or ModernBERT directory (safetensors), a bertjax workdir or
-    a google-research/bert TF1 directory."""
-    if hf.has_config(path) and models.family_of(path) == "modernbert":
-        from bertjax.models import modernbert, modernbert_hf
-
-        config, params = modernbert_hf.load(path, seed)
-        return modernbert.ModernBertForMaskedLM(config, dtype=dtype), jax.tree.map(jnp.asarray, params)
+    a google-research/bert TF1 directory. `scan_layers` is BERT's (ModernBERT's layers are a loop)."""
     config, params = load(path, seed)
-    model = model_lib.BertForPreTraining(config, dtype=dtype, scan_layers=scan_layers, remat_policy=remat_policy)
+    family = models.of(config)
+    model = family.model.from_architecture(config, dtype=dtype, scan_layers=scan_layers, remat_policy=remat_policy)
     params = jax.tree.map(jnp.asarray, params)
     return model, model_lib.stack_layers(params, config.num_hidden_layers) if scan_layers else params
 
 
 def save_pretrained(path: str, model: Any, params: dict, vocab_file: Optional[str] = None,
                     do_lower_case: bool = True, tokenizer_dir: Optional[str] = None) -> None:
-    """A directory transformers loads as it is: `BertForPreTraining` for a BERT (with `vocab_file`'s
-    BertTokenizer files), `ModernBertForMaskedLM` for a ModernBERT (with `tokenizer_dir`'s tokenizer files)."""
-    from bertjax.models import modernbert
-
-    if isinstance(model, modernbert.ModernBertForMaskedLM):
-        from bertjax.models import modernbert_hf
-
-        modernbert_hf.save(path, model.config, params, tokenizer_dir)
-    else:
-        hf.save_pretrained(path, model, params, vocab_file=vocab_file, do_lower_case=do_lower_case)
+    """A directory transformers loads as it is: `BertForPreTraining` for a BERT, `ModernBertForMaskedLM` for a
+    ModernBERT, with `vocab_file`'s BertTokenizer files (or, for ModernBERT, `tokenizer_dir`'s tokenizer files)."""
+    family = models.of(model.config)
+    extra = {"tokenizer_dir": tokenizer_dir} if tokenizer_dir else {}
+    family.hf.save_pretrained(path, model, params, vocab_file=vocab_file, do_lower_case=do_lower_case, **extra)
 
 
-def init_params(path: str, model: model_lib.BertForPreTraining) -> dict:
+def init_params(path: str, model: Any) -> dict:
     """`config.train.init_from`: weights only, as host arrays in the model's layer layout; a different
-    architecture is one clear error."""
+    family or architecture is one clear error."""
     if not (checkpoint_lib.is_workdir(path) or hf.has_config(path) or tf1.is_tf1_dir(path)):
         raise FileNotFoundError(f"config.train.init_from={path} is neither a bertjax workdir (with "
                                 f"{checkpoint_lib.CHECKPOINTS}/), a Hugging Face directory (with {hf.CONFIG_NAME}) "
                                 f"nor a google-research/bert TF1 directory (with {tf1.LAYOUT}).")
     arch, params = load(path)
+    if arch.model_type != model.config.model_type:
+        raise ValueError(f"config.train.init_from={path} holds a {arch.model_type} model, but config.model.family is "
+                         f"{model.config.model_type!r}; start from a {model.config.model_type} checkpoint, or train "
+                         f"with config.model.family={arch.model_type!r} and its architecture.")
     diff = model.config.differences(arch.to_dict())
     if diff:
         raise ValueError(f"config.train.init_from={path} holds a different model ({'; '.join(diff)}); set "
                          "config.model to match it.")
     params = jax.device_get(params)
-    return model_lib.stack_layers(params, arch.num_hidden_layers) if model.scan_layers else params
+    return model_lib.stack_layers(params, arch.num_hidden_layers) if getattr(model, "scan_layers", False) else params

@@ -50,7 +50,7 @@ def make(size: str, phase: int, init_from: str, runlocal: bool) -> ml_collection
     c.model.initializer_range = arch.initializer_range  # std of the truncated-normal init
     c.model.layer_norm_eps = arch.layer_norm_eps  # LayerNorm epsilon, 1e-12 as in BERT
     c.model.dtype = "float32"  # compute dtype: float32 or bfloat16 (params, softmax and loss stay float32)
-    c.model.scan_layers = True  # nn.scan over layers: compile one layer, not num_hidden_layers of them
+    c.model.scan_layers = True  # nn.scan over layers: compile one layer, not num_hidden_layers of them (BERT's)
     c.model.remat_policy = "none"  # none | full | dots | dots_no_batch: what a layer keeps for backprop
     # Fused kernels (splash, cudnn) have no attention dropout: they need attention_probs_dropout_prob=0, and
     # auto keeps xla while it is > 0. The params are the same whichever computes them.

@@ -21,7 +21,7 @@ from collections.abc import Iterable
 import numpy as np
 import sentencepiece as spm
 import tokenizers
-from tokenizers import Regex, decoders, normalizers, pre_tokenizers
+from tokenizers import Regex, decoders, normalizers, pre_tokenizers, processors
 
 PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
 SPECIAL_TOKENS = (PAD, UNK, CLS, SEP, MASK)
@@ -230,6 +230,16 @@ class WordPieceTokenizer(Tokenizer):
 
     def is_continuation_token(self, token: str) -> bool:
         return token.startswith(WORDPIECE_PREFIX) and len(token) > len(WORDPIECE_PREFIX)
+
+    def save_tokenizer_json(self, path: str | os.PathLike) -> None:
+        """This tokenizer as a `tokenizers` file (tokenizer.json), with BERT's [CLS] A [SEP] (B [SEP]) template:
+        transformers' fast tokenizers load it and tokenize exactly as this class does."""
+        tok = _hf_wordpiece({t: i for i, t in enumerate(self.vocab)}, self.do_lower_case)
+        cls, sep = self.vocab[self.cls_id], self.vocab[self.sep_id]
+        tok.post_processor = processors.TemplateProcessing(
+            single=f"{cls} $A {sep}", pair=f"{cls} $A {sep} $B:1 {sep}:1",
+            special_tokens=[(cls, self.cls_id), (sep, self.sep_id)])
+        tok.save(str(path))
 
 
 # ------------------------------------------------------------------------------------------------- SentencePiece

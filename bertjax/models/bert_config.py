@@ -35,6 +35,7 @@ class BertConfig:
     """The architecture; field names are those of bert_config.json."""
 
     model_type: ClassVar[str] = "bert"  # the family (models.get)
+    scans_layers: ClassVar[bool] = True  # whether config.model.scan_layers applies (nn.scan over identical layers)
 
     vocab_size: int = 30522
     hidden_size: int = 768
@@ -144,6 +145,11 @@ def from_model_config(cfg: Any) -> BertConfig:
     fields = dataclasses.asdict(cfg)
     fields["vocab_size"] = cfg.vocab_size or BertConfig.vocab_size
     return BertConfig.from_dict(fields, source="config.model")
+
+
+def model_config_fields(config: BertConfig) -> dict:
+    """`config.model`'s fields for this architecture (fine-tuning writes init_from's into its config)."""
+    return dict(config.to_dict(), family="bert")
 
 
 def from_fingerprint(d: dict) -> BertConfig:

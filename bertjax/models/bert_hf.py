@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
 from typing import Any, Callable, Optional
 
 import jax
@@ -138,18 +137,7 @@ def _write(path: str, config_dict: dict, tensors: dict[str, np.ndarray], max_len
         json.dump(config_dict, f, indent=2, sort_keys=True)
     save_file(tensors, os.path.join(path, WEIGHTS_NAME), metadata={"format": "pt"})
     if vocab_file is not None:
-        if not os.path.isfile(vocab_file):
-            raise FileNotFoundError(f"vocab_file {vocab_file} does not exist; pass the vocab.txt used for training.")
-        target = os.path.join(path, "vocab.txt")
-        if not (os.path.exists(target) and os.path.samefile(vocab_file, target)):  # re-exporting in place
-            shutil.copyfile(vocab_file, target)
-        tokenizer_config = {
-            "tokenizer_class": "BertTokenizer", "do_lower_case": do_lower_case,
-            "model_max_length": max_length, "unk_token": "[UNK]", "sep_token": "[SEP]",
-            "pad_token": "[PAD]", "cls_token": "[CLS]", "mask_token": "[MASK]",
-        }
-        with open(os.path.join(path, "tokenizer_config.json"), "w") as f:
-            json.dump(tokenizer_config, f, indent=2)
+        hf_files.write_wordpiece_tokenizer(path, vocab_file, do_lower_case, max_length)
 
 
 def save_pretrained(path: str, model: model_lib.BertForPreTraining, params: dict,

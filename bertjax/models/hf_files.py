@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any
+import shutil
+from typing import Any, Optional
 
 import numpy as np
 from safetensors import safe_open
@@ -75,3 +76,27 @@ def read_safetensors(files: list[str]) -> tuple[dict[str, np.ndarray], dict[str,
             raise ValueError(f"{file} is not a readable safetensors file ({' '.join(str(e).split())}); re-export "
                              "or re-download it.") from None
     return tensors, origin
+
+
+def write_wordpiece_tokenizer(path: str, vocab_file: str, do_lower_case: bool, max_length: int,
+                              model_input_names: Optional[list[str]] = None) -> None:
+    """vocab.txt and the tokenizer_config.json of a BertTokenizer (AutoTokenizer loads it) in `path`.
+    `model_input_names`: what the tokenizer returns (a model without token types takes no token_type_ids); with
+    it, also the same tokenizer as tokenizer.json, which transformers' AutoTokenizer reads for such a model."""
+    if not os.path.isfile(vocab_file):
+        raise FileNotFoundError(f"vocab_file {vocab_file} does not exist; pass the vocab.txt used for training.")
+    target = os.path.join(path, "vocab.txt")
+    if not (os.path.exists(target) and os.path.samefile(vocab_file, target)):  # re-exporting in place
+        shutil.copyfile(vocab_file, target)
+    tokenizer_config = {
+        "tokenizer_class": "BertTokenizer", "do_lower_case": do_lower_case,
+        "model_max_length": max_length, "unk_token": "[UNK]", "sep_token": "[SEP]",
+        "pad_token": "[PAD]", "cls_token": "[CLS]", "mask_token": "[MASK]",
+    }
+    if model_input_names:  # a model whose own tokenizer class is a fast one: it needs tokenizer.json as well
+        from bertjax.data import tokenization
+
+        tokenization.load(vocab_file, do_lower_case).save_tokenizer_json(os.path.join(path, "tokenizer.json"))
+        tokenizer_config["model_input_names"] = model_input_names
+    with open(os.path.join(path, "tokenizer_config.json"), "w") as f:
+        json.dump(tokenizer_config, f, indent=2)

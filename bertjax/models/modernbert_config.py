@@ -33,6 +33,7 @@ class ModernBertConfig:
     """The architecture; field names are those of transformers' ModernBertConfig."""
 
     model_type: ClassVar[str] = "modernbert"  # the family (models.get)
+    scans_layers: ClassVar[bool] = False  # whether config.model.scan_layers applies (nn.scan over identical layers)
 
     vocab_size: int = 50368
     hidden_size: int = 768
@@ -105,6 +106,11 @@ class ModernBertConfig:
         return self.hidden_size // self.num_attention_heads
 
     @property
+    def attention_probs_dropout_prob(self) -> float:
+        """BERT's name for the attention dropout, which attention.choose reads for every family."""
+        return self.attention_dropout
+
+    @property
     def sliding_window(self) -> int:
         """Tokens a local layer's query sees on each side (transformers' `config.sliding_window`)."""
         return self.local_attention // 2
@@ -169,6 +175,33 @@ def from_model_config(cfg: Any) -> ModernBertConfig:
     except ValueError as e:
         raise ValueError(str(e).replace("the model config:", "config.model:", 1).replace(
             "global_attn_every_n_layers=", "config.model.global_attn_every_n_layers=")) from None
+
+
+def model_config_fields(config: ModernBertConfig) -> dict:
+    """The inverse of `from_model_config`: `config.model`'s fields for this architecture (fine-tuning writes
+    init_from's architecture into its config this way)."""
+    every = next((n for n in range(1, config.num_hidden_layers + 1)
+                  if layer_types_every(config.num_hidden_layers, n) == config.layer_types), None)
+    fixed = {name: getattr(config, name) for name in ("norm_bias", "attention_bias", "mlp_bias", "decoder_bias",
+                                                      "classifier_bias", "classifier_activation")}
+    unusual = {name: value for name, value in fixed.items() if value != getattr(ModernBertConfig, name)}
+    if unusual:
+        raise ValueError(f"this ModernBERT sets {unusual}, which config.model cannot express (it keeps ModernBERT's "
+                         "defaults); fine-tune it with transformers.")
+    if every is None:
+        raise ValueError(f"layer_types={list(config.layer_types)} is not a global layer every n layers from layer "
+                         "0, which is all config.model.global_attn_every_n_layers can say; bertjax fine-tunes "
+                         "ModernBERTs of that pattern only.")
+    return dict(family="modernbert", vocab_size=config.vocab_size, hidden_size=config.hidden_size,
+                intermediate_size=config.intermediate_size, num_hidden_layers=config.num_hidden_layers,
+                num_attention_heads=config.num_attention_heads, hidden_act=config.hidden_activation,
+                max_position_embeddings=config.max_position_embeddings, layer_norm_eps=config.norm_eps,
+                classifier_pooling=config.classifier_pooling, local_attention=config.local_attention,
+                global_attn_every_n_layers=every, global_rope_theta=config.global_rope_theta,
+                local_rope_theta=config.local_rope_theta, hidden_dropout_prob=config.mlp_dropout,
+                attention_probs_dropout_prob=config.attention_dropout, initializer_range=config.initializer_range,
+                pad_token_id=config.pad_token_id, cls_token_id=config.cls_token_id, sep_token_id=config.sep_token_id,
+                scan_layers=False)
 
 
 def from_fingerprint(d: dict) -> ModernBertConfig:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 from typing import Callable, Optional
 
 import jax
@@ -114,7 +115,8 @@ TASK_CLASSES = {"sequence_classification": "ModernBertForSequenceClassification"
 
 
 def save_finetuned(path: str, config: ModernBertConfig, params: dict, task: str, labels: Optional[list[str]],
-                   regression: bool = False, tokenizer_dir: Optional[str] = None) -> None:
+                   regression: bool = False, vocab_file: Optional[str] = None, do_lower_case: bool = True,
+                   tokenizer_dir: Optional[str] = None) -> None:
     """A fine-tuned ModernBERT (ModernBertForFinetuning's params) as transformers' class of its task, with
     id2label/label2id, loading with no missing or unexpected keys."""
     if task not in TASK_CLASSES:
@@ -125,24 +127,25 @@ def save_finetuned(path: str, config: ModernBertConfig, params: dict, task: str,
     d.update(num_labels=num_labels, id2label={str(i): n for i, n in enumerate(names)},
              label2id={n: i for i, n in enumerate(names)},
              problem_type="regression" if regression else "single_label_classification")
-    _write_directory(path, d, to_state_dict(config, params, task_table(config)), tokenizer_dir)
+    _write_directory(path, config, d, to_state_dict(config, params, task_table(config)), tokenizer_dir, vocab_file,
+                     do_lower_case)
 
 
-def _write_directory(path: str, config_dict: dict, tensors: dict[str, np.ndarray], tokenizer_dir: Optional[str]
-                     ) -> None:
-    """config.json, model.safetensors and the tokenizer files of `tokenizer_dir` (if any) in `path`."""
+def _write_directory(path: str, config: ModernBertConfig, config_dict: dict, tensors: dict[str, np.ndarray],
+                     tokenizer_dir: Optional[str], vocab_file: Optional[str], do_lower_case: bool) -> None:
+    """config.json, model.safetensors and a tokenizer in `path`: a WordPiece `vocab_file`'s BertTokenizer files
+    (without token_type_ids, which ModernBERT has no use for), or the files of `tokenizer_dir`."""
     from safetensors.numpy import save_file
 
     hf_files.new_directory(path)
     with open(os.path.join(path, hf_files.CONFIG_NAME), "w") as f:
         json.dump(config_dict, f, indent=2, sort_keys=True)
     save_file(tensors, os.path.join(path, hf_files.WEIGHTS_NAME), metadata={"format": "pt"})
-    if not tokenizer_dir:
-        return
-    import shutil
-
+    if vocab_file:
+        hf_files.write_wordpiece_tokenizer(path, vocab_file, do_lower_case, config.max_position_embeddings,
+                                           model_input_names=["input_ids", "attention_mask"])
     for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt"):
-        if os.path.isfile(os.path.join(tokenizer_dir, name)):
+        if tokenizer_dir and os.path.isfile(os.path.join(tokenizer_dir, name)):
             shutil.copyfile(os.path.join(tokenizer_dir, name), os.path.join(path, name))
 
 
@@ -209,7 +212,16 @@ def load(path: str, seed: int = 0) -> tuple[ModernBertConfig, dict]:
     return config, from_state_dict(config, tensors, seed, source=path)
 
 
-def save(path: str, config: ModernBertConfig, params: dict, tokenizer_dir: Optional[str] = None) -> None:
-    """A directory `transformers.AutoModelForMaskedLM.from_pretrained(path)` loads as ModernBertForMaskedLM,
-    with the tokenizer files of `tokenizer_dir` (a ModernBERT/HF tokenizer directory) copied beside it."""
-    _write_directory(path, config_lib.to_hf_dict(config), to_state_dict(config, params), tokenizer_dir)
+def save_pretrained(path: str, model: modernbert_lib.ModernBertForMaskedLM, params: dict,
+                    vocab_file: Optional[str] = None, do_lower_case: bool = True,
+                    tokenizer_dir: Optional[str] = None) -> None:
+    """A directory `transformers.AutoModelForMaskedLM.from_pretrained(path)` loads as ModernBertForMaskedLM, with
+    `vocab_file`'s BertTokenizer files or the tokenizer files of `tokenizer_dir` (a ModernBERT/HF tokenizer)."""
+    save(path, model.config, params, tokenizer_dir, vocab_file, do_lower_case)
+
+
+def save(path: str, config: ModernBertConfig, params: dict, tokenizer_dir: Optional[str] = None,
+         vocab_file: Optional[str] = None, do_lower_case: bool = True) -> None:
+    """`save_pretrained` from the config alone."""
+    _write_directory(path, config, config_lib.to_hf_dict(config), to_state_dict(config, params), tokenizer_dir,
+                     vocab_file, do_lower_case)
