@@ -1,0 +1,224 @@
+"""ModernBERT as a job (configs/modernbert.py): pre-training from a corpus, its export that transformers loads
+as ModernBertForMaskedLM with a tokenizer that tokenizes as bertjax did, fine-tuning from it (packed rows,
+both poolings, token classification) with exports equal to transformers' task classes, and the bad inputs
+where the two families meet."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import random
+import subprocess
+import sys
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from bertjax import checkpoint as checkpoint_lib
+from bertjax import exporting, finetuning, heads, prediction, pretrained
+from bertjax.config import JobConfig
+from bertjax.data import tokenization
+from bertjax.models import bert as bert_lib
+from bertjax.models import modernbert, modernbert_config
+from test_finetune import config as finetune_config
+from test_finetune import sentiment
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+ARCH = dict(vocab_size=40, hidden_size=32, intermediate_size=48, num_hidden_layers=3, num_attention_heads=4,
+            local_attention=6, max_position_embeddings=64, pad_token_id=0, cls_token_id=2, bos_token_id=2,
+            sep_token_id=3, eos_token_id=3)
+
+
+def modernbert_job_config(arg: str = "size=tiny,runlocal"):
+    import runpy
+
+    return runpy.run_path(str(ROOT / "configs" / "modernbert.py"))["get_config"](arg)
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory) -> pathlib.Path:
+    """The interface command on builtin:pydocs, shrunk: 12 steps, a 1,000-token vocab, the job's own export."""
+    path = tmp_path_factory.mktemp("modernbert") / "run"
+    done = subprocess.run(
+        [sys.executable, "-m", "bertjax.main", "--config=configs/modernbert.py:size=tiny,runlocal",
+         f"--workdir={path}", "--config.data.corpus=builtin:pydocs", "--config.data.dupe_factor=1",
+         "--config.data.corpus_vocab_size=1000", "--config.train.num_train_steps=12", "--config.eval.every_steps=12",
+         "--config.checkpoint.export_hf=true"],
+        cwd=ROOT, capture_output=True, text=True, timeout=900, env=dict(os.environ, JAX_PLATFORMS="cpu"))
+    assert done.returncode == 0, done.stderr[-3000:]
+    return path
+
+
+def test_the_config_is_mlm_only_packed_and_sized_as_the_paper():
+    for size, (layers, hidden, intermediate, heads_) in {"base": (22, 768, 1152, 12),
+                                                         "large": (28, 1024, 2624, 16)}.items():
+        job = JobConfig.from_configdict(modernbert_job_config(f"size={size}"))
+        arch = job.model.architecture
+        assert isinstance(arch, modernbert_config.ModernBertConfig)
+        assert (arch.num_hidden_layers, arch.hidden_size, arch.intermediate_size, arch.num_attention_heads) == \
+            (layers, hidden, intermediate, heads_)
+        assert arch.sliding_window == 64 and arch.layer_types[:4] == ("full_attention", "sliding_attention",
+                                                                      "sliding_attention", "full_attention")
+        assert not job.data.next_sentence_prediction and job.data.packing and job.model.vocab_size == 0
+
+
+def test_the_job_trains_and_its_export_is_a_transformers_modernbert(workdir):
+    rows = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
+    train = [r for r in rows if r.get("kind") == "train"]
+    assert train and train[-1]["step"] == 12 and "nsp_accuracy" not in train[-1]
+    assert train[-1]["loss"] < train[0]["loss"], (train[0]["loss"], train[-1]["loss"])
+    fingerprint, _ = checkpoint_lib.load_params(str(workdir))
+    assert fingerprint["family"] == "modernbert" and fingerprint["scan_layers"] is False
+
+    hf_dir = workdir / "hf"
+    ref, info = transformers.AutoModelForMaskedLM.from_pretrained(str(hf_dir), output_loading_info=True,
+                                                                  attn_implementation="eager")
+    assert type(ref).__name__ == "ModernBertForMaskedLM" and not any(info.values()), info
+    vocab = tokenization.load(str(workdir / "data" / "vocab" / "vocab.txt"))
+    assert (ref.config.pad_token_id, ref.config.cls_token_id, ref.config.sep_token_id) == \
+        (vocab.pad_id, vocab.cls_id, vocab.sep_id)
+    hf_tokenizer = transformers.AutoTokenizer.from_pretrained(str(hf_dir))
+    texts = ["The interpreter reads a file, then runs its code.", "Ünïcode naïve 東京 lists"]
+    enc = hf_tokenizer(texts, padding=True, return_tensors="np")
+    assert set(enc) == {"input_ids", "attention_mask"}  # no token types: ModernBERT has none
+    for text, row, mask in zip(texts, enc["input_ids"], enc["attention_mask"]):
+        assert list(row[mask > 0]) == [vocab.cls_id, *vocab.encode(text), vocab.sep_id]
+
+    model, params = pretrained.from_pretrained(str(workdir))  # the workdir itself, as from_pretrained takes it
+    ours = model.apply({"params": params}, input_ids=jnp.asarray(enc["input_ids"]),
+                       input_mask=jnp.asarray(enc["attention_mask"]), deterministic=True).mlm_logits
+    with torch.no_grad():
+        theirs = ref.eval()(**{k: torch.tensor(v) for k, v in enc.items()}).logits.numpy()
+    real = enc["attention_mask"] > 0
+    np.testing.assert_allclose(np.asarray(ours)[real], theirs[real], atol=1e-4)
+
+
+@pytest.mark.parametrize("pooling", ["cls", "mean"])
+def test_packed_rows_classify_each_example_as_padded_rows_do(pooling):
+    """Fine-tuning packs short examples into rows: per example, the logits equal those of its own padded row."""
+    config = modernbert_config.ModernBertConfig(**ARCH, classifier_pooling=pooling)
+    padded = modernbert.ModernBertForFinetuning(config, "sequence_classification", 3)
+    packed = modernbert.ModernBertForFinetuning(config, "sequence_classification", 3, packed=True)
+    rng = np.random.default_rng(0)
+    lengths = [5, 9, 4]
+    examples = [rng.integers(4, 40, n) for n in lengths]
+    ids, mask = np.zeros((3, 20), np.int32), np.zeros((3, 20), np.int32)
+    for i, e in enumerate(examples):
+        ids[i, :len(e)], mask[i, :len(e)] = e, 1
+    params = nn.meta.unbox(padded.init(jax.random.PRNGKey(1), jnp.asarray(ids), jnp.asarray(mask))["params"])
+    alone = np.asarray(padded.apply({"params": params}, input_ids=jnp.asarray(ids), input_mask=jnp.asarray(mask)))
+    row, row_mask, positions, starts = np.zeros((1, 20), np.int32), np.zeros((1, 20), np.int32), \
+        np.zeros((1, 20), np.int32), []
+    at = 0
+    for j, e in enumerate(examples):
+        row[0, at:at + len(e)], row_mask[0, at:at + len(e)] = e, j + 1
+        positions[0, at:at + len(e)] = np.arange(len(e))
+        starts.append(at)
+        at += len(e)
+    together = packed.apply({"params": params}, input_ids=jnp.asarray(row), input_mask=jnp.asarray(row_mask),
+                            position_ids=jnp.asarray(positions), cls_positions=jnp.asarray([starts]))
+    np.testing.assert_allclose(np.asarray(together)[0], alone, atol=1e-5)
+
+
+def test_finetuning_from_the_workdir_learns_exports_and_predicts(workdir, tmp_path):
+    """Sequence classification (mean pooling, packed rows) from the pre-training workdir, exported as
+    ModernBertForSequenceClassification equal to bertjax; predict reads the run back."""
+    train = sentiment(tmp_path / "train.tsv", 160, seed=0)
+    dev = sentiment(tmp_path / "dev.tsv", 40, seed=1)
+    run = tmp_path / "sst"
+    result = finetuning.finetune(finetune_config(str(workdir), **{
+        "data.train_file": train, "data.eval_file": dev, "model.classifier_pooling": "mean",
+        "train.num_epochs": 3.0, "data.max_seq_length": 32}), str(run))
+    assert result["accuracy"] > 0.8, result
+    assert_export_matches(run, "ModernBertForSequenceClassification", vocab_size=1000)
+    (tmp_path / "new.txt").write_text("the film was very good\nthe plot was bad\n")
+    assert prediction.predict_file(str(run), str(tmp_path / "new.txt"), str(tmp_path / "out.jsonl")) == 2
+    assert [json.loads(line)["prediction"] for line in (tmp_path / "out.jsonl").read_text().splitlines()] == \
+        ["pos", "neg"]
+
+
+def test_token_classification_from_a_transformers_directory(tmp_path):
+    """A transformers ModernBERT directory (random weights, a small vocab) as init_from for token
+    classification; the export is ModernBertForTokenClassification, equal to bertjax."""
+    words = ["john", "mary", "lives", "in", "paris", "london", "."]
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + words + [f"w{i}" for i in range(40 - 12)]
+    source = tmp_path / "hf"
+    source.mkdir()
+    (source / "vocab.txt").write_text("\n".join(vocab) + "\n")
+    config = modernbert_config.ModernBertConfig(**ARCH)
+    model = modernbert.ModernBertForMaskedLM(config)
+    pretrained.save_pretrained(str(source), model, modernbert.init_params(model, jax.random.PRNGKey(0)),
+                               vocab_file=str(source / "vocab.txt"))
+    rng = random.Random(0)
+    sentences = [f"{rng.choice(['john', 'mary'])} B-PER\nlives O\nin O\n{rng.choice(['paris', 'london'])} B-LOC\n. O\n"
+                 for _ in range(40)]
+    (tmp_path / "train.conll").write_text("-DOCSTART- O\n\n" + "\n".join(sentences))
+    run = tmp_path / "ner"
+    result = finetuning.finetune(finetune_config(str(source), "token_classification", **{
+        "data.train_file": str(tmp_path / "train.conll"), "data.eval_file": str(tmp_path / "train.conll"),
+        "train.num_epochs": 6.0}), str(run))
+    assert result["f1"] > 0.5, result
+    assert_export_matches(run, "ModernBertForTokenClassification", vocab_size=40)
+
+
+def assert_export_matches(run: pathlib.Path, hf_class: str, vocab_size: int) -> None:
+    out = run / "hf"
+    exporting.export(str(run), str(out))
+    ref, info = getattr(transformers, hf_class).from_pretrained(str(out), output_loading_info=True,
+                                                                attn_implementation="eager")
+    assert not any(info.values()), info
+    fingerprint, params = checkpoint_lib.load_params(str(run))
+    config = modernbert_config.from_fingerprint(fingerprint["model"])
+    assert ref.config.classifier_pooling == config.classifier_pooling
+    model = heads.model_for(config, fingerprint["task"], len(fingerprint["labels"]))
+    ids = np.random.default_rng(0).integers(5, vocab_size, (2, 16))
+    mask = np.ones_like(ids)
+    mask[1, 11:] = 0
+    ours = np.asarray(model.apply({"params": params}, input_ids=jnp.asarray(ids), input_mask=jnp.asarray(mask)))
+    with torch.no_grad():
+        theirs = ref.eval()(input_ids=torch.tensor(ids), attention_mask=torch.tensor(mask)).logits.numpy()
+    if ours.ndim == 3:
+        ours, theirs = ours[mask > 0], theirs[mask > 0]
+    np.testing.assert_allclose(ours, theirs, atol=1e-4)
+
+
+# --- Where the families meet: one sentence each --------------------------------------------------------------
+
+def test_a_checkpoint_of_the_other_family_as_init_from_is_one_sentence(tmp_path):
+    bert_dir, modern_dir = tmp_path / "bert", tmp_path / "modern"
+    bert_model = bert_lib.BertForPreTraining(bert_lib.BertConfig(vocab_size=40, hidden_size=32, num_hidden_layers=1,
+                                                                 num_attention_heads=4, intermediate_size=64))
+    pretrained.save_pretrained(str(bert_dir), bert_model, bert_lib.init_params(bert_model, jax.random.PRNGKey(0)))
+    modern_model = modernbert.ModernBertForMaskedLM(modernbert_config.ModernBertConfig(**ARCH))
+    pretrained.save_pretrained(str(modern_dir), modern_model, modernbert.init_params(modern_model,
+                                                                                     jax.random.PRNGKey(0)))
+    with pytest.raises(ValueError, match=r"init_from=.*bert holds a bert model, but config.model.family is "
+                                         r"'modernbert'"):
+        pretrained.init_params(str(bert_dir), modern_model)
+    with pytest.raises(ValueError, match=r"init_from=.*modern holds a modernbert model, but config.model.family "
+                                         r"is 'bert'"):
+        pretrained.init_params(str(modern_dir), bert_model)
+
+
+def test_family_mismatches_in_the_config_are_one_sentence(tmp_path):
+    c = modernbert_job_config()
+    c.data.next_sentence_prediction = True
+    with pytest.raises(ValueError, match="next_sentence_prediction=True, but config.model.family='modernbert' has "
+                                         "no NSP head"):
+        JobConfig.from_configdict(c)
+    c = modernbert_job_config()
+    c.model.local_attention = 7
+    with pytest.raises(ValueError, match="config.model: local_attention=7 is not even"):
+        JobConfig.from_configdict(c).model.architecture  # noqa: B018
+    c.model.update(local_attention=8, family="roberta")
+    with pytest.raises(ValueError, match=r"config.model.family='roberta' is not one of \['bert', 'modernbert'\]"):
+        JobConfig.from_configdict(c)
+    with pytest.raises(ValueError, match="config.task='question_answering' has no modernbert head"):
+        heads.model_for(modernbert_config.ModernBertConfig(**ARCH), "question_answering", 2)
