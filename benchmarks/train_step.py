@@ -81,7 +81,7 @@ import numpy as np  # noqa: E402
 from ml_collections import ConfigDict  # noqa: E402
 
 from bertjax import metrics as metrics_lib  # noqa: E402
-from bertjax import model as model_lib  # noqa: E402
+from bertjax.models import bert as model_lib  # noqa: E402
 from bertjax.config import JobConfig  # noqa: E402
 
 

@@ -174,6 +174,8 @@ def compile_for_topology(job: "JobConfig", workdir: str, topology: str) -> dict[
     model_flops = metrics_lib.flops_per_sequence(job.model.architecture, job.data.max_seq_length,
                                                  job.data.record_predictions) * job.train.global_batch_size
     report["model_flops_per_step"] = model_flops
+    if trainer.model.attention == "splash":  # XLA's count does not see inside the kernel: the blocks it computes
+        report.update(splash_score_share(job.model.architecture, job.data.max_seq_length))
     report["model_flops_share"] = model_flops / report["flops_per_step"] if report["flops_per_step"] else None
     _log(report)
     if jax.process_index() == 0:
@@ -191,6 +193,18 @@ def compile_for_topology(job: "JobConfig", workdir: str, topology: str) -> dict[
     return report
 
 
+def splash_score_share(architecture: Any, seq_len: int) -> dict[str, Any]:
+    """The attention scores splash computes, as a share of every layer attending globally: per layer, the
+    blocks its mask leaves (a sliding window skips the blocks wholly outside it) times the block's area."""
+    from bertjax import attention as attention_lib
+
+    shares = []
+    for window in architecture.layer_windows():
+        computed, total = attention_lib.splash_blocks_computed(seq_len, window)
+        shares.append(computed / total)
+    return {"splash_score_share": sum(shares) / len(shares), "splash_score_share_per_layer": shares}
+
+
 def _log(report: dict[str, Any]) -> None:
     hbm = report["hbm_bytes_per_device"]
     rows = [("arguments (state + batch)", report["argument_bytes"]),
@@ -201,6 +215,9 @@ def _log(report: dict[str, Any]) -> None:
     lines.append(f"  {report['chip'] + ' HBM per chip':<44} {hbm / GIB:9.3f} GiB  → "
                  f"{'fits' if report['fits'] else 'DOES NOT FIT'} ({100 * report['total_bytes'] / hbm:.0f}%)")
     log.info("aot: per device on %s:\n%s", report["topology"], "\n".join(lines))
+    if "splash_score_share" in report:
+        log.info("aot: splash computes %.1f%% of the attention scores every layer attending globally would (XLA's "
+                 "FLOPs count cannot see inside the kernel)", 100 * report["splash_score_share"])
     if report["flops_per_step"]:
         log.info("aot: %.3g FLOPs per step (%.3g per device); model FLOPs %.3g: %.0f%% of the compiled FLOPs are "
                  "the model's (the rest: remat recomputation, softmax, norms, optimizer)", report["flops_per_step"],

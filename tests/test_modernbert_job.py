@@ -9,6 +9,7 @@ import json
 import os
 import pathlib
 import random
+import re
 import subprocess
 import sys
 
@@ -98,6 +99,21 @@ def test_the_job_trains_and_its_export_is_a_transformers_modernbert(workdir):
         theirs = ref.eval()(**{k: torch.tensor(v) for k, v in enc.items()}).logits.numpy()
     real = enc["attention_mask"] > 0
     np.testing.assert_allclose(np.asarray(ours)[real], theirs[real], atol=1e-4)
+
+
+def test_summary_counts_what_transformers_counts_and_its_formula_what_xla_compiles():
+    out = subprocess.run([sys.executable, "-m", "bertjax.summary", "--config=configs/modernbert.py:size=tiny",
+                          "--config.data.max_seq_length=256", "--config.data.max_predictions_per_seq=40"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=600, check=True).stdout
+    total = int(re.search(r"total\s+([\d,]+)", out).group(1).replace(",", ""))
+    arch = JobConfig.from_configdict(modernbert_job_config("size=tiny")).model.architecture
+    ref = transformers.ModernBertForMaskedLM(transformers.ModernBertConfig(**modernbert_config.to_hf_dict(arch)))
+    assert total == sum(p.numel() for p in ref.parameters())  # the tied decoder counted once, as torch does
+    gflops = float(re.search(r"([\d.]+) model GFLOPs per training sequence of 256", out).group(1))
+    assert gflops == pytest.approx(modernbert.flops_per_sequence(arch, 256, 40) / 1e9, abs=0.05)
+    ratio = float(re.search(r"formula/XLA ([\d.]+)", out).group(1))
+    # XLA's xla kernel computes every score (the formula counts a window's keys) and elementwise work.
+    assert 0.8 < ratio <= 1.0, out
 
 
 @pytest.mark.parametrize("pooling", ["cls", "mean"])
@@ -222,3 +238,28 @@ def test_family_mismatches_in_the_config_are_one_sentence(tmp_path):
         JobConfig.from_configdict(c)
     with pytest.raises(ValueError, match="config.task='question_answering' has no modernbert head"):
         heads.model_for(modernbert_config.ModernBertConfig(**ARCH), "question_answering", 2)
+
+
+# --- Ahead of time, for a TPU topology ----------------------------------------------------------------------
+
+def test_the_window_saves_splash_work_in_the_compiled_tpu_step(tmp_path):
+    """configs/modernbert.py compiled for v5e:2x2 with splash at a sequence 8 times the window: the report's
+    share of attention scores computed (what the kernel's block mask keeps; XLA's FLOPs count does not see
+    inside it) and the model FLOPs are below those of the same model with every layer global."""
+    from bertjax import aot
+
+    reports = {}
+    for every in (1, 2):
+        c = modernbert_job_config("size=tiny")
+        c.model.update(num_hidden_layers=2, hidden_size=64, intermediate_size=96, local_attention=64,
+                       global_attn_every_n_layers=every, attention="splash", vocab_size=512)
+        c.data.update(max_seq_length=512, max_predictions_per_seq=16)
+        c.train.global_batch_size = 4
+        reports[every] = aot.compile_for_topology(JobConfig.from_configdict(c), str(tmp_path / str(every)), "v5e:2x2")
+    everywhere, windowed = reports[1], reports[2]
+    assert everywhere["fits"] and windowed["fits"] and windowed["attention"] == "splash"
+    assert everywhere["splash_score_share_per_layer"] == [1.0, 1.0]
+    # Layer 1 sees 32 tokens each side: of 4 × 4 blocks of 128, the diagonal and its neighbours (10).
+    assert windowed["splash_score_share_per_layer"] == [1.0, 10 / 16]
+    assert windowed["model_flops_per_step"] < everywhere["model_flops_per_step"]
+    assert json.loads((tmp_path / "2" / aot.REPORT_FILE).read_text())["splash_score_share"] == pytest.approx(13 / 16)

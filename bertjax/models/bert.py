@@ -475,6 +475,19 @@ def finetuning_model(architecture: BertConfig, task: str, num_labels: int, **com
     return BertForFinetuning(architecture, task, num_labels, **compute)
 
 
+def module_param_counts(params: dict) -> list[tuple[str, int]]:
+    """Parameter count per module, encoder layers folded into one row."""
+    params = unstack_layers(params)
+    encoder = params["bert"]["encoder"]
+    rows = [("bert/embeddings", param_count(params["bert"]["embeddings"])),
+            (f"bert/encoder ({len(encoder)} layers × {param_count(encoder['layer_0']):,})",
+             param_count(encoder)),
+            ("bert/pooler", param_count(params["bert"]["pooler"]))]
+    heads = {k: v for k, v in params.items() if k != "bert"}
+    rows.append(("heads (mlm transform + bias, nsp; decoder tied)", param_count(heads)))
+    return rows
+
+
 # --- Loop ⇄ scan layouts. Checkpoints and HF conversion speak the loop layout (one subtree per layer).
 
 def stack_layers(params: dict, num_layers: int) -> dict:

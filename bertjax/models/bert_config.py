@@ -74,6 +74,10 @@ class BertConfig:
     def head_dim(self) -> int:
         return self.hidden_size // self.num_attention_heads
 
+    def layer_windows(self) -> tuple[None, ...]:
+        """Each layer's attention window (None: global), as every family says it (aot's splash count)."""
+        return (None,) * self.num_hidden_layers
+
     @classmethod
     def from_dict(cls, d: dict, source: str = "the model config") -> "BertConfig":
         """Builds from a bert_config.json / HF config.json dict, ignoring fields BERT does not use."""

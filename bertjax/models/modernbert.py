@@ -205,6 +205,20 @@ def init_params(model: ModernBertForMaskedLM, rng: Array, seq_len: int = 8) -> d
     return nn.meta.unbox(model.init(rng, ids, jnp.ones_like(ids))["params"])
 
 
+def module_param_counts(params: dict) -> list[tuple[str, int]]:
+    """Parameter count per module for the summary, the layers folded into one row (layer 0, without the
+    attention norm, is the smaller)."""
+    model = params["model"]
+    stack = [model[f"layers_{i}"] for i in range(sum(k.startswith("layers_") for k in model))]
+    rows = [("model/tok_embeddings + embeddings_norm", layers.param_count(model["tok_embeddings"]) +
+             layers.param_count(model["embeddings_norm"])),
+            (f"model/layers ({len(stack)} × {layers.param_count(stack[-1]):,})", layers.param_count(stack)),
+            ("model/final_norm", layers.param_count(model["final_norm"]))]
+    rows.append(("head (dense, norm, decoder bias; decoder tied)",
+                 layers.param_count({k: v for k, v in params.items() if k != "model"})))
+    return rows
+
+
 def dummy_inputs(batch: int = 1, seq_len: int = 8) -> dict[str, Array]:
     """Shapes-only inputs for `init` and `eval_shape`."""
     ids = jnp.zeros((batch, seq_len), jnp.int32)

@@ -118,6 +118,10 @@ class ModernBertConfig:
     def is_global(self, layer: int) -> bool:
         return self.layer_types[layer] == FULL
 
+    def layer_windows(self) -> tuple[int | None, ...]:
+        """Each layer's attention window, tokens each side (None: global)."""
+        return tuple(None if self.is_global(i) else self.sliding_window for i in range(self.num_hidden_layers))
+
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
         d["layer_types"] = list(self.layer_types)
