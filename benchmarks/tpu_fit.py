@@ -2,6 +2,10 @@
 
     python benchmarks/tpu_fit.py [--models=base,large] [--phases=128:4096,128:65536,512:4096,512:32768]
                                  [--slices=v4-8,v5e-16,v5e-256,v5p-8,v6e-8] [--results=FILE] [--markdown]
+    python benchmarks/tpu_fit.py --models=modernbert-base,modernbert-large --phases=1024:4608,8192:576
+
+`modernbert-SIZE` is configs/modernbert.py:size=SIZE (packed rows, 30% masking: int(0.3 · seq) + 1
+predictions a sequence) with splash attention, whose sliding window skips the blocks outside it.
 
 For every (model, phase, slice) case the script runs the job's own `python -m bertjax.main
 --compile_only --topology=…` (libtpu compiles the real bf16 train step, no TPUs needed; see bertjax/aot.py)
@@ -58,6 +62,18 @@ def parse_args():
     return p.parse_args()
 
 
+def config_file(model: str) -> str:
+    """configs/<model>.py, or configs/modernbert.py:size=SIZE for modernbert-SIZE."""
+    if model.startswith("modernbert-"):
+        return os.path.join(ROOT, "configs", "modernbert.py") + ":size=" + model.split("-", 1)[1]
+    return os.path.join(ROOT, "configs", model + ".py")
+
+
+def predictions(model: str, seq: int) -> int:
+    """BERT's 20 at seq 128 and 80 at 512; ModernBERT's 30% masking."""
+    return int(0.3 * seq) + 1 if model.startswith("modernbert-") else PREDICTIONS[seq]
+
+
 def _key(model, seq, batch, slice_name, mesh, remat, micro) -> str:
     return f"{model}|{seq}|{batch}|{slice_name}|{mesh}|{remat}|{micro}"
 
@@ -71,12 +87,14 @@ def attempt(args, done: dict, model: str, seq: int, batch: int, slice_name: str,
     if args.cached_only:
         raise LookupError(key)
     with tempfile.TemporaryDirectory() as workdir:
-        command = [sys.executable, "-m", "bertjax.main", f"--config={os.path.join(ROOT, 'configs', model + '.py')}",
+        command = [sys.executable, "-m", "bertjax.main", f"--config={config_file(model)}",
                    f"--workdir={workdir}", "--compile_only", f"--topology={SLICES[slice_name]}",
                    "--config.model.dtype=bfloat16", f"--config.data.max_seq_length={seq}",
-                   f"--config.data.max_predictions_per_seq={PREDICTIONS[seq]}",
+                   f"--config.data.max_predictions_per_seq={predictions(model, seq)}",
                    f"--config.train.global_batch_size={batch}", f"--config.mesh.shape={MESHES[mesh]}",
                    f"--config.model.remat_policy={remat}", f"--config.train.micro_batches={micro}"]
+        if model.startswith("modernbert-"):
+            command.append("--config.model.attention=splash")
         start = time.time()
         try:
             run = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=args.timeout)

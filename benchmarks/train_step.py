@@ -1,7 +1,11 @@
 """Train-step speed, bertjax vs transformers.BertForPreTraining (PyTorch), side by side in one run.
 
     python benchmarks/train_step.py [--sizes=tiny,base] [--steps=N] [--frameworks=jax,jax_packed,torch]
-        [--seq=128] [--dtype=auto] [--attention=auto] [--batch=0] [--torch_compile]
+        [--seq=128] [--dtype=auto] [--attention=auto] [--batch=0] [--torch_compile] [--family=bert]
+
+`--family=modernbert` runs configs/modernbert.py:size=<size> (tiny, base, large) beside
+`transformers.ModernBertForMaskedLM` instead, MLM only (no NSP term), vocab 50,368, on the same batch (unpacked
+rows unless `jax_packed`); everything else below holds for it too, with the family's own FLOPs formula.
 
 One full pre-training step, vocab 30,522, dropout 0.1 on (training mode): forward + backward + AdamW
 update, loss = MLM cross-entropy (weighted by masked_lm_weights) over 20 slots at seq 128 (80 at
@@ -64,11 +68,15 @@ def parse_args():
                    help="compute dtype; auto = float32 on CPU, bfloat16 on accelerators")
     p.add_argument("--attention", default="auto", choices=("auto", "xla", "splash", "cudnn"))
     p.add_argument("--torch_compile", action="store_true", help="wrap the PyTorch model in torch.compile")
+    p.add_argument("--family", default="bert", choices=("bert", "modernbert"))
     return p.parse_args()
 
 
 ARGS = parse_args()
 SEQ, PRED = ARGS.seq, PREDICTIONS[ARGS.seq]
+MODERN = ARGS.family == "modernbert"
+if MODERN:
+    VOCAB = 50368
 from bertjax import tcmalloc  # noqa: E402
 from timing import time_interleaved  # noqa: E402  (benchmarks/timing.py, beside this script)
 
@@ -81,7 +89,6 @@ import numpy as np  # noqa: E402
 from ml_collections import ConfigDict  # noqa: E402
 
 from bertjax import metrics as metrics_lib  # noqa: E402
-from bertjax.models import bert as model_lib  # noqa: E402
 from bertjax.config import JobConfig  # noqa: E402
 
 
@@ -159,8 +166,11 @@ def jax_config(size: str, batch_size: int, packed: bool = False) -> ConfigDict:
     """configs/<size>.py as users get it, with this benchmark's batch, sequence length and predictions."""
     import runpy
 
-    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs", f"{size}.py")
-    c = runpy.run_path(path)["get_config"]()
+    configs = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")
+    if MODERN:
+        c = runpy.run_path(os.path.join(configs, "modernbert.py"))["get_config"](f"size={size}")
+    else:
+        c = runpy.run_path(os.path.join(configs, f"{size}.py"))["get_config"]()
     c.model.vocab_size = VOCAB
     c.data.max_seq_length, c.data.max_predictions_per_seq = SEQ, PRED
     c.train.global_batch_size = batch_size
@@ -199,7 +209,7 @@ def jax_runner(size: str, batch_np: dict, packed: bool = False):
 
 # --- PyTorch ----------------------------------------------------------------------------------------
 
-def torch_runner(cfg: model_lib.BertConfig, batch_np: dict):
+def torch_runner(cfg, batch_np: dict):
     """The transformers model and torch.optim.AdamW as a zero-argument callable running one step."""
     import torch
     import transformers
@@ -207,18 +217,25 @@ def torch_runner(cfg: model_lib.BertConfig, batch_np: dict):
     torch.manual_seed(0)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     bf16 = compute_dtype() == "bfloat16"
-    config = transformers.BertConfig(**cfg.to_dict(), attn_implementation="sdpa")
-    model = transformers.BertForPreTraining(config).to(device).train()
+    if MODERN:
+        from bertjax.models import modernbert_config
+
+        config = transformers.ModernBertConfig(**modernbert_config.to_hf_dict(cfg), attn_implementation="sdpa")
+        model = transformers.ModernBertForMaskedLM(config).to(device).train()
+    else:
+        config = transformers.BertConfig(**cfg.to_dict(), attn_implementation="sdpa")
+        model = transformers.BertForPreTraining(config).to(device).train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.01)
     forward = torch.compile(model) if ARGS.torch_compile else model
     labels = np.full(batch_np["input_ids"].shape, -100, np.int64)
     used = batch_np["masked_lm_weights"] > 0
     rows = np.nonzero(used)[0]
     labels[rows, batch_np["masked_lm_positions"][used]] = batch_np["masked_lm_ids"][used]
-    kwargs = {k: torch.tensor(v, dtype=torch.long, device=device) for k, v in dict(
-        input_ids=batch_np["input_ids"], token_type_ids=batch_np["segment_ids"],
-        attention_mask=batch_np["input_mask"], labels=labels,
-        next_sentence_label=batch_np["next_sentence_labels"][:, 0]).items()}
+    inputs = dict(input_ids=batch_np["input_ids"], attention_mask=batch_np["input_mask"], labels=labels) if MODERN \
+        else dict(input_ids=batch_np["input_ids"], token_type_ids=batch_np["segment_ids"],
+                  attention_mask=batch_np["input_mask"], labels=labels,
+                  next_sentence_label=batch_np["next_sentence_labels"][:, 0])
+    kwargs = {k: torch.tensor(v, dtype=torch.long, device=device) for k, v in inputs.items()}
 
     def run() -> float:
         with torch.autocast(device, dtype=torch.bfloat16, enabled=bf16):
@@ -259,7 +276,7 @@ def main():
             data = JobConfig.from_configdict(jax_config(size, batch_size, packed=True)).data
             batches["jax_packed"] = make_packed_batch(batch_size, data.predictions_per_row, data.max_instances_per_row)
             flops["jax_packed"] = metrics_lib.flops_per_sequence(cfg, SEQ, data.predictions_per_row) * batch_size
-        row = dict(size=size, batch=batch_size, seq=SEQ, predictions=PRED, vocab=VOCAB, steps=steps,
+        row = dict(family=ARGS.family, size=size, batch=batch_size, seq=SEQ, predictions=PRED, vocab=VOCAB, steps=steps,
                    dtype=compute_dtype(), device=jax.devices()[0].device_kind,
                    model_tflops_per_step=flops["jax"] / 1e12)
         runners, infos = {}, {}

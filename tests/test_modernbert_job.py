@@ -263,3 +263,20 @@ def test_the_window_saves_splash_work_in_the_compiled_tpu_step(tmp_path):
     assert windowed["splash_score_share_per_layer"] == [1.0, 10 / 16]
     assert windowed["model_flops_per_step"] < everywhere["model_flops_per_step"]
     assert json.loads((tmp_path / "2" / aot.REPORT_FILE).read_text())["splash_score_share"] == pytest.approx(13 / 16)
+
+
+def test_resuming_a_workdir_of_the_other_family_is_one_sentence(workdir):
+    """A BERT config pointed at the ModernBERT run's workdir is refused before anything is restored."""
+    from bertjax.config import CheckpointConfig
+
+    bert = bert_lib.BertConfig(vocab_size=1000, hidden_size=128, num_hidden_layers=4, num_attention_heads=2,
+                               intermediate_size=192)
+    checkpoints = checkpoint_lib.Checkpointer(str(workdir), CheckpointConfig(),
+                                              checkpoint_lib.model_fingerprint(bert, False), read_only=True)
+    try:
+        with pytest.raises(checkpoint_lib.IncompatibleCheckpoint,
+                           match=r"checkpoints/12 holds a modernbert model, but this run's config.model.family is "
+                                 r"'bert'; use a new --workdir"):
+            checkpoints.check_compatible_with_newest()
+    finally:
+        checkpoints.close()

@@ -20,9 +20,8 @@ Mixed precision (`dtype=jnp.bfloat16`, config.model.dtype): where each value is 
 
 from __future__ import annotations
 
-import dataclasses
 import functools
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 import flax
 import flax.linen as nn
