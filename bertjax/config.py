@@ -323,6 +323,15 @@ class _Sections:
         job.validate()
         return job
 
+    @classmethod
+    def from_saved(cls, saved: Mapping[str, Any]) -> Any:
+        """The config a run wrote to its workdir (config.json); settings added to the schema since (say
+        config.model.family) take their defaults, so older runs still predict, export and resume."""
+        def merged(default: dict, given: Mapping[str, Any]) -> dict:
+            return {**default, **{k: merged(default[k], v) if isinstance(default.get(k), dict) and
+                                  isinstance(v, Mapping) else v for k, v in given.items()}}
+        return cls.from_configdict(merged(cls().to_dict(), saved))
+
     def validate(self) -> None:
         raise NotImplementedError
 

@@ -404,7 +404,7 @@ def load_run(workdir: str, step: Optional[int] = None) -> tuple[FinetuneConfig, 
     if saved.pop("kind", None) != "finetune":
         raise ValueError(f"{workdir} is a pre-training run, not a fine-tuned one; fine-tune it first "
                          "(python -m bertjax.finetune --config.train.init_from=" + workdir + ").")
-    job = FinetuneConfig.from_configdict(saved)
+    job = FinetuneConfig.from_saved(saved)
     fingerprint, params = checkpoint_lib.load_params(workdir, step)
     labels = tasks_lib.LabelMap(fingerprint["labels"]) if fingerprint.get("labels") else None
     return job, labels, params

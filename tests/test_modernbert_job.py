@@ -280,3 +280,21 @@ def test_resuming_a_workdir_of_the_other_family_is_one_sentence(workdir):
             checkpoints.check_compatible_with_newest()
     finally:
         checkpoints.close()
+
+
+def test_a_run_saved_before_the_family_fields_reads_as_bert():
+    """A fine-tuned workdir's config.json written before config.model.family existed still loads (predict,
+    GLUE read it back): the settings added since take their defaults."""
+    from bertjax.config import FinetuneConfig
+
+    saved = FinetuneConfig().to_dict()
+    for name in ("family", "local_attention", "global_attn_every_n_layers", "global_rope_theta", "local_rope_theta",
+                 "classifier_pooling", "pad_token_id", "cls_token_id", "sep_token_id"):
+        del saved["model"][name]
+    saved["model"]["hidden_size"] = 384
+    saved["data"]["train_file"] = "train.tsv"
+    job = FinetuneConfig.from_saved(saved)
+    assert job.model.family == "bert" and job.model.hidden_size == 384
+    saved["model"]["hidden_sise"] = 384
+    with pytest.raises(ValueError, match="config.model.hidden_sise is not a setting; did you mean config.model.hidden_size"):
+        FinetuneConfig.from_saved(saved)
