@@ -201,6 +201,10 @@ def run(init_from: str, input_file: str, output_file: str, layers: str = "-1,-2,
     tokenizer = tokenization.load(vocab_file, do_lower_case)
     # The encoder alone (BertModel, bert/ of every source): a fine-tuned workdir has no masked-LM head.
     config, params = pretrained.load(init_from, encoder_only=True)
+    if config.model_type != "bert":
+        raise ValueError(f"--init_from={init_from} holds a {config.model_type} model; extract_features reads BERT "
+                         "encoders (for ModernBERT, bertjax.from_pretrained's model.apply(..., "
+                         "output_hidden_states=True) gives every layer's vectors).")
     model, params = model_lib.BertModel(config), jax.tree.map(jnp.asarray, params["bert"])
     indices = layer_indices(layers, config.num_hidden_layers)
     min_length = 3 if any(ex.text_b is not None for ex in examples) else 2

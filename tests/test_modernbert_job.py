@@ -209,6 +209,8 @@ def assert_export_matches(run: pathlib.Path, hf_class: str, vocab_size: int) -> 
 
 def test_a_checkpoint_of_the_other_family_as_init_from_is_one_sentence(tmp_path):
     bert_dir, modern_dir = tmp_path / "bert", tmp_path / "modern"
+    (tmp_path / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] +
+                                                  [f"w{i}" for i in range(35)]) + "\n")
     bert_model = bert_lib.BertForPreTraining(bert_lib.BertConfig(vocab_size=40, hidden_size=32, num_hidden_layers=1,
                                                                  num_attention_heads=4, intermediate_size=64))
     pretrained.save_pretrained(str(bert_dir), bert_model, bert_lib.init_params(bert_model, jax.random.PRNGKey(0)))
@@ -221,6 +223,12 @@ def test_a_checkpoint_of_the_other_family_as_init_from_is_one_sentence(tmp_path)
     with pytest.raises(ValueError, match=r"init_from=.*modern holds a modernbert model, but config.model.family "
                                          r"is 'bert'"):
         pretrained.init_params(str(modern_dir), bert_model)
+    from bertjax import features
+
+    (tmp_path / "in.txt").write_text("a line\n")
+    with pytest.raises(ValueError, match=r"init_from=.*modern holds a modernbert model; extract_features reads BERT"):
+        features.run(str(modern_dir), str(tmp_path / "in.txt"), str(tmp_path / "out.jsonl"),
+                     vocab_file=str(tmp_path / "vocab.txt"))
 
 
 def test_family_mismatches_in_the_config_are_one_sentence(tmp_path):
