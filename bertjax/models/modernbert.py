@@ -71,6 +71,28 @@ def _rotate(x: Array, cos: Array, sin: Array) -> Array:
     return (x32 * cos[:, :, None, :] + rotated * sin[:, :, None, :]).astype(x.dtype)
 
 
+@jax.custom_vjp
+def _gradient_barrier(x: Array) -> Array:
+    """The identity, whose gradient is materialised here: without it XLA:CPU fuses the pre-norm residual
+    stream's backward chain (each layer's norm gradient added on) into the weight-gradient transposes of every
+    layer below, recomputing it once per layer (ModernBERT-base's CPU step 3× slower, growing with depth)."""
+    return x
+
+
+def _barrier_forward(x: Array) -> tuple[Array, None]:
+    return x, None
+
+
+def _barrier_backward(_: None, g: Array) -> tuple[Array]:
+    # A conditional is never fused into its consumers, so g is computed once here (optimization_barrier is
+    # expanded away before fusion on CPU). The other branch runs only when g is already NaN, and stays NaN.
+    first = g.reshape(-1)[0]
+    return (jax.lax.cond(first == first, lambda x: x, lambda x: x * jnp.nan, g),)
+
+
+_gradient_barrier.defvjp(_barrier_forward, _barrier_backward)
+
+
 class ModernBertLayer(nn.Module):
     config: ModernBertConfig
     layer: int  # its index: layer 0 has no attention norm; the layer type says global or sliding
@@ -117,7 +139,7 @@ class ModernBertLayer(nn.Module):
                        kernel_init=_init(std["out"], cut, ("mlp", "embed")),
                        bias_init=nn.with_logical_partitioning(nn.initializers.zeros_init(), ("embed",)),
                        name="Wo_mlp")(h)
-        return sharding_lib.constrain(x + out, ("batch", "length", "embed"))
+        return _gradient_barrier(sharding_lib.constrain(x + out, ("batch", "length", "embed")))
 
 
 class ModernBertModel(nn.Module):
