@@ -193,7 +193,7 @@ class Checkpointer:
             raise IncompatibleCheckpoint(
                 f"{self.directory}/{step} holds a {saved_family} model, but this run's config.model.family is "
                 f"{family!r}; use a new --workdir, or the config the checkpoint was made with.")
-        diff = models_lib.architecture_from_fingerprint(self.fingerprint["model"], family).differences(
+        diff = models_lib.get(family).config.from_fingerprint(self.fingerprint["model"]).differences(
             saved.get("model", {}))
         if diff:
             raise IncompatibleCheckpoint(

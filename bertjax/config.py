@@ -366,7 +366,7 @@ class JobConfig(_Sections):
             raise ValueError(f"config.data.max_seq_length={self.data.max_seq_length} exceeds "
                              f"config.model.max_position_embeddings={self.model.max_position_embeddings}; lower the "
                              "first (and the records' max_seq_length with it) or raise the second.")
-        if self.model.family != "bert" and self.data.next_sentence_prediction:
+        if self.data.next_sentence_prediction and not self.model.architecture.has_nsp_head:
             raise ValueError(f"config.data.next_sentence_prediction=True, but config.model.family="
                              f"{self.model.family!r} has no NSP head: set it to False (MLM only, as "
                              "configs/modernbert.py does).")

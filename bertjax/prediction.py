@@ -26,11 +26,10 @@ log = logging.getLogger(__name__)
 
 def top_k_predictions(model: Any, params: Any, batch: dict[str, np.ndarray], k: int = 5) -> tuple[np.ndarray, np.ndarray]:
     """(ids, probabilities) of the k most likely tokens at every masked position: [batch, predictions, k]."""
-    extra = {k: v for k, v in models_lib.of(model.config).model.pretraining_inputs(batch).items()
-             if k != "predictions_only"}
-    out = jax.jit(lambda p, b, e: model.apply({"params": p}, input_ids=b["input_ids"], segment_ids=b["segment_ids"],
-                                              input_mask=b["input_mask"], masked_lm_positions=b["masked_lm_positions"],
-                                              **e))(params, batch, extra)
+    family = models_lib.of(model.config)
+    out = jax.jit(lambda p, b: model.apply({"params": p}, input_ids=b["input_ids"], segment_ids=b["segment_ids"],
+                                           input_mask=b["input_mask"], masked_lm_positions=b["masked_lm_positions"],
+                                           **family.model.pretraining_inputs(b)))(params, batch)
     probs = jax.nn.softmax(out.mlm_logits, axis=-1)
     top_probs, top_ids = jax.lax.top_k(probs, k)
     return np.asarray(top_ids), np.asarray(top_probs)

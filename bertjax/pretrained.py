@@ -46,7 +46,7 @@ def load(path: str, seed: int = 0, encoder_only: bool = False) -> tuple[Any, dic
                         "fresh", path, fingerprint["task"])
             model = family.model.from_architecture(config)
             fresh = jax.device_get(family.model.init_params(model, jax.random.PRNGKey(seed)))
-            params = dict(fresh, **{name: params[name] for name in family.model.ENCODER[:1]})
+            params = dict(fresh, **{family.model.BODY: params[family.model.BODY]})
         return config, params
     family = _family_of(path)
     config, params = tf1.load(path, seed) if tf1.is_tf1_dir(path) else family.hf.load(path, seed)

@@ -70,8 +70,3 @@ def family_of(path: str) -> str:
         raise ValueError(f"{config}: model_type={model_type!r} is not BERT or ModernBERT; bertjax loads "
                          f"{' and '.join(repr(f) for f in FAMILIES)} checkpoints (load this one with transformers).")
     return model_type
-
-
-def architecture_from_fingerprint(model: dict, family: str = "bert") -> Any:
-    """The architecture a checkpoint's fingerprint saved (`family` absent: written before ModernBERT, BERT)."""
-    return get(family).config.from_fingerprint(model)

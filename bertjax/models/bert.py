@@ -413,7 +413,8 @@ def init_params(model: BertForPreTraining, rng: Array, seq_len: int = 8, heads_o
 # --- Fine-tuning (heads.py trains it; bert_hf.py exports it as BertFor<Task>) -----------------------------
 
 FINETUNING_TASKS = ("sequence_classification", "token_classification", "question_answering")
-ENCODER = ("bert",)  # what a fine-tuning model takes from a pre-trained one (pretrained.load(encoder_only=True))
+BODY = "bert"  # the encoder's subtree
+ENCODER = (BODY,)  # what a fine-tuning model takes from a pre-trained one (pretrained.load(encoder_only=True))
 
 
 def _head(config: BertConfig, features: int, dtype: Any, name: str) -> nn.Dense:

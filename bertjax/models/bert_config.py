@@ -35,6 +35,7 @@ class BertConfig:
     """The architecture; field names are those of bert_config.json."""
 
     model_type: ClassVar[str] = "bert"  # the family (models.get)
+    has_nsp_head: ClassVar[bool] = True  # next-sentence prediction (config.data.next_sentence_prediction)
     scans_layers: ClassVar[bool] = True  # whether config.model.scan_layers applies (nn.scan over identical layers)
 
     vocab_size: int = 30522

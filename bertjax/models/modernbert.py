@@ -269,7 +269,8 @@ def from_config(cfg: Any, platform: Optional[str] = None, packed: bool = False) 
 
 
 FINETUNING_TASKS = ("sequence_classification", "token_classification")  # transformers' ModernBERT task classes
-ENCODER = ("model", "head_dense", "head_norm")  # what fine-tuning takes from a masked LM, as transformers does
+BODY = "model"  # the encoder's subtree
+ENCODER = (BODY, "head_dense", "head_norm")  # what fine-tuning takes from a masked LM, as transformers does
 
 
 class ModernBertForFinetuning(nn.Module):

@@ -33,6 +33,7 @@ class ModernBertConfig:
     """The architecture; field names are those of transformers' ModernBertConfig."""
 
     model_type: ClassVar[str] = "modernbert"  # the family (models.get)
+    has_nsp_head: ClassVar[bool] = False  # MLM only
     scans_layers: ClassVar[bool] = False  # whether config.model.scan_layers applies (nn.scan over identical layers)
 
     vocab_size: int = 50368
