@@ -165,14 +165,21 @@ def _splash(q: jax.Array, k: jax.Array, v: jax.Array, segments: jax.Array, windo
 
 # --- cuDNN --------------------------------------------------------------------------------------------
 
+def cudnn_arguments(mask: jax.Array, packed: bool, window: Optional[int] = None) -> dict:
+    """What `jax.nn.dot_product_attention` gets besides q, k, v. Unpacked rows (real tokens first, then
+    padding) pass their lengths. Packed rows pass the instance mask as a bias, which cuDNN's fused kernel
+    takes too. So does a sliding window: cuDNN's own window is one-sided (causal) in jax <= 0.11, which
+    refuses a right window without a causal mask, so the band goes into the bias. That is exact, but
+    cuDNN then computes the blocks outside the window too (splash on TPU skips them)."""
+    if packed or window is not None:
+        return dict(bias=xla_bias(mask, packed, window))
+    lengths = jnp.sum(mask > 0, axis=1).astype(jnp.int32)
+    return dict(query_seq_lengths=lengths, key_value_seq_lengths=lengths)
+
+
 def _cudnn(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, packed: bool,
            window: Optional[int] = None) -> jax.Array:
-    """Unpacked rows (real tokens first, then padding) pass their lengths; packed rows pass the instance
-    mask as a bias, which cuDNN's fused kernel takes too. A sliding window is cuDNN's local window."""
-    local = None if window is None else (window, window)
-    if packed:
-        return jax.nn.dot_product_attention(q, k, v, bias=xla_bias(mask, True).astype(q.dtype),
-                                            local_window_size=local, implementation="cudnn")
-    lengths = jnp.sum(mask > 0, axis=1).astype(jnp.int32)
-    return jax.nn.dot_product_attention(q, k, v, query_seq_lengths=lengths, key_value_seq_lengths=lengths,
-                                        local_window_size=local, implementation="cudnn")
+    arguments = cudnn_arguments(mask, packed, window)
+    if "bias" in arguments:
+        arguments["bias"] = arguments["bias"].astype(q.dtype)
+    return jax.nn.dot_product_attention(q, k, v, **arguments, implementation="cudnn")

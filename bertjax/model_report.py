@@ -52,7 +52,7 @@ def print_report(config: Any, batch_size: int = 2) -> None:
     print(f"forward pass on {jax.devices()[0].platform}, batch {batch_size}×{seq_len}: "
           f"compile+run {compiled:.2f}s, run {time.perf_counter() - start:.3f}s")
     # The formula against the compiled program: XLA also counts elementwise work (softmax, norms, activations),
-    # and an xla kernel computes the scores a sliding window masks, which splash and cuDNN skip.
+    # and an xla kernel computes the scores a sliding window masks, which splash skips.
     counted = forward.cost_analysis()
     counted = (counted[0] if isinstance(counted, (list, tuple)) else counted or {}).get("flops")
     formula = batch_size * metrics_lib.flops_per_sequence(cfg, seq_len, predictions, training=False)

@@ -50,6 +50,37 @@ def test_splash_off_tpu_says_it_interprets(caplog):
     assert "Pallas interpret mode" in caplog.text
 
 
+# --- What cuDNN is given (its kernel needs a GPU; the arguments are checked here by jax's xla path) ----
+
+def _reference_attention(q, k, v, mask, window):
+    """Softmax attention of each real query over the keys it may see: real, of its own instance (packed
+    rows number them 1, 2, ...), at most `window` positions away."""
+    q, k, v, mask = (np.asarray(a, np.float64) for a in (q, k, v, mask))
+    scores = np.einsum("bqhd,bkhd->bhqk", q, k) / np.sqrt(q.shape[-1])
+    index = np.arange(mask.shape[1])
+    allowed = (mask[:, None, :] > 0) & (mask[:, :, None] == mask[:, None, :])
+    if window is not None:
+        allowed &= np.abs(index[:, None] - index[None, :])[None] <= window
+    scores = np.where(allowed[:, None], scores, -np.inf)
+    weights = np.exp(scores - scores.max(-1, keepdims=True))
+    return np.einsum("bhqk,bkhd->bqhd", weights / weights.sum(-1, keepdims=True), v)
+
+
+@pytest.mark.parametrize("packed,window", [(False, None), (True, None), (False, 3), (True, 3)])
+def test_cudnn_arguments_mask_padding_instances_and_the_window_both_sides(packed, window):
+    # On an H200, jax 0.11's cuDNN path refused ModernBERT's window: "cuDNN doesn't support right window: 64
+    # when causal mask is not used". The window now travels in the bias; no local_window_size is passed.
+    q, k, v = (jax.random.normal(jax.random.PRNGKey(i), (2, 16, 2, 8)) for i in range(3))
+    mask = np.array([[1] * 12 + [0] * 4, [1] * 16]) if not packed else \
+        np.array([[1] * 5 + [2] * 7 + [0] * 4, [1] * 9 + [2] * 7])
+    arguments = attention.cudnn_arguments(jnp.asarray(mask), packed, window)
+    assert "local_window_size" not in arguments
+    assert ("bias" in arguments) == (packed or window is not None)
+    out = jax.nn.dot_product_attention(q, k, v, **arguments, implementation="xla")
+    real = mask > 0
+    np.testing.assert_allclose(np.asarray(out)[real], _reference_attention(q, k, v, mask, window)[real], atol=1e-5)
+
+
 # --- splash equals xla ---------------------------------------------------------------------------------
 
 def batch(packed: bool) -> dict[str, np.ndarray]:

@@ -44,3 +44,22 @@ def test_gpu_table_runs_without_tensorflow(tmp_path):
     assert "needs an NVIDIA GPU" in cudnn["error"]
     table = done.stdout[done.stdout.index("| model |"):]
     assert "| tiny | 128 | 8 | float32 | xla |" in table and "| cudnn | failed: ValueError" in table
+
+
+def test_gpu_table_runs_modernbert_at_1024_and_logs_each_case(tmp_path):
+    results, log = tmp_path / "gpu_table.jsonl", tmp_path / "cases.log"
+    done = subprocess.run([sys.executable, "benchmarks/gpu_table.py", "--family=modernbert", "--sizes=tiny",
+                           "--seqs=1024", "--attentions=xla", "--frameworks=jax", "--batches=tiny:1024:2",
+                           "--steps=1", "--warmup=1", "--extra=--no_peak", f"--results={results}", f"--log={log}"],
+                          cwd=ROOT, env=dict(os.environ, BERTJAX_NO_TCMALLOC="1"), capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    [row] = [json.loads(line) for line in results.read_text().splitlines()]
+    assert (row["family"], row["seq"], row["predictions"], row["vocab"]) == ("modernbert", 1024, 160, 50368), row
+    assert 0 < row["jax_loss"][0] < 20 and 0 < row["torch_loss"][0] < 20, row  # beside ModernBertForMaskedLM
+    assert "| modernbert-tiny | 1024 | 2 | float32 | xla |" in done.stdout
+    assert "train_step.py --family=modernbert --sizes=tiny --seq=1024" in log.read_text()
+    # BERT has 512 positions: a longer --seq is one sentence, not a shape error deep in the model.
+    bert = subprocess.run([sys.executable, "benchmarks/train_step.py", "--seq=1024"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert bert.returncode != 0 and "BERT has 512 positions" in bert.stderr
