@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
+import json
 import math
 import types
 import typing
@@ -24,7 +26,10 @@ from bertjax.data import instances as instances_lib
 from bertjax.data import packing as packing_lib
 
 OPTIMIZERS = ("adamw", "lamb")
-DECAYS = ("linear", "cosine", "constant")
+SCHEDULES = ("linear", "cosine", "wsd", "constant")  # config.optim.schedule
+DECAY_SHAPES = ("linear", "1-sqrt")  # config.optim.decay_shape: how wsd's decay phase falls to 0
+# Settings renamed since runs wrote them to config.json: from_saved reads the old name as the new one.
+RENAMED = {"config.optim.decay": "config.optim.schedule"}
 MESH_AXES = ("data", "fsdp", "tensor")  # the device mesh's axes, in order (sharding.py builds the mesh)
 NONFINITE_POLICIES = ("skip", "stop")  # what the job does after a step whose loss or gradients are not finite
 
@@ -214,7 +219,11 @@ class OptimConfig:
     name: str = "adamw"  # adamw (BERT's, no bias correction) or lamb
     learning_rate: float = 1e-4  # peak, reached at the end of warmup
     warmup_steps: int = 10_000  # linear warmup from 0
-    decay: str = "linear"  # after warmup: linear | cosine to 0 at num_train_steps, or constant
+    # After warmup: linear | cosine to 0 at num_train_steps; wsd (warmup-stable-decay): the peak until the last
+    # decay_steps, then decay_shape to 0 at num_train_steps; or constant.
+    schedule: str = "linear"
+    decay_shape: str = "linear"  # wsd's decay phase: linear | 1-sqrt (lr = peak · (1 − sqrt(fraction done)))
+    decay_steps: int = 0  # wsd: the decay phase's length in steps, at the end of the run
     weight_decay: float = 0.01  # decoupled; masked by optim.weight_decay_mask
     b1: float = 0.9
     b2: float = 0.999
@@ -228,8 +237,19 @@ class OptimConfig:
 
         if self.name not in OPTIMIZERS:
             raise bad("name", f"is not one of {list(OPTIMIZERS)}.")
-        if self.decay not in DECAYS:
-            raise bad("decay", f"is not one of {list(DECAYS)}.")
+        if self.schedule not in SCHEDULES:
+            raise bad("schedule", f"is not one of {list(SCHEDULES)}.")
+        if self.decay_shape not in DECAY_SHAPES:
+            raise bad("decay_shape", f"is not one of {list(DECAY_SHAPES)}.")
+        if self.decay_steps < 0:
+            raise bad("decay_steps", "must be >= 0.")
+        if self.schedule == "wsd" and self.decay_steps == 0:
+            raise bad("decay_steps", "leaves schedule=wsd no decay phase; set --config.optim.decay_steps=N, the "
+                                     "steps at the end of the run over which the learning rate falls to 0.")
+        if self.schedule != "wsd" and (self.decay_steps or self.decay_shape != "linear"):
+            field = "decay_steps" if self.decay_steps else "decay_shape"
+            raise bad(field, f"is wsd's setting, but config.optim.schedule={self.schedule!r}; set "
+                             "--config.optim.schedule=wsd, or leave it at its default.")
         if not (math.isfinite(self.learning_rate) and self.learning_rate > 0):
             raise bad("learning_rate", "must be a positive number (the peak learning rate).")
         if self.warmup_steps < 0:
@@ -249,6 +269,9 @@ class OptimConfig:
             if self.warmup_steps > num_train_steps:
                 raise bad("warmup_steps", f"exceeds config.train.num_train_steps={num_train_steps}; "
                                           "warmup must end within the run.")
+            if self.warmup_steps + self.decay_steps > num_train_steps:
+                raise bad("decay_steps", f"and config.optim.warmup_steps={self.warmup_steps} add up to more than "
+                                         f"config.train.num_train_steps={num_train_steps}; shorten one of them.")
 
 
 Rules = tuple[tuple[str, Any], ...]
@@ -330,6 +353,12 @@ class _Sections:
         def merged(default: dict, given: Mapping[str, Any]) -> dict:
             return {**default, **{k: merged(default[k], v) if isinstance(default.get(k), dict) and
                                   isinstance(v, Mapping) else v for k, v in given.items()}}
+        saved = json.loads(json.dumps(saved))  # a deep copy to rename in
+        for old, new in RENAMED.items():
+            (*old_sections, old_key), (*new_sections, new_key) = old.split(".")[1:], new.split(".")[1:]
+            section = functools.reduce(lambda d, k: d.get(k, {}), old_sections, saved)
+            if old_key in section:
+                functools.reduce(lambda d, k: d.setdefault(k, {}), new_sections, saved)[new_key] = section.pop(old_key)
         return cls.from_configdict(merged(cls().to_dict(), saved))
 
     def validate(self) -> None:
@@ -504,6 +533,8 @@ def convert(cls: type, section: Any, path: str) -> Any:
     hints = typing.get_type_hints(cls)
     fields = [f.name for f in dataclasses.fields(cls)]
     for key in given:
+        if f"{path}.{key}" in RENAMED:
+            raise ValueError(f"{path}.{key} is now {RENAMED[path + '.' + key]}; rename it in your config.")
         if key not in hints:
             close = difflib.get_close_matches(key, fields, n=1)
             hint = f"; did you mean {path}.{close[0]}?" if close else f"; the settings there are {fields}."

@@ -29,7 +29,12 @@ SCANNED_LAYERS = "layers"
 # --- Learning-rate schedule ------------------------------------------------------------------------
 
 def schedule(cfg: OptimConfig, num_train_steps: int) -> optax.Schedule:
-    """lr(step): 0 → peak linearly over warmup_steps, then `cfg.decay` to 0 at num_train_steps.
+    """lr(step): 0 → peak linearly over warmup_steps, then `cfg.schedule` to 0 at num_train_steps.
+
+    wsd (warmup-stable-decay) holds the peak until num_train_steps − decay_steps, then falls to 0 at
+    num_train_steps by `decay_shape`: linear, or 1-sqrt (peak · (1 − sqrt(f)), f the fraction of the decay
+    phase done; Hägele et al. 2024, as ModernBERT trains). A decay branch is a run whose num_train_steps ends
+    decay_steps after the step it starts from, so the formula needs no branch point of its own.
 
     `step` counts optimizer updates already applied (optax's count), so the first update uses lr(0),
     which is 0 when warming up, as in google-research/bert. Unlike google-research/bert, whose linear
@@ -40,14 +45,17 @@ def schedule(cfg: OptimConfig, num_train_steps: int) -> optax.Schedule:
     cfg.validate(num_train_steps)
     peak = float(cfg.learning_rate)
     warmup = int(cfg.warmup_steps)
-    decay_steps = max(int(num_train_steps) - warmup, 1)
-    decay = cfg.decay
+    decay = cfg.schedule
+    decay_start = int(num_train_steps) - int(cfg.decay_steps) if decay == "wsd" else warmup
+    decay_steps = max(int(num_train_steps) - decay_start, 1)
 
     def lr(step: Any) -> jax.Array:
         step = jnp.asarray(step, jnp.float32)
         warm = peak * step / max(warmup, 1)
-        frac = jnp.clip((step - warmup) / decay_steps, 0.0, 1.0)
-        if decay == "linear":
+        frac = jnp.clip((step - decay_start) / decay_steps, 0.0, 1.0)
+        if decay == "wsd" and cfg.decay_shape == "1-sqrt":
+            after = peak * (1.0 - jnp.sqrt(frac))
+        elif decay in ("linear", "wsd"):
             after = peak * (1.0 - frac)
         elif decay == "cosine":
             after = peak * 0.5 * (1.0 + jnp.cos(jnp.pi * frac))

@@ -48,7 +48,7 @@ def scan_params():
 
 def test_from_config_reads_default_section():
     cfg = convert(OptimConfig, default_config.get_config().optim, "config.optim")
-    assert cfg == OptimConfig(name="adamw", learning_rate=1e-4, warmup_steps=10_000, decay="linear",
+    assert cfg == OptimConfig(name="adamw", learning_rate=1e-4, warmup_steps=10_000, schedule="linear",
                                     weight_decay=0.01, b1=0.9, b2=0.999, eps=1e-6, max_grad_norm=1.0)
     assert isinstance(cfg.warmup_steps, int) and isinstance(cfg.learning_rate, float)
     cfg.validate(1_000_000)
@@ -66,7 +66,9 @@ def test_from_config_rejects_unknown_and_missing_keys():
 
 @pytest.mark.parametrize("field,value,pattern", [
     ("name", "sgd", r"config\.optim\.name='sgd' is not one of"),
-    ("decay", "exponential", r"config\.optim\.decay='exponential'"),
+    ("schedule", "exponential", r"config\.optim\.schedule='exponential' is not one of"),
+    ("decay_shape", "sqrt", r"config\.optim\.decay_shape='sqrt' is not one of"),
+    ("decay_steps", 100, r"config\.optim\.decay_steps=100 is wsd's setting, but config\.optim\.schedule='linear'"),
     ("learning_rate", -1e-4, r"config\.optim\.learning_rate=-0\.0001 must be a positive"),
     ("learning_rate", float("nan"), r"config\.optim\.learning_rate"),
     ("warmup_steps", -1, r"config\.optim\.warmup_steps=-1 must be >= 0"),
@@ -110,14 +112,52 @@ def test_schedule_without_warmup_starts_at_peak():
 
 
 def test_cosine_and_constant_schedules():
-    cos = optim.schedule(_cfg(learning_rate=1e-3, warmup_steps=10, decay="cosine"), 110)
+    cos = optim.schedule(_cfg(learning_rate=1e-3, warmup_steps=10, schedule="cosine"), 110)
     assert float(cos(5)) == pytest.approx(5e-4)
     assert float(cos(10)) == pytest.approx(1e-3)
     assert float(cos(60)) == pytest.approx(5e-4, rel=1e-5)
     assert float(cos(110)) == pytest.approx(0.0, abs=1e-9)
-    const = optim.schedule(_cfg(learning_rate=1e-3, warmup_steps=10, decay="constant"), 110)
+    const = optim.schedule(_cfg(learning_rate=1e-3, warmup_steps=10, schedule="constant"), 110)
     assert float(const(5)) == pytest.approx(5e-4)
     assert float(const(109)) == pytest.approx(1e-3)
+
+
+@pytest.mark.parametrize("shape,expected", [
+    # warmup 10 steps to 1e-3, the peak until step 60, then 40 decay steps to 0 at 100
+    ("linear", {0: 0.0, 5: 5e-4, 10: 1e-3, 59: 1e-3, 60: 1e-3, 70: 7.5e-4, 90: 2.5e-4, 100: 0.0, 150: 0.0}),
+    ("1-sqrt", {0: 0.0, 5: 5e-4, 10: 1e-3, 60: 1e-3, 70: 5e-4, 61: 1e-3 * (1 - 0.025 ** 0.5),
+                96: 1e-3 * (1 - 0.9 ** 0.5), 100: 0.0}),
+])
+def test_wsd_schedule_values(shape, expected):
+    lr = optim.schedule(_cfg(learning_rate=1e-3, warmup_steps=10, schedule="wsd", decay_shape=shape,
+                             decay_steps=40), 100)
+    for step, value in expected.items():
+        assert float(lr(step)) == pytest.approx(value, abs=1e-9), (shape, step)
+    assert float(jax.jit(lr)(jnp.int32(70))) == pytest.approx(expected[70])
+
+
+def test_wsd_decay_phase_must_exist_and_fit_the_run():
+    with pytest.raises(ValueError, match=r"config\.optim\.decay_steps=0 leaves schedule=wsd no decay phase; "
+                                         r"set --config\.optim\.decay_steps=N"):
+        _cfg(schedule="wsd").validate(100)
+    with pytest.raises(ValueError, match=r"config\.optim\.decay_steps=95 and config\.optim\.warmup_steps=10 add up "
+                                         r"to more than config\.train\.num_train_steps=100"):
+        _cfg(schedule="wsd", warmup_steps=10, decay_steps=95).validate(100)
+    with pytest.raises(ValueError, match=r"config\.optim\.decay_shape='1-sqrt' is wsd's setting"):
+        _cfg(schedule="cosine", decay_shape="1-sqrt").validate(100)
+    _cfg(schedule="wsd", warmup_steps=10, decay_steps=90).validate(100)  # no stable phase is allowed
+
+
+def test_the_old_decay_setting_is_read_from_saved_runs_and_named_in_configs():
+    from bertjax.config import JobConfig
+
+    saved = JobConfig().to_dict()
+    saved["optim"].pop("schedule")
+    saved["optim"]["decay"] = "cosine"  # a config.json written before schedule replaced decay
+    assert JobConfig.from_saved(saved).optim.schedule == "cosine"
+    section = dict(dataclasses.asdict(OptimConfig()), decay="cosine")
+    with pytest.raises(ValueError, match=r"config\.optim\.decay is now config\.optim\.schedule; rename it"):
+        convert(OptimConfig, section, "config.optim")
 
 
 # --- weight-decay mask on the real model -------------------------------------------------------------
@@ -236,7 +276,7 @@ def test_adamw_state_mirrors_params(loop_params):
 def test_no_weight_decay_on_biases_and_layernorm(name):
     params = {"dense": {"kernel": jnp.full((2, 3), 2.0), "bias": jnp.full((3,), 2.0)},
               "LayerNorm": {"scale": jnp.full((3,), 2.0), "bias": jnp.full((3,), 2.0)}, "mlm_bias": jnp.ones(4)}
-    cfg = _cfg(name=name, learning_rate=0.1, warmup_steps=0, decay="constant", weight_decay=0.01)
+    cfg = _cfg(name=name, learning_rate=0.1, warmup_steps=0, schedule="constant", weight_decay=0.01)
     tx = optim.make_optimizer(cfg, 10)
     state = tx.init(params)
     zeros = jax.tree.map(jnp.zeros_like, params)
@@ -253,7 +293,7 @@ def test_no_weight_decay_on_biases_and_layernorm(name):
 # --- LAMB --------------------------------------------------------------------------------------------
 
 def test_lamb_trust_ratio_per_layer_and_layout_independent(loop_params):
-    cfg = _cfg(name="lamb", learning_rate=1e-2, warmup_steps=0, decay="constant", weight_decay=0.0,
+    cfg = _cfg(name="lamb", learning_rate=1e-2, warmup_steps=0, schedule="constant", weight_decay=0.0,
                max_grad_norm=0.0)
     tx = optim.make_optimizer(cfg, 10)
     rng = np.random.default_rng(0)

@@ -120,7 +120,9 @@ def make(size: str, phase: int, init_from: str, runlocal: bool) -> ml_collection
     c.optim.name = "adamw"  # adamw (BERT's) or lamb
     c.optim.learning_rate = 1e-4  # peak learning rate, reached at the end of warmup
     c.optim.warmup_steps = 10_000  # linear warmup from 0
-    c.optim.decay = "linear"  # linear decay to 0 at num_train_steps
+    c.optim.schedule = "linear"  # after warmup: linear | cosine to 0 at num_train_steps | wsd | constant
+    c.optim.decay_shape = "linear"  # wsd: linear | 1-sqrt over the decay phase
+    c.optim.decay_steps = 0  # wsd: the decay phase's length, at the end of the run (the peak until then)
     c.optim.weight_decay = 0.01  # decoupled; never on LayerNorm parameters or biases
     c.optim.b1 = 0.9  # Adam β1
     c.optim.b2 = 0.999  # Adam β2
