@@ -85,7 +85,12 @@ def init_params(path: str, model: Any) -> dict:
         raise ValueError(f"config.train.init_from={path} holds a {arch.model_type} model, but config.model.family is "
                          f"{model.config.model_type!r}; start from a {model.config.model_type} checkpoint, or train "
                          f"with config.model.family={arch.model_type!r} and its architecture.")
-    diff = model.config.differences(arch.to_dict())
+    theirs = arch.to_dict()
+    changed = [f"{f} {theirs.get(f)} → {getattr(model.config, f)}" for f in model.config.init_from_may_change
+               if theirs.get(f) != getattr(model.config, f)]
+    if changed:
+        log.info("init_from: %s (the same weights, as context extension does)", ", ".join(changed))
+    diff = model.config.differences({**theirs, **{f: getattr(model.config, f) for f in model.config.init_from_may_change}})
     if diff:
         raise ValueError(f"config.train.init_from={path} holds a different model ({'; '.join(diff)}); set "
                          "config.model to match it.")

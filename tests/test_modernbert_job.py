@@ -5,6 +5,7 @@ where the two families meet."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import pathlib
@@ -99,6 +100,51 @@ def test_the_job_trains_and_its_export_is_a_transformers_modernbert(workdir):
         theirs = ref.eval()(**{k: torch.tensor(v) for k, v in enc.items()}).logits.numpy()
     real = enc["attention_mask"] > 0
     np.testing.assert_allclose(np.asarray(ours)[real], theirs[real], atol=1e-4)
+
+
+def test_phase_2_extends_the_context_as_the_paper_does():
+    one = JobConfig.from_configdict(modernbert_job_config("size=base"))
+    two = JobConfig.from_configdict(modernbert_job_config("size=base,phase=2,init_from=/runs/p1"))
+    assert (one.data.max_seq_length, one.model.architecture.global_rope_theta, one.optim.schedule) == \
+        (1024, 10_000.0, "constant")
+    assert (two.data.max_seq_length, two.model.architecture.global_rope_theta,
+            two.model.architecture.local_rope_theta) == (8192, 160_000.0, 10_000.0)
+    assert two.train.global_batch_size * 8192 == one.train.global_batch_size * 1024  # phase 1's tokens a batch
+    assert (two.optim.schedule, two.optim.decay_shape, two.optim.decay_steps, two.optim.warmup_steps) == \
+        ("wsd", "1-sqrt", two.train.num_train_steps // 6, 300)
+    assert two.data.max_predictions_per_seq == int(8192 * 0.3) + 1 and two.train.init_from == "/runs/p1"
+    with pytest.raises(ValueError, match="phase 2 needs config.train.init_from|init_from"):
+        JobConfig.from_configdict(modernbert_job_config("size=base,phase=2"))
+
+
+def test_a_context_extension_run_starts_from_phase_1s_weights(workdir, tmp_path):
+    run = tmp_path / "phase2"
+    done = subprocess.run(
+        [sys.executable, "-m", "bertjax.main", f"--config=configs/modernbert.py:size=tiny,phase=2,runlocal,"
+         f"init_from={workdir}", f"--workdir={run}", "--config.data.corpus=builtin:pydocs",
+         "--config.data.dupe_factor=1", f"--config.data.vocab_file={workdir}/data/vocab/vocab.txt",
+         "--config.train.num_train_steps=6", "--config.optim.warmup_steps=2", "--config.optim.decay_steps=2",
+         "--config.eval.every_steps=6"],
+        cwd=ROOT, capture_output=True, text=True, timeout=900, env=dict(os.environ, JAX_PLATFORMS="cpu"))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "init_from: global_rope_theta 10000.0 → 160000.0" in done.stderr
+    saved = json.loads((run / "config.json").read_text())
+    assert saved["data"]["max_seq_length"] == 512 and saved["model"]["global_rope_theta"] == 160_000.0
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    train = [r for r in rows if r.get("kind") == "train"]
+    # wsd, 2 warmup and 2 decay steps of 6: the 6th update runs at lr(5) = peak · (1 − sqrt(1/2)), 1-sqrt's
+    assert train[-1]["step"] == 6 and train[-1]["learning_rate"] == pytest.approx(5e-4 * (1 - 0.5 ** 0.5), rel=1e-5)
+    # Phase 1's weights, not a fresh init: the first losses are well below phase 1's own first ones.
+    assert f"restore: weights from {workdir}" in done.stderr
+    phase1 = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
+    assert train[0]["loss"] < next(r["loss"] for r in phase1 if r.get("kind") == "train") - 0.3
+    _, params = checkpoint_lib.load_params(str(run))
+    assert all(np.isfinite(np.asarray(leaf)).all() for leaf in jax.tree.leaves(params))
+    # Only the RoPE bases and the longest position may change on init_from; the window may not.
+    arch, _ = pretrained.load(str(workdir))
+    other = modernbert.ModernBertForMaskedLM(dataclasses.replace(arch, local_attention=32, global_rope_theta=1e6))
+    with pytest.raises(ValueError, match=r"holds a different model \(local_attention: 64 there, 32 here\)"):
+        pretrained.init_params(str(workdir), other)
 
 
 def test_summary_counts_what_transformers_counts_and_its_formula_what_xla_compiles():

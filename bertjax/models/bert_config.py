@@ -37,6 +37,7 @@ class BertConfig:
     model_type: ClassVar[str] = "bert"  # the family (models.get)
     has_nsp_head: ClassVar[bool] = True  # next-sentence prediction (config.data.next_sentence_prediction)
     scans_layers: ClassVar[bool] = True  # whether config.model.scan_layers applies (nn.scan over identical layers)
+    init_from_may_change: ClassVar[tuple[str, ...]] = ()  # what an init_from run may change from its checkpoint
 
     vocab_size: int = 30522
     hidden_size: int = 768

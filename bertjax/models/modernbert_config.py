@@ -35,6 +35,10 @@ class ModernBertConfig:
     model_type: ClassVar[str] = "modernbert"  # the family (models.get)
     has_nsp_head: ClassVar[bool] = False  # MLM only
     scans_layers: ClassVar[bool] = False  # whether config.model.scan_layers applies (nn.scan over identical layers)
+    # What an init_from run may change from its checkpoint: context extension raises the RoPE bases and the
+    # longest position on the same weights (configs/modernbert.py:phase=2). Resuming changes nothing.
+    init_from_may_change: ClassVar[tuple[str, ...]] = ("global_rope_theta", "local_rope_theta",
+                                                       "max_position_embeddings")
 
     vocab_size: int = 50368
     hidden_size: int = 768
