@@ -116,6 +116,7 @@ class DataConfig:
     dupe_factor: int = 10
     heldout_dupe_factor: int = 1
     masked_lm_prob: float = 0.15
+    eval_masked_lm_prob: float = 0.0  # the held-out records' rate (the job's corpus stage); 0 = masked_lm_prob
     short_seq_prob: float = 0.1
     do_whole_word_mask: bool = False
     num_shards: int = 8
@@ -148,11 +149,13 @@ class DataConfig:
             return None
         return packing_lib.PackingConfig(self.max_seq_length, self.max_instances_per_row, self.predictions_per_row)
 
-    def instance_config(self, dupe_factor: Optional[int] = None) -> instances_lib.InstanceConfig:
-        """How instances are paired and masked, for `prepare` and for dynamic masking."""
+    def instance_config(self, dupe_factor: Optional[int] = None, heldout: bool = False) -> instances_lib.InstanceConfig:
+        """How instances are paired and masked, for `prepare` and for dynamic masking; `heldout`: at
+        eval_masked_lm_prob when it is set (ModernBERT trains at 30% and evaluates at 15%)."""
+        rate = self.eval_masked_lm_prob if heldout and self.eval_masked_lm_prob else self.masked_lm_prob
         return instances_lib.InstanceConfig(
             max_seq_length=self.max_seq_length, max_predictions_per_seq=self.max_predictions_per_seq,
-            masked_lm_prob=self.masked_lm_prob, short_seq_prob=self.short_seq_prob,
+            masked_lm_prob=rate, short_seq_prob=self.short_seq_prob,
             dupe_factor=self.dupe_factor if dupe_factor is None else dupe_factor,
             do_whole_word_mask=self.do_whole_word_mask, next_sentence_prediction=self.next_sentence_prediction)
 
@@ -167,6 +170,12 @@ class DataConfig:
                        "must be ≥ 0 (0 = max_predictions_per_seq + max_instances_per_row).")
         if self.num_workers < 0:
             raise _bad("config.data.num_workers", self.num_workers, "must be ≥ 0 (0 = one per core).")
+        if not 0.0 < self.masked_lm_prob < 1.0:
+            raise _bad("config.data.masked_lm_prob", self.masked_lm_prob,
+                       "must be in (0, 1) (BERT 0.15, ModernBERT 0.3).")
+        if not 0.0 <= self.eval_masked_lm_prob < 1.0:
+            raise _bad("config.data.eval_masked_lm_prob", self.eval_masked_lm_prob,
+                       "must be in [0, 1) (0 = config.data.masked_lm_prob).")
 
     def check_records(self) -> None:
         """What training on records needs (after the corpus stage has filled in its outputs)."""

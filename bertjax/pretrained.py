@@ -90,7 +90,8 @@ def init_params(path: str, model: Any) -> dict:
                if theirs.get(f) != getattr(model.config, f)]
     if changed:
         log.info("init_from: %s (the same weights, as context extension does)", ", ".join(changed))
-    diff = model.config.differences({**theirs, **{f: getattr(model.config, f) for f in model.config.init_from_may_change}})
+    may_change = {f: getattr(model.config, f) for f in model.config.init_from_may_change}
+    diff = model.config.differences({**theirs, **may_change})
     if diff:
         raise ValueError(f"config.train.init_from={path} holds a different model ({'; '.join(diff)}); set "
                          "config.model to match it.")

@@ -43,7 +43,8 @@ def _pipeline(job: JobConfig, files: str, training: bool, batch_size: int) -> pi
         shuffle_buffer=d.shuffle_buffer,
         training=training, process_index=jax.process_index(), process_count=jax.process_count(),
         vocab_size=job.model.vocab_size, max_batches=None if training else (job.eval.num_batches or None),
-        dynamic_masking=vocab is not None, vocab=vocab, skip_damaged_records=d.skip_damaged_records,
+        dynamic_masking=vocab is not None, vocab=vocab, masked_lm_prob=d.masked_lm_prob if vocab else None,
+        skip_damaged_records=d.skip_damaged_records,
         verify_checksums=d.verify_checksums))
 
 

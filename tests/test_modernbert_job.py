@@ -76,6 +76,10 @@ def test_the_job_trains_and_its_export_is_a_transformers_modernbert(workdir):
     train = [r for r in rows if r.get("kind") == "train"]
     assert train and train[-1]["step"] == 12 and "nsp_accuracy" not in train[-1]
     assert train[-1]["loss"] < train[0]["loss"], (train[0]["loss"], train[-1]["loss"])
+    # ModernBERT's rates: the train records masked at 30%, the held-out ones at 15% (eval_masked_lm_prob).
+    rates = {name: json.loads((workdir / "data" / name / "metadata.json").read_text())["masked_lm_prob"]
+             for name in ("train", "heldout")}
+    assert rates == {"train": 0.3, "heldout": 0.15}, rates
     fingerprint, _ = checkpoint_lib.load_params(str(workdir))
     assert fingerprint["family"] == "modernbert" and fingerprint["scan_layers"] is False
 

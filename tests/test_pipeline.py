@@ -320,3 +320,34 @@ def test_dynamic_masking_statistics_and_whole_words(big_shards):
     continuation = VOCAB.is_continuation[original] & (original > 3)
     inner = selected[:, 1:] & continuation[:, 1:] & (arrays["input_mask"][:, 1:] > 0)
     assert inner.any() and np.all(selected[:, :-1][inner])
+
+
+# --- Masking rates other than 15% (ModernBERT trains at 30%) -------------------------------------------
+
+@pytest.mark.parametrize("rate", [0.3, 0.5])
+def test_masking_at_higher_rates_counts_and_splits_as_at_15(rate):
+    rng = np.random.default_rng(1)
+    rows = make_rows(np.arange(3000))  # lengths 16..32; the masker below re-masks their original tokens
+    cfg = instances.InstanceConfig(SEQ, SEQ, masked_lm_prob=rate)  # slots for every token: nothing capped
+    assert cfg.cap_warning() is None
+    arrays = dict(rows, **instances.mask_tokens(rows["original"], rows["input_mask"], cfg, VOCAB, rng))
+    length = rows["input_mask"].sum(1)
+    assert np.array_equal((arrays["masked_lm_weights"] > 0).sum(1), np.maximum(1, np.rint(length * rate)))
+    stats = masking_stats(arrays, VOCAB)
+    assert abs(stats["mask_share"] - 0.8) < 0.02 and abs(stats["kept_share"] - 0.1) < 0.02
+    assert abs(stats["random_share"] - 0.1) < 0.02
+    assert abs(stats["predictions_per_token"] - rate) < 0.01
+
+
+def test_dynamic_masking_takes_the_configs_rate_and_names_a_cap(tmp_path, caplog):
+    files, _ = write_shards(tmp_path, [100], metadata={"vocab_size": 100, "masked_lm_prob": 0.15})  # 5 slots a row
+    with caplog.at_level("INFO", logger="bertjax"):
+        pipe = InputPipeline(config(files, dynamic_masking=True, vocab=VOCAB, masked_lm_prob=0.1, batch_size=50))
+    assert "dynamic masking masks 0.1 of each sequence (the records were masked at 0.15)" in caplog.text
+    batch = next(pipe)
+    length = batch["input_mask"].sum(1)
+    assert np.array_equal((batch["masked_lm_weights"] > 0).sum(1), np.maximum(1, np.rint(length * 0.1)))
+    with caplog.at_level("WARNING", logger="bertjax"):
+        InputPipeline(config(files, dynamic_masking=True, vocab=VOCAB, masked_lm_prob=0.3, batch_size=50))
+    assert ("max_predictions_per_seq=5 masks fewer than masked_lm_prob=0.3 of every sequence of 19 tokens or more "
+            "(a full 32-token one would get 10); set it to 10") in caplog.text

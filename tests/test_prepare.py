@@ -29,14 +29,14 @@ SEQ, PRED = 64, 10
 PAD, CLS, SEP, MASK = 0, 101, 102, 103  # BERT's uncased vocab.txt
 
 
-def google_bert_spec(tf) -> dict:
+def google_bert_spec(tf, pred: int = PRED) -> dict:
     """run_pretraining.py's name_to_features, written out here so that records.py cannot mark its own homework."""
     return {"input_ids": tf.io.FixedLenFeature([SEQ], tf.int64),
             "input_mask": tf.io.FixedLenFeature([SEQ], tf.int64),
             "segment_ids": tf.io.FixedLenFeature([SEQ], tf.int64),
-            "masked_lm_positions": tf.io.FixedLenFeature([PRED], tf.int64),
-            "masked_lm_ids": tf.io.FixedLenFeature([PRED], tf.int64),
-            "masked_lm_weights": tf.io.FixedLenFeature([PRED], tf.float32),
+            "masked_lm_positions": tf.io.FixedLenFeature([pred], tf.int64),
+            "masked_lm_ids": tf.io.FixedLenFeature([pred], tf.int64),
+            "masked_lm_weights": tf.io.FixedLenFeature([pred], tf.float32),
             "next_sentence_labels": tf.io.FixedLenFeature([1], tf.int64)}
 
 
@@ -44,11 +44,11 @@ def shards(out: pathlib.Path) -> list[pathlib.Path]:
     return sorted(out.glob("records-*.tfrecord"))
 
 
-def read_records(out: pathlib.Path) -> tuple[dict[str, np.ndarray], list[int]]:
+def read_records(out: pathlib.Path, pred: int = PRED) -> tuple[dict[str, np.ndarray], list[int]]:
     """All records of all shards (in order) as numpy, and the record count of each shard."""
     import tensorflow as tf
 
-    spec, rows, counts = google_bert_spec(tf), [], []
+    spec, rows, counts = google_bert_spec(tf, pred), [], []
     for path in shards(out):
         raw = list(tf.data.TFRecordDataset(str(path)).as_numpy_iterator())  # checks the framing CRCs
         counts.append(len(raw))
@@ -192,6 +192,30 @@ def test_masked_positions_and_number_of_predictions(made):
     assert np.all(at > 0) and np.all(at < length[r]) and np.all(~np.isin(original[r, at], [CLS, SEP, PAD]))
     ordered = np.where(w, rows["masked_lm_positions"], SEQ + np.arange(PRED))
     assert np.all(np.diff(ordered, axis=1) > 0)  # ascending and distinct, as the original sorts them
+
+
+@pytest.mark.parametrize("rate", [0.3, 0.5])
+def test_mlm_only_records_at_higher_rates_mask_that_share(rate, corpus, vocab_file, tmp_path, caplog):
+    # ModernBERT's records: one segment, 30% (or more) of each sequence masked, 80/10/10 as at 15%.
+    with caplog.at_level("WARNING", logger="bertjax"):
+        metadata = run(tmp_path, corpus[0], vocab_file, num_shards=1, masked_lm_prob=rate, next_sentence_prediction=False,
+                       max_predictions_per_seq=round(SEQ * rate))
+    assert metadata["masked_lm_prob"] == rate and "masks fewer than" not in caplog.text
+    rows = read_records(tmp_path, round(SEQ * rate))[0]
+    length = rows["input_mask"].sum(1)
+    w = rows["masked_lm_weights"] > 0
+    assert np.array_equal(w.sum(1), np.maximum(1, np.rint(length * rate)))  # as the job's dynamic masker counts
+    original = restore(rows)
+    r, c = np.nonzero(w)
+    at = rows["input_ids"][r, rows["masked_lm_positions"][r, c]]
+    mask_share = np.mean(at == tokenization.load(vocab_file).mask_id)
+    kept_share = np.mean(at == original[r, rows["masked_lm_positions"][r, c]])
+    assert len(at) > 2000 and abs(mask_share - 0.8) < 0.03 and abs(kept_share - 0.1) < 0.03, (mask_share, kept_share)
+    # Too few prediction slots for the rate: prepare says so, once, with the number that fits.
+    with caplog.at_level("WARNING", logger="bertjax"):
+        run(tmp_path / "capped", corpus[0], vocab_file, num_shards=1, masked_lm_prob=rate, max_predictions_per_seq=PRED)
+    assert f"--max_predictions_per_seq={PRED} masks fewer than --masked_lm_prob={rate:g}" in caplog.text
+    assert f"set it to {round(SEQ * rate)}" in caplog.text
 
 
 def check_segments_come_from_the_corpus(rows: dict, runs: TokenRuns, nsp: bool = True) -> np.ndarray:

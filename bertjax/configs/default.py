@@ -97,6 +97,7 @@ def make(size: str, phase: int, init_from: str, runlocal: bool) -> ml_collection
     c.data.dupe_factor = 10  # passes over the train documents, each with different masks
     c.data.heldout_dupe_factor = 1  # passes over the held-out documents (more = a steadier eval)
     c.data.masked_lm_prob = 0.15  # share of tokens masked
+    c.data.eval_masked_lm_prob = 0.0  # the held-out records' share, when the corpus stage makes them (0 = the same)
     c.data.short_seq_prob = 0.1  # probability of a shorter target length
     c.data.do_whole_word_mask = False  # mask whole words
     c.data.num_shards = 8  # train record shards

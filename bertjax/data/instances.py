@@ -49,6 +49,25 @@ class InstanceConfig:
         if self.dupe_factor < 1:
             raise ValueError(f"--dupe_factor={self.dupe_factor} must be ≥ 1.")
 
+    def capped_from(self) -> Optional[int]:
+        """The shortest sequence length whose masks max_predictions_per_seq cuts below masked_lm_prob (each
+        sequence gets round(length · masked_lm_prob) of them, as google-research/bert counts), or None."""
+        for length in range(1, self.max_seq_length + 1):
+            if round(length * self.masked_lm_prob) > self.max_predictions_per_seq:
+                return length
+        return None
+
+    def cap_warning(self, prefix: str = "--") -> Optional[str]:
+        """One sentence when max_predictions_per_seq lowers the masking rate of longer sequences."""
+        length = self.capped_from()
+        if length is None:
+            return None
+        need = round(self.max_seq_length * self.masked_lm_prob)
+        return (f"{prefix}max_predictions_per_seq={self.max_predictions_per_seq} masks fewer than "
+                f"{prefix}masked_lm_prob={self.masked_lm_prob:g} of every sequence of {length} tokens or more "
+                f"(a full {self.max_seq_length}-token one would get {need}); set it to {need} to mask that share "
+                "of every sequence")
+
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class Vocab:

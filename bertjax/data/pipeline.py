@@ -65,6 +65,7 @@ class PipelineConfig:
     dynamic_masking: bool = False  # re-mask every batch from the restored original tokens
     vocab: Optional[instances.Vocab] = dataclasses.field(default=None, compare=False)  # for dynamic masking
     masking: Optional[instances.InstanceConfig] = None  # None: masked_lm_prob / whole-word from metadata.json
+    masked_lm_prob: Optional[float] = None  # dynamic masking's rate when masking is None (None: the records')
     vocab_size: Optional[int] = None  # checked against metadata.json; None: vocab.size when a vocab is given
     cycle_length: int = 8  # shards read at once
     threads: Optional[int] = None  # tf.data threads (None: tf.data's autotuned pool)
@@ -283,10 +284,17 @@ class InputPipeline:
         # Packed records: the pipeline's predictions are the row's slots; each instance keeps its own cap.
         per_instance = md.get("max_predictions_per_seq", c.max_predictions_per_seq) if c.max_instances_per_row \
             else c.max_predictions_per_seq
-        return instances.InstanceConfig(max_seq_length=c.max_seq_length,
-                                        max_predictions_per_seq=per_instance,
-                                        masked_lm_prob=md.get("masked_lm_prob", 0.15),
-                                        do_whole_word_mask=md.get("do_whole_word_mask", False))
+        rate = md.get("masked_lm_prob", 0.15) if c.masked_lm_prob is None else c.masked_lm_prob
+        if rate != md.get("masked_lm_prob", rate):
+            log.info("pipeline: dynamic masking masks %g of each sequence (the records were masked at %g)", rate,
+                     md["masked_lm_prob"])
+        masking = instances.InstanceConfig(max_seq_length=c.max_seq_length, max_predictions_per_seq=per_instance,
+                                           masked_lm_prob=rate, do_whole_word_mask=md.get("do_whole_word_mask", False))
+        masking.validate()
+        if masking.cap_warning():
+            log.warning("pipeline: dynamic masking: %s (re-run prepare with more prediction slots).",
+                        masking.cap_warning(""))
+        return masking
 
     def _examples(self, epochs: Optional[int], shuffle_files: bool):
         """Serialized records of this process: files (shuffled per epoch) → interleave → split."""

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
+import logging
 import multiprocessing
 import os
 import pickle
@@ -34,6 +35,8 @@ from bertjax.data import packing as packing_lib
 from bertjax.data import records
 from bertjax.data import table_corpus
 from bertjax.data import tokenization
+
+log = logging.getLogger(__name__)
 
 # Characters of text per block: ~250k tokens, ~20k instances at dupe_factor 10 (~40 MB of arrays).
 BLOCK_CHARS = 1_000_000
@@ -438,6 +441,8 @@ def prepare(cfg: PrepareConfig, num_workers: int = 1, runner: str = "local", bea
     if num_workers < 1:
         raise ValueError(f"--num_workers={num_workers} must be ≥ 1.")
     tokenizer = check_inputs(cfg)
+    if cfg.instance.cap_warning():
+        log.warning("prepare: %s.", cfg.instance.cap_warning())
     clear_output_dir(cfg, overwrite)
     try:
         start = time.monotonic()

@@ -105,7 +105,7 @@ def prepare_data(config: JobConfig, workdir: str) -> JobConfig:
             cfg = shards.PrepareConfig(
                 input_file=text, output_dir=os.path.join(out, name), vocab_file=vocab_file,
                 do_lower_case=d.do_lower_case, random_seed=config.seed + (name == "heldout"),
-                num_shards=d.num_shards if name == "train" else 1, instance=d.instance_config(dupe),
+                num_shards=d.num_shards if name == "train" else 1, instance=d.instance_config(dupe, name == "heldout"),
                 packing=d.packing_config())
             log.info("data: preparing %s records (dupe_factor %d) into %s", name, dupe, cfg.output_dir)
             # overwrite: a stage cut short before stage.json is redone from the start
