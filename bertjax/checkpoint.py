@@ -421,6 +421,40 @@ class Checkpointer:
         self.manager._cleanup_tmp_directory_future = None  # noqa: SLF001  (as orbax's own wait leaves it)
 
 
+# --- Branching -----------------------------------------------------------------------------------------
+
+def branch_source(branch_from: str) -> tuple[str, Optional[int]]:
+    """`config.train.branch_from`: `WORKDIR` (its newest step) or `WORKDIR/STEP` → (workdir, step or None)."""
+    path = branch_from.rstrip("/")
+    head, tail = os.path.split(path)
+    if tail.isdigit() and not is_workdir(path) and is_workdir(head):
+        return head, int(tail)
+    return path, None
+
+
+def restore_branch(branch_from: str, cfg: CheckpointConfig, fingerprint: dict, abstract_state: Any,
+                   pipeline: Any = None) -> Any:
+    """Another run's whole state at a step — params, optimizer state, step, rng and the data position — for a
+    run that goes on from there in its own workdir (a decay branch of a stable-phase run). As `restore`:
+    another model or optimizer layout, or damaged arrays, are one sentence."""
+    workdir, step = branch_source(branch_from)
+    if not is_workdir(workdir):
+        raise FileNotFoundError(f"config.train.branch_from={branch_from}: {workdir} is not a bertjax workdir (no "
+                                f"{CHECKPOINTS}/ in it); name a pre-training run's workdir, or WORKDIR/STEP.")
+    source = Checkpointer(workdir, cfg, fingerprint, read_only=True)
+    try:
+        steps = sorted(source.manager.all_steps())
+        if not steps:
+            raise FileNotFoundError(f"config.train.branch_from={branch_from}: {source.directory} holds no checkpoint.")
+        step = steps[-1] if step is None else step
+        if step not in steps:
+            raise ValueError(f"config.train.branch_from={branch_from}: {source.directory} has no step {step}, only "
+                             f"{steps}; branch from one of those (config.checkpoint.keep_every keeps more).")
+        return source.restore(step, abstract_state, pipeline)
+    finally:
+        source.close()
+
+
 # --- Weights only ------------------------------------------------------------------------------------
 
 def is_workdir(path: str) -> bool:

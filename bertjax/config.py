@@ -196,6 +196,7 @@ class TrainConfig:
     num_train_steps: int = 900_000
     log_every_steps: int = 100
     init_from: str = ""
+    branch_from: str = ""  # WORKDIR or WORKDIR/STEP: go on from that run's whole state (a decay branch)
     phase: int = 1
     profile_steps: int = 0
     on_nonfinite: str = "skip"
@@ -219,6 +220,10 @@ class TrainConfig:
                              "workdir (e.g. configs/large.py:phase=2,init_from=/ckpt/large-phase1).")
         if self.profile_steps < 0:
             raise _bad("config.train.profile_steps", self.profile_steps, "must be ≥ 0 (0 = no profile).")
+        if self.branch_from and self.init_from:
+            raise ValueError(f"config.train.branch_from={self.branch_from} and config.train.init_from={self.init_from} "
+                             "both say where the run starts; branch_from takes the whole state (params, optimizer, "
+                             "step, data position), init_from the weights only: keep one.")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -48,6 +48,20 @@ def _pipeline(job: JobConfig, files: str, training: bool, batch_size: int) -> pi
         verify_checksums=d.verify_checksums))
 
 
+def _check_branch_schedule(job: JobConfig, step: int) -> None:
+    """A branch must not start inside its own decay (the learning rate would drop at once) nor after its end."""
+    t = job.train
+    if step >= t.num_train_steps:
+        raise ValueError(f"config.train.branch_from={t.branch_from} starts at step {step}, at or after "
+                         f"config.train.num_train_steps={t.num_train_steps}; set num_train_steps beyond it "
+                         f"(a decay of N steps: {step} + N).")
+    decay_start = t.num_train_steps - job.optim.decay_steps
+    if job.optim.schedule == "wsd" and decay_start < step:
+        raise ValueError(f"config.train.branch_from={t.branch_from} starts at step {step}, inside the decay "
+                         f"(steps {decay_start}–{t.num_train_steps}); set config.train.num_train_steps="
+                         f"{step + job.optim.decay_steps} to decay over the {job.optim.decay_steps} steps after it.")
+
+
 def evaluate(trainer: trainer_lib.Trainer, params: Any, pipeline: pipeline_lib.InputPipeline,
              num_batches: int) -> dict[str, float]:
     """One pass over (at most num_batches of) the held-out pipeline: normalised metrics."""
@@ -121,6 +135,12 @@ def _train_and_evaluate(config: Any, workdir: str, compile_only: bool, stop: loo
         state = checkpoints.restore_latest(trainer.abstract_state, train_data, job.checkpoint.start_over_if_damaged)
         if state is not None:
             log.info("restore: resumed from %s/%d", checkpoints.directory, int(state.step))
+        elif job.train.branch_from:
+            state = checkpoint_lib.restore_branch(job.train.branch_from, job.checkpoint, fingerprint,
+                                                  trainer.abstract_state, train_data)
+            _check_branch_schedule(job, int(state.step))
+            log.info("restore: branched from %s at step %d (params, optimizer state, data position)",
+                     job.train.branch_from, int(state.step))
         elif job.train.init_from:
             state = trainer.state_from_params(pretrained.init_params(job.train.init_from, trainer.model))
             log.info("restore: weights from %s; fresh optimizer state", job.train.init_from)
