@@ -39,8 +39,8 @@ def run_vocab(workdir: str) -> tuple[Optional[str], bool]:
     with open(path) as f:
         data = json.load(f).get("data", {})
     vocab = data.get("vocab_file") or None
-    if vocab and not (os.path.isfile(vocab) and vocab.endswith(".txt")):
-        vocab = None  # only a WordPiece vocab.txt belongs in a BertTokenizer directory
+    if vocab and not (os.path.isfile(vocab) and vocab.endswith((".txt", ".json"))):
+        vocab = None  # a WordPiece vocab.txt or a tokenizer.json travels with an export; a SentencePiece model not
     return vocab, bool(data.get("do_lower_case", True))
 
 

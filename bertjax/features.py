@@ -91,6 +91,8 @@ def find_vocab(init_from: str, vocab_file: Optional[str], do_lower_case: Optiona
             recorded = False  # google-research/bert's cased_L-12_H-768_A-12 and kin record it only in the name
     elif checkpoint_lib.is_workdir(init_from):
         found, recorded = exporting.run_vocab(init_from)
+    elif os.path.isfile(os.path.join(init_from, tokenization.TOKENIZER_JSON)):  # applied as is, casing included
+        found = os.path.join(init_from, tokenization.TOKENIZER_JSON)
     vocab_file = vocab_file or found
     if not vocab_file:
         raise FileNotFoundError(f"--init_from={init_from} records no vocabulary (no {tokenization.VOCAB_FILE}, no "

@@ -74,6 +74,8 @@ def _vocab_of(path: str) -> tuple[Optional[str], bool]:
         return _run_vocab(path) or exporting.run_vocab(path)
     if hf.has_config(path):
         vocab = os.path.join(path, "vocab.txt")
+        if not os.path.isfile(vocab):  # a tokenizer.json alone (byte-level BPE, ModernBERT's own) is applied as is
+            vocab = os.path.join(path, "tokenizer.json")
         settings = os.path.join(path, "tokenizer_config.json")
         lower = True
         if os.path.isfile(settings):

@@ -1,7 +1,7 @@
-"""Train a WordPiece vocab.txt or a SentencePiece model from a corpus.
+"""Train a WordPiece vocab.txt, a SentencePiece model or a byte-level BPE tokenizer.json from a corpus.
 
   python -m bertjax.tokenizer --input_file=GLOB[,GLOB] --vocab_size=N --output_dir=DIR \
-      [--model_type=wordpiece|sentencepiece] [--do_lower_case]
+      [--model_type=wordpiece|sentencepiece|bpe] [--do_lower_case]
 
 --input_file takes what `python -m bertjax.prepare` takes: BERT raw-text files (one sentence per line,
 blank lines between documents, `.gz` allowed), Parquet / JSON Lines files (one document per row, its text in
@@ -28,8 +28,10 @@ def define_flags() -> None:
     flags.DEFINE_string("input_file", None, "Corpus: text files (glob / comma list, .gz ok), Parquet / JSON "
                         "Lines files (.parquet, .jsonl[.gz|.zst]), tfds:NAME[:SPLIT] or builtin:pydocs.", required=True)
     flags.DEFINE_integer("vocab_size", None, "Size of the vocabulary, special tokens included.", required=True)
-    flags.DEFINE_string("output_dir", None, "Directory for vocab.txt or spm.model/spm.vocab.", required=True)
-    flags.DEFINE_enum("model_type", "wordpiece", ["wordpiece", "sentencepiece"], "Tokenizer engine.")
+    flags.DEFINE_string("output_dir", None, "Directory for vocab.txt, spm.model/spm.vocab or tokenizer.json.",
+                        required=True)
+    flags.DEFINE_enum("model_type", "wordpiece", ["wordpiece", "sentencepiece", "bpe"],
+                      "Tokenizer engine; bpe: byte-level BPE (RoBERTa's, ModernBERT's) in a tokenizer.json.")
     flags.DEFINE_boolean("do_lower_case", True, "Lower-case (and, for WordPiece, strip accents); use "
                          "--nodo_lower_case for a cased vocab.")
     flags.DEFINE_integer("num_threads", 1, "SentencePiece's training threads: more train a large corpus faster, "
@@ -60,6 +62,9 @@ def main(argv: list[str]) -> None:
             # A vocab of another size than asked says so, and why, in one printed line.
             tok = vocab_training.train_wordpiece(sentences(source), FLAGS.vocab_size, FLAGS.output_dir,
                                                  do_lower_case=FLAGS.do_lower_case, report=print)
+        elif FLAGS.model_type == "bpe":
+            tok = vocab_training.train_bpe(sentences(source), FLAGS.vocab_size, FLAGS.output_dir,
+                                           do_lower_case=FLAGS.do_lower_case)
         else:
             tok = vocab_training.train_sentencepiece(sentences(source), FLAGS.vocab_size, FLAGS.output_dir,
                                                      do_lower_case=FLAGS.do_lower_case, seed=FLAGS.random_seed,

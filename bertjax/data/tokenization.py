@@ -1,4 +1,5 @@
-"""WordPiece (BERT vocab.txt, run by HF `tokenizers`) and SentencePiece (.model): load and train behind one interface.
+"""WordPiece (BERT vocab.txt, run by HF `tokenizers`), SentencePiece (.model) and any `tokenizers` file
+(tokenizer.json: byte-level BPE, ModernBERT's own, ...): load behind one interface.
 
 WordPiece output must equal google-research/bert's `FullTokenizer` (BasicTokenizer + WordpieceTokenizer) token for
 token, so that records made here and by create_pretraining_data.py agree. The stock `BertNormalizer` +
@@ -30,6 +31,10 @@ SENTENCEPIECE_SPACE = "\u2581"
 MAX_INPUT_CHARS_PER_WORD = 100  # BERT's WordpieceTokenizer default: longer words become [UNK].
 VOCAB_FILE = "vocab.txt"
 SPM_PREFIX = "spm"
+TOKENIZER_JSON = "tokenizer.json"
+BYTE_LEVEL_SPACE = "\u0120"  # "Ġ": byte-level BPE's mark of a piece that starts a word
+# The same five roles under RoBERTa's names, which tokenizer.json files of that lineage use.
+ROBERTA_SPECIALS = {PAD: "<pad>", UNK: "<unk>", CLS: "<s>", SEP: "</s>", MASK: "<mask>"}
 
 # BERT's _is_chinese_char ranges (CJK ideographs, not Hangul or kana).
 _CJK_RANGES = ((0x4E00, 0x9FFF), (0x3400, 0x4DBF), (0x20000, 0x2A6DF), (0x2A700, 0x2B73F), (0x2B740, 0x2B81F),
@@ -280,18 +285,93 @@ class SentencePieceTokenizer(Tokenizer):
         return not token.startswith(SENTENCEPIECE_SPACE) and token not in SPECIAL_TOKENS
 
 
-def load(path: str | os.PathLike, do_lower_case: bool = True) -> Tokenizer:
-    """Picks the engine by file: `*.model` is SentencePiece, anything else a WordPiece vocab.txt.
+# ---------------------------------------------------------------------------------------------- tokenizer.json
 
-    A directory is searched for vocab.txt, then spm.model (what vocab_training.py writes).
+
+class JsonTokenizer(Tokenizer):
+    """A `tokenizers` file (tokenizer.json) as it is: its own normalizer (lower-casing included), pre-tokenizer and
+    model, so do_lower_case is the file's business. Specials are found by BERT's names ([CLS] ...) or RoBERTa's
+    (<s> ...); a piece continues a word when the file's model says so (WordPiece's "##", byte-level BPE's missing
+    "Ġ", Metaspace's missing "▁")."""
+
+    def __init__(self, path: str | os.PathLike, do_lower_case: bool = True):
+        self.path = pathlib.Path(path)
+        self.do_lower_case = do_lower_case
+        if not self.path.is_file():
+            raise FileNotFoundError(f"Tokenizer file {self.path} does not exist; pass a tokenizer.json or train one "
+                                    "with `python -m bertjax.tokenizer --model_type=bpe`.")
+        try:
+            self._tok = tokenizers.Tokenizer.from_file(str(self.path))
+        except Exception as e:  # noqa: BLE001  (tokenizers raises its own Exception subclass)
+            raise ValueError(f"Tokenizer file {self.path} cannot be read by `tokenizers` ({str(e).strip()[:200]}); "
+                             "pass a tokenizer.json that transformers' fast tokenizers load.") from None
+        index = self._tok.get_vocab(with_added_tokens=True)
+        vocab = [""] * (max(index.values()) + 1 if index else 0)
+        for token, i in index.items():
+            vocab[i] = token
+        holes = [i for i, t in enumerate(vocab) if not t]
+        if holes:
+            raise ValueError(f"Tokenizer file {self.path} has no token for id(s) {holes[:5]}; its ids must be 0..N-1.")
+        names = set(index)
+        if not set(SPECIAL_TOKENS) <= names and set(ROBERTA_SPECIALS.values()) <= names:
+            self._specials = ROBERTA_SPECIALS
+        else:
+            self._specials = {t: t for t in SPECIAL_TOKENS}
+        self._set_vocab(vocab)
+        spec = self._tok.to_str()
+        model = self._tok.model
+        self._prefix = getattr(model, "continuing_subword_prefix", None) if type(model).__name__ == "WordPiece" else None
+        self._word_start = BYTE_LEVEL_SPACE if '"ByteLevel"' in spec else SENTENCEPIECE_SPACE if '"Metaspace"' in spec \
+            else None
+
+    def _set_vocab(self, vocab: list[str]) -> None:
+        mapped = {self._specials[t]: t for t in SPECIAL_TOKENS}  # RoBERTa's names stand in for BERT's
+        missing = [t for t in SPECIAL_TOKENS if self._specials[t] not in set(vocab)]
+        if missing:
+            raise ValueError(f"Tokenizer file {self.path} lacks the special token(s) {' '.join(missing)} (or RoBERTa's "
+                             "<pad> <unk> <s> </s> <mask>); add them, or train one with `python -m bertjax.tokenizer "
+                             "--model_type=bpe`, which places them at ids 0-4.")
+        super()._set_vocab([mapped.get(t, t) for t in vocab])
+        self.vocab = vocab  # the file's own names
+
+    def tokenize(self, text: str) -> list[str]:
+        return self._tok.encode(text, add_special_tokens=False).tokens
+
+    def encode(self, text: str) -> list[int]:
+        return self._tok.encode(text, add_special_tokens=False).ids
+
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        return [e.ids for e in self._tok.encode_batch(list(texts), add_special_tokens=False)]
+
+    def decode(self, ids: Iterable[int]) -> str:
+        return self._tok.decode([int(i) for i in ids], skip_special_tokens=False)
+
+    def is_continuation_token(self, token: str) -> bool:
+        if token in self._index and self._index[token] in self.special_ids:
+            return False
+        if self._prefix:
+            return token.startswith(self._prefix) and len(token) > len(self._prefix)
+        if self._word_start:
+            return not token.startswith(self._word_start)
+        return False  # no word marks: every piece is a word of its own for whole-word masking
+
+
+def load(path: str | os.PathLike, do_lower_case: bool = True) -> Tokenizer:
+    """Picks the engine by file: `*.model` is SentencePiece, `*.json` a `tokenizers` file (tokenizer.json),
+    anything else a WordPiece vocab.txt.
+
+    A directory is searched for vocab.txt, then spm.model, then tokenizer.json (what vocab_training.py writes).
     """
     path = pathlib.Path(path)
     if path.is_dir():
-        for name in (VOCAB_FILE, f"{SPM_PREFIX}.model"):
+        for name in (VOCAB_FILE, f"{SPM_PREFIX}.model", TOKENIZER_JSON):
             if (path / name).is_file():
                 return load(path / name, do_lower_case)
-        raise FileNotFoundError(f"Directory {path} holds neither {VOCAB_FILE} nor {SPM_PREFIX}.model; pass the vocab "
-                                "file itself or train one with `python -m bertjax.tokenizer`.")
+        raise FileNotFoundError(f"Directory {path} holds none of {VOCAB_FILE}, {SPM_PREFIX}.model or "
+                                f"{TOKENIZER_JSON}; pass the vocab file itself or train one with "
+                                "`python -m bertjax.tokenizer`.")
     if path.suffix == ".model":
         return SentencePieceTokenizer(path, do_lower_case)
+    if path.suffix == ".json":
+        return JsonTokenizer(path, do_lower_case)
     return WordPieceTokenizer(path, do_lower_case)

@@ -56,6 +56,7 @@ import unicodedata
 from collections.abc import Callable, Iterable, Iterator
 
 import sentencepiece as spm
+import tokenizers
 
 from bertjax.data import tokenization
 from bertjax.data.tokenization import CLS, MASK, PAD, SEP, SPECIAL_TOKENS, SPM_PREFIX, UNK, VOCAB_FILE
@@ -448,3 +449,34 @@ def train_sentencepiece(texts: Iterable[str], vocab_size: int, output_dir: str |
     (out / f"{SPM_PREFIX}.vocab").write_text("".join(f"{trained.id_to_piece(i)}\t{trained.get_score(i):g}\n"
                                                       for i in range(trained.get_piece_size())), encoding="utf-8")
     return tokenization.SentencePieceTokenizer(out / f"{SPM_PREFIX}.model", do_lower_case)
+
+
+def train_bpe(texts: Iterable[str], vocab_size: int, output_dir: str | os.PathLike, do_lower_case: bool = True,
+              min_frequency: int = 2) -> tokenization.JsonTokenizer:
+    """Learns a byte-level BPE (as RoBERTa and ModernBERT tokenize) with HF `tokenizers` and writes
+    output_dir/tokenizer.json: NFC (and lower-casing with do_lower_case) in the file's normalizer, a "Ġ" before
+    every word (add_prefix_space, so a sentence's first word is the same piece as elsewhere), all 256 bytes
+    in the alphabet (no [UNK] from text), [PAD] [UNK] [CLS] [SEP] [MASK] at ids 0-4 and BERT's
+    [CLS] A [SEP] (B [SEP]) template, so transformers' fast tokenizers load it and tokenize as bertjax does.
+    Reproducible: the same lines and arguments give the same bytes in every process."""
+    if vocab_size <= len(SPECIAL_TOKENS) + 256:
+        raise ValueError(f"vocab_size={vocab_size} leaves no room for merges beside the 256 bytes and "
+                         f"{len(SPECIAL_TOKENS)} special tokens; ask for a larger --vocab_size.")
+    out = _output_dir(output_dir)
+    tok = tokenizers.Tokenizer(tokenizers.models.BPE(unk_token=UNK))
+    tok.normalizer = tokenizers.normalizers.Sequence(
+        [tokenizers.normalizers.NFC()] + [tokenizers.normalizers.Lowercase()] * do_lower_case)
+    tok.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=True)
+    tok.decoder = tokenizers.decoders.ByteLevel()
+    trainer = tokenizers.trainers.BpeTrainer(
+        vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=list(SPECIAL_TOKENS), show_progress=False,
+        initial_alphabet=tokenizers.pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(_nonempty(texts), trainer=trainer)
+    if tok.get_vocab_size() <= len(SPECIAL_TOKENS) + 256:
+        raise ValueError("BPE training learned no merges; check that --input_file matches non-empty text files.")
+    tok.post_processor = tokenizers.processors.TemplateProcessing(
+        single=f"{CLS} $A {SEP}", pair=f"{CLS} $A {SEP} $B:1 {SEP}:1",
+        special_tokens=[(CLS, tok.token_to_id(CLS)), (SEP, tok.token_to_id(SEP))])
+    path = out / tokenization.TOKENIZER_JSON
+    tok.save(str(path))
+    return tokenization.JsonTokenizer(path, do_lower_case)

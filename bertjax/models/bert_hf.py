@@ -137,7 +137,7 @@ def _write(path: str, config_dict: dict, tensors: dict[str, np.ndarray], max_len
         json.dump(config_dict, f, indent=2, sort_keys=True)
     save_file(tensors, os.path.join(path, WEIGHTS_NAME), metadata={"format": "pt"})
     if vocab_file is not None:
-        hf_files.write_wordpiece_tokenizer(path, vocab_file, do_lower_case, max_length)
+        hf_files.write_tokenizer(path, vocab_file, do_lower_case, max_length)
 
 
 def save_pretrained(path: str, model: model_lib.BertForPreTraining, params: dict,

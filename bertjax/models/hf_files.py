@@ -78,13 +78,18 @@ def read_safetensors(files: list[str]) -> tuple[dict[str, np.ndarray], dict[str,
     return tensors, origin
 
 
-def write_wordpiece_tokenizer(path: str, vocab_file: str, do_lower_case: bool, max_length: int,
-                              model_input_names: Optional[list[str]] = None) -> None:
-    """vocab.txt and the tokenizer_config.json of a BertTokenizer (AutoTokenizer loads it) in `path`.
-    `model_input_names`: what the tokenizer returns (a model without token types takes no token_type_ids); with
-    it, also the same tokenizer as tokenizer.json, which transformers' AutoTokenizer reads for such a model."""
+def write_tokenizer(path: str, vocab_file: str, do_lower_case: bool, max_length: int,
+                    model_input_names: Optional[list[str]] = None) -> None:
+    """The run's tokenizer files in `path`, which transformers' AutoTokenizer loads and which tokenize as bertjax
+    did: a WordPiece vocab.txt as a BertTokenizer, or a tokenizer.json (byte-level BPE, ...) as is, beside a
+    tokenizer_config.json. `model_input_names`: what the tokenizer returns (a model without token types takes no
+    token_type_ids); with it, a vocab.txt is also written as tokenizer.json, which AutoTokenizer reads for such
+    a model."""
     if not os.path.isfile(vocab_file):
-        raise FileNotFoundError(f"vocab_file {vocab_file} does not exist; pass the vocab.txt used for training.")
+        raise FileNotFoundError(f"vocab_file {vocab_file} does not exist; pass the vocab file used for training.")
+    if vocab_file.endswith(".json"):
+        _write_json_tokenizer(path, vocab_file, max_length, model_input_names)
+        return
     target = os.path.join(path, "vocab.txt")
     if not (os.path.exists(target) and os.path.samefile(vocab_file, target)):  # re-exporting in place
         shutil.copyfile(vocab_file, target)
@@ -97,6 +102,24 @@ def write_wordpiece_tokenizer(path: str, vocab_file: str, do_lower_case: bool, m
         from bertjax.data import tokenization
 
         tokenization.load(vocab_file, do_lower_case).save_tokenizer_json(os.path.join(path, "tokenizer.json"))
+        tokenizer_config["model_input_names"] = model_input_names
+    with open(os.path.join(path, "tokenizer_config.json"), "w") as f:
+        json.dump(tokenizer_config, f, indent=2)
+
+
+def _write_json_tokenizer(path: str, tokenizer_file: str, max_length: int,
+                          model_input_names: Optional[list[str]]) -> None:
+    from bertjax.data import tokenization
+
+    tok = tokenization.load(tokenizer_file)
+    target = os.path.join(path, tokenization.TOKENIZER_JSON)
+    if not (os.path.exists(target) and os.path.samefile(tokenizer_file, target)):
+        shutil.copyfile(tokenizer_file, target)
+    names = {role: tok.vocab[i] for role, i in (("pad_token", tok.pad_id), ("unk_token", tok.unk_id),
+                                                 ("cls_token", tok.cls_id), ("sep_token", tok.sep_id),
+                                                 ("mask_token", tok.mask_id))}
+    tokenizer_config = dict(tokenizer_class="PreTrainedTokenizerFast", model_max_length=max_length, **names)
+    if model_input_names:
         tokenizer_config["model_input_names"] = model_input_names
     with open(os.path.join(path, "tokenizer_config.json"), "w") as f:
         json.dump(tokenizer_config, f, indent=2)

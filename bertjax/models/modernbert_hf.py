@@ -142,7 +142,7 @@ def _write_directory(path: str, config: ModernBertConfig, config_dict: dict, ten
         json.dump(config_dict, f, indent=2, sort_keys=True)
     save_file(tensors, os.path.join(path, hf_files.WEIGHTS_NAME), metadata={"format": "pt"})
     if vocab_file:
-        hf_files.write_wordpiece_tokenizer(path, vocab_file, do_lower_case, config.max_position_embeddings,
+        hf_files.write_tokenizer(path, vocab_file, do_lower_case, config.max_position_embeddings,
                                            model_input_names=["input_ids", "attention_mask"])
     for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt"):
         if tokenizer_dir and os.path.isfile(os.path.join(tokenizer_dir, name)):

@@ -1,0 +1,103 @@
+"""Byte-level BPE (`python -m bertjax.tokenizer --model_type=bpe`) and any tokenizer.json: the same bytes from the
+same corpus, tokenization equal to transformers' fast tokenizer on held-out text, specials under BERT's or
+RoBERTa's names, word starts for whole-word masking, and a ModernBERT run whose export carries the tokenizer."""
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tokenizers
+
+from bertjax.data import corpus as corpus_lib
+from bertjax.data import tokenization, vocab_training
+
+transformers = pytest.importorskip("transformers")
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+HELD_OUT = ["The interpreter reads a file, then runs its code.", "Ünïcode naïve 東京 lists  and\ttabs",
+            "x = [1, 2, 3]  # a comment", "Return the HTTPResponse object's headers."]
+
+
+def pydocs_lines(every: int = 1):
+    source = corpus_lib.open_source("builtin:pydocs")
+    for i, document in enumerate(source.documents()):
+        if i % every == 0:
+            yield from document
+
+
+@pytest.fixture(scope="module")
+def bpe(tmp_path_factory) -> tokenization.JsonTokenizer:
+    return vocab_training.train_bpe(pydocs_lines(), 1200, tmp_path_factory.mktemp("bpe"))
+
+
+def test_bpe_is_reproducible_and_places_the_specials_first(bpe, tmp_path):
+    again = vocab_training.train_bpe(pydocs_lines(), 1200, tmp_path)
+    assert again.path.read_bytes() == bpe.path.read_bytes()
+    assert (bpe.pad_id, bpe.unk_id, bpe.cls_id, bpe.sep_id, bpe.mask_id) == (0, 1, 2, 3, 4)
+    assert bpe.vocab_size == 1200 and tokenization.load(bpe.path.parent).path == bpe.path  # a directory finds it
+    assert bpe.unk_id not in bpe.encode(" ".join(HELD_OUT))  # every byte is in the alphabet
+
+
+def test_bpe_tokenizes_as_transformers_fast_tokenizer_does(bpe):
+    theirs = transformers.PreTrainedTokenizerFast(tokenizer_file=str(bpe.path), cls_token="[CLS]", sep_token="[SEP]",
+                                                  pad_token="[PAD]", unk_token="[UNK]", mask_token="[MASK]")
+    for text in HELD_OUT:
+        assert theirs(text)["input_ids"] == [bpe.cls_id, *bpe.encode(text), bpe.sep_id], text
+    pair = theirs(HELD_OUT[0], HELD_OUT[1])
+    assert pair["input_ids"] == [bpe.cls_id, *bpe.encode(HELD_OUT[0]), bpe.sep_id, *bpe.encode(HELD_OUT[1]), bpe.sep_id]
+    assert bpe.encode("The Code") == bpe.encode("the code")  # lower-cased by the file's own normalizer
+
+
+def test_word_starts_for_whole_word_masking(bpe):
+    pieces = bpe.tokenize("interpreters unbelievably")
+    starts = [not bpe.is_continuation_token(p) for p in pieces]
+    assert starts[0] and sum(starts) == 2 and len(pieces) > 2, pieces  # two words, more pieces than words
+    assert not any(bpe.is_continuation_token(bpe.vocab[i]) for i in bpe.special_ids)
+
+
+def test_roberta_named_specials_and_a_file_without_them(tmp_path):
+    tok = tokenizers.Tokenizer(tokenizers.models.BPE(unk_token="<unk>"))
+    tok.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=True)
+    tok.train_from_iterator(HELD_OUT * 50, tokenizers.trainers.BpeTrainer(
+        vocab_size=300, special_tokens=["<s>", "<pad>", "</s>", "<unk>", "<mask>"], show_progress=False))
+    tok.save(str(tmp_path / "roberta.json"))
+    loaded = tokenization.load(tmp_path / "roberta.json")
+    assert (loaded.cls_id, loaded.pad_id, loaded.sep_id, loaded.unk_id, loaded.mask_id) == (0, 1, 2, 3, 4)
+    assert loaded.vocab[loaded.mask_id] == "<mask>"
+    bare = tokenizers.Tokenizer(tokenizers.models.BPE())
+    bare.train_from_iterator(HELD_OUT, tokenizers.trainers.BpeTrainer(vocab_size=100, show_progress=False))
+    bare.save(str(tmp_path / "bare.json"))
+    with pytest.raises(ValueError, match=r"bare\.json lacks the special token\(s\) \[PAD\] \[UNK\] \[CLS\] \[SEP\] "
+                                         r"\[MASK\] \(or RoBERTa's"):
+        tokenization.load(tmp_path / "bare.json")
+    (tmp_path / "broken.json").write_text("{not json")
+    with pytest.raises(ValueError, match=r"broken\.json cannot be read by `tokenizers`"):
+        tokenization.load(tmp_path / "broken.json")
+
+
+def test_a_modernbert_run_on_bpe_exports_a_tokenizer_that_tokenizes_as_it_did(bpe, tmp_path):
+    run = tmp_path / "run"
+    done = subprocess.run(
+        [sys.executable, "-m", "bertjax.main", "--config=configs/modernbert.py:size=tiny,runlocal", f"--workdir={run}",
+         "--config.data.corpus=builtin:pydocs", "--config.data.dupe_factor=1", f"--config.data.vocab_file={bpe.path}",
+         "--config.train.num_train_steps=6", "--config.eval.every_steps=6", "--config.checkpoint.export_hf=true"],
+        cwd=ROOT, capture_output=True, text=True, timeout=900, env=dict(os.environ, JAX_PLATFORMS="cpu"))
+    assert done.returncode == 0, done.stderr[-3000:]
+    metadata = json.loads((run / "data" / "train" / "metadata.json").read_text())
+    assert metadata["vocab_size"] == 1200
+    hf_tokenizer = transformers.AutoTokenizer.from_pretrained(str(run / "hf"))
+    model = transformers.AutoModelForMaskedLM.from_pretrained(str(run / "hf"))
+    assert type(model).__name__ == "ModernBertForMaskedLM" and model.config.vocab_size == 1200
+    assert model.config.cls_token_id == bpe.cls_id and hf_tokenizer.mask_token_id == bpe.mask_id
+    enc = hf_tokenizer(HELD_OUT, padding=True)
+    assert set(enc) == {"input_ids", "attention_mask"}
+    for text, ids, mask in zip(HELD_OUT, enc["input_ids"], enc["attention_mask"]):
+        assert list(np.asarray(ids)[np.asarray(mask) > 0]) == [bpe.cls_id, *bpe.encode(text), bpe.sep_id]
+    # Fine-tuning from that export finds its tokenizer.json (no vocab.txt there) and applies it.
+    from bertjax import finetuning
+
+    assert finetuning._vocab_of(str(run / "hf"))[0] == str(run / "hf" / "tokenizer.json")
