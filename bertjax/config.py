@@ -197,6 +197,8 @@ class TrainConfig:
     log_every_steps: int = 100
     init_from: str = ""
     branch_from: str = ""  # WORKDIR or WORKDIR/STEP: go on from that run's whole state (a decay branch)
+    batch_warmup_tokens: int = 0  # grow the batch over this many tokens (rows × max_seq_length); 0 = off
+    batch_warmup_start: int = 0  # the first steps' global batch (rows), a whole number of micro-batches
     phase: int = 1
     profile_steps: int = 0
     on_nonfinite: str = "skip"
@@ -220,6 +222,18 @@ class TrainConfig:
                              "workdir (e.g. configs/large.py:phase=2,init_from=/ckpt/large-phase1).")
         if self.profile_steps < 0:
             raise _bad("config.train.profile_steps", self.profile_steps, "must be ≥ 0 (0 = no profile).")
+        if self.batch_warmup_tokens < 0:
+            raise _bad("config.train.batch_warmup_tokens", self.batch_warmup_tokens, "must be ≥ 0 (0 = off).")
+        if self.batch_warmup_tokens:
+            rows = self.global_batch_size // self.micro_batches
+            if self.micro_batches < 2:
+                raise ValueError(f"config.train.batch_warmup_tokens={self.batch_warmup_tokens} grows the batch by "
+                                 "micro-batches, but config.train.micro_batches=1; set micro_batches to global_batch_size "
+                                 "/ batch_warmup_start or more (the smallest batch is one micro-batch).")
+            if not 0 < self.batch_warmup_start < self.global_batch_size or self.batch_warmup_start % rows:
+                raise ValueError(f"config.train.batch_warmup_start={self.batch_warmup_start} must be a whole number of "
+                                 f"micro-batches of {rows} rows (global_batch_size {self.global_batch_size} / "
+                                 f"micro_batches {self.micro_batches}) below global_batch_size, e.g. {rows}.")
         if self.branch_from and self.init_from:
             raise ValueError(f"config.train.branch_from={self.branch_from} and config.train.init_from={self.init_from} "
                              "both say where the run starts; branch_from takes the whole state (params, optimizer, "

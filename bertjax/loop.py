@@ -17,6 +17,7 @@ from typing import Any, Callable, Optional
 
 import jax
 
+from bertjax import batch_warmup
 from bertjax import checkpoint as checkpoint_lib
 from bertjax import lock as lock_lib
 from bertjax import metrics as metrics_lib
@@ -222,9 +223,12 @@ def train_loop(trainer: trainer_lib.Trainer, state: Any, train_data: Any, evalua
                 values = metrics_lib.normalize(running)
                 values["skipped_steps"] = guard.take_log_count()
                 timing = meter.update(step)
+                rows = global_batch
+                if isinstance(train_data, batch_warmup.WarmupBatches):  # the batch is still growing
+                    rows = values["batch_rows"] = train_data.rows_at(step - 1)
                 if timing:
                     values.update(timing, **metrics_lib.throughput(
-                        timing["step_time_s"], global_batch, seq_len, trainer.task.flops_per_row, peak,
+                        timing["step_time_s"], rows, seq_len, trainer.task.flops_per_row, peak,
                         jax.device_count(), values["instances_per_row"], values["real_tokens_per_row"]))
                 writer.write(step, values, kind="train")
                 lock.refresh()

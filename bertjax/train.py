@@ -18,6 +18,7 @@ from typing import Any
 import jax
 from etils import epath
 
+from bertjax import batch_warmup
 from bertjax import checkpoint as checkpoint_lib
 from bertjax import lock as lock_lib
 from bertjax import loop as loop_lib
@@ -106,7 +107,10 @@ def _train_and_evaluate(config: Any, workdir: str, compile_only: bool, stop: loo
     # ===== data =====
     # The schema check runs here, before compilation: a mismatched record set is one clear error.
     local_batch = trainer_lib.process_batch_size(job.train)
-    train_data = _pipeline(job, job.data.train_files, True, local_batch)
+    warmup = batch_warmup.BatchWarmup(job.train, job.data.max_seq_length) if job.train.batch_warmup_tokens else None
+    # With batch warmup the pipeline reads one micro-batch at a time and a step takes as many as it needs.
+    train_data = _pipeline(job, job.data.train_files, True, local_batch // job.train.micro_batches if warmup
+                           else local_batch)
     eval_data = _pipeline(job, job.data.eval_files, False, local_batch) if job.data.eval_files else None
     baselines: dict[str, float] = {}
     if eval_data is not None:
@@ -146,6 +150,10 @@ def _train_and_evaluate(config: Any, workdir: str, compile_only: bool, stop: loo
             log.info("restore: weights from %s; fresh optimizer state", job.train.init_from)
         else:
             state = trainer.init_state()
+        if warmup is not None:
+            train_data = batch_warmup.WarmupBatches(train_data, warmup, int(state.step))
+            log.info("batch warmup: %d → %d rows over the first %s tokens (%d steps)", job.train.batch_warmup_start,
+                     job.train.global_batch_size, f"{job.train.batch_warmup_tokens:,}", warmup.steps())
         # ===== loop =====
         watch = loop_lib.NotLearningWatch(job)
 

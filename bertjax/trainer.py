@@ -119,7 +119,8 @@ def pretraining_task(config: JobConfig, platform: Optional[str] = None) -> Task:
 # --- The steps ---------------------------------------------------------------------------------------
 
 def make_train_step(task: Task, tx: optax.GradientTransformation, micro_batches: int,
-                    learning_rate: Callable[[jax.Array], jax.Array], compute_shardings: Any = None) -> Callable:
+                    learning_rate: Callable[[jax.Array], jax.Array], compute_shardings: Any = None,
+                    skip_empty_micro_batches: bool = False) -> Callable:
     """(state, batch) → (state, metrics). Gradients are summed over micro-batches inside the step.
 
     A step whose loss or gradient norm is not finite changes nothing but the step count (the batch is
@@ -131,6 +132,9 @@ def make_train_step(task: Task, tx: optax.GradientTransformation, micro_batches:
 
     The loss takes the *whole* batch's denominators (`task.loss_denominators`) in every micro-batch:
     accumulating k micro-batches gives exactly the gradient of one batch k times larger.
+
+    `skip_empty_micro_batches` (batch-size warmup, batch_warmup.py): a micro-batch whose example weights are
+    all 0 adds zeros instead of its gradient, computed under a `lax.cond` that does not run the model.
     """
 
     def step(state: TrainState, batch: Batch) -> tuple[TrainState, dict]:
@@ -152,7 +156,15 @@ def make_train_step(task: Task, tx: optax.GradientTransformation, micro_batches:
 
             def accumulate(carry, inputs):
                 index, micro = inputs
-                (loss_i, sums_i), grads_i = grad_fn(state.params, micro, jax.random.fold_in(step_rng, index))
+                if skip_empty_micro_batches:
+                    def empty(params, micro, rng):
+                        return jax.tree.map(jnp.zeros_like, ((carry[0], carry[1]), carry[2]))
+
+                    (loss_i, sums_i), grads_i = jax.lax.cond(
+                        jnp.any(micro[pipeline_lib.EXAMPLE_WEIGHT] > 0), grad_fn, empty, state.params, micro,
+                        jax.random.fold_in(step_rng, index))
+                else:
+                    (loss_i, sums_i), grads_i = grad_fn(state.params, micro, jax.random.fold_in(step_rng, index))
                 loss, sums, grads = carry
                 return (loss + loss_i, jax.tree.map(jnp.add, sums, sums_i), jax.tree.map(jnp.add, grads, grads_i)), None
 
@@ -360,7 +372,8 @@ def setup(config: Any, devices: Optional[Sequence[jax.Device]] = None, compile: 
         for name, (shape, dtype) in task.batch_shapes(train.global_batch_size).items()}
     batch_shardings = {k: v.sharding for k, v in batch_abstract.items()}
     compute_shardings = sharding_lib.gathered_for_compute(shardings.params)
-    jitted = jit_train_step(make_train_step(task, tx, train.micro_batches, learning_rate, compute_shardings),
+    jitted = jit_train_step(make_train_step(task, tx, train.micro_batches, learning_rate, compute_shardings,
+                                            skip_empty_micro_batches=getattr(train, "batch_warmup_tokens", 0) > 0),
                             shardings, batch_abstract, mesh)
 
     def jit_eval(forward: Callable) -> Callable:

@@ -110,6 +110,8 @@ def make(size: str, phase: int, init_from: str, runlocal: bool) -> ml_collection
     c.train.num_train_steps = 900_000  # optimizer steps in this phase (phase 2: 100_000)
     c.train.log_every_steps = 100  # steps between metric lines in the log, TensorBoard and metrics.jsonl
     c.train.init_from = init_from  # weights only: an HF directory or a bertjax workdir
+    c.train.batch_warmup_tokens = 0  # grow the global batch over this many tokens (rows × seq length); 0 = off
+    c.train.batch_warmup_start = 0  # ... from this many rows, a whole number of micro-batches
     c.train.branch_from = ""  # WORKDIR or WORKDIR/STEP: go on from that run's whole state (a decay branch, say)
     c.train.phase = phase  # 2 refuses to start without init_from (phase 1's weights)
     c.train.profile_steps = 0  # trace this many steps after warm-up into workdir/plugins/profile (0 = off)
