@@ -209,17 +209,10 @@ def read_vocab_txt(path: pathlib.Path) -> list[str]:
     return vocab
 
 
-class WordPieceTokenizer(Tokenizer):
-    """BERT vocab.txt applied with BasicTokenizer + WordpieceTokenizer semantics."""
+class _TokenizersEngine(Tokenizer):
+    """A tokenizer run by HF `tokenizers` (self._tok): the specials are added by instance creation, not here."""
 
-    def __init__(self, path: str | os.PathLike, do_lower_case: bool = True):
-        self.path = pathlib.Path(path)
-        self.do_lower_case = do_lower_case
-        if not self.path.is_file():
-            raise FileNotFoundError(f"Vocabulary file {self.path} does not exist; pass the vocab.txt of your BERT "
-                                    "checkpoint or train one with `python -m bertjax.tokenizer`.")
-        self._set_vocab(read_vocab_txt(self.path))
-        self._tok = _hf_wordpiece({t: i for i, t in enumerate(self.vocab)}, do_lower_case)
+    _tok: tokenizers.Tokenizer
 
     def tokenize(self, text: str) -> list[str]:
         return self._tok.encode(text, add_special_tokens=False).tokens
@@ -232,6 +225,19 @@ class WordPieceTokenizer(Tokenizer):
 
     def decode(self, ids: Iterable[int]) -> str:
         return self._tok.decode([int(i) for i in ids], skip_special_tokens=False)
+
+
+class WordPieceTokenizer(_TokenizersEngine):
+    """BERT vocab.txt applied with BasicTokenizer + WordpieceTokenizer semantics."""
+
+    def __init__(self, path: str | os.PathLike, do_lower_case: bool = True):
+        self.path = pathlib.Path(path)
+        self.do_lower_case = do_lower_case
+        if not self.path.is_file():
+            raise FileNotFoundError(f"Vocabulary file {self.path} does not exist; pass the vocab.txt of your BERT "
+                                    "checkpoint or train one with `python -m bertjax.tokenizer`.")
+        self._set_vocab(read_vocab_txt(self.path))
+        self._tok = _hf_wordpiece({t: i for i, t in enumerate(self.vocab)}, do_lower_case)
 
     def is_continuation_token(self, token: str) -> bool:
         return token.startswith(WORDPIECE_PREFIX) and len(token) > len(WORDPIECE_PREFIX)
@@ -288,7 +294,7 @@ class SentencePieceTokenizer(Tokenizer):
 # ---------------------------------------------------------------------------------------------- tokenizer.json
 
 
-class JsonTokenizer(Tokenizer):
+class JsonTokenizer(_TokenizersEngine):
     """A `tokenizers` file (tokenizer.json) as it is: its own normalizer (lower-casing included), pre-tokenizer and
     model, so do_lower_case is the file's business. Specials are found by BERT's names ([CLS] ...) or RoBERTa's
     (<s> ...); a piece continues a word when the file's model says so (WordPiece's "##", byte-level BPE's missing
@@ -333,18 +339,6 @@ class JsonTokenizer(Tokenizer):
                              "--model_type=bpe`, which places them at ids 0-4.")
         super()._set_vocab([mapped.get(t, t) for t in vocab])
         self.vocab = vocab  # the file's own names
-
-    def tokenize(self, text: str) -> list[str]:
-        return self._tok.encode(text, add_special_tokens=False).tokens
-
-    def encode(self, text: str) -> list[int]:
-        return self._tok.encode(text, add_special_tokens=False).ids
-
-    def encode_batch(self, texts: list[str]) -> list[list[int]]:
-        return [e.ids for e in self._tok.encode_batch(list(texts), add_special_tokens=False)]
-
-    def decode(self, ids: Iterable[int]) -> str:
-        return self._tok.decode([int(i) for i in ids], skip_special_tokens=False)
 
     def is_continuation_token(self, token: str) -> bool:
         if token in self._index and self._index[token] in self.special_ids:
