@@ -161,7 +161,7 @@ def test_directory_given_as_a_file(tmp_path):
     sentence(e, f"config.data.corpus '{corpus_dir}' is a directory")
     with pytest.raises(FileNotFoundError) as e:  # --vocab_file=DIR is searched for vocab.txt / spm.model
         tokenization.load(corpus_dir)
-    sentence(e, corpus_dir, "holds neither vocab.txt nor spm.model")
+    sentence(e, corpus_dir, "holds none of vocab.txt, spm.model or tokenizer.json")
 
 
 def test_file_given_as_a_directory(tmp_path, minilm_dir):

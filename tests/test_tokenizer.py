@@ -260,7 +260,7 @@ def test_errors(tmp_path):
         tokenization.load(missing)
     with pytest.raises(FileNotFoundError, match="does not exist"):
         tokenization.load(tmp_path / "nope.model")
-    with pytest.raises(FileNotFoundError, match=f"Directory {tmp_path} holds neither"):
+    with pytest.raises(FileNotFoundError, match=f"Directory {tmp_path} holds none of vocab.txt, spm.model or tokenizer.json"):
         tokenization.load(tmp_path)
     with pytest.raises(ValueError, match=r"empty\.txt is empty"):
         tokenization.load(_write(tmp_path / "empty.txt", []))
