@@ -375,11 +375,12 @@ def prepare_trial(fault: str, rng: random.Random, data: str, directory: str, ref
     if fault == "prepare_kill":
         process = run_prepare(data, records_dir)
         at = rng.uniform(0.2, 1.0) * reference_seconds
-        out["kill_after_s"] = round(at, 2)
         start, workers = time.monotonic(), set()
-        while time.monotonic() - start < at and process.poll() is None:
+        # Mid-prepare means while its workers run: on a fast machine they can start after `at` has passed.
+        while (time.monotonic() - start < at or not workers) and process.poll() is None:
             workers.update(children(process.pid))
             time.sleep(0.05)
+        out["kill_after_s"] = round(time.monotonic() - start, 2)
         process.kill()
         process.wait()
         time.sleep(3)
