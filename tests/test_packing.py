@@ -92,6 +92,21 @@ def test_dynamic_masking_masks_each_packed_instance_as_if_alone():
         packing.mask_rows(original, mask, cfg, vocab, np.random.default_rng(0), 5)
 
 
+def test_dynamic_masking_fills_every_slot_of_a_batch_of_one_instance_rows():
+    # Rows of one long instance each (seq 64 rows of 64-token instances): the instance's own cap is fewer slots
+    # than the row holds, and the batch must still have the records' width (the pipeline's fixed shape).
+    rng = np.random.default_rng(0)
+    original = rng.integers(5, VOCAB, size=(4, SEQ)).astype(np.int32)
+    mask = np.ones((4, SEQ), np.int32)
+    vocab = instances_lib.Vocab(VOCAB, pad_id=0, cls_id=2, sep_id=3, mask_id=4, is_continuation=np.zeros(VOCAB, bool))
+    cfg = instances_lib.InstanceConfig(SEQ, PRED, masked_lm_prob=0.15)
+    m = packing.mask_rows(original, mask, cfg, vocab, rng, PRED + 3)
+    assert {m[k].shape for k in ("masked_lm_positions", "masked_lm_ids", "masked_lm_weights")} == {(4, PRED + 3)}
+    assert np.all(m["masked_lm_weights"][:, PRED:] == 0)
+    np.testing.assert_array_equal(instances_lib.unmask(m["input_ids"], m["masked_lm_positions"], m["masked_lm_ids"],
+                                                       m["masked_lm_weights"]), original)
+
+
 def per_instance_losses(implementation: str, packed: bool, arrays: dict):
     """Loss, gradients, and each instance's summed MLM cross-entropy and its NSP cross-entropy."""
     arch = model_lib.config_for_size("tiny", vocab_size=VOCAB, max_position_embeddings=SEQ,

@@ -135,6 +135,8 @@ def mask_rows(input_ids: np.ndarray, input_mask: np.ndarray, cfg: instances.Inst
                          f"max_predictions_per_row={max_predictions_per_row}; re-run prepare with a larger "
                          "--max_predictions_per_row.")
     first = np.argsort(weights == 0, axis=1, kind="stable")[:, :max_predictions_per_row]  # used slots first
-    out = {key: np.take_along_axis(alone[key].reshape(n, -1), first, axis=1)
+    # A batch of one-instance rows has fewer slots than the row holds (k × the instance cap): pad with empty ones.
+    pad = [(0, 0), (0, max_predictions_per_row - first.shape[1])]
+    out = {key: np.pad(np.take_along_axis(alone[key].reshape(n, -1), first, axis=1), pad)
            for key in ("masked_lm_positions", "masked_lm_ids", "masked_lm_weights")}
     return dict(input_ids=masked, **out)
