@@ -166,9 +166,10 @@ def _train_and_evaluate(config: Any, workdir: str, compile_only: bool, stop: loo
             if warning:
                 result["not_learning"] = 1.0
             writer.write(step, result, kind="eval", notes={"warning": warning} if warning else None)
-            log.info("eval  %s | baselines: mlm_acc %.2f%%, nsp_acc %.2f%%", metrics_lib.format_log_line(
-                dict(result, step=step)), 100 * baselines.get("mlm_accuracy_baseline", float("nan")),
-                100 * baselines.get("nsp_accuracy_baseline", float("nan")))
+            shown = [("mlm_acc", "mlm_accuracy_baseline")] + (
+                [("nsp_acc", "nsp_accuracy_baseline")] if job.data.next_sentence_prediction else [])  # MLM-only: none
+            log.info("eval  %s | baselines: %s", metrics_lib.format_log_line(dict(result, step=step)), ", ".join(
+                f"{name} {100 * baselines.get(key, float('nan')):.2f}%" for name, key in shown))
             if warning:
                 log.warning("%s", warning)
             return result
