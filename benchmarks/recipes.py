@@ -249,12 +249,12 @@ def main(argv=None) -> dict:
         if modern_steps is None:  # time the modern step at its full batch; this run also prepares its records
             c = modern_config["get_config"](quick[1:] or None)
             w = os.path.join(work, "modern-timing")
-            timing = pretrain("configs/modernbert_demo.py", w, data_args + [
+            pretrain("configs/modernbert_demo.py", w, data_args + [
                 f"--config.data.vocab_file={vocab}", f"--config.train.num_train_steps={args.calibration_steps}",
                 "--config.train.batch_warmup_tokens=0", f"--config.train.log_every_steps={args.calibration_steps // 2}",
                 f"--config.eval.every_steps={10 ** 6}", f"--config.optim.decay_steps={args.calibration_steps // 5}",
                 f"--config.optim.warmup_steps={args.calibration_steps // 5}"], w + ".log")
-            step_s = [r for r in read_metrics(w) if r["kind"] == "train"][-1]["step_time_s"]
+            step_s = [row for row in read_metrics(w) if row["kind"] == "train"][-1]["step_time_s"]
             modern_steps = steps_for(budget, step_s, dict(c.train), seq, modern_config["WARMUP_FRACTION"])
             warmup_steps = round(demo.optim.warmup_steps / demo.train.num_train_steps * modern_steps)
             modern_args = [f"--config.data.vocab_file={vocab}", f"--config.train.num_train_steps={modern_steps}",
