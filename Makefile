@@ -46,7 +46,7 @@ demo: $(VENV)/.base-installed
 # its module fixtures are built once; PYTEST_WORKERS=0 runs them in this process.
 PYTEST_WORKERS ?= 2
 test: $(VENV)/.test-installed
-	@echo "make: the test suite in $(PYTEST_WORKERS) worker processes (15 minutes on an idle 2-core AMD EPYC, longer when it is busy)"
+	@echo "make: the test suite in $(PYTEST_WORKERS) worker processes (about 25 minutes on a 2-core AMD EPYC, longer when it is busy)"
 	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile tests
 
 clean:

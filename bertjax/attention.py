@@ -165,21 +165,23 @@ def _splash(q: jax.Array, k: jax.Array, v: jax.Array, segments: jax.Array, windo
 
 # --- cuDNN --------------------------------------------------------------------------------------------
 
-def cudnn_arguments(mask: jax.Array, packed: bool, window: Optional[int] = None) -> dict:
-    """What `jax.nn.dot_product_attention` gets besides q, k, v. Unpacked rows (real tokens first, then
-    padding) pass their lengths. Packed rows pass the instance mask as a bias, which cuDNN's fused kernel
+def cudnn_arguments(mask: jax.Array, packed: bool, window: Optional[int] = None, dtype=jnp.float32) -> dict:
+    """What `jax.nn.dot_product_attention` gets besides q, k, v of `dtype`. Unpacked rows (real tokens first,
+    then padding) pass their lengths. Packed rows pass the instance mask as a bias, which cuDNN's fused kernel
     takes too. So does a sliding window: cuDNN's own window is one-sided (causal) in jax <= 0.11, which
     refuses a right window without a causal mask, so the band goes into the bias. That is exact, but
     cuDNN then computes the blocks outside the window too (splash on TPU skips them)."""
     if packed or window is not None:
-        return dict(bias=xla_bias(mask, packed, window))
+        # float32's most negative number is -inf in bfloat16 and float16. A padding query more than the window
+        # away from every real token sees no key at all: with -inf its softmax is NaN, which reaches real
+        # tokens through the next layer's keys and values. The dtype's own most negative number keeps it finite.
+        bias = jnp.maximum(xla_bias(mask, packed, window), jnp.finfo(dtype).min)
+        return dict(bias=bias.astype(dtype))
     lengths = jnp.sum(mask > 0, axis=1).astype(jnp.int32)
     return dict(query_seq_lengths=lengths, key_value_seq_lengths=lengths)
 
 
 def _cudnn(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, packed: bool,
            window: Optional[int] = None) -> jax.Array:
-    arguments = cudnn_arguments(mask, packed, window)
-    if "bias" in arguments:
-        arguments["bias"] = arguments["bias"].astype(q.dtype)
+    arguments = cudnn_arguments(mask, packed, window, q.dtype)
     return jax.nn.dot_product_attention(q, k, v, **arguments, implementation="cudnn")

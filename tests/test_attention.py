@@ -81,6 +81,23 @@ def test_cudnn_arguments_mask_padding_instances_and_the_window_both_sides(packed
     np.testing.assert_allclose(np.asarray(out)[real], _reference_attention(q, k, v, mask, window)[real], atol=1e-5)
 
 
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])
+def test_cudnn_arguments_keep_padding_beyond_the_window_finite_in_half_precision(dtype):
+    # A padding query more than the window away from every real token sees no key. With float32's minimum as
+    # the bias (-inf in half precision) its softmax was NaN, and the next layer spread that to real tokens.
+    mask = np.array([[1] * 4 + [0] * 12, [1] * 5 + [2] * 3 + [0] * 8])
+    q, k, v = (jax.random.normal(jax.random.PRNGKey(i), (2, 16, 2, 8)).astype(dtype) for i in range(3))
+    for packed in (False, True):
+        rows = mask if packed else (mask > 0).astype(int)
+        arguments = attention.cudnn_arguments(jnp.asarray(rows), packed, 2, dtype)
+        assert arguments["bias"].dtype == dtype and np.isfinite(np.asarray(arguments["bias"], np.float32)).all()
+        first = jax.nn.dot_product_attention(q, k, v, **arguments, implementation="xla")
+        second = jax.nn.dot_product_attention(first, first, first, **arguments, implementation="xla")
+        assert np.isfinite(np.asarray(first, np.float32)).all() and np.isfinite(np.asarray(second, np.float32)).all()
+        reference = _reference_attention(*(np.asarray(x, np.float32) for x in (q, k, v)), rows, 2)
+        np.testing.assert_allclose(np.asarray(first, np.float32)[rows > 0], reference[rows > 0], atol=3e-2)
+
+
 # --- splash equals xla ---------------------------------------------------------------------------------
 
 def batch(packed: bool) -> dict[str, np.ndarray]:
