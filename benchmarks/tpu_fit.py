@@ -18,7 +18,9 @@ and searches for the cheapest settings that fit, trying in this order and stoppi
 Micro-batches are estimated from what the last attempt needed (libtpu's out-of-memory report: activations
 scale with the rows a micro-batch holds), doubled until the step fits, then narrowed down to the fewest
 power of two that fits (the next count predicted from the memory of two compiles, else the half); a
-setting whose micro-batch would hold less than one row per device is skipped. A larger batch starts from
+setting whose micro-batch would hold less than one row per device is skipped. Where a power of two does
+not split the batch over the devices (576 rows on 16 chips), the fewest count above it that does is
+compiled instead (9), and narrowed down the same way over the counts that do (6). A larger batch starts from
 what a smaller one of the same case needed (k times the batch, k times the micro-batches), so most
 65,536 / 32,768 cases cost one or two compiles.
 Phases: `SEQ:GLOBAL_BATCH`, with 20 predictions at seq 128 and 80 at 512 (BERT's). Models are
@@ -38,6 +40,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import Optional
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Cloud TPU accelerator types → topologies (chips per dimension). v4 and v5p count TensorCores in the
@@ -148,26 +151,54 @@ def seed_from_smaller_batches(done: dict, model: str, seq: int, batch: int, slic
     return (min(fits) if fits else max(1, 2 * too_few)), too_few
 
 
-def next_probe(reports: list[dict], too_few: int, fits: int) -> int:
-    """The next micro-batch count to compile, a power of two in (too_few, fits/2].
-
-    Per-device memory is close to `a + b / micro` (the state, plus activations of fewer rows per
-    micro-batch); with two compiles at different counts the fewest that fits is predicted and tried first,
-    so that a search from a generous count does not compile every halving (each fitting compile of a
-    large model takes minutes). Otherwise, and when the prediction lies outside the range, the half."""
-    half = fits // 2
+def predicted_fewest(reports: list[dict]) -> Optional[float]:
+    """The fewest micro-batches that fit, from two or more compiles at different counts: per-device memory
+    is close to `a + b / micro` (the state, plus activations of fewer rows per micro-batch). None: fewer
+    than two compiles, or memory that does not follow the line."""
     points = {r["micro_batches"]: r["total_bytes"] for r in reports}
     if len(points) < 2:
-        return half
+        return None
     x = [1 / m for m in points]  # least squares of total bytes on 1 / micro
     x_mean, t_mean = sum(x) / len(x), sum(points.values()) / len(x)
     b = sum((xi - x_mean) * (t - t_mean) for xi, t in zip(x, points.values())) / sum((xi - x_mean) ** 2 for xi in x)
     a = t_mean - b * x_mean
     limit = min(r.get("compiler_available_bytes") or r["hbm_bytes_per_device"] for r in reports)
     if b <= 0 or a >= limit:
+        return None
+    return max(b / (limit - a), 1)
+
+
+def next_probe(reports: list[dict], too_few: int, fits: int) -> int:
+    """The next micro-batch count to compile, a power of two in (too_few, fits/2]: with two compiles at
+    different counts the predicted fewest that fits is tried first, so that a search from a generous count
+    does not compile every halving (each fitting compile of a large model takes minutes). Otherwise, and
+    when the prediction lies outside the range, the half."""
+    half = fits // 2
+    predicted = predicted_fewest(reports)
+    if predicted is None:
         return half
-    predicted = 2 ** math.ceil(math.log2(max(b / (limit - a), 1)))
-    return min(max(predicted, 2 * too_few, 1), half)
+    return min(max(2 ** math.ceil(math.log2(predicted)), 2 * too_few, 1), half)
+
+
+def splitting_counts(batch: int, devices: int) -> list[int]:
+    """Micro-batch counts whose micro-batches split evenly over the devices, at least a row each."""
+    return [c for c in range(1, batch // devices + 1) if batch % (c * devices) == 0]
+
+
+def next_splitting_count(target: int, batch: int, devices: int) -> Optional[int]:
+    """`target` (a power of two) when it splits the batch, else the fewest counts above it that do: a batch
+    of 576 on 16 chips takes 1, 2, 3, 4, 6, 9, 12, 18 or 36 micro-batches, never 8. None: nothing does."""
+    return next((c for c in splitting_counts(batch, devices) if c >= target), None)
+
+
+def narrower_splitting_count(reports: list[dict], too_few: int, fits: int, batch: int, devices: int) -> int:
+    """After a fit at a count that is no power of two: the next count below it to compile, one that splits
+    the batch, above the most known not to fit: the fewest at or above the prediction, else the middle one."""
+    below = [c for c in splitting_counts(batch, devices) if too_few < c < fits]
+    predicted = predicted_fewest(reports)
+    if predicted is None:
+        return below[len(below) // 2]
+    return next((c for c in below if c >= predicted), below[-1])
 
 
 def search(args, done: dict, model: str, seq: int, batch: int, slice_name: str) -> dict:
@@ -182,10 +213,14 @@ def search(args, done: dict, model: str, seq: int, batch: int, slice_name: str) 
             if report is None:
                 break  # an error other than memory: next plan
             if report["fits"]:
-                # The estimate may overshoot: narrow down to the fewest power of two above a known failure.
-                while micro // 2 > too_few:
-                    probe = next_probe([r["report"] for r in tried if r["report"] and r["mesh"] == mesh
-                                        and r["remat"] == remat], too_few, micro)
+                # The estimate may overshoot: narrow down to the fewest power of two above a known failure
+                # (or, where a power of two could not split the batch, the fewest count that does).
+                devices = report["num_devices"]
+                while (micro // 2 > too_few if micro & (micro - 1) == 0 else
+                       any(too_few < c < micro for c in splitting_counts(batch, devices))):
+                    reports = [r["report"] for r in tried if r["report"] and r["mesh"] == mesh and r["remat"] == remat]
+                    probe = next_probe(reports, too_few, micro) if micro & (micro - 1) == 0 else \
+                        narrower_splitting_count(reports, too_few, micro, batch, devices)
                     row = attempt(args, done, model, seq, batch, slice_name, mesh, remat, probe)
                     tried.append(row)
                     if row["report"] and row["report"]["fits"]:
@@ -196,7 +231,10 @@ def search(args, done: dict, model: str, seq: int, batch: int, slice_name: str) 
             too_few = micro
             limit = batch // report["num_devices"]  # at least one row per device per micro-batch
             micro = micro_batches_needed(report, micro, limit)
-            if micro > limit or batch % (micro * report["num_devices"]):
+            if micro > limit:
+                break
+            micro = next_splitting_count(micro, batch, report["num_devices"])
+            if micro is None:
                 break
     last = next((r["report"] for r in reversed(tried) if r["report"]), None)
     return dict(_summary(model, seq, batch, slice_name, last) if last else

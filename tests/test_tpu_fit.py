@@ -1,6 +1,6 @@
 """benchmarks/tpu_fit.py's search, against a stand-in compiler (memory = state + activations / micro-batches):
-it must find the fewest power-of-two micro-batches that fit, with few compiles, and start a larger batch
-from what a smaller one needed. The real compiles are tests/test_aot.py's."""
+it must find the fewest power-of-two micro-batches that fit (the fewest count that splits the batch where no
+power of two does), with few compiles, and start a larger batch from what a smaller one needed. The real compiles are tests/test_aot.py's."""
 
 import importlib.util
 import os
@@ -65,6 +65,16 @@ def test_search_finds_the_fewest_micro_batches(tpu_fit, monkeypatch, state_gib, 
     # compiling their scaled counts again.
     assert compiled[0] == (65536, 16 * small["micro_batches"]), compiled
     assert len(compiled) <= 4, compiled  # halving from 16 down to 1 would be 5
+
+
+def test_search_finds_the_fewest_count_that_splits_when_no_power_of_two_fits_and_splits(tpu_fit, monkeypatch):
+    # 576 rows on 8 devices split into 1, 2, 3, 4, 6, 8, 9, 12, 18 ... micro-batches, never 16; with 4 GiB of
+    # state and 1.5 GiB a row, 72 rows a device fit 16 GiB in 9 micro-batches (8 rows each), not in 8.
+    compiled = stand_in_compiler(tpu_fit, monkeypatch, state_gib=4.0, activations_gib_per_row=1.5)
+    row = tpu_fit.search(types.SimpleNamespace(), {}, "large", 8192, 576, "v5e-16")
+    assert row["fits"] and row["micro_batches"] == 9, (row, compiled)
+    assert all(576 % (8 * micro) == 0 for _, micro in compiled), compiled
+    assert (576, 8) in compiled and len(compiled) <= 5, compiled  # 8 was tried and did not fit
 
 
 def test_search_says_when_nothing_fits(tpu_fit, monkeypatch):
