@@ -226,21 +226,22 @@ def test_a_bare_modernbert_model_directory_loads_with_a_fresh_head(tmp_path, cap
 
 # --- Kernels ----------------------------------------------------------------------------------------------
 
-def _loss_and_grads(attention: str, packed: bool):
+def _loss_and_grads(attention: str, packed: bool, seq: int = 100, window: int = 16):
     """A masked-LM loss and its gradients, and the real tokens' outputs, by one attention kernel."""
     config = modernbert_config.ModernBertConfig(**SPECIAL, vocab_size=VOCAB, hidden_size=32, intermediate_size=48,
-                                                num_hidden_layers=3, num_attention_heads=2, local_attention=16,
-                                                max_position_embeddings=128)
+                                                num_hidden_layers=3, num_attention_heads=2, local_attention=window,
+                                                max_position_embeddings=512)
     model = modernbert.ModernBertForMaskedLM(config, attention=attention, packed=packed)
     params = modernbert.init_params(modernbert.ModernBertForMaskedLM(config), jax.random.PRNGKey(0))
     rng = np.random.default_rng(0)
-    ids = rng.integers(3, VOCAB, (2, 100))
+    ids = rng.integers(3, VOCAB, (2, seq))
     mask = np.ones_like(ids)
-    mask[1, 70:] = 0
-    positions = np.broadcast_to(np.arange(100), ids.shape).copy()
+    mask[1, seq * 7 // 10:] = 0
+    positions = np.broadcast_to(np.arange(seq), ids.shape).copy()
     if packed:  # row 0: three instances
-        mask[0, 40:75], mask[0, 75:] = 2, 3
-        positions[0, 40:75], positions[0, 75:] = np.arange(35), np.arange(25)
+        a, b = seq * 4 // 10, seq * 3 // 4
+        mask[0, a:b], mask[0, b:] = 2, 3
+        positions[0, a:b], positions[0, b:] = np.arange(b - a), np.arange(seq - b)
     targets = rng.integers(3, VOCAB, ids.shape)
 
     def loss(p):
@@ -253,11 +254,16 @@ def _loss_and_grads(attention: str, packed: bool):
     return jax.jit(jax.value_and_grad(loss, has_aux=True))(params)
 
 
-@pytest.mark.parametrize("packed", [False, True], ids=["padded", "packed"])
-def test_splash_with_its_local_mask_equals_xla(packed):
-    """Pallas's splash kernel (interpreted here) with LocalMask for the sliding layers, outputs and gradients."""
-    (loss_a, out_a), grads_a = _loss_and_grads("xla", packed)
-    (loss_b, out_b), grads_b = _loss_and_grads("splash", packed)
+@pytest.mark.parametrize("packed, seq, window", [(False, 100, 16), (True, 100, 16), (True, 384, 8), (False, 384, 320)],
+                         ids=["padded", "packed", "3-blocks-narrow-window", "3-blocks-window-wider-than-a-block"])
+def test_splash_with_its_local_mask_equals_xla(packed, seq, window):
+    """Pallas's splash kernel (interpreted here) with LocalMask for the sliding layers, outputs and gradients.
+    At seq 384 the kernel runs 3 × 3 blocks of 128: a window of 4 tokens a side skips the 2 blocks outside it,
+    one of 160 a side (wider than a block) masks inside all 9; both equal xla, so no even window is refused."""
+    if seq == 384:
+        assert attention_lib.splash_blocks_computed(seq, window // 2) == ((7, 9) if window == 8 else (9, 9))
+    (loss_a, out_a), grads_a = _loss_and_grads("xla", packed, seq, window)
+    (loss_b, out_b), grads_b = _loss_and_grads("splash", packed, seq, window)
     np.testing.assert_allclose(float(loss_b), float(loss_a), rtol=1e-6)
     np.testing.assert_allclose(np.asarray(out_b), np.asarray(out_a), atol=1e-5)
     for (path, a), b in zip(jax.tree_util.tree_leaves_with_path(grads_a), jax.tree.leaves(grads_b)):
