@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import bertjax
 import train_setup
 from bertjax import checkpoint as checkpoint_lib
 from bertjax import metrics as metrics_lib
@@ -199,6 +200,39 @@ def test_checkpoints_and_export_do_not_depend_on_the_attention_kernel(trained, p
     assert splash_hf.keys() == xla_hf.keys()
     for name in xla_hf:
         np.testing.assert_allclose(splash_hf[name], xla_hf[name], atol=1e-5, err_msg=name)
+
+
+def test_a_workdir_saved_before_model_families_existed_resumes_and_exports_as_bert(trained, pydocs_data, tmp_path):
+    """Checkpoints written before bertjax.models (and ModernBERT) have no "family" in their config item, and the
+    workdir's config.json none of the ModernBERT fields: such a workdir reads as BERT. It loads and resumes
+    exactly as the same workdir with them does (checked once by hand against the code of 3cb6812~1 itself:
+    its run, stopped by SIGTERM at step 32 and finished by this code, ended bitwise equal to its own 60 steps)."""
+    from safetensors.numpy import load_file
+
+    workdir, _, _ = trained
+    runs = {}
+    for name in ("as_saved", "before_families"):
+        run = tmp_path / name
+        shutil.copytree(workdir, run, ignore=shutil.ignore_patterns("hf", "plugins", "events.out.*"))
+        if name == "before_families":
+            for item in run.glob("checkpoints/*/config/metadata"):
+                saved = json.loads(item.read_text())
+                assert saved.pop("family") == "bert"
+                item.write_text(json.dumps(saved))
+            job = json.loads((run / "config.json").read_text())
+            for field in ("family", "local_attention", "global_attn_every_n_layers", "global_rope_theta",
+                          "local_rope_theta", "classifier_pooling", "pad_token_id", "cls_token_id", "sep_token_id"):
+                del job["model"][field]
+            (run / "config.json").write_text(json.dumps(job))
+        model, params = bertjax.from_pretrained(str(run))
+        assert type(model).__name__ == "BertForPreTraining"
+        config = train_setup.small_config(pydocs_data, **{"train.num_train_steps": 7, "checkpoint.export_hf": True})
+        train.train_and_evaluate(config, str(run))
+        rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+        assert [r["step"] for r in rows if r["kind"] == "train"][-1] == 7
+        runs[name] = params, checkpoint_lib.load_params(str(run))[1], load_file(str(run / "hf" / "model.safetensors"))
+    for before, after in zip(runs["before_families"], runs["as_saved"]):
+        jax.tree.map(lambda a, b: np.testing.assert_array_equal(a, b), before, after)
 
 
 def test_init_from_a_different_model_is_refused(trained, pydocs_data, tmp_path):
