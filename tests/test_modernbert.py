@@ -113,6 +113,15 @@ def test_both_config_spellings_read_the_same(tmp_path):
     assert modernbert_config.from_hf_dict(written) == a
     with pytest.raises(ValueError, match="rope_type='yarn' is not supported"):
         modernbert_config.from_hf_dict(dict(current, rope_parameters={"full_attention": {"rope_type": "yarn"}}))
+    # The legacy spelling with a layer count that is no multiple of global_attn_every_n_layers: the layers and
+    # bases transformers derives from it, ours too.
+    odd = dict(legacy, num_hidden_layers=5, global_attn_every_n_layers=3)
+    theirs = transformers.ModernBertConfig(**{k: v for k, v in odd.items() if k != "model_type"})
+    ours = modernbert_config.from_hf_dict(odd)
+    assert ours.layer_types == tuple(theirs.layer_types) == ("full_attention", "sliding_attention",
+                                                             "sliding_attention", "full_attention", "sliding_attention")
+    assert (ours.global_rope_theta, ours.local_rope_theta) == (theirs.rope_parameters["full_attention"]["rope_theta"],
+                                                               theirs.rope_parameters["sliding_attention"]["rope_theta"])
 
 
 # --- The traps -----------------------------------------------------------------------------------------
