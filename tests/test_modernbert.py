@@ -4,7 +4,6 @@ in both directions, the architecture's traps each tested on its own, packed rows
 from __future__ import annotations
 
 import json
-import pathlib
 
 import flax.linen as nn
 import jax
