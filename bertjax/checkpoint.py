@@ -237,6 +237,10 @@ class Checkpointer:
                 raise self._disk_full(f"writing step {step}") from None
             raise
 
+    def wait(self) -> None:
+        """Waits for a pending asynchronous save; one that ran out of space is `DiskFull`."""
+        self._wait()
+
     def _wait(self) -> None:
         """Waits for a pending asynchronous save; one that ran out of space is `DiskFull`."""
         try:

@@ -10,6 +10,7 @@ caller's clean-up path.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import logging
 import os
 import signal
@@ -230,7 +231,12 @@ def train_loop(trainer: trainer_lib.Trainer, state: Any, train_data: Any, evalua
                     values.update(timing, **metrics_lib.throughput(
                         timing["step_time_s"], rows, seq_len, trainer.task.flops_per_row, peak,
                         jax.device_count(), values["instances_per_row"], values["real_tokens_per_row"]))
-                writer.write(step, values, kind="train")
+                try:
+                    writer.write(step, values, kind="train")
+                except OSError as e:
+                    if e.errno == errno.ENOSPC:  # an asynchronous save that filled the disk first says what resumes
+                        checkpoints.wait()
+                    raise
                 lock.refresh()
                 log.info("train %s", metrics_lib.format_log_line(dict(values, step=step, num_train_steps=num_steps)))
                 running = None

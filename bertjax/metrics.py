@@ -8,7 +8,9 @@ and merging batches gives exactly the metric of their concatenation.
 
 from __future__ import annotations
 
+import errno
 import json
+import logging
 import math
 import os
 import time
@@ -22,6 +24,8 @@ import optax
 from bertjax import event_file
 from bertjax import models as models_lib
 from etils import epath
+
+log = logging.getLogger(__name__)
 
 Array = jax.Array
 Metrics = dict[str, tuple[Any, Any]]  # name → (weighted sum, weight)
@@ -442,8 +446,14 @@ class MetricWriter:
             self._jsonl.close()
             self._jsonl = None
         if self._tb is not None:
-            self._tb.close()
-            self._tb = None
+            tb, self._tb = self._tb, None
+            try:
+                tb.close()
+            except OSError as e:  # the job is stopping for the full disk already: that is its one sentence
+                if e.errno != errno.ENOSPC:
+                    raise
+                log.warning("metrics: the TensorBoard file %s lost its last rows: no space left on device "
+                            "(metrics.jsonl has them)", tb.path)
 
     def __enter__(self) -> "MetricWriter":
         return self
