@@ -222,7 +222,7 @@ class Checkpointer:
         if step in self.manager.all_steps():
             return False
         self._state_bytes = sum(x.nbytes for x in jax.tree.leaves((state.params, state.opt_state)))
-        self._wait()  # the previous save's failure first: it decides what this one finds on disk
+        self.wait()  # the previous save's failure first: it decides what this one finds on disk
         self._check_room(step)
         items = dict(params=ocp.args.PyTreeSave(state.params), opt_state=ocp.args.PyTreeSave(state.opt_state),
                      train=ocp.args.PyTreeSave({"step": state.step, "rng": state.rng}),
@@ -238,10 +238,6 @@ class Checkpointer:
             raise
 
     def wait(self) -> None:
-        """Waits for a pending asynchronous save; one that ran out of space is `DiskFull`."""
-        self._wait()
-
-    def _wait(self) -> None:
         """Waits for a pending asynchronous save; one that ran out of space is `DiskFull`."""
         try:
             self.manager.wait_until_finished()
@@ -398,7 +394,7 @@ class Checkpointer:
     def close(self) -> None:
         """Waits for a pending save (its failure for lack of space is `DiskFull`), then closes."""
         try:
-            self._wait()
+            self.wait()
         except Exception as e:  # noqa: BLE001
             if not self._failed or not isinstance(e, DiskFull):
                 raise
