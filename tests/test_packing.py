@@ -2,6 +2,8 @@
 unpacked give the same per-instance MLM and NSP losses and the same gradients, with xla and with splash
 (Pallas interpret mode), for BERT and for ModernBERT."""
 
+from typing import Optional
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -132,14 +134,20 @@ def per_instance_losses(implementation: str, packed: bool, arrays: dict):
     mlm_ce, nsp_ce = np.asarray(mlm_ce), np.asarray(nsp_ce)
     if not packed:
         return float(value), grads, mlm_ce.sum(1), nsp_ce
-    rows = packing.assign_rows(arrays["_lengths"], arrays["_predictions"], CFG)
+    mlm, nsp = unpacked_sums(arrays, mlm_ce, nsp_ce)
+    return float(value), grads, mlm, nsp
+
+
+def unpacked_sums(arrays: dict, mlm_ce: np.ndarray, nsp_ce: Optional[np.ndarray] = None) -> tuple[np.ndarray, np.ndarray]:
+    """Packed rows' per-slot MLM cross-entropy (and per-instance NSP) back to each original instance."""
     mlm, nsp = np.zeros(N), np.zeros(N)
-    for r, members in enumerate(rows):
+    for r, members in enumerate(packing.assign_rows(arrays["_lengths"], arrays["_predictions"], CFG)):
         owner = arrays["input_mask"][r][arrays["masked_lm_positions"][r]]  # instance number of each slot
         for j, i in enumerate(members):
             mlm[i] = mlm_ce[r][(owner == j + 1) & (arrays["masked_lm_weights"][r] > 0)].sum()
-            nsp[i] = nsp_ce[r, j]
-    return float(value), grads, mlm, nsp
+            if nsp_ce is not None:
+                nsp[i] = nsp_ce[r, j]
+    return mlm, nsp
 
 
 @pytest.mark.parametrize("implementation", ["xla", "splash"])
@@ -180,12 +188,7 @@ def modernbert_per_instance_losses(implementation: str, packed: bool, arrays: di
     mlm_ce = np.asarray(mlm_ce)
     if not packed:
         return float(value), grads, mlm_ce.sum(1)
-    mlm = np.zeros(N)
-    for r, members in enumerate(packing.assign_rows(arrays["_lengths"], arrays["_predictions"], CFG)):
-        owner = arrays["input_mask"][r][arrays["masked_lm_positions"][r]]
-        for j, i in enumerate(members):
-            mlm[i] = mlm_ce[r][(owner == j + 1) & (arrays["masked_lm_weights"][r] > 0)].sum()
-    return float(value), grads, mlm
+    return float(value), grads, unpacked_sums(arrays, mlm_ce)[0]
 
 
 @pytest.mark.parametrize("implementation", ["xla", "splash"])
