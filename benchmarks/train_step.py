@@ -69,6 +69,12 @@ def parse_args():
     p.add_argument("--attention", default="auto", choices=("auto", "xla", "splash", "cudnn"))
     p.add_argument("--torch_compile", action="store_true", help="wrap the PyTorch model in torch.compile")
     p.add_argument("--family", default="bert", choices=("bert", "modernbert"))
+    p.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
+                   help="a config field for bertjax's step, e.g. model.scan_layers=false (repeatable; last wins)")
+    p.add_argument("--profile_dir", default="",
+                   help="after timing, trace --profile_steps of the first bertjax step here and reduce it to "
+                        "profile.json (profile_summary.py), beside hlo.txt.gz, the program's optimized HLO")
+    p.add_argument("--profile_steps", type=int, default=3)
     return p.parse_args()
 
 
@@ -185,7 +191,31 @@ def jax_config(size: str, batch_size: int, packed: bool = False) -> ConfigDict:
         c.model.attention_probs_dropout_prob = 0.0  # fused kernels have none (for PyTorch too: same model)
     if ARGS.scan_layers >= 0:
         c.model.scan_layers = bool(ARGS.scan_layers)
+    for item in ARGS.override:
+        apply_override(c, item)
     return c
+
+
+def apply_override(c: ConfigDict, item: str) -> None:
+    """`section.field=value` onto the config, the value read as the field's current type."""
+    key, sep, raw = item.partition("=")
+    *path, field = key.strip().split(".")
+    node = c
+    for name in path:
+        node = node[name] if name in node else None
+        if not isinstance(node, ConfigDict):
+            raise SystemExit(f"--override {item!r}: no config section {'.'.join(path)!r}.")
+    if not sep or field not in node:
+        raise SystemExit(f"--override {item!r}: want KEY=VALUE with KEY a field of the config, e.g. "
+                         "model.scan_layers=false.")
+    current = node[field]
+    if isinstance(current, bool):
+        value = raw.strip().lower() in ("1", "true", "yes")
+    elif isinstance(current, (int, float)):
+        value = type(current)(float(raw)) if isinstance(current, int) and "." not in raw else type(current)(raw)
+    else:
+        value = raw
+    node[field] = value
 
 
 def jax_runner(size: str, batch_np: dict, packed: bool = False):
@@ -206,7 +236,37 @@ def jax_runner(size: str, batch_np: dict, packed: bool = False):
         holder["state"], metrics = trainer.train_step(holder["state"], batch)
         return float(metrics["loss"][0])  # blocks until the step is done
 
-    return run, info
+    def pipelined(steps: int) -> float:
+        """Seconds a step when steps are dispatched back to back and waited for once, as the job's loop runs."""
+        start = time.perf_counter()
+        for _ in range(steps):
+            holder["state"], _ = trainer.train_step(holder["state"], batch)
+        jax.block_until_ready(holder["state"])
+        return (time.perf_counter() - start) / steps
+
+    return run, dict(info, pipelined=pipelined, hlo=trainer.train_step.as_text)
+
+
+def profile(name: str, run, pipelined, hlo, directory: str) -> dict:
+    """A trace of --profile_steps steps of `run` reduced on the spot (profile_summary.py): what gpu_profile.py
+    brings back from a GPU. Writes DIRECTORY/profile.json, hlo.txt.gz and the raw trace under trace/."""
+    import gzip
+
+    import profile_summary  # benchmarks/, beside this script
+
+    os.makedirs(directory, exist_ok=True)
+    with gzip.open(os.path.join(directory, "hlo.txt.gz"), "wt") as f:
+        text = hlo()
+        f.write(text)
+    run()  # the device idle and the step warm before the trace starts
+    jax.profiler.start_trace(os.path.join(directory, "trace"))
+    wall = pipelined(ARGS.profile_steps) * ARGS.profile_steps
+    jax.profiler.stop_trace()
+    summary = dict(framework=name, **profile_summary.summarize(os.path.join(directory, "trace"), text,
+                                                               ARGS.profile_steps, wall))
+    with open(os.path.join(directory, "profile.json"), "w") as f:
+        json.dump(summary, f, indent=1)
+    return summary
 
 
 # --- PyTorch ----------------------------------------------------------------------------------------
@@ -288,6 +348,18 @@ def main():
             else:
                 runners[name], infos[name] = jax_runner(size, batches[name], packed=name == "jax_packed")
         res = time_interleaved(runners, steps, ARGS.warmup)
+        for name in res:  # bertjax's steps dispatched back to back too: what the host's syncs cost
+            if name != "torch":
+                res[name]["pipelined_s"] = infos[name]["pipelined"](steps)
+        traced = next((n for n in frameworks if n != "torch"), None)
+        if ARGS.profile_dir and traced:
+            summary = profile(traced, runners[traced], infos[traced]["pipelined"], infos[traced]["hlo"],
+                              ARGS.profile_dir)
+            row_profile = dict(busy_ms=summary["busy_ms_per_step"], idle_ms=summary.get("idle_ms_per_step"),
+                               top_category=next(iter(summary["categories"]), None))
+        for name in list(infos):
+            infos[name].pop("pipelined", None)
+            infos[name].pop("hlo", None)
         if peak:  # the best of before and after, so a busy moment cannot inflate MFU
             peak = max(peak, matmul_peak(), key=lambda p: p["flops"])
         elif not ARGS.no_peak:  # an accelerator: the chip's dense peak for the dtype
@@ -302,9 +374,12 @@ def main():
                         f"{name}_real_tokens_per_s": real_tokens(b) / r["step_s"], f"{name}_loss": r["loss"]})
             if name != "torch":
                 row[f"{name}_compile_s"] = infos[name].pop("compile_s")
+                row[f"{name}_pipelined_step_s"] = r["pipelined_s"]
             row.update({f"{name}_{k}": v for k, v in infos[name].items()})
             if peak:  # for PyTorch the same model-FLOPs count: its extra MLM logits are not useful work
                 row[f"{name}_mfu"] = flops[name] / r["step_s"] / peak["flops"]
+        if ARGS.profile_dir and traced:
+            row[f"{traced}_profile"] = row_profile
         if "jax" in res:  # the names earlier versions printed
             row.update(achieved_tflops=flops["jax"] / res["jax"]["step_s"] / 1e12, mfu=row.get("jax_mfu"))
         if "jax" in res and "torch" in res:

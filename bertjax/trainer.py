@@ -173,15 +173,17 @@ def make_train_step(task: Task, tx: optax.GradientTransformation, micro_batches:
             init = (jnp.zeros((), jnp.float32), jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), zero_sums),
                     jax.tree.map(jnp.zeros_like, state.params))
             (loss, sums, grads), _ = jax.lax.scan(accumulate, init, (jnp.arange(micro_batches), split))
-        updates, opt_state = tx.update(grads, state.opt_state, state.params)
-        params = optax.apply_updates(state.params, updates)
-        # The guard: a step whose loss or gradients are not finite leaves params and optimizer state as
-        # they were (optax.apply_if_finite's rule, without its extra state). The gradient norm is needed
-        # for clipping anyway, so the check costs one scalar and the selects fuse into the update.
-        grad_norm = optax.global_norm(grads)
-        finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
-        params, opt_state = jax.tree.map(lambda new, old: jnp.where(finite, new, old), (params, opt_state),
-                                         (state.params, state.opt_state))
+        # Named, so that a profile (benchmarks/profile_summary.py) tells the update's time from the model's.
+        with jax.named_scope("optimizer"):
+            updates, opt_state = tx.update(grads, state.opt_state, state.params)
+            params = optax.apply_updates(state.params, updates)
+            # The guard: a step whose loss or gradients are not finite leaves params and optimizer state as
+            # they were (optax.apply_if_finite's rule, without its extra state). The gradient norm is needed
+            # for clipping anyway, so the check costs one scalar and the selects fuse into the update.
+            grad_norm = optax.global_norm(grads)
+            finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
+            params, opt_state = jax.tree.map(lambda new, old: jnp.where(finite, new, old), (params, opt_state),
+                                             (state.params, state.opt_state))
         one = jnp.ones((), jnp.float32)
         # A skipped step's loss and accuracies stay out of the logged means; the host counts the skips.
         metrics = jax.tree.map(lambda x: jnp.where(finite, x, jnp.zeros_like(x)),
