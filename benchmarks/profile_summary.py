@@ -31,7 +31,7 @@ from typing import Iterable, Optional
 
 CATEGORIES = ("matmul", "attention (cuDNN)", "reduction (softmax, LayerNorm, loss)", "dropout hash (integer)",
               "rng", "scatter (embedding and gather gradients)", "gather", "dynamic slice/update (scanned layers)",
-              "copy/transpose", "collective", "elementwise", "optimizer", "other (no HLO op: memcpy, host)")
+              "copy/transpose", "collective", "elementwise", "optimizer", "other (a kernel naming no HLO op)")
 _COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")
 _MOVES = {"copy", "transpose", "bitcast", "reshape", "parameter", "broadcast", "slice", "concatenate", "tuple",
           "get-tuple-element", "constant", "pad", "copy-start", "copy-done"}
@@ -91,10 +91,14 @@ def _body_opcodes(instruction: dict, bodies: dict[str, list[str]]) -> list[str]:
     return ops
 
 
-def category(instruction: Optional[dict], bodies: dict[str, list[str]]) -> str:
-    """One of CATEGORIES for an HLO instruction (None: an event that names no instruction)."""
+_KERNEL_CATEGORIES = ((r"nvjet|gemm|xmma|cutlass|cublas", "matmul"), (r"cudnn|fmha|flash", "attention (cuDNN)"),
+                      (r"memcpy|memset", "copy/transpose"), (r"nccl", "collective"))
+
+
+def category(instruction: Optional[dict], bodies: dict[str, list[str]], kernel: str = "") -> str:
+    """One of CATEGORIES for an HLO instruction (None: a kernel that names no instruction, by its name)."""
     if instruction is None:
-        return CATEGORIES[-1]
+        return next((c for pattern, c in _KERNEL_CATEGORIES if re.search(pattern, kernel.lower())), CATEGORIES[-1])
     if "optimizer" in instruction["op_name"].split("/"):
         return "optimizer"
     ops = _body_opcodes(instruction, bodies)
@@ -152,8 +156,11 @@ def trace_layout(xspace_path: str) -> list[dict]:
     return layout
 
 
-def _events(xspace_path: str) -> tuple[list[tuple[str, int, int]], str]:
-    """((hlo op or event name, start ns, duration ns) of every device op, where they came from)."""
+def _events(xspace_path: str) -> tuple[list[tuple[str, str, int, int]], str]:
+    """((hlo op, kernel or event name, start ns, duration ns) of every device op, where they came from).
+
+    Inside a CUDA graph (XLA's command buffers, on by default) a kernel's hlo_op is the command buffer
+    (`command_buffer_54`), and only the kernel's own name says which fusion it ran."""
     from jax.profiler import ProfileData
 
     data = ProfileData.from_file(xspace_path)
@@ -171,7 +178,7 @@ def _events(xspace_path: str) -> tuple[list[tuple[str, int, int]], str]:
                 op = stats.get("hlo_op")
                 if op is None and not devices:
                     continue  # host bookkeeping, not an op
-                out.append((str(op) if op is not None else f"<{event.name}>", int(event.start_ns),
+                out.append((str(op) if op is not None else "", event.name, int(event.start_ns),
                             int(event.duration_ns)))
     return out, source
 
@@ -206,10 +213,17 @@ def summarize(trace_dir: str, hlo_text: str, steps: int, wall_s: Optional[float]
     instructions, bodies = parse_hlo(hlo_text)
     xspace = find_xspace(trace_dir)
     events, source = _events(xspace)
-    # A kernel without an hlo_op stat is named after its fusion, '.' written '_' (loop_add_fusion_3).
+    # A kernel is named after its fusion, '.' written '_' (loop_add_fusion_3); library kernels (cuBLAS's
+    # nvjet_*, cuDNN's) and memcpys inside a command buffer name no instruction: they keep their own name.
     by_kernel_name = {name.replace(".", "_"): name for name in instructions}
-    events = [(name if name in instructions else by_kernel_name.get(name.strip("<>"), name), start, dur)
-              for name, start, dur in events]
+
+    def resolve(op: str, kernel: str) -> str:
+        for name in (op, kernel, by_kernel_name.get(kernel)):
+            if name and name in instructions:
+                return name
+        return f"<{kernel}>" if op.startswith("command_buffer") or not op else op
+
+    events = [(resolve(op, kernel), start, dur) for op, kernel, start, dur in events]
     by_op: dict[str, list[int]] = collections.defaultdict(lambda: [0, 0])
     for name, _, dur in events:
         by_op[name][0] += dur
@@ -220,14 +234,14 @@ def summarize(trace_dir: str, hlo_text: str, steps: int, wall_s: Optional[float]
     phases: dict[str, int] = collections.Counter()
     for name, (dur, _) in by_op.items():
         instruction = instructions.get(name)
-        categories[category(instruction, bodies)] += dur
+        categories[category(instruction, bodies, name)] += dur
         phases[phase(instruction)] += dur
     busy, gaps = _busy_and_gaps(events)
     ops = []
     for name, (dur, count) in sorted(by_op.items(), key=lambda kv: -kv[1][0])[:top]:
         instruction = instructions.get(name) or {}
         ops.append(dict(op=name, ms=per_step(dur), share=round(dur / total, 4), calls=count // max(steps, 1),
-                        category=category(instructions.get(name), bodies), phase=phase(instructions.get(name)),
+                        category=category(instructions.get(name), bodies, name), phase=phase(instructions.get(name)),
                         opcode=instruction.get("opcode"), shape=instruction.get("shape"),
                         source=instruction.get("op_name", "")[-160:]))
     out = dict(source=source, steps=steps, ops_seen=len(by_op), events=len(events),
