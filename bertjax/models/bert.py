@@ -34,7 +34,7 @@ from bertjax import sharding as sharding_lib
 from bertjax.models.bert_config import (  # noqa: F401  (re-exported: model.BertConfig, model.SIZES, ...)
     CONFIG_FIELDS, FIXED_HF_FIELDS, SIZES, TRAINING_ONLY_FIELDS, BertConfig, config_for_size)
 from bertjax.models.layers import (  # noqa: F401  (re-exported: model.Dropout, model.DTYPES, ...)
-    ACTIVATIONS, DTYPES, REMAT_POLICIES, Dropout, hash_bits, param_count)
+    ACTIVATIONS, DTYPES, REMAT_POLICIES, Dropout, Embed, hash_bits, param_count)
 
 Array = jax.Array
 Dtype = Any
@@ -76,7 +76,7 @@ class BertEmbeddings(nn.Module):
 
     def setup(self):
         cfg = self.config
-        embed = functools.partial(nn.Embed, features=cfg.hidden_size, dtype=self.dtype)
+        embed = functools.partial(Embed, features=cfg.hidden_size, dtype=self.dtype)
         self.word_embeddings = embed(cfg.vocab_size, embedding_init=_init(cfg, ("vocab", "embed")))
         self.position_embeddings = embed(cfg.max_position_embeddings, embedding_init=_init(cfg, (None, "embed")))
         self.token_type_embeddings = embed(cfg.type_vocab_size, embedding_init=_init(cfg, (None, "embed")))

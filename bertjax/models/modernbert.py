@@ -157,7 +157,7 @@ class ModernBertModel(nn.Module):
                  ) -> tuple[Array, Optional[tuple[Array, ...]]]:
         cfg = self.config
         std, cut = _init_std(cfg), cfg.initializer_cutoff_factor
-        embed = nn.Embed(cfg.vocab_size, cfg.hidden_size, dtype=self.dtype, name="tok_embeddings",
+        embed = layers.Embed(cfg.vocab_size, cfg.hidden_size, dtype=self.dtype, name="tok_embeddings",
                          embedding_init=_init(std["embedding"], cut, ("vocab", "embed")))
         x = _norm(cfg, self.dtype, "embeddings_norm")(embed(input_ids))
         x = layers.Dropout(cfg.embedding_dropout)(x, deterministic=deterministic)
