@@ -134,6 +134,7 @@ def run_variant(args, name: str, case: dict, extra: list[str], xla_flags: str, t
     row.update(step_s=out[f"{prefix}_step_s"], seq_per_s=out[f"{prefix}_seq_per_s"], mfu=out.get(f"{prefix}_mfu"),
                batch=out["batch"], device=out["device"], loss=out[f"{prefix}_loss"],
                pipelined_step_s=out.get(f"{prefix}_pipelined_step_s"), compile_s=out.get(f"{prefix}_compile_s"),
+               init_s=out.get(f"{prefix}_init_s"),
                versions={k: out[k] for k in ("jax", "torch", "transformers") if k in out})
     summary = None
     path = os.path.join(profile_dir, "profile.json")

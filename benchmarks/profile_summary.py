@@ -201,6 +201,16 @@ def _busy_and_gaps(events: list[tuple[str, int, int]], top: int = 5) -> tuple[in
     return busy, [dict(gap_us=round(g / 1e3, 1), after=a, before=b) for g, a, b in gaps[:top]]
 
 
+def instruction_of(op: str, kernel: str, instructions: dict, by_kernel_name: dict[str, str]) -> str:
+    """The HLO instruction an event ran, or `<kernel>` where none can be told. A kernel is named after its
+    fusion, '.' written '_' (loop_add_fusion_3); inside a CUDA graph its hlo_op is the command buffer, and
+    library kernels (cuBLAS's nvjet_*, cuDNN's) and memcpys there name no instruction at all."""
+    for name in (op, kernel, by_kernel_name.get(kernel)):
+        if name and name in instructions:
+            return name
+    return f"<{kernel}>" if op.startswith("command_buffer") or not op else op
+
+
 def find_xspace(trace_dir: str) -> str:
     paths = sorted(glob.glob(os.path.join(trace_dir, "**", "*.xplane.pb"), recursive=True), key=os.path.getmtime)
     if not paths:
@@ -213,17 +223,9 @@ def summarize(trace_dir: str, hlo_text: str, steps: int, wall_s: Optional[float]
     instructions, bodies = parse_hlo(hlo_text)
     xspace = find_xspace(trace_dir)
     events, source = _events(xspace)
-    # A kernel is named after its fusion, '.' written '_' (loop_add_fusion_3); library kernels (cuBLAS's
-    # nvjet_*, cuDNN's) and memcpys inside a command buffer name no instruction: they keep their own name.
     by_kernel_name = {name.replace(".", "_"): name for name in instructions}
-
-    def resolve(op: str, kernel: str) -> str:
-        for name in (op, kernel, by_kernel_name.get(kernel)):
-            if name and name in instructions:
-                return name
-        return f"<{kernel}>" if op.startswith("command_buffer") or not op else op
-
-    events = [(resolve(op, kernel), start, dur) for op, kernel, start, dur in events]
+    events = [(instruction_of(op, kernel, instructions, by_kernel_name), start, dur)
+              for op, kernel, start, dur in events]
     by_op: dict[str, list[int]] = collections.defaultdict(lambda: [0, 0])
     for name, _, dur in events:
         by_op[name][0] += dur

@@ -230,7 +230,9 @@ def jax_runner(size: str, batch_np: dict, packed: bool = False):
                 remat_policy=job.model.remat_policy, optimizer=job.optim.name, max_grad_norm=job.optim.max_grad_norm)
     batch = {k: jax.device_put(np.asarray(batch_np[k], v.dtype).reshape(v.shape), v.sharding)
              for k, v in trainer.batch_abstract.items()}
-    holder = dict(state=trainer.init_state())
+    t = time.perf_counter()
+    holder = dict(state=jax.block_until_ready(trainer.init_state()))
+    info["init_s"] = time.perf_counter() - t  # compiling and running the init (XLA:GPU's was ~200 s unrolled)
 
     def run() -> float:
         holder["state"], metrics = trainer.train_step(holder["state"], batch)

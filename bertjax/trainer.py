@@ -229,7 +229,21 @@ def sharded_state(model: nn.Module, tx: optax.GradientTransformation, seed: int,
                            rng=replicated)
     abstract = jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh),
                             jax.eval_shape(create), shardings)
-    return abstract, shardings, jax.jit(create, out_shardings=shardings)
+    jitted = jax.jit(create, out_shardings=shardings)
+
+    def init() -> TrainState:
+        # XLA:GPU inlines every initialiser's threefry hash into its own kernels: an H200 spent ~200 s
+        # compiling the init of BERT-Base's 12 unrolled layers, against ~5 s on the CPU. jax's own threefry
+        # kernel gives the same bits and is meant to spare that compile (benchmarks/gpu_profile.py reports
+        # init_s for each variant); the flag changes nothing off the GPU.
+        previous = jax.config.jax_threefry_gpu_kernel_lowering
+        jax.config.update("jax_threefry_gpu_kernel_lowering", True)
+        try:
+            return jitted()
+        finally:
+            jax.config.update("jax_threefry_gpu_kernel_lowering", previous)
+
+    return abstract, shardings, init
 
 
 def jit_train_step(step_fn: Callable, shardings: TrainState, batch_abstract: dict,

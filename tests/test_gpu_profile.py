@@ -1,0 +1,127 @@
+"""benchmarks/gpu_profile.py and profile_summary.py, without a GPU: the dry run takes every code path a
+variant takes on the device (a config override, an XLA flag, the trace and its reduction), and the
+reduction reads a GPU's kernel names (inside CUDA graphs too) as the device's trace writes them."""
+
+import gzip
+import json
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+
+import gpu_profile  # noqa: E402
+import profile_summary  # noqa: E402
+
+# The shapes of lines in XLA:GPU's optimized HLO: a fusion and its body, a cuBLAS call with a tuple shape,
+# cuDNN attention, a scatter from the embedding gradient, the optimizer's update under its named scope.
+HLO = """
+%fused_dot (p0: bf16[8,16], p1: bf16[16,4]) -> bf16[8,4] {
+  %p0 = bf16[8,16]{1,0} parameter(0)
+  %p1 = bf16[16,4]{1,0} parameter(1)
+  ROOT %dot.1 = bf16[8,4]{1,0} dot(%p0, %p1), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}
+
+%fused_scatter (p0: f32[2,4], p1: s32[8,1], p2: f32[8,4]) -> f32[2,4] {
+  %p0 = f32[2,4]{1,0} parameter(0)
+  ROOT %scatter.3 = f32[2,4]{1,0} scatter(%p0, %p1, %p2), to_apply=%add
+}
+
+%fused_hash (p0: u32[8]) -> u32[8] {
+  %p0 = u32[8]{0} parameter(0)
+  %shift-right-logical.1 = u32[8]{0} shift-right-logical(%p0, %p0)
+  ROOT %xor.1 = u32[8]{0} xor(%p0, %shift-right-logical.1)
+}
+
+ENTRY %main (a: bf16[8,16], b: bf16[16,4]) -> bf16[8,4] {
+  %gemm_fusion_dot.7 = bf16[8,4]{1,0} fusion(%a, %b), kind=kCustom, calls=%fused_dot, metadata={op_name="jit(step)/jvp(Model)/dense/dot_general"}
+  %custom-call.2 = (bf16[8,4]{1,0}, s8[1024]{0}) custom-call(%a, %b), custom_call_target="__cublas$lt$matmul", metadata={op_name="jit(step)/transpose(jvp(Model))/dense/dot_general"}
+  %custom-call.5 = (bf16[8,4]{1,0}, u8[0]{0}) custom-call(%a, %b), custom_call_target="__cudnn$fmhaSoftmax", metadata={op_name="jit(step)/jvp(Model)/attention"}
+  %input_scatter_fusion.1 = f32[2,4]{1,0} fusion(%x, %y, %z), kind=kInput, calls=%fused_scatter, metadata={op_name="jit(step)/transpose(jvp(Model))/token_type_embeddings/scatter-add"}
+  %loop_xor_fusion = u32[8]{0} fusion(%u), kind=kLoop, calls=%fused_hash, metadata={op_name="jit(step)/jvp(Model)/dropout/xor"}
+  %loop_add_fusion.4 = f32[4]{0} fusion(%p, %g), kind=kLoop, calls=%fused_add, metadata={op_name="jit(step)/optimizer/add"}
+  ROOT %copy.9 = bf16[8,4]{1,0} copy(%gemm_fusion_dot.7)
+}
+"""
+
+
+def test_hlo_instructions_are_categorised_and_phased():
+    instructions, bodies = profile_summary.parse_hlo(HLO)
+    assert instructions["custom-call.2"]["shape"].startswith("(bf16[8,4]")  # a tuple shape, parentheses matched
+    expected = {"gemm_fusion_dot.7": ("matmul", "forward"), "custom-call.2": ("matmul", "backward"),
+                "custom-call.5": ("attention (cuDNN)", "forward"),
+                "input_scatter_fusion.1": ("scatter (embedding and gather gradients)", "backward"),
+                "loop_xor_fusion": ("dropout hash (integer)", "forward"),
+                "loop_add_fusion.4": ("optimizer", "optimizer"), "copy.9": ("copy/transpose", "other")}
+    for name, (category, phase) in expected.items():
+        assert profile_summary.category(instructions[name], bodies) == category, name
+        assert profile_summary.phase(instructions[name]) == phase, name
+    # Kernels that name no instruction are told by their own names (cuBLAS's nvjet, memcpys).
+    assert profile_summary.category(None, bodies, "<nvjet_sm90_tst_128x160_64x5_2x1_v_bz_NNT>") == "matmul"
+    assert profile_summary.category(None, bodies, "<memcpy128>") == "copy/transpose"
+    assert profile_summary.category(None, bodies, "<something_else>") == profile_summary.CATEGORIES[-1]
+
+
+def test_kernels_inside_cuda_graphs_are_matched_by_their_own_names():
+    """Under XLA's command buffers a kernel's hlo_op names the command buffer, not the fusion it ran."""
+    instructions, _ = profile_summary.parse_hlo(HLO)
+    by_kernel = {name.replace(".", "_"): name for name in instructions}
+    resolve = lambda op, kernel: profile_summary.instruction_of(op, kernel, instructions, by_kernel)  # noqa: E731
+    assert resolve("command_buffer_54", "input_scatter_fusion_1") == "input_scatter_fusion.1"
+    assert resolve("gemm_fusion_dot.7", "whatever_kernel") == "gemm_fusion_dot.7"  # hlo_op wins when it names one
+    assert resolve("command_buffer_54", "nvjet_sm90_tst") == "<nvjet_sm90_tst>"
+    assert resolve("", "memcpy128") == "<memcpy128>"
+
+
+def test_combined_takes_only_same_numerics_changes_that_beat_the_noise():
+    rows = {"baseline": dict(step_s=1.0), "loop_layers": dict(step_s=0.8),  # wins
+            "cublas_gemm": dict(step_s=0.99),  # within the noise
+            "no_dropout": dict(step_s=0.5),  # faster, but another model: attribution only
+            "no_command_buffers": dict(error="boom")}
+    flags, xla, winners = gpu_profile.combined_variant(rows, rows["baseline"])
+    assert winners == ["loop_layers"] and flags == ["--override", "model.scan_layers=false"] and xla == ""
+    rows["no_command_buffers"] = dict(step_s=0.9)
+    flags, xla, winners = gpu_profile.combined_variant(rows, rows["baseline"])
+    assert winners == ["loop_layers", "no_command_buffers"] and xla == "--xla_gpu_enable_command_buffer="
+    assert gpu_profile.combined_variant({"baseline": dict(step_s=1.0), "cublas_gemm": dict(step_s=1.0)},
+                                        dict(step_s=1.0)) is None
+
+
+def test_dry_run_takes_each_kind_of_variant_through_the_trace_and_its_summary(tmp_path):
+    out = tmp_path / "results"
+    done = subprocess.run([sys.executable, "benchmarks/gpu_profile.py", f"--out={out}", "--dry_run",
+                           "--variants=baseline,no_dropout,no_command_buffers,cudnn", "--variant_s=1"],
+                          cwd=ROOT, env=dict(os.environ, BERTJAX_NO_TCMALLOC="1"), capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = {r["variant"]: r for r in map(json.loads, (out / "variants.jsonl").read_text().splitlines())}
+    assert set(rows) == {"baseline", "no_dropout", "no_command_buffers", "cudnn"}
+    for name in ("baseline", "no_dropout", "no_command_buffers"):
+        row = rows[name]
+        assert row["step_s"] > 0 and row["pipelined_step_s"] > 0 and row["init_s"] > 0, row
+        assert all(0 < loss < 20 for loss in row["loss"]), row
+    assert rows["cudnn"]["skipped"] == "needs a GPU (dry run)"
+    assert rows["no_command_buffers"]["xla_flags"] == "--xla_gpu_enable_command_buffer="
+    log = (out / "workers.log").read_text()
+    assert "XLA_FLAGS='--xla_gpu_enable_command_buffer='" in log
+    assert "--override model.hidden_dropout_prob=0 --override model.attention_probs_dropout_prob=0" in log
+    profiles = {p["variant"]: p for p in map(json.loads, (out / "profiles.jsonl").read_text().splitlines())}
+    baseline = profiles["baseline"]
+    assert baseline["matched_hlo"] > 0.9, baseline  # the CPU's op events name the HLO they ran
+    assert {"matmul", "optimizer"} <= set(baseline["categories"]), baseline["categories"]
+    assert {"forward", "backward", "optimizer"} <= set(baseline["phases"]), baseline["phases"]
+    assert abs(sum(c["share"] for c in baseline["categories"].values()) - 1) < 1e-3
+    assert len(baseline["top_ops"]) == 30 and baseline["wall_ms_per_step"] > 0
+    # The baseline's HLO and raw trace come back too, so the reduction can be redone off the device.
+    with gzip.open(out / "hlo_baseline.txt.gz", "rt") as f:
+        assert "HloModule" in f.read(200)
+    assert (out / "trace_baseline.xplane.pb.gz").stat().st_size > 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["dry_run"] and summary["baseline_step_s"] == rows["baseline"]["step_s"]
+    assert "| baseline |" in done.stdout and "| cudnn | needs a GPU (dry run) |" in done.stdout
+    # A mistyped override is one sentence naming it, not a KeyError.
+    bad = subprocess.run([sys.executable, "benchmarks/train_step.py", "--sizes=tiny", "--frameworks=jax",
+                          "--override", "model.scan_layer=false"], cwd=ROOT, capture_output=True, text=True,
+                         env=dict(os.environ, BERTJAX_NO_TCMALLOC="1", JAX_PLATFORMS="cpu"), timeout=120)
+    assert bad.returncode != 0 and "--override 'model.scan_layer=false'" in bad.stderr
