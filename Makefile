@@ -15,7 +15,7 @@ PIP_STAGES := awk '/^(Collecting|Processing) / { n++; if (n % 20 == 1) { print "
 	/^Successfully installed/ { print "make:   installed" } \
 	/^ERROR/ { print; err = 1 } END { if (err) print "make: pip failed; its full log is $(PIP_LOG)" }'
 
-.PHONY: demo test clean
+.PHONY: demo test test-quick clean
 
 $(PY):
 	@echo "make: creating $(VENV) with $$($(PYTHON) --version), and upgrading pip in it"
@@ -43,11 +43,18 @@ demo: $(VENV)/.base-installed
 	$(PY) -m bertjax.demo_finetune --config=configs/demo_finetune.py --pretrained=workdir/demo --workdir=workdir/demo/finetune
 
 # Test files are spread over PYTEST_WORKERS processes (pytest-xdist), a whole file to one worker so that
-# its module fixtures are built once; PYTEST_WORKERS=0 runs them in this process.
+# its module fixtures are built once, the longest files first (tests/conftest.py; xdist's own reordering is
+# off); PYTEST_WORKERS=0 runs them in this process. The 15 slowest tests are listed at the end.
 PYTEST_WORKERS ?= 2
+PYTEST := $(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=15
 test: $(VENV)/.test-installed
-	@echo "make: the test suite in $(PYTEST_WORKERS) worker processes (about 25 minutes on a 2-core AMD EPYC, longer when it is busy)"
-	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile tests
+	@echo "make: the test suite in $(PYTEST_WORKERS) worker processes (MEASURED on a 2-core AMD EPYC, longer when it is busy)"
+	$(PYTEST) tests
+
+# The inner loop's tier: the test files that each took at most a few seconds (tests/file_seconds.json).
+test-quick: $(VENV)/.test-installed
+	@echo "make: the quick tier, QUICK_MEASURED on a 2-core AMD EPYC (make test runs everything)"
+	$(PYTEST) --quick tests
 
 clean:
 	rm -rf $(VENV) .pytest_cache

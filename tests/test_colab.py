@@ -75,7 +75,8 @@ def test_notebook_pretrains_plots_predicts_and_exports_to_transformers(tmp_path)
     nb.cells.insert(parameters_index(nb) + 1, injected)
 
     env = dict(os.environ, JAX_PLATFORMS="cpu", BERTJAX_NO_TCMALLOC="1",
-               XLA_FLAGS="--xla_force_host_platform_device_count=1", IPYTHONDIR=str(tmp_path / "ipython"),
+               XLA_FLAGS="--xla_force_host_platform_device_count=1 --xla_backend_optimization_level=0",
+               IPYTHONDIR=str(tmp_path / "ipython"),
                PYDEVD_DISABLE_FILE_VALIDATION="1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
     env.pop("MPLBACKEND", None)  # the kernel's inline backend, so that plt.show() makes an image output
     client = NotebookClient(nb, timeout=600, km=venv_kernel(tmp_path), allow_errors=False,

@@ -103,7 +103,7 @@ def start_bertjax(minilm_dir: pathlib.Path, train_file: str, dev_file: str, work
                f"--config.optim.learning_rate={LEARNING_RATE}", f"--config.optim.weight_decay={WEIGHT_DECAY}",
                f"--config.optim.eps={EPS}", "--config.optim.max_grad_norm=1.0",
                f"--config.sweep.seeds={','.join(str(s) for s in SEEDS)}"]
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=1")
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=1 --xla_backend_optimization_level=0")
     return subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 

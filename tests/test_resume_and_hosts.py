@@ -35,7 +35,7 @@ def job_config(pydocs_data: str, **overrides):
 
 
 def start(config_file: str, workdir, devices: int = 8, args: tuple = ()) -> subprocess.Popen:
-    env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}", JAX_PLATFORMS="cpu")
+    env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={devices} --xla_backend_optimization_level=0", JAX_PLATFORMS="cpu")
     return subprocess.Popen([sys.executable, "-m", "bertjax.main", f"--config={config_file}",
                              f"--workdir={workdir}", *args], env=env, cwd=train_setup.ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

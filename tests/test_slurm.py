@@ -58,7 +58,7 @@ def test_two_processes_train_in_step_stop_together_on_sigterm_and_the_requeued_j
     env = dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}", FAKE_SLURM_DIR=str(state), WORKDIR=str(workdir),
                PYTHON=sys.executable, SLURM_JOB_ID="4242", SLURM_NTASKS="2", SLURM_JOB_NODELIST="localhost",
                JAX_COORDINATOR_PORT=str(free_port()), JAX_PLATFORMS="cpu", BERTJAX_NO_TCMALLOC="1",
-               XLA_FLAGS="--xla_force_host_platform_device_count=1")
+               XLA_FLAGS="--xla_force_host_platform_device_count=1 --xla_backend_optimization_level=0")
     command = ["bash", str(train_setup.ROOT / "launch" / "slurm.sbatch"), f"--config={config_file}"]
 
     batch = subprocess.Popen(command, env=env, cwd=train_setup.ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
