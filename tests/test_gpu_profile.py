@@ -91,7 +91,7 @@ def test_combined_takes_only_same_numerics_changes_that_beat_the_noise():
 def test_dry_run_takes_each_kind_of_variant_through_the_trace_and_its_summary(tmp_path):
     out = tmp_path / "results"
     done = subprocess.run([sys.executable, "benchmarks/gpu_profile.py", f"--out={out}", "--dry_run",
-                           "--variants=baseline,no_dropout,no_command_buffers,cudnn", "--variant_s=1"],
+                           "--variants=baseline,no_dropout,no_command_buffers,cudnn", "--variant_s=100"],
                           cwd=ROOT, env=dict(os.environ, BERTJAX_NO_TCMALLOC="1"), capture_output=True, text=True,
                           timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
