@@ -212,7 +212,7 @@ def apply_override(c: ConfigDict, item: str) -> None:
     if isinstance(current, bool):
         value = raw.strip().lower() in ("1", "true", "yes")
     elif isinstance(current, (int, float)):
-        value = type(current)(float(raw)) if isinstance(current, int) and "." not in raw else type(current)(raw)
+        value = type(current)(raw)
     else:
         value = raw
     node[field] = value

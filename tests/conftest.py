@@ -67,20 +67,18 @@ def pytest_addoption(parser):
                      help=f"only test files that took at most {QUICK_FILE_SECONDS:g} s (tests/file_seconds.json)")
 
 
-def _recorded_seconds() -> dict[str, float]:
-    return json.loads(FILE_SECONDS.read_text()) if FILE_SECONDS.exists() else {}
+def _file_of(nodeid: str) -> str:
+    return nodeid.split("::")[0].rsplit("/", 1)[-1]
 
 
 def pytest_collection_modifyitems(config, items):
-    seconds = _recorded_seconds()
+    seconds = json.loads(FILE_SECONDS.read_text()) if FILE_SECONDS.exists() else {}
     unknown = max(seconds.values(), default=0.0)  # a new file: assume the worst, so it never starts last
-    file_of = lambda item: item.nodeid.split("::")[0].rsplit("/", 1)[-1]  # noqa: E731
+    cost = lambda item: seconds.get(_file_of(item.nodeid), unknown)  # noqa: E731
     if config.getoption("--quick"):
-        kept = [i for i in items if seconds.get(file_of(i), unknown) <= QUICK_FILE_SECONDS]
-        config.hook.pytest_deselected(items=[i for i in items if i not in kept])
-        items[:] = kept
-    order = {name: rank for rank, name in enumerate(dict.fromkeys(file_of(i) for i in items))}
-    items.sort(key=lambda i: (-seconds.get(file_of(i), unknown), order[file_of(i)]))  # stable within a file
+        config.hook.pytest_deselected(items=[i for i in items if cost(i) > QUICK_FILE_SECONDS])
+        items[:] = [i for i in items if cost(i) <= QUICK_FILE_SECONDS]
+    items.sort(key=lambda i: -cost(i))  # stable: files of equal cost, and each file's tests, keep their order
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
@@ -91,7 +89,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     for reports in terminalreporter.stats.values():
         for report in reports:
             if getattr(report, "when", None) in ("setup", "call", "teardown"):
-                name = report.nodeid.split("::")[0].rsplit("/", 1)[-1]
+                name = _file_of(report.nodeid)
                 totals[name] = totals.get(name, 0.0) + report.duration
     if totals:
         MEASURED.parent.mkdir(parents=True, exist_ok=True)
