@@ -21,6 +21,7 @@ from typing import Any
 import ml_collections
 
 from bertjax import finetuning
+from bertjax import ownership
 from bertjax.models import bert as model_lib
 from bertjax.data import pydocs_task
 
@@ -80,6 +81,7 @@ def _mean_spread(values: list[float]) -> str:
 
 
 def run(config: Any, pretrained: str, workdir: str) -> dict:
+    ownership.claim_workdir(workdir)
     train_file, dev_file, task = build(config, pretrained, workdir)
     seeds = [int(s) for s in str(config.demo.seeds).split(",") if s.strip()]
     runs = []

@@ -7,10 +7,11 @@ a fine-tuned run (`bertjax.finetune`) becomes its task's class (BertForSequenceC
 id2label/label2id. `python -m bertjax.export` runs `export` from its flags; the pre-training job runs it
 at its end (`config.checkpoint.export_hf`), into workdir/hf.
 
-Refused before anything is written, in one sentence: an output_dir that is the workdir or inside it (it
-would overwrite the run's config.json, or mix files into its checkpoints), workdir/hf excepted; and a vocab
-whose size differs from the model's vocab_size (transformers would read every id after the difference as
-its neighbour's token).
+Refused before anything is written, in one sentence: an output_dir holding files bertjax did not write
+(`ownership`: left-over model files change what transformers loads; an earlier export's files are replaced);
+an output_dir that is the workdir or inside it (it would overwrite the run's config.json, or mix files into
+its checkpoints), workdir/hf excepted; and a vocab whose size differs from the model's vocab_size
+(transformers would read every id after the difference as its neighbour's token).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Optional
 
 from bertjax import checkpoint as checkpoint_lib
 from bertjax import models as models_lib
+from bertjax import ownership
 from bertjax.models import bert_hf as hf
 from bertjax.models import bert as model_lib
 from bertjax import tf1
@@ -82,11 +84,14 @@ def export_tf1(path: str, output_dir: str, step: Optional[int] = None) -> str:
     if step is not None:
         raise ValueError(f"--step={step} selects a bertjax checkpoint, but --workdir={path} is a TF1 directory; "
                          "drop --step: the checkpoint its `checkpoint` file names (else bert_model.ckpt) is converted.")
+    ownership.check_export_dir(output_dir)
     config, params = tf1.load(path)
     vocab_file, do_lower_case = tf1.vocab(path)
     check_vocab_size(vocab_file, do_lower_case, config.vocab_size, path)
+    kept = ownership.clear_earlier_export(output_dir, keep=[vocab_file])
     hf.save_pretrained(output_dir, model_lib.BertForPreTraining(config), params, vocab_file=vocab_file,
                        do_lower_case=do_lower_case)
+    ownership.finish_export(output_dir, kept)
     log.info("export: converted TF1 %s to %s (vocab: %s, do_lower_case=%s)", path, output_dir,
              vocab_file or "none", do_lower_case)
     return output_dir
@@ -102,11 +107,14 @@ def export(workdir: str, output_dir: str, step: Optional[int] = None) -> str:
         raise FileNotFoundError(f"--workdir={workdir} is not a bertjax workdir (it has no "
                                 f"{checkpoint_lib.CHECKPOINTS}/ directory); {fix}.")
     check_output_dir(workdir, output_dir)
+    own_export = _real(output_dir) == _real(os.path.join(workdir, "hf"))  # where the job exports itself
+    ownership.check_export_dir(output_dir, own_export)
     fingerprint, params = checkpoint_lib.load_params(workdir, step)
     family = models_lib.get(fingerprint.get("family", "bert"))
     config = family.config.from_fingerprint(fingerprint["model"])
     vocab_file, do_lower_case = run_vocab(workdir)
     check_vocab_size(vocab_file, do_lower_case, config.vocab_size, workdir)
+    kept = ownership.clear_earlier_export(output_dir, own_export, keep=[vocab_file])
     if "task" in fingerprint:  # a fine-tuned run (bertjax.finetune): the transformers class of its task
         family.hf.save_finetuned(output_dir, config, params, fingerprint["task"], fingerprint.get("labels"),
                                  fingerprint.get("regression", False), vocab_file=vocab_file,
@@ -114,6 +122,7 @@ def export(workdir: str, output_dir: str, step: Optional[int] = None) -> str:
     else:
         family.hf.save_pretrained(output_dir, family.model.from_architecture(config), params, vocab_file=vocab_file,
                                   do_lower_case=do_lower_case)
+    ownership.finish_export(output_dir, kept)
     log.info("export: wrote %s (%s; vocab: %s)", output_dir, fingerprint.get("task", "pre-training"),
              vocab_file or "none")
     return output_dir

@@ -31,6 +31,7 @@ from bertjax import heads
 from bertjax import loop as loop_lib
 from bertjax import metrics as metrics_lib
 from bertjax import models as models_lib
+from bertjax import ownership
 from bertjax.models import bert as model_lib
 from bertjax import pretrained
 from bertjax import scores
@@ -293,6 +294,7 @@ def finetune(config: Any, workdir: str) -> dict:
     job = config if isinstance(config, FinetuneConfig) else FinetuneConfig.from_configdict(config)
     rates, seeds = job.sweep.learning_rates, job.sweep.seed_values
     if rates or seeds:
+        ownership.claim_workdir(workdir, primary=jax.process_index() == 0)  # sweep.json beside the runs' workdirs
         return _sweep(job, workdir, rates or (job.optim.learning_rate,), seeds or (job.seed,))
     return run(job, workdir).scores
 

@@ -26,6 +26,7 @@ import numpy as np
 from etils import epath
 
 from bertjax import finetuning
+from bertjax import ownership
 from bertjax import prediction
 from bertjax import scores as scores_lib
 from bertjax.config import FinetuneConfig, SweepConfig
@@ -296,6 +297,7 @@ def _choose(task: GlueTask, runs: list[dict]) -> dict:
 def run_suite(config: Any, workdir: str) -> dict:
     """Runs (or resumes) the whole suite in workdir; returns glue.json's content ({} when stopped)."""
     started = time.time()
+    ownership.claim_workdir(workdir, primary=jax.process_index() == 0)
     settings, base = parse(config)
     need_test = settings.submission
     data = {t.name: glue_data.read_task(t, settings.data_dir, need_test, settings.skip_ragged_rows)

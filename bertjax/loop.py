@@ -22,6 +22,7 @@ from bertjax import batch_warmup
 from bertjax import checkpoint as checkpoint_lib
 from bertjax import lock as lock_lib
 from bertjax import metrics as metrics_lib
+from bertjax import ownership
 from bertjax import trainer as trainer_lib
 
 log = logging.getLogger(__name__)
@@ -172,6 +173,7 @@ class NotLearningWatch:
 def run_job(workdir: str, body: Callable[[StopRequest, lock_lib.WorkdirLock], dict]) -> dict:
     """body(stop, lock) with the workdir locked and SIGTERM handled; a SIGTERM before the first step
     (data preparation, compilation, restore) ends it cleanly, with nothing trained."""
+    ownership.claim_workdir(workdir, primary=jax.process_index() == 0)  # another tool's files: refused, untouched
     with StopRequest() as stop, lock_lib.WorkdirLock(workdir, enabled=jax.process_index() == 0) as lock:
         try:
             return body(stop, lock)

@@ -101,3 +101,26 @@ def test_a_modernbert_run_on_bpe_exports_a_tokenizer_that_tokenizes_as_it_did(bp
     from bertjax import finetuning
 
     assert finetuning._vocab_of(str(run / "hf"))[0] == str(run / "hf" / "tokenizer.json")
+
+
+def test_a_bert_export_with_a_roberta_style_tokenizer_pads_with_its_pad_token(tmp_path):
+    import jax
+    from flax import linen as nn
+
+    from bertjax.models import bert as model_lib
+    from bertjax.models import bert_hf
+
+    tok = tokenizers.Tokenizer(tokenizers.models.BPE(unk_token="<unk>"))
+    tok.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=True)
+    tok.train_from_iterator(HELD_OUT * 50, tokenizers.trainers.BpeTrainer(
+        vocab_size=300, special_tokens=["<s>", "<pad>", "</s>", "<unk>", "<mask>"], show_progress=False))
+    tok.save(str(tmp_path / "roberta.json"))
+    config = model_lib.BertConfig(vocab_size=tok.get_vocab_size(), hidden_size=8, num_hidden_layers=1,
+                                  num_attention_heads=2, intermediate_size=8, max_position_embeddings=16)
+    model = model_lib.BertForPreTraining(config)
+    ids = np.zeros((1, 4), np.int32)
+    params = nn.meta.unbox(model.init(jax.random.key(0), ids, np.zeros_like(ids), np.ones_like(ids))["params"])
+    bert_hf.save_pretrained(str(tmp_path / "hf"), model, params, vocab_file=str(tmp_path / "roberta.json"))
+    saved = json.loads((tmp_path / "hf" / "config.json").read_text())
+    hf_tokenizer = transformers.AutoTokenizer.from_pretrained(str(tmp_path / "hf"))
+    assert saved["pad_token_id"] == hf_tokenizer.pad_token_id == 1  # <pad>; 0 is <s>

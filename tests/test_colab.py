@@ -107,6 +107,6 @@ def test_notebook_pretrains_plots_predicts_and_exports_to_transformers(tmp_path)
     assert everything.count("truth") >= 4
     assert "tokenizers agree on" in everything and ": True (" in everything
     assert "max |bertjax − transformers| on " in everything
-    assert sorted(os.listdir(workdir / "hf")) == ["config.json", "model.safetensors", "tokenizer_config.json",
-                                                  "vocab.txt"]
+    assert sorted(os.listdir(workdir / "hf")) == [".bertjax.json", "config.json", "model.safetensors",
+                                                  "tokenizer_config.json", "vocab.txt"]
     assert "transformers fills " in everything

@@ -74,8 +74,8 @@ def test_demo_job_prepares_trains_evaluates_exports_and_predicts(demo):
     stage = json.loads((workdir / "data" / "stage.json").read_text())
     assert stage["vocab_size"] == 4096 and stage["heldout_documents"] > 0 and stage["train_documents"] > 400
     assert "Top-5 predictions" in proc.stdout and proc.stdout.count("truth") >= 4
-    assert sorted(os.listdir(workdir / "hf")) == ["config.json", "model.safetensors", "tokenizer_config.json",
-                                                  "vocab.txt"]
+    assert sorted(os.listdir(workdir / "hf")) == [".bertjax.json", "config.json", "model.safetensors",
+                                                  "tokenizer_config.json", "vocab.txt"]
     import transformers
 
     model = transformers.BertForPreTraining.from_pretrained(str(workdir / "hf"))

@@ -316,3 +316,21 @@ def test_the_job_trains_from_a_parquet_glob(tmp_path, texts):
     assert (stage["train_documents"], stage["heldout_documents"]) == (45, 15)
     assert stage["train_instances"] > 0 and stage["vocab_size"] <= 600
     assert np.isfinite(result["mlm_loss"])
+
+
+def test_a_json_file_of_json_lines_is_read_by_rows_and_a_json_array_is_refused(tmp_path, texts):
+    datasets = pytest.importorskip("datasets")
+    rows = datasets.Dataset.from_dict({"id": list(range(len(texts))), "text": texts})
+    rows.to_json(tmp_path / "lines.json")  # datasets' default: JSON Lines, named .json
+    source = corpus_lib.open_source(str(tmp_path / "lines.json"))
+    assert isinstance(source, table_corpus.TableSource)
+    assert list(source.documents()) == [corpus_lib.split_sentences(t) for t in texts]
+    assert source.stats.rows == len(texts)
+    rows.to_json(tmp_path / "array.json", lines=False)
+    with pytest.raises(ValueError, match=rf"{tmp_path / 'array.json'} holds a JSON array, not JSON Lines .*"
+                                         r"to_json\(path\) does by default"):
+        corpus_lib.open_source(str(tmp_path / "array.json"))
+    (tmp_path / "pretty.json").write_text(json.dumps({"text": texts[0]}, indent=2))
+    with pytest.raises(ValueError, match=r"pretty.json: line 1 is not a JSON object by itself, so the file is one "
+                                         r"JSON document over several lines"):
+        corpus_lib.open_source(str(tmp_path / "pretty.json"))

@@ -19,7 +19,7 @@ from absl import flags
 
 import bertjax
 from bertjax import checkpoint as checkpoint_lib
-from bertjax import exporting, extract_features, finetuning, prediction, tcmalloc, train
+from bertjax import exporting, extract_features, finetuning, ownership, prediction, tcmalloc, train
 from bertjax import model as model_lib
 from bertjax.data import tokenization
 
@@ -167,3 +167,91 @@ def test_a_job_that_fails_with_checkpoints_open_ends_in_its_sentence_alone(pydoc
     assert done.returncode == 1, done.stderr[-3000:]
     assert "config.mesh.shape=(3, 1, 1) needs 3 devices but 8 are available" in done.stderr.splitlines()[-1]
     assert "Traceback" not in done.stderr and "cannot schedule new futures" not in done.stderr, done.stderr[-3000:]
+
+
+# --- What is not bertjax's is never written to (bertjax.ownership) ---------------------------------------
+
+def snapshot(directory: pathlib.Path) -> dict[str, bytes]:
+    return {str(p.relative_to(directory)): p.read_bytes() if p.is_file() else b"<dir>"
+            for p in sorted(directory.rglob("*"))}
+
+
+def test_export_refuses_a_directory_of_another_models_files_and_writes_nothing(pre_trained, tmp_path):
+    out = tmp_path / "modernbert-export"
+    out.mkdir()
+    (out / "config.json").write_text('{"model_type": "modernbert"}')
+    (out / "tokenizer.json").write_text('{"model": {"type": "BPE"}}')  # AutoTokenizer prefers it to a vocab.txt
+    (out / "model.safetensors").write_bytes(b"weights")
+    before = snapshot(out)
+    with pytest.raises(FileExistsError, match=rf"--output_dir={out} already holds config.json, model.safetensors, "
+                                              r"tokenizer.json, which bertjax did not write.*nothing was written"):
+        exporting.export(str(pre_trained), str(out))
+    assert snapshot(out) == before
+    for fresh in (tmp_path / "new", tmp_path / "empty"):  # a new or an empty directory is written
+        if fresh.name == "empty":
+            fresh.mkdir()
+        exporting.export(str(pre_trained), str(fresh))
+        assert (fresh / "model.safetensors").is_file()
+
+
+def test_re_export_replaces_what_the_earlier_export_wrote_and_keeps_the_users_files(pre_trained, tmp_path):
+    from tokenizers import Tokenizer, models
+    from transformers import AutoTokenizer
+
+    out = tmp_path / "hf"
+    exporting.export(str(pre_trained), str(out))
+    marker = json.loads((out / ownership.MARKER).read_text())
+    assert {"config.json", "model.safetensors", "vocab.txt", "tokenizer_config.json"} <= set(marker["files"])
+    # An earlier export of a byte-level BPE run left a tokenizer.json (its marker lists it); the user added a card.
+    words = (out / "vocab.txt").read_text().splitlines()
+    stale = {w: i for i, w in enumerate(reversed(words))}  # another vocab: every id another token
+    Tokenizer(models.WordLevel(stale, unk_token="[UNK]")).save(str(out / "tokenizer.json"))
+    assert AutoTokenizer.from_pretrained(str(out)).convert_ids_to_tokens([5, 6]) != words[5:7]  # what it would do
+    marker["files"].append("tokenizer.json")
+    (out / ownership.MARKER).write_text(json.dumps(marker))
+    (out / "README.md").write_text("my model card")
+    exporting.export(str(pre_trained), str(out))
+    assert not (out / "tokenizer.json").exists() and (out / "README.md").read_text() == "my model card"
+    assert AutoTokenizer.from_pretrained(str(out)).convert_ids_to_tokens([5, 6]) == words[5:7]
+    assert "README.md" not in json.loads((out / ownership.MARKER).read_text())["files"]
+
+
+def test_a_workdir_of_another_tools_files_is_refused_before_the_data_stage(tmp_path):
+    trainer_output = tmp_path / "hf-trainer-run"
+    (trainer_output / "checkpoint-500").mkdir(parents=True)
+    (trainer_output / "checkpoint-500" / "optimizer.pt").write_bytes(b"state")
+    for name, text in (("config.json", '{"model_type": "bert"}'), ("metrics.jsonl", '{"loss": 1.0}\n'),
+                       ("trainer_state.json", "{}")):
+        (trainer_output / name).write_text(text)
+    before = snapshot(trainer_output)
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("A sentence about parsers.\nAnother one about files.\n\n" * 50)
+    c = train_setup.small_config(**{"data.corpus": str(corpus)})
+    with pytest.raises(FileExistsError, match=rf"--workdir={trainer_output} holds checkpoint-500/, config.json, "
+                                              r"metrics.jsonl, which bertjax did not write.*nothing was changed"):
+        train.train_and_evaluate(c, str(trainer_output))
+    assert snapshot(trainer_output) == before  # no data/, no events file, no metrics appended
+
+
+def test_a_workdir_is_claimed_when_new_empty_or_holding_other_names_and_earlier_runs_are_adopted(pre_trained,
+                                                                                                 fine_tuned, tmp_path):
+    for name in ("new", "empty", "with_log"):
+        d = tmp_path / name
+        if name != "new":
+            d.mkdir()
+        if name == "with_log":
+            (d / "train.log").write_text("the user's redirected log")
+        ownership.claim_workdir(str(d))
+        assert ownership.read_marker(str(d))["kind"] == "workdir"
+    # Runs of an earlier bertjax carry no marker: their own files say whose they are.
+    for run in (pre_trained, fine_tuned):
+        old = tmp_path / "old" / run.name
+        shutil.copytree(run, old)
+        (old / ownership.MARKER).unlink()
+        ownership.claim_workdir(str(old.parent))  # a directory of runs (a sweep, the demo)
+        ownership.claim_workdir(str(old))
+    # What the jobs write at the top of a workdir is what the check knows as theirs.
+    for run in (pre_trained, fine_tuned):
+        files = {p.name for p in run.iterdir() if p.is_file()} - {ownership.MARKER}
+        unknown = {n for n in files if n not in ownership.WORKDIR_FILES and not n.startswith(ownership.EVENTS_PREFIX)}
+        assert not unknown and files, (run, files)

@@ -373,10 +373,10 @@ def open_source(spec: str, *, data_dir: str | None = None, text_field: str = "te
     """Opens the corpus a spec names; fails here, in one clear sentence, if it cannot be read.
 
     spec: `tfds:NAME[/CONFIG][:SPLIT]` (SPLIT defaults to train; `data_dir` is --tfds_data_dir),
-      `builtin:pydocs`, Parquet / JSON Lines files (`.parquet`, `.jsonl`, `.jsonl.gz`, `.json.gz`,
-      `.jsonl.zst`, `.arrow`: table_corpus.TableSource, one document per row), `hf:DIR[:SPLIT]` (a Hugging
-      Face dataset directory: hf_datasets.py), or else BERT raw-text files: a path,
-      glob or comma-separated list of them (`.gz` is decompressed; `gs://` works).
+      `builtin:pydocs`, Parquet / JSON Lines files (`.parquet`, `.jsonl`, `.json`, `.jsonl.gz`,
+      `.json.gz`, `.jsonl.zst`, `.arrow`: table_corpus.TableSource, one document per row), `hf:DIR[:SPLIT]`
+      (a Hugging Face dataset directory: hf_datasets.py), or else BERT raw-text files: a path, glob or
+      comma-separated list of them (`.gz` is decompressed; `gs://` works).
     text_field: the TFDS feature / Parquet column / JSON key holding a document's text; `text_feature` is
       its deprecated TFDS-only alias, used when text_field is left at "text".
     skip_bad_json_lines: JSON lines that do not parse are skipped and counted instead of stopping the read.

@@ -33,7 +33,8 @@ from bertjax.data.corpus_base import (
 log = logging.getLogger(__name__)
 
 PARQUET_SUFFIXES = (".parquet",)
-JSONL_SUFFIXES = (".jsonl", ".jsonl.gz", ".json.gz", ".jsonl.zst", ".json.zst")
+# `.json` too: what `datasets.Dataset.to_json()` writes by default is JSON Lines (a JSON array is refused).
+JSONL_SUFFIXES = (".jsonl", ".jsonl.gz", ".json", ".json.gz", ".jsonl.zst", ".json.zst")
 ARROW_SUFFIXES = (".arrow",)  # Arrow IPC streams (or files): what datasets.save_to_disk writes
 TABLE_SUFFIXES = PARQUET_SUFFIXES + JSONL_SUFFIXES + ARROW_SUFFIXES
 DEFAULT_TEXT_FIELD = "text"
@@ -185,6 +186,8 @@ class TableSource(Source):
             else:
                 if path.lower().endswith(ARROW_SUFFIXES):
                     self._arrow_column(path)
+                elif path.lower().endswith(".json"):
+                    check_json_lines(path)
                 self._units.append(path)
 
     def list_units(self) -> list[Any]:
@@ -359,6 +362,23 @@ class TableSource(Source):
                 yield doc
         if row_count == 0 and start == 0:
             stats.empty_files += 1
+
+
+def check_json_lines(path: str) -> None:
+    """A `.json` file must hold JSON Lines (one object per line), not a JSON array or one document over many
+    lines: said before any work, where reading on would count every line as bad JSON."""
+    for _, number, line, _ in _rows(path, CorpusStats(), 0, 1):
+        head = line.lstrip()[:1]
+        if head == b"[":
+            raise ValueError(f"{path} holds a JSON array, not JSON Lines (one object per line); write it as JSON "
+                             "Lines: datasets' Dataset.to_json(path) does by default, pandas' to_json(path, "
+                             "orient='records', lines=True).")
+        try:
+            json.loads(line)
+        except ValueError:
+            raise ValueError(f"{path}: line {number} is not a JSON object by itself, so the file is one JSON "
+                             "document over several lines, not JSON Lines (one object per line); write one "
+                             "object per line (datasets' Dataset.to_json(path) does).") from None
 
 
 def _skip(stats: CorpusStats, path: str, counter: str) -> None:

@@ -132,7 +132,12 @@ def hf_config_dict(config: model_lib.BertConfig) -> dict:
 
 def _write(path: str, config_dict: dict, tensors: dict[str, np.ndarray], max_length: int,
            vocab_file: Optional[str], do_lower_case: bool) -> None:
-    """config.json, model.safetensors and, with a vocab, the BertTokenizer files."""
+    """config.json, model.safetensors and, with a vocab, the BertTokenizer files; pad_token_id is the vocab's own
+    (a RoBERTa-style tokenizer.json pads with `<pad>` = 1, where id 0 is `<s>`)."""
+    if vocab_file is not None:
+        from bertjax.data import tokenization
+
+        config_dict = dict(config_dict, pad_token_id=tokenization.load(vocab_file, do_lower_case).pad_id)
     with open(os.path.join(path, CONFIG_NAME), "w") as f:
         json.dump(config_dict, f, indent=2, sort_keys=True)
     save_file(tensors, os.path.join(path, WEIGHTS_NAME), metadata={"format": "pt"})

@@ -1,0 +1,145 @@
+"""Which directories are bertjax's to write into, checked before any work starts.
+
+bertjax writes into a directory a user names (a job's --workdir, an export's --output_dir) only when it is
+new, empty, or one bertjax made: a made directory holds MARKER (`.bertjax.json`, the first file written).
+A job's workdir without it may still hold files of other names (a log the user redirected there); it is
+refused when it holds a directory or a file of a name bertjax writes (config.json, metrics.jsonl, …), which
+a job would overwrite, append to or read as its own: an HF Trainer's output, another tool's checkpoints.
+An export's --output_dir without it must be empty: left-over model files change what transformers loads
+(a stale tokenizer.json is preferred to the exported vocab.txt). Re-exporting into an export bertjax wrote
+first removes the files the marker lists, so nothing of the old export survives beside the new one; files a
+user added there since are kept.
+
+Workdirs of earlier bertjax versions, which carry no marker, are recognised by their own files (a job
+config.json, the data stage's record, a GLUE report, or such runs one or two levels down) and adopted. Object-store paths (gs://) are not
+checked here yet.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Iterable, Optional
+
+MARKER = ".bertjax.json"
+# Names a job writes at the top of its workdir (pre-training, fine-tuning, the GLUE suite, the demo); a
+# test holds this list to what the jobs write. Not job.lock: the lock (lock.py) judges a lock file itself.
+WORKDIR_FILES = ("config.json", "metrics.jsonl", "compile_report.json", "labels.json",
+                 "eval_predictions.jsonl", "sweep.json", "glue.json", "glue.md", "glue_run.json", "scores.json",
+                 "scores.md")
+EVENTS_PREFIX = "events.out.tfevents."
+
+
+def _remote(path: str) -> bool:
+    return "://" in path
+
+
+def read_marker(directory: str) -> Optional[dict]:
+    try:
+        with open(os.path.join(directory, MARKER)) as f:
+            marker = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return marker if isinstance(marker, dict) else None
+
+
+def write_marker(directory: str, kind: str, files: Iterable[str] = ()) -> None:
+    os.makedirs(directory, exist_ok=True)
+    marker = {"made_by": "bertjax", "kind": kind, "time": round(time.time(), 3)}
+    if kind == "export":
+        marker["files"] = sorted(files)
+    tmp = os.path.join(directory, MARKER + ".tmp")
+    with open(tmp, "w") as f:
+        json.dump(marker, f, indent=1)
+    os.replace(tmp, os.path.join(directory, MARKER))
+
+
+def _legacy_workdir(directory: str, depth: int = 2) -> bool:
+    """A workdir an earlier bertjax wrote (no marker): its job config.json, the data stage's record, a GLUE
+    report; or a directory of such runs (a sweep, the demo, a GLUE task), `depth` levels down."""
+    try:
+        with open(os.path.join(directory, "config.json")) as f:
+            config = json.load(f)
+        if isinstance(config, dict) and ({"model", "train", "data"} <= config.keys() or
+                                         config.get("kind") == "finetune"):
+            return True
+    except (OSError, ValueError):
+        pass
+    if any(os.path.isfile(os.path.join(directory, *name)) for name in (("data", "stage.json"), ("glue.json",))):
+        return True
+    return depth > 0 and any(_legacy_workdir(os.path.join(directory, n), depth - 1) for n in os.listdir(directory)
+                             if os.path.isdir(os.path.join(directory, n)))
+
+
+def _written_by_a_job(name: str, path: str) -> bool:
+    return os.path.isdir(path) or name in WORKDIR_FILES or name.startswith(EVENTS_PREFIX)
+
+
+def claim_workdir(workdir: str, flag: str = "--workdir", primary: bool = True) -> None:
+    """Refuses a workdir holding what bertjax did not write, before anything is written; then marks it (on the
+    primary process: every process checks, one writes)."""
+    if _remote(workdir):
+        return
+    if os.path.exists(workdir) and not os.path.isdir(workdir):
+        raise NotADirectoryError(f"{flag}={workdir} is a file, not a directory; pass a new or empty directory.")
+    if os.path.isdir(workdir) and read_marker(workdir) is None and not _legacy_workdir(workdir):
+        foreign = sorted(n + ("/" if os.path.isdir(os.path.join(workdir, n)) else "") for n in os.listdir(workdir)
+                         if _written_by_a_job(n, os.path.join(workdir, n)))
+        if foreign:
+            shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
+            raise FileExistsError(
+                f"{flag}={workdir} holds {shown}, which bertjax did not write (it has no {MARKER}) and a job would "
+                "overwrite or read as its own; nothing was changed. Pass a new or empty directory.")
+    if primary and read_marker(workdir) is None:
+        write_marker(workdir, "workdir")
+
+
+def _earlier_export(output_dir: str, inside_own_workdir: bool) -> list[str]:
+    """The files an earlier bertjax export left in output_dir; refuses files bertjax did not write.
+    `inside_own_workdir`: WORKDIR/hf of a bertjax workdir, whose files an earlier bertjax export wrote even
+    without a marker."""
+    if _remote(output_dir) or not os.path.exists(output_dir):
+        return []
+    if not os.path.isdir(output_dir):
+        raise NotADirectoryError(f"--output_dir={output_dir} is a file, not a directory; pass a new or empty "
+                                 "directory for the Hugging Face files.")
+    marker = read_marker(output_dir)
+    present = sorted(n for n in os.listdir(output_dir) if n != MARKER)
+    if marker is not None and marker.get("kind") == "export":
+        return [n for n in marker.get("files", []) if os.path.basename(n) == n]
+    if present and not inside_own_workdir:
+        shown = ", ".join(present[:5]) + (f" and {len(present) - 5} more" if len(present) > 5 else "")
+        raise FileExistsError(
+            f"--output_dir={output_dir} already holds {shown}, which bertjax did not write; left-over model files "
+            "would change what transformers loads, so nothing was written. Pass a new or empty directory.")
+    return [n for n in present if os.path.isfile(os.path.join(output_dir, n))]
+
+
+def check_export_dir(output_dir: str, inside_own_workdir: bool = False) -> None:
+    """Before an export reads anything: refuses an output_dir holding files bertjax did not write."""
+    _earlier_export(output_dir, inside_own_workdir)
+
+
+def clear_earlier_export(output_dir: str, inside_own_workdir: bool = False, keep: Iterable[str] = ()) -> list[str]:
+    """Just before an export writes: removes what an earlier export there wrote (the marker's list), except
+    `keep` (a vocab file the new export copies from there); returns the files left, the user's own."""
+    keep_real = {os.path.realpath(k) for k in keep if k}
+    for name in _earlier_export(output_dir, inside_own_workdir):
+        path = os.path.join(output_dir, name)
+        if os.path.isfile(path) and os.path.realpath(path) not in keep_real:
+            os.remove(path)
+    if _remote(output_dir) or not os.path.isdir(output_dir):
+        return []
+    return [n for n in os.listdir(output_dir) if n != MARKER]
+
+
+def finish_export(output_dir: str, before: Iterable[str]) -> None:
+    """Marks output_dir as an export, listing the files it wrote (those not in `before`, what
+    clear_earlier_export left)."""
+    if _remote(output_dir):
+        return
+    kept = set(before)
+    written = [n for n in os.listdir(output_dir) if n != MARKER and n not in kept
+               and os.path.isfile(os.path.join(output_dir, n))]
+    write_marker(output_dir, "export", written)
