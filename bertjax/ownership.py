@@ -11,8 +11,8 @@ first removes the files the marker lists, so nothing of the old export survives 
 user added there since are kept.
 
 Workdirs of earlier bertjax versions, which carry no marker, are recognised by their own files (a job
-config.json, the data stage's record, a GLUE report, or such runs one or two levels down) and adopted. Object-store paths (gs://) are not
-checked here yet.
+config.json, the data stage's record, a GLUE report, or such runs one or two levels down) and adopted.
+Object-store paths (gs://) are not checked here yet.
 """
 
 from __future__ import annotations
