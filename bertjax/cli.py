@@ -26,6 +26,8 @@ from typing import Any, Callable, Iterator, Optional, Sequence
 from absl import app, flags
 from absl import logging as absl_logging
 
+from bertjax import config_convert
+
 PACKAGED_CONFIGS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs")
 USAGE_EXIT = 2  # as argparse: the command line was wrong, nothing ran
 TRACEBACK = "BERTJAX_TRACEBACK"
@@ -227,6 +229,9 @@ def exit_with_sentence(error: Exception) -> None:
     error's one sentence; BERTJAX_TRACEBACK=1 shows the traceback as well."""
     if os.environ.get(TRACEBACK, "") not in ("", "0"):
         raise error
+    if isinstance(error, config_convert.ConfigError):  # a config mistake: nothing ran, as a command-line one
+        sys.stderr.write(f"bertjax: {error}\n")
+        raise SystemExit(USAGE_EXIT) from None
     raise SystemExit(f"bertjax: {error} ({TRACEBACK}=1 shows where it was raised)") from None
 
 

@@ -18,7 +18,7 @@ import math
 from typing import Any, Mapping, Optional
 
 from bertjax import models as models_lib
-from bertjax.config_convert import RENAMED, Rules, _bad, convert, parse_arg  # noqa: F401  (parse_arg: the configs' import)
+from bertjax.config_convert import RENAMED, ConfigError, Rules, _bad, convert, parse_arg  # noqa: F401  (parse_arg: the configs' import)
 from bertjax.models import bert_config as architecture_lib
 from bertjax.data import instances as instances_lib
 from bertjax.data import packing as packing_lib
@@ -172,10 +172,10 @@ class DataConfig:
     def check_records(self) -> None:
         """What training on records needs (after the corpus stage has filled in its outputs)."""
         if not self.train_files:
-            raise ValueError("config.data.train_files is empty; point it at record shards made by "
+            raise ConfigError("config.data.train_files is empty; point it at record shards made by "
                              "`python -m bertjax.prepare` (a glob or comma list), or set config.data.corpus.")
         if self.dynamic_masking and not self.vocab_file:
-            raise ValueError("config.data.dynamic_masking=True re-masks with the records' vocabulary: set "
+            raise ConfigError("config.data.dynamic_masking=True re-masks with the records' vocabulary: set "
                              "config.data.vocab_file to the vocab the records were made with.")
 
 
@@ -205,12 +205,12 @@ class TrainConfig:
             if getattr(self, name) < 1:
                 raise _bad(f"config.train.{name}", getattr(self, name), "must be ≥ 1.")
         if self.global_batch_size % self.micro_batches:
-            raise ValueError(f"config.train.global_batch_size={self.global_batch_size} must divide by "
+            raise ConfigError(f"config.train.global_batch_size={self.global_batch_size} must divide by "
                              f"config.train.micro_batches={self.micro_batches}.")
         if self.phase not in (1, 2):
             raise _bad("config.train.phase", self.phase, "must be 1 or 2.")
         if self.phase == 2 and not self.init_from:
-            raise ValueError("config.train.phase=2 continues phase 1: set config.train.init_from to phase 1's "
+            raise ConfigError("config.train.phase=2 continues phase 1: set config.train.init_from to phase 1's "
                              "workdir (e.g. configs/large.py:phase=2,init_from=/ckpt/large-phase1).")
         if self.profile_steps < 0:
             raise _bad("config.train.profile_steps", self.profile_steps, "must be ≥ 0 (0 = no profile).")
@@ -219,15 +219,15 @@ class TrainConfig:
         if self.batch_warmup_tokens:
             rows = self.global_batch_size // self.micro_batches
             if self.micro_batches < 2:
-                raise ValueError(f"config.train.batch_warmup_tokens={self.batch_warmup_tokens} grows the batch by "
+                raise ConfigError(f"config.train.batch_warmup_tokens={self.batch_warmup_tokens} grows the batch by "
                                  "micro-batches, but config.train.micro_batches=1; set micro_batches to global_batch_size "
                                  "/ batch_warmup_start or more (the smallest batch is one micro-batch).")
             if not 0 < self.batch_warmup_start < self.global_batch_size or self.batch_warmup_start % rows:
-                raise ValueError(f"config.train.batch_warmup_start={self.batch_warmup_start} must be a whole number of "
+                raise ConfigError(f"config.train.batch_warmup_start={self.batch_warmup_start} must be a whole number of "
                                  f"micro-batches of {rows} rows (global_batch_size {self.global_batch_size} / "
                                  f"micro_batches {self.micro_batches}) below global_batch_size, e.g. {rows}.")
         if self.branch_from and self.init_from:
-            raise ValueError(f"config.train.branch_from={self.branch_from} and config.train.init_from={self.init_from} "
+            raise ConfigError(f"config.train.branch_from={self.branch_from} and config.train.init_from={self.init_from} "
                              "both say where the run starts; branch_from takes the whole state (params, optimizer, "
                              "step, data position), init_from the weights only: keep one.")
 
@@ -285,10 +285,11 @@ class OptimConfig:
             raise bad("max_grad_norm", "must be >= 0 (0 turns clipping off).")
         if num_train_steps is not None:
             if int(num_train_steps) < 1:
-                raise ValueError(f"config.train.num_train_steps={num_train_steps} must be a positive integer.")
+                raise ConfigError(f"config.train.num_train_steps={num_train_steps} must be a positive integer.")
             if self.warmup_steps > num_train_steps:
-                raise bad("warmup_steps", f"exceeds config.train.num_train_steps={num_train_steps}; "
-                                          "warmup must end within the run.")
+                raise bad("warmup_steps", f"exceeds config.train.num_train_steps={num_train_steps}; warmup must end "
+                                          "within the run: pass --config.optim.warmup_steps="
+                                          f"{max(1, num_train_steps // 10)} (a tenth of it) or fewer.")
             if self.warmup_steps + self.decay_steps > num_train_steps:
                 raise bad("decay_steps", f"and config.optim.warmup_steps={self.warmup_steps} add up to more than "
                                          f"config.train.num_train_steps={num_train_steps}; shorten one of them.")
@@ -310,7 +311,7 @@ class MeshConfig:
         for name, axes in self.logical_axis_rules:
             for axis in (axes,) if isinstance(axes, str) else tuple(axes or ()):
                 if axis not in MESH_AXES:
-                    raise ValueError(f"config.mesh.logical_axis_rules maps {name!r} to {axis!r}, which is not "
+                    raise ConfigError(f"config.mesh.logical_axis_rules maps {name!r} to {axis!r}, which is not "
                                      f"a mesh axis; use one of {MESH_AXES} or None.")
 
 
@@ -409,11 +410,11 @@ class JobConfig(_Sections):
             section.validate()
         self.optim.validate(self.train.num_train_steps)
         if self.data.max_seq_length > self.model.max_position_embeddings:
-            raise ValueError(f"config.data.max_seq_length={self.data.max_seq_length} exceeds "
+            raise ConfigError(f"config.data.max_seq_length={self.data.max_seq_length} exceeds "
                              f"config.model.max_position_embeddings={self.model.max_position_embeddings}; lower the "
                              "first (and the records' max_seq_length with it) or raise the second.")
         if self.data.next_sentence_prediction and not self.model.architecture.has_nsp_head:
-            raise ValueError(f"config.data.next_sentence_prediction=True, but config.model.family="
+            raise ConfigError(f"config.data.next_sentence_prediction=True, but config.model.family="
                              f"{self.model.family!r} has no NSP head: set it to False (MLM only, as "
                              "configs/modernbert.py does).")
 

@@ -14,8 +14,13 @@ RENAMED = {"config.optim.decay": "config.optim.schedule"}
 Rules = tuple[tuple[str, Any], ...]  # config.mesh.logical_axis_rules
 
 
+class ConfigError(ValueError):
+    """A config mistake (a field, a value, fields that disagree): the command exits with status 2, as for a
+    mistake on its command line, since nothing ran."""
+
+
 def _bad(path: str, value: Any, why: str) -> ValueError:
-    return ValueError(f"{path}={value!r} {why}")
+    return ConfigError(f"{path}={value!r} {why}")
 
 
 # --- The one converter ------------------------------------------------------------------------------
@@ -29,14 +34,14 @@ def convert(cls: type, section: Any, path: str) -> Any:
     fields = [f.name for f in dataclasses.fields(cls)]
     for key in given:
         if f"{path}.{key}" in RENAMED:
-            raise ValueError(f"{path}.{key} is now {RENAMED[path + '.' + key]}; rename it in your config.")
+            raise ConfigError(f"{path}.{key} is now {RENAMED[path + '.' + key]}; rename it in your config.")
         if key not in hints:
             close = difflib.get_close_matches(key, fields, n=1)
             hint = f"; did you mean {path}.{close[0]}?" if close else f"; the settings there are {fields}."
-            raise ValueError(f"{path}.{key} is not a setting{hint}")
+            raise ConfigError(f"{path}.{key} is not a setting{hint}")
     for key in fields:
         if key not in given:
-            raise ValueError(f"{path}.{key} is missing; start the config from configs/default.py, which sets "
+            raise ConfigError(f"{path}.{key} is missing; start the config from configs/default.py, which sets "
                              "every field.")
     return cls(**{key: _coerce(given[key], hints[key], f"{path}.{key}") for key in fields})
 
@@ -89,18 +94,18 @@ def parse_arg(arg: Optional[str], **spec: Any) -> types.SimpleNamespace:
     for item in filter(None, (s.strip() for s in (arg or "").split(","))):
         key, has_value, raw = (s.strip() for s in item.partition("="))
         if key not in spec:
-            raise ValueError(f"config argument {key!r} is not known; this config file takes "
+            raise ConfigError(f"config argument {key!r} is not known; this config file takes "
                              f"{', '.join(f'{k}={v!r}' for k, v in spec.items()) or 'no arguments'}.")
         default = spec[key]
         if isinstance(default, bool):
             if raw.lower() not in _TRUE + _FALSE:
-                raise ValueError(f"config argument {key}={raw!r} must be true or false.")
+                raise ConfigError(f"config argument {key}={raw!r} must be true or false.")
             values[key] = raw.lower() in _TRUE
         elif not has_value:
-            raise ValueError(f"config argument {key!r} needs a value ({key}=...).")
+            raise ConfigError(f"config argument {key!r} needs a value ({key}=...).")
         else:
             try:
                 values[key] = type(default)(raw)
             except ValueError:
-                raise ValueError(f"config argument {key}={raw!r} must be of type {type(default).__name__}.") from None
+                raise ConfigError(f"config argument {key}={raw!r} must be of type {type(default).__name__}.") from None
     return types.SimpleNamespace(**values)

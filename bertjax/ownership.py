@@ -12,7 +12,10 @@ user added there since are kept.
 
 Workdirs of earlier bertjax versions, which carry no marker, are recognised by their own files (a job
 config.json, the data stage's record, a GLUE report, or such runs one or two levels down) and adopted.
-Object-store paths (gs://) are not checked here yet.
+
+Object-store paths (gs://) are refused here, before anything is written: the checkpoints, the data stage and
+the export still write through local file calls, and a `gs://bucket/run` workdir became a local
+`./gs:/bucket/run` tree.
 """
 
 from __future__ import annotations
@@ -31,8 +34,11 @@ WORKDIR_FILES = ("config.json", "metrics.jsonl", "compile_report.json", "labels.
 EVENTS_PREFIX = "events.out.tfevents."
 
 
-def _remote(path: str) -> bool:
-    return "://" in path
+def _refuse_remote(path: str, flag: str) -> None:
+    if "://" in path:
+        raise ValueError(f"{flag}={path} is an object-store path, which bertjax cannot write a run or an export to "
+                         "yet (its checkpoints, data stage and export write local files); pass a local or shared-"
+                         "disk directory and copy it to the bucket afterwards (gsutil -m cp -r).")
 
 
 def read_marker(directory: str) -> Optional[dict]:
@@ -79,8 +85,7 @@ def _written_by_a_job(name: str, path: str) -> bool:
 def claim_workdir(workdir: str, flag: str = "--workdir", primary: bool = True) -> None:
     """Refuses a workdir holding what bertjax did not write, before anything is written; then marks it (on the
     primary process: every process checks, one writes)."""
-    if _remote(workdir):
-        return
+    _refuse_remote(workdir, flag)
     if os.path.exists(workdir) and not os.path.isdir(workdir):
         raise NotADirectoryError(f"{flag}={workdir} is a file, not a directory; pass a new or empty directory.")
     if os.path.isdir(workdir) and read_marker(workdir) is None and not _legacy_workdir(workdir):
@@ -99,7 +104,8 @@ def _earlier_export(output_dir: str, inside_own_workdir: bool) -> list[str]:
     """The files an earlier bertjax export left in output_dir; refuses files bertjax did not write.
     `inside_own_workdir`: WORKDIR/hf of a bertjax workdir, whose files an earlier bertjax export wrote even
     without a marker."""
-    if _remote(output_dir) or not os.path.exists(output_dir):
+    _refuse_remote(output_dir, "--output_dir")
+    if not os.path.exists(output_dir):
         return []
     if not os.path.isdir(output_dir):
         raise NotADirectoryError(f"--output_dir={output_dir} is a file, not a directory; pass a new or empty "
@@ -129,7 +135,7 @@ def clear_earlier_export(output_dir: str, inside_own_workdir: bool = False, keep
         path = os.path.join(output_dir, name)
         if os.path.isfile(path) and os.path.realpath(path) not in keep_real:
             os.remove(path)
-    if _remote(output_dir) or not os.path.isdir(output_dir):
+    if not os.path.isdir(output_dir):
         return []
     return [n for n in os.listdir(output_dir) if n != MARKER]
 
@@ -137,8 +143,6 @@ def clear_earlier_export(output_dir: str, inside_own_workdir: bool = False, keep
 def finish_export(output_dir: str, before: Iterable[str]) -> None:
     """Marks output_dir as an export, listing the files it wrote (those not in `before`, what
     clear_earlier_export left)."""
-    if _remote(output_dir):
-        return
     kept = set(before)
     written = [n for n in os.listdir(output_dir) if n != MARKER and n not in kept
                and os.path.isfile(os.path.join(output_dir, n))]

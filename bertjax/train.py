@@ -82,16 +82,16 @@ def train_and_evaluate(config: Any, workdir: str, compile_only: bool = False) ->
 
     `config` is a ConfigDict (converted strictly into a `JobConfig` here) or a `JobConfig`. A SIGTERM
     before the first step (data preparation, compilation, restore) ends it cleanly: nothing was trained."""
-    return loop_lib.run_job(workdir, lambda stop, lock: _train_and_evaluate(config, workdir, compile_only, stop, lock))
+    job = config if isinstance(config, JobConfig) else JobConfig.from_configdict(config)  # mistakes: nothing written
+    return loop_lib.run_job(workdir, lambda stop, lock: _train_and_evaluate(job, workdir, compile_only, stop, lock))
 
 
-def _train_and_evaluate(config: Any, workdir: str, compile_only: bool, stop: loop_lib.StopRequest,
+def _train_and_evaluate(job: JobConfig, workdir: str, compile_only: bool, stop: loop_lib.StopRequest,
                         lock: lock_lib.WorkdirLock) -> dict:
     # ===== setup =====
     from bertjax.data import stage as stage_lib  # corpus → vocab → records, when the config asks for it
     from bertjax.data import vocab_check
 
-    job = config if isinstance(config, JobConfig) else JobConfig.from_configdict(config)
     job = stage_lib.prepare_data(job, workdir)
     job.data.check_records()
     job = vocab_check.check_job_vocab(job)  # the vocab, the model and the records agree, before compiling

@@ -133,18 +133,23 @@ def test_misspelled_missing_and_ill_typed_keys_are_named():
 
 
 def test_the_job_cli_names_a_misspelled_argument_and_key(tmp_path):
-    """A misspelled config-file argument, or a misspelled key set in a user's own config file, is one
-    sentence from `python -m bertjax.main`, before any work."""
+    """A misspelled config-file argument, a misspelled key set in a user's own config file, or a shortened run
+    its warmup does not fit, is one sentence from `python -m bertjax.main` and exit status 2, before any work;
+    the warmup's names the value to pass."""
     own = tmp_path / "my_config.py"
     own.write_text("import runpy\n\n\ndef get_config():\n"
                    f"    c = runpy.run_path({str(CONFIGS / 'demo.py')!r})['get_config']()\n"
                    "    c.train.num_train_step = 5\n    return c\n")
-    for flag, pattern in ((f"--config={CONFIGS / 'demo.py'}:quikc", "config argument 'quikc' is not known"),
-                          (f"--config={own}", "config.train.num_train_step is not a setting; did you mean")):
-        done = subprocess.run([sys.executable, "-m", "bertjax.main", flag, f"--workdir={tmp_path / 'work'}"],
-                              capture_output=True, text=True, timeout=300)
-        assert done.returncode != 0 and pattern in done.stderr, done.stderr[-2000:]
-        assert not (tmp_path / "work" / "data").exists()  # refused before any work
+    shortened = f"--config={CONFIGS / 'demo.py'} --config.train.num_train_steps=40"  # its warmup is 300 steps
+    for flags_given, pattern in (
+            (f"--config={CONFIGS / 'demo.py'}:quikc", "config argument 'quikc' is not known"),
+            (f"--config={own}", "config.train.num_train_step is not a setting; did you mean"),
+            (shortened, "config.optim.warmup_steps=300 exceeds config.train.num_train_steps=40; warmup must end "
+                        "within the run: pass --config.optim.warmup_steps=4 (a tenth of it) or fewer.")):
+        done = subprocess.run([sys.executable, "-m", "bertjax.main", *flags_given.split(),
+                               f"--workdir={tmp_path / 'work'}"], capture_output=True, text=True, timeout=300)
+        assert done.returncode == 2 and pattern in done.stderr.strip().splitlines()[-1], done.stderr[-2000:]
+        assert not (tmp_path / "work").exists()  # refused before anything was written
 
 
 def test_command_line_tools_can_be_imported_together():

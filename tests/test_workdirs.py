@@ -160,7 +160,8 @@ def test_a_job_that_fails_with_checkpoints_open_ends_in_its_sentence_alone(pydoc
     c = train_setup.small_config(pydocs_data)
     c.mesh.shape = (3, 1, 1)  # the tests' 8 devices: refused after the Checkpointer is created
     config_file = train_setup.write_config(c, tmp_path / "config.py")
-    env = dict(os.environ, **{tcmalloc.DISABLE: "1"})  # re-executing would drop the slowed cleanup
+    env = dict(os.environ, **{tcmalloc.DISABLE: "1"},  # re-executing would drop the slowed cleanup
+               XLA_FLAGS="--xla_force_host_platform_device_count=8 --xla_backend_optimization_level=0")
     done = subprocess.run([sys.executable, "-c", SLOW_TMP_CLEANUP, f"--config={config_file}",
                            f"--workdir={tmp_path / 'run'}"], cwd=ROOT, capture_output=True, text=True, env=env,
                           timeout=300)
@@ -255,3 +256,15 @@ def test_a_workdir_is_claimed_when_new_empty_or_holding_other_names_and_earlier_
         files = {p.name for p in run.iterdir() if p.is_file()} - {ownership.MARKER}
         unknown = {n for n in files if n not in ownership.WORKDIR_FILES and not n.startswith(ownership.EVENTS_PREFIX)}
         assert not unknown and files, (run, files)
+
+
+def test_an_object_store_workdir_or_export_is_refused_before_a_local_gs_tree_is_written(pre_trained, tmp_path,
+                                                                                          monkeypatch):
+    monkeypatch.chdir(tmp_path)  # where a relative "gs:/bucket/run" tree would appear
+    c = train_setup.small_config(**{"data.corpus": "builtin:pydocs"})
+    with pytest.raises(ValueError, match=r"--workdir=gs://bucket/run is an object-store path, which bertjax cannot "
+                                         r"write a run or an export to yet"):
+        train.train_and_evaluate(c, "gs://bucket/run")
+    with pytest.raises(ValueError, match=r"--output_dir=gs://bucket/hf is an object-store path"):
+        exporting.export(str(pre_trained), "gs://bucket/hf")
+    assert list(tmp_path.iterdir()) == []
