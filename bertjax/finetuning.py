@@ -29,6 +29,7 @@ from etils import epath
 from bertjax import checkpoint as checkpoint_lib
 from bertjax import heads
 from bertjax import loop as loop_lib
+from bertjax import memory_check
 from bertjax import metrics as metrics_lib
 from bertjax import models as models_lib
 from bertjax import ownership
@@ -309,6 +310,8 @@ def _finetune(job: FinetuneConfig, workdir: str, stop: loop_lib.StopRequest, loc
               given: Optional[Examples] = None) -> Outcome:
     # ===== setup: weights and tokenizer =====
     source = resolve_source(job)
+    memory_check.check_training(source.architecture, job.model.dtype, job.train.global_batch_size,
+                                job.data.max_seq_length, source=job.train.init_from or "config.model")
     tokenizer = load_tokenizer(source)
     primary = jax.process_index() == 0
 

@@ -22,6 +22,7 @@ from bertjax import batch_warmup
 from bertjax import checkpoint as checkpoint_lib
 from bertjax import lock as lock_lib
 from bertjax import loop as loop_lib
+from bertjax import memory_check
 from bertjax import metrics as metrics_lib
 from bertjax import pretrained
 from bertjax import trainer as trainer_lib
@@ -83,6 +84,9 @@ def train_and_evaluate(config: Any, workdir: str, compile_only: bool = False) ->
     `config` is a ConfigDict (converted strictly into a `JobConfig` here) or a `JobConfig`. A SIGTERM
     before the first step (data preparation, compilation, restore) ends it cleanly: nothing was trained."""
     job = config if isinstance(config, JobConfig) else JobConfig.from_configdict(config)  # mistakes: nothing written
+    if not compile_only:  # absurd sizes: refused before anything is allocated (--compile_only: by XLA's own count)
+        memory_check.check_training(job.model.architecture, job.model.dtype, job.train.global_batch_size,
+                                    job.data.max_seq_length, job.train.micro_batches)
     return loop_lib.run_job(workdir, lambda stop, lock: _train_and_evaluate(job, workdir, compile_only, stop, lock))
 
 

@@ -19,6 +19,7 @@ from bertjax import exporting
 from bertjax import hf
 from bertjax import model as model_lib
 from bertjax import pretrained
+from bertjax import train
 from bertjax import sharding as sharding_lib
 from bertjax.config import JobConfig
 from bertjax.data import corpus as corpus_lib
@@ -294,3 +295,42 @@ def test_the_job_ends_a_bad_input_in_its_one_sentence(tmp_path):
     done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300,
                           env=dict(env, BERTJAX_TRACEBACK="1"))
     assert done.returncode == 1 and "Traceback" in done.stderr
+
+
+# --- Absurd sizes: refused before anything is allocated -----------------------------------------------------------
+
+@pytest.mark.parametrize("field, value, says", [
+    ("vocab_size", 10**9, "says vocab_size=1,000,000,000, hidden_size=8, but the weights' word_embeddings.weight "
+                          "is 16 × 8"),
+    ("intermediate_size", 10**9, "says intermediate_size=1,000,000,000, hidden_size=8, but the weights' "
+                                 "intermediate.dense.weight is 8 × 8"),
+    ("max_position_embeddings", 10**9, "says max_position_embeddings=1,000,000,000, hidden_size=8, but the "
+                                       "weights' position_embeddings.weight is 8 × 8"),
+    ("num_hidden_layers", 10**6, "says num_hidden_layers=1,000,000, but the weights hold 1 layers"),
+])
+def test_a_config_json_that_does_not_belong_to_its_weights_is_refused_before_any_allocation(tmp_path, field, value,
+                                                                                              says):
+    config = model_lib.BertConfig(vocab_size=16, hidden_size=8, num_hidden_layers=1, num_attention_heads=2,
+                                  intermediate_size=8, max_position_embeddings=8)
+    model = model_lib.BertForPreTraining(config)
+    hf.save_pretrained(str(tmp_path), model, model_lib.init_params(model, jax.random.PRNGKey(0)))
+    saved = json.loads((tmp_path / "config.json").read_text())
+    saved[field] = value
+    (tmp_path / "config.json").write_text(json.dumps(saved))
+    with pytest.raises(ValueError) as e:
+        pretrained.load(str(tmp_path))
+    sentence(e, f"{tmp_path}/config.json {says}", "does not belong to these weights")
+
+
+@pytest.mark.parametrize("overrides, says", [
+    ({"data.max_seq_length": 10**9, "model.max_position_embeddings": 10**9},
+     "max_position_embeddings=1,000,000,000) has 64,0"),
+    ({"train.global_batch_size": 10**9}, "config.train.global_batch_size=1,000,000,000 rows of "
+                                          "config.data.max_seq_length=32 tokens are 357.6 GiB of input arrays"),
+])
+def test_a_job_too_large_for_any_memory_here_is_refused_before_anything_is_written(tmp_path, overrides, says):
+    c = train_setup.small_config(**{"data.corpus": "builtin:pydocs", **overrides})
+    with pytest.raises(ValueError) as e:
+        train.train_and_evaluate(c, str(tmp_path / "work"))
+    sentence(e, says, "more than")
+    assert not (tmp_path / "work").exists()

@@ -275,5 +275,7 @@ def load(path: str, seed: int = 0) -> tuple[model_lib.BertConfig, dict]:
         raise FileNotFoundError(f"{path} is not a directory ({hint}); point at a Hugging Face BERT directory "
                                 f"({CONFIG_NAME} + {WEIGHTS_NAME}).")
     config = load_config(path)
-    tensors, origin = hf_files.read_safetensors(hf_files.weight_files(path))
+    files = hf_files.weight_files(path)
+    hf_files.check_header(files, config, path)
+    tensors, origin = hf_files.read_safetensors(files)
     return config, from_hf_state_dict(config, tensors, jax.random.PRNGKey(seed), source=path, origin=origin)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from typing import Any, Optional
 
@@ -76,6 +77,43 @@ def read_safetensors(files: list[str]) -> tuple[dict[str, np.ndarray], dict[str,
             raise ValueError(f"{file} is not a readable safetensors file ({' '.join(str(e).split())}); re-export "
                              "or re-download it.") from None
     return tensors, origin
+
+
+# Tensors whose shapes the config fixes, by name suffix (BERT's and ModernBERT's): (config fields of each dim).
+HEADER_SHAPES = (("word_embeddings.weight", ("vocab_size", "hidden_size")),
+                 ("tok_embeddings.weight", ("vocab_size", "hidden_size")),
+                 ("position_embeddings.weight", ("max_position_embeddings", "hidden_size")),
+                 ("intermediate.dense.weight", ("intermediate_size", "hidden_size")),
+                 ("mlp.Wi.weight", ("2×intermediate_size", "hidden_size")))
+
+
+def check_header(files: list[str], config: Any, source: str) -> None:
+    """Before any tensor is read or any head initialised: config.json's sizes and layer count against the shapes
+    the safetensors header lists, so that a config.json that does not belong to the weights (vocab_size 10⁹,
+    a million layers) is one sentence, not a terabyte allocation or minutes of silence."""
+    shapes: dict[str, tuple[int, ...]] = {}
+    for file in files:
+        try:
+            with safe_open(file, framework="np") as f:
+                shapes.update({key: tuple(f.get_slice(key).get_shape()) for key in f.keys()})
+        except Exception as e:  # safetensors' own error types: a truncated or corrupt header
+            raise ValueError(f"{file} is not a readable safetensors file ({' '.join(str(e).split())}); re-export "
+                             "or re-download it.") from None
+    for suffix, fields in HEADER_SHAPES:
+        found = next((shape for key, shape in shapes.items() if key.endswith(suffix)), None)
+        if found is None:
+            continue
+        expected = tuple(2 * getattr(config, f[2:]) if f.startswith("2×") else getattr(config, f) for f in fields)
+        if found != expected:
+            said = ", ".join(f"{f}={getattr(config, f.lstrip('2×')):,}" for f in dict.fromkeys(fields))
+            raise ValueError(f"{source}/{CONFIG_NAME} says {said}, but the weights' {suffix} is "
+                             f"{' × '.join(f'{n:,}' for n in found)}: the config.json does not belong to these "
+                             "weights; put back the one saved with them.")
+    layers = {int(m.group(1)) for key in shapes for m in [re.search(r"\.layers?\.(\d+)\.", key)] if m}
+    if layers and len(layers) != config.num_hidden_layers:
+        raise ValueError(f"{source}/{CONFIG_NAME} says num_hidden_layers={config.num_hidden_layers:,}, but the "
+                         f"weights hold {len(layers)} layers: the config.json does not belong to these weights; put "
+                         "back the one saved with them.")
 
 
 def write_tokenizer(path: str, vocab_file: str, do_lower_case: bool, max_length: int,

@@ -208,7 +208,9 @@ def read_config(path: str) -> ModernBertConfig:
 def load(path: str, seed: int = 0) -> tuple[ModernBertConfig, dict]:
     """(config, params) of a transformers ModernBERT directory (safetensors only)."""
     config = read_config(path)
-    tensors, _ = hf_files.read_safetensors(hf_files.weight_files(path, "ModernBertForMaskedLM"))
+    files = hf_files.weight_files(path, "ModernBertForMaskedLM")
+    hf_files.check_header(files, config, path)
+    tensors, _ = hf_files.read_safetensors(files)
     return config, from_state_dict(config, tensors, seed, source=path)
 
 
