@@ -62,6 +62,17 @@ def test_tsv_csv_jsonl_single_and_pair(tmp_path):
     assert glob == pair
 
 
+def test_glue_files_are_read_by_their_own_column_names(tmp_path):
+    """GLUE's SST-2/train.tsv (sentence, label), as the README's fine-tuning example passes it, and QNLI's
+    (index, question, sentence, label): no renaming needed."""
+    sst2 = write(tmp_path / "sst2_train.tsv", "sentence\tlabel\nhide new secretions \t0\nit 's a charming trip \t1\n")
+    assert [(e.text_a, e.text_b, e.label) for e in tasks.read_text_examples(sst2)] == [
+        ("hide new secretions ", None, "0"), ("it 's a charming trip ", None, "1")]
+    qnli = write(tmp_path / "qnli_dev.tsv", "index\tquestion\tsentence\tlabel\n0\tWho?\tHe did.\tentailment\n")
+    assert [(e.text_a, e.text_b, e.label) for e in tasks.read_text_examples(qnli)] == [
+        ("Who?", "He did.", "entailment")]
+
+
 def test_regression_and_prediction_files(tmp_path):
     path = write(tmp_path / "sts.tsv", "text_a\ttext_b\tlabel\na\tb\t3.5\nc\td\t-1\n")
     assert [e.label for e in tasks.read_text_examples(path, regression=True)] == [3.5, -1.0]
@@ -84,7 +95,7 @@ def test_label_order_is_stable_regardless_of_file_order(tmp_path):
 
 @pytest.mark.parametrize("name, text, kwargs, message", [
     ("empty.tsv", "", {}, r"empty\.tsv is empty"),
-    ("nocol.tsv", "sentence\tlabel\nx\ty\n", {}, r"nocol\.tsv:1: no column 'text' or 'text_a'"),
+    ("nocol.tsv", "review\tlabel\nx\ty\n", {}, r"nocol\.tsv:1: no column 'text' or 'text_a'"),
     ("nolabel.csv", "text\nx\n", {}, r"nolabel\.csv:1: no column 'label'"),
     ("fields.tsv", "text\tlabel\na\tb\nc\td\te\n", {}, r"fields\.tsv:3: 3 fields where the header has 2"),
     ("emptylabel.tsv", "text\tlabel\na\t\n", {}, r"emptylabel\.tsv:2: field 'label' is empty"),

@@ -164,11 +164,16 @@ def _label_value(value: Any, source: Source, regression: bool, require_labels: b
 
 
 def _text_columns(columns: Sequence[str], source: Source) -> tuple[str, Optional[str]]:
+    """text_a or text (with text_b for pairs), else GLUE's own column names (SST-2's `sentence`, QNLI's
+    `question`/`sentence`, RTE's `sentence1`/`sentence2`, …), pairs first."""
     text_a = "text_a" if "text_a" in columns else "text" if "text" in columns else None
-    if text_a is None:
-        raise ValueError(f"{source}: no column 'text' or 'text_a' (found {list(columns)}); name the text column "
-                         "text (or text_a, with text_b for pairs).")
-    return text_a, ("text_b" if "text_b" in columns else None)
+    if text_a is not None:
+        return text_a, ("text_b" if "text_b" in columns else None)
+    for a, b in TFDS_TEXT_FEATURES:
+        if a in columns and (b is None or b in columns):
+            return a, b
+    raise ValueError(f"{source}: no column 'text' or 'text_a' (found {list(columns)}); name the text column "
+                     "text (or text_a, with text_b for pairs).")
 
 
 def _read_delimited(path: str, text: str, delimiter: str, regression: bool, require_labels: bool
