@@ -334,3 +334,15 @@ def test_a_json_file_of_json_lines_is_read_by_rows_and_a_json_array_is_refused(t
     with pytest.raises(ValueError, match=r"pretty.json: line 1 is not a JSON object by itself, so the file is one "
                                          r"JSON document over several lines"):
         corpus_lib.open_source(str(tmp_path / "pretty.json"))
+
+
+def test_a_lone_surrogate_is_replaced_and_counted_like_bytes_that_are_not_utf8(tmp_path, vocab_file):
+    path = tmp_path / "c.jsonl"
+    path.write_text('{"text": "The parser reads \\ud800 a file. It writes it back."}\n'
+                    '{"text": "A fine row. With two sentences."}\n', encoding="utf-8")  # valid JSON, no text
+    source = corpus_lib.open_source(str(path))
+    documents = list(source.documents())
+    assert documents[0] == ["The parser reads \ufffd a file.", "It writes it back."]
+    assert source.stats.replaced_lines == 1
+    meta = prepare(path, tmp_path / "out", vocab_file)  # records are written: nothing fails to encode
+    assert meta["replaced"]["non_utf8_lines"] == 1 and shard_bytes(tmp_path / "out")

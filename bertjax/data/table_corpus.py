@@ -22,6 +22,7 @@ import bisect
 import gzip
 import json
 import logging
+import re
 import zlib
 from collections.abc import Iterator
 from typing import Any, NamedTuple, Optional
@@ -44,6 +45,7 @@ _CHUNK = 1 << 20
 # zstd input is fed 64 KiB at a time: one call's output is the input times the compression ratio (20x and
 # more on repetitive text), and a 1 MiB feed made peak RSS grow with such a corpus.
 _ZSTD_FEED = 1 << 16
+_SURROGATE = re.compile("[\ud800-\udfff]")  # a lone surrogate (json.loads pairs the valid ones)
 _FIELD_FIX = "set --text_field (config.data.text_field in the job) to the field that holds each document's text"
 
 
@@ -357,6 +359,9 @@ class TableSource(Source):
             if value is not None and not isinstance(value, str):
                 _skip(stats, path, "non_string_texts")
                 continue
+            if value and _SURROGATE.search(value):  # "\ud800" is valid JSON but no text: as bytes that are not UTF-8
+                value = _SURROGATE.sub("\ufffd", value)
+                stats.replaced_lines += 1
             doc = self._document(value, path, stats)
             if doc is not None:
                 yield doc
