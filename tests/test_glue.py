@@ -264,7 +264,7 @@ def test_a_missing_folder_or_split_names_what_is_there(glue_dir, tmp_path):
     (root / "SST-2" / "test.tsv").unlink()
     with pytest.raises(FileNotFoundError) as e:
         glue_data.read_task(glue_data.TASKS["sst2"], str(root), with_test=True)
-    _one_sentence(e, "no test file", "SST-2/test.tsv")
+    _one_sentence(e, "no test file", "SST-2/test.tsv", "pass --config.submission=false to run without the test sets")
     glue_data.read_task(glue_data.TASKS["sst2"], str(root), with_test=False)  # config.submission=false needs none
 
 

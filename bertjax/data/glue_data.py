@@ -136,8 +136,10 @@ def _split_file(task: GlueTask, data_dir: str, stem: str, kind: str) -> str:
     path = os.path.join(folder, stem + ".tsv")
     if not files.is_remote(path) and not os.path.isfile(path):
         there = sorted(files.listdir(folder))
+        without = ("; or pass --config.submission=false to run without the test sets (no submission files)"
+                   if kind == "test" else "")
         raise FileNotFoundError(f"{task.name}: no {kind} file {path} ({folder} holds {there or 'nothing'}); GLUE's "
-                                f"layout names it {stem}.tsv.")
+                                f"layout names it {stem}.tsv{without}.")
     return path
 
 
