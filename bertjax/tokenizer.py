@@ -53,6 +53,7 @@ def sentences(source: corpus_lib.Source) -> Iterator[str]:
 
 def main(argv: list[str]) -> None:
     del argv
+    source = None
     try:
         text_field = table_corpus.resolve_text_field(FLAGS.text_field, FLAGS.tfds_text_feature,
                                                      "--tfds_text_feature", "--text_field")
@@ -70,6 +71,11 @@ def main(argv: list[str]) -> None:
                                                      do_lower_case=FLAGS.do_lower_case, seed=FLAGS.random_seed,
                                                      num_threads=FLAGS.num_threads)
     except (OSError, ValueError) as e:  # a user's bad file or flag: one line, no traceback
+        if source is not None and source.stats.documents == 0:  # nothing to learn from: say what was read
+            stats, rows = source.stats, table_corpus.skipped_rows_note(source.stats)
+            raise SystemExit(f"error: --input_file={FLAGS.input_file} gave no text to train on: {stats.units} "
+                             f"unit(s) read{f', {rows}' if rows else ''}, {stats.empty_files} empty file(s); point it "
+                             "at files that hold text (or name the field that does with --text_field).") from None
         raise SystemExit(f"error: {e}") from None
     written = [tok.path] + ([tok.path.with_suffix(".vocab")] if FLAGS.model_type == "sentencepiece" else [])
     stats = source.stats

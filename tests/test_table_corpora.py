@@ -318,6 +318,8 @@ def test_the_job_trains_from_a_parquet_glob(tmp_path, texts):
     assert np.isfinite(result["mlm_loss"])
 
 
+# --- Files named or holding what a user would not expect ----------------------------------------------
+
 def test_a_json_file_of_json_lines_is_read_by_rows_and_a_json_array_is_refused(tmp_path, texts):
     datasets = pytest.importorskip("datasets")
     rows = datasets.Dataset.from_dict({"id": list(range(len(texts))), "text": texts})
@@ -346,3 +348,13 @@ def test_a_lone_surrogate_is_replaced_and_counted_like_bytes_that_are_not_utf8(t
     assert source.stats.replaced_lines == 1
     meta = prepare(path, tmp_path / "out", vocab_file)  # records are written: nothing fails to encode
     assert meta["replaced"]["non_utf8_lines"] == 1 and shard_bytes(tmp_path / "out")
+
+
+def test_the_tokenizer_on_a_file_without_rows_names_the_file_and_what_it_read(tmp_path):
+    pq.write_table(pa.table({"text": pa.array([], pa.string())}), tmp_path / "empty.parquet")
+    done = subprocess.run([sys.executable, "-m", "bertjax.tokenizer", f"--input_file={tmp_path}/empty.parquet",
+                           "--vocab_size=100", f"--output_dir={tmp_path}/out"], cwd=REPO, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 1 and done.stderr.strip() == (
+        f"error: --input_file={tmp_path}/empty.parquet gave no text to train on: 1 unit(s) read, 1 empty file(s); "
+        "point it at files that hold text (or name the field that does with --text_field)."), done.stderr
