@@ -51,7 +51,10 @@ def param_count(family: Any, architecture: Any) -> int:
     """The parameters of an architecture, from the shapes of a one- and a two-layer model (no allocation,
     no tracing of every layer): a model's layers are alike after the first."""
     def count(layers: int) -> int:
-        model = family.model.from_architecture(dataclasses.replace(architecture, num_hidden_layers=layers))
+        fewer = {"num_hidden_layers": layers}
+        if getattr(architecture, "layer_types", None):  # ModernBERT's per-layer attention kinds: the first ones
+            fewer["layer_types"] = type(architecture.layer_types)(architecture.layer_types[:layers])
+        model = family.model.from_architecture(dataclasses.replace(architecture, **fewer))
         shapes = jax.eval_shape(lambda: family.model.init_params(model, jax.random.PRNGKey(0)))
         return sum(int(x.size) for x in jax.tree.leaves(shapes))
 

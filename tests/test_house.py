@@ -266,3 +266,21 @@ def test_an_older_jax_is_refused_at_import_with_one_sentence(tmp_path):
         f"'jax>={wanted}' (on TPUs 'jax[tpu]>={wanted}', on NVIDIA GPUs 'jax[cuda12]>={wanted}'), then restart "
         "the Python process."]
     assert bertjax._release("0.10.2") >= bertjax.MIN_JAX > bertjax._release("0.4.30")
+
+
+TF_WITHOUT_KERAS = """
+import sys
+from bertjax import tf_import
+tf_import.skip_keras_while_tensorflow_imports()
+import tensorflow as tf
+print("keras" in sys.modules, "sklearn" in sys.modules)
+print(list(tf.data.Dataset.range(4).batch(2).as_numpy_iterator())[1].tolist(), tf.io.gfile.exists(sys.prefix))
+print(type(tf.keras.layers.Dense(2)).__name__, "keras" in sys.modules)  # tf.keras afterwards: Keras, as usual
+"""
+
+
+def test_commands_import_tensorflow_without_keras_and_keras_still_loads_after():
+    done = subprocess.run([sys.executable, "-c", TF_WITHOUT_KERAS], cwd=train_setup.ROOT, capture_output=True,
+                          text=True, timeout=300, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split("\n")[:3] == ["False False", "[2, 3] True", "Dense True"], done.stdout
