@@ -71,7 +71,7 @@ def main(argv: list[str]) -> None:
                                                      do_lower_case=FLAGS.do_lower_case, seed=FLAGS.random_seed,
                                                      num_threads=FLAGS.num_threads)
     except (OSError, ValueError) as e:  # a user's bad file or flag: one line, no traceback
-        if source is not None and source.stats.documents == 0:  # nothing to learn from: say what was read
+        if isinstance(e, vocab_training.NoText) and source is not None:  # nothing to learn from: say what was read
             stats, rows = source.stats, table_corpus.skipped_rows_note(source.stats)
             raise SystemExit(f"error: --input_file={FLAGS.input_file} gave no text to train on: {stats.units} "
                              f"unit(s) read{f', {rows}' if rows else ''}, {stats.empty_files} empty file(s); point it "

@@ -389,6 +389,10 @@ def size_note(vocab: list[str], vocab_size: int, word_counts: dict[str, int], mi
                    "or ask for fewer.")
 
 
+class NoText(ValueError):
+    """The corpus gave no text to learn from (the command then says what it read)."""
+
+
 def train_wordpiece(texts: Iterable[str], vocab_size: int, output_dir: str | os.PathLike, do_lower_case: bool = True,
                     min_frequency: int = 2,
                     report: Callable[[str], None] | None = None) -> tokenization.WordPieceTokenizer:
@@ -406,7 +410,7 @@ def train_wordpiece(texts: Iterable[str], vocab_size: int, output_dir: str | os.
     counts = count_words(_nonempty(texts), do_lower_case)
     vocab, stopped = _train_from_counts(counts, vocab_size, min_frequency, SPECIAL_TOKENS)
     if len(vocab) <= len(SPECIAL_TOKENS):
-        raise ValueError("WordPiece training saw no text; check that --input_file matches non-empty text files.")
+        raise NoText("WordPiece training saw no text; check that --input_file matches non-empty text files.")
     note = size_note(vocab, vocab_size, counts, min_frequency, stopped)
     if note:
         (report or log.warning)(note)
