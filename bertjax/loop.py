@@ -46,12 +46,17 @@ class StopRequest:
         self._previous = None
 
     def training_started(self) -> None:
+        if self.requested:  # the handler's exception was swallowed where it landed (a GC callback): stop here
+            raise StoppedBeforeTraining()
         self.training = True
 
     def __enter__(self) -> "StopRequest":
         def handler(signum, frame):
             if not self.training:
+                self.requested = True
                 log.warning("received signal %d before training started: stopping", signum)
+                if frame is not None and frame.f_code.co_name == "_xla_gc_callback":
+                    return  # JAX's GC hook would print the exception and swallow it: training_started stops
                 raise StoppedBeforeTraining()
             log.warning("received signal %d: saving a checkpoint after this step, then exiting", signum)
             self.requested = True
@@ -170,6 +175,15 @@ class NotLearningWatch:
                 f"(config.eval.not_learning_after=0 turns this check off).")
 
 
+_stopped_before_training = False
+
+
+def stopped_before_training() -> bool:
+    """Whether a job of this process was stopped by a signal before its first step (cli.run_job ends the
+    process at once then)."""
+    return _stopped_before_training
+
+
 def run_job(workdir: str, body: Callable[[StopRequest, lock_lib.WorkdirLock], dict]) -> dict:
     """body(stop, lock) with the workdir locked and SIGTERM handled; a SIGTERM before the first step
     (data preparation, compilation, restore) ends it cleanly, with nothing trained."""
@@ -178,6 +192,8 @@ def run_job(workdir: str, body: Callable[[StopRequest, lock_lib.WorkdirLock], di
         try:
             return body(stop, lock)
         except StoppedBeforeTraining:
+            global _stopped_before_training
+            _stopped_before_training = True
             log.info("stopped on request before training started: no step had been taken, so nothing was lost; "
                      "rerun the same command to go on")
             return {}

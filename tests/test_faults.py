@@ -11,6 +11,7 @@ import glob
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -175,6 +176,36 @@ def test_sigterm_before_training_starts_exits_0_saying_nothing_was_lost(tmp_path
     assert "stopped on request before training started" in out and "nothing was lost" in out
     assert "train step" not in out and "Traceback" not in out
     assert not (tmp_path / "work" / "data" / "train").exists()  # stopped before the stage wrote records
+
+
+def test_sigterm_while_fine_tuning_compiles_exits_0_and_the_rerun_trains(tmp_path, minilm_dir):
+    """`python -m bertjax.finetune` sent SIGTERM while it compiles (a preemptible VM's signal): it used to log
+    that nothing was lost and then die in the interpreter's shutdown (rc 139, 3 of 3 tries on the 2-core AMD
+    EPYC, 2-4 s after its setup line); the same command then trains."""
+    rows = "".join(f"the film was {w}\t{'pos' if w in ('good', 'great') else 'neg'}\n"
+                   for w in ["good", "bad", "great", "awful"] * 16)
+    (tmp_path / "train.tsv").write_text("text\tlabel\n" + rows)
+    command = [sys.executable, "-m", "bertjax.finetune", "--config=configs/finetune.py", f"--workdir={tmp_path / 'w'}",
+               f"--config.train.init_from={minilm_dir}", f"--config.data.train_file={tmp_path / 'train.tsv'}",
+               "--config.train.num_train_steps=3", "--config.data.max_seq_length=16",
+               "--config.train.global_batch_size=8"]
+    job = subprocess.Popen(command, cwd=train_setup.ROOT, stderr=subprocess.PIPE, text=True,
+                           env=dict(os.environ, JAX_PLATFORMS="cpu"))
+    lines = []
+    for line in job.stderr:
+        lines.append(line)
+        if "attention: auto chose" in line:  # the model is built: the train step compiles next
+            time.sleep(2)
+            job.send_signal(signal.SIGTERM)
+            break
+    lines += job.stderr.readlines()
+    out = "".join(lines)
+    assert job.wait(timeout=300) == 0, out[-3000:]
+    assert "Fatal Python error" not in out and "Traceback" not in out, out[-3000:]
+    assert "received signal 15" in out, out[-3000:]
+    done = subprocess.run(command, cwd=train_setup.ROOT, capture_output=True, text=True, timeout=600,
+                          env=dict(os.environ, JAX_PLATFORMS="cpu"))
+    assert done.returncode == 0 and "3 steps in" in done.stderr, done.stderr[-3000:]
 
 
 def test_a_second_job_in_a_busy_workdir_is_refused_and_a_dead_jobs_lock_is_taken_over(pydocs_data, tmp_path,
