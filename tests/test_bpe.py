@@ -59,12 +59,18 @@ def test_word_starts_for_whole_word_masking(bpe):
     assert not any(bpe.is_continuation_token(bpe.vocab[i]) for i in bpe.special_ids)
 
 
-def test_roberta_named_specials_and_a_file_without_them(tmp_path):
+def roberta_tokenizer(path: pathlib.Path) -> tokenizers.Tokenizer:
+    """A byte-level BPE with RoBERTa's specials (<s>=0, <pad>=1, </s>=2, <unk>=3, <mask>=4), saved at path."""
     tok = tokenizers.Tokenizer(tokenizers.models.BPE(unk_token="<unk>"))
     tok.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=True)
     tok.train_from_iterator(HELD_OUT * 50, tokenizers.trainers.BpeTrainer(
         vocab_size=300, special_tokens=["<s>", "<pad>", "</s>", "<unk>", "<mask>"], show_progress=False))
-    tok.save(str(tmp_path / "roberta.json"))
+    tok.save(str(path))
+    return tok
+
+
+def test_roberta_named_specials_and_a_file_without_them(tmp_path):
+    roberta_tokenizer(tmp_path / "roberta.json")
     loaded = tokenization.load(tmp_path / "roberta.json")
     assert (loaded.cls_id, loaded.pad_id, loaded.sep_id, loaded.unk_id, loaded.mask_id) == (0, 1, 2, 3, 4)
     assert loaded.vocab[loaded.mask_id] == "<mask>"
@@ -110,11 +116,7 @@ def test_a_bert_export_with_a_roberta_style_tokenizer_pads_with_its_pad_token(tm
     from bertjax.models import bert as model_lib
     from bertjax.models import bert_hf
 
-    tok = tokenizers.Tokenizer(tokenizers.models.BPE(unk_token="<unk>"))
-    tok.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=True)
-    tok.train_from_iterator(HELD_OUT * 50, tokenizers.trainers.BpeTrainer(
-        vocab_size=300, special_tokens=["<s>", "<pad>", "</s>", "<unk>", "<mask>"], show_progress=False))
-    tok.save(str(tmp_path / "roberta.json"))
+    tok = roberta_tokenizer(tmp_path / "roberta.json")
     config = model_lib.BertConfig(vocab_size=tok.get_vocab_size(), hidden_size=8, num_hidden_layers=1,
                                   num_attention_heads=2, intermediate_size=8, max_position_embeddings=16)
     model = model_lib.BertForPreTraining(config)
