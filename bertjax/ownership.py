@@ -25,6 +25,8 @@ import os
 import time
 from typing import Iterable, Optional
 
+from bertjax.data import files
+
 MARKER = ".bertjax.json"
 # Names a job writes at the top of its workdir (pre-training, fine-tuning, the GLUE suite, the demo); a
 # test holds this list to what the jobs write. Not job.lock: the lock (lock.py) judges a lock file itself.
@@ -35,7 +37,7 @@ EVENTS_PREFIX = "events.out.tfevents."
 
 
 def _refuse_remote(path: str, flag: str) -> None:
-    if "://" in path:
+    if files.is_remote(path):
         raise ValueError(f"{flag}={path} is an object-store path, which bertjax cannot write a run or an export to "
                          "yet (its checkpoints, data stage and export write local files); pass a local or shared-"
                          "disk directory and copy it to the bucket afterwards (gsutil -m cp -r).")
