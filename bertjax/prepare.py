@@ -49,7 +49,7 @@ def define_flags() -> None:
     flags.DEFINE_string("beam_runner", "DirectRunner", "Beam runner for --runner=beam.")
     flags.DEFINE_string("tfds_data_dir", None, "TFDS data_dir for tfds: inputs.")
     flags.DEFINE_string("text_field", "text", "The field holding each document's text: Parquet column, JSON key "
-                        "or TFDS feature.")
+                        "or TFDS feature; a dotted name (meta.text) is a field inside a struct column or object.")
     flags.DEFINE_bool("skip_bad_json_lines", False, "Skip (and count) JSON lines that do not parse, instead of "
                       "stopping at the first.")
     flags.DEFINE_string("tfds_text_feature", "text", "Deprecated: use --text_field.")

@@ -32,15 +32,16 @@ def define_flags() -> None:
                         required=True)
     flags.DEFINE_enum("model_type", "wordpiece", ["wordpiece", "sentencepiece", "bpe"],
                       "Tokenizer engine; bpe: byte-level BPE (RoBERTa's, ModernBERT's) in a tokenizer.json.")
-    flags.DEFINE_boolean("do_lower_case", True, "Lower-case (and, for WordPiece, strip accents); use "
-                         "--nodo_lower_case for a cased vocab.")
+    flags.DEFINE_boolean("do_lower_case", None, "Lower-case (and, for WordPiece, strip accents). Default: "
+                         "lower-cased for wordpiece and sentencepiece (as BERT's uncased vocab), cased for bpe (as "
+                         "RoBERTa's and ModernBERT's); --nodo_lower_case / --do_lower_case choose.")
     flags.DEFINE_integer("num_threads", 1, "SentencePiece's training threads: more train a large corpus faster, "
                          "but its multi-threaded trainer does not give the same model twice.")
     flags.DEFINE_integer("random_seed", 12345, "SentencePiece: seed of the sample of lines it trains on when the "
                          "corpus has more than 10M.")
     flags.DEFINE_string("tfds_data_dir", None, "TFDS data_dir for tfds: inputs.")
     flags.DEFINE_string("text_field", "text", "The field holding each document's text: Parquet column, JSON key "
-                        "or TFDS feature.")
+                        "or TFDS feature; a dotted name (meta.text) is a field inside a struct column or object.")
     flags.DEFINE_bool("skip_bad_json_lines", False, "Skip (and count) JSON lines that do not parse, instead of "
                       "stopping at the first.")
     flags.DEFINE_string("tfds_text_feature", "text", "Deprecated: use --text_field.")
@@ -54,6 +55,7 @@ def sentences(source: corpus_lib.Source) -> Iterator[str]:
 def main(argv: list[str]) -> None:
     del argv
     source = None
+    lower = FLAGS.do_lower_case if FLAGS.do_lower_case is not None else FLAGS.model_type != "bpe"
     try:
         text_field = table_corpus.resolve_text_field(FLAGS.text_field, FLAGS.tfds_text_feature,
                                                      "--tfds_text_feature", "--text_field")
@@ -62,13 +64,13 @@ def main(argv: list[str]) -> None:
         if FLAGS.model_type == "wordpiece":
             # A vocab of another size than asked says so, and why, in one printed line.
             tok = vocab_training.train_wordpiece(sentences(source), FLAGS.vocab_size, FLAGS.output_dir,
-                                                 do_lower_case=FLAGS.do_lower_case, report=print)
+                                                 do_lower_case=lower, report=print)
         elif FLAGS.model_type == "bpe":
             tok = vocab_training.train_bpe(sentences(source), FLAGS.vocab_size, FLAGS.output_dir,
-                                           do_lower_case=FLAGS.do_lower_case)
+                                           do_lower_case=lower)
         else:
             tok = vocab_training.train_sentencepiece(sentences(source), FLAGS.vocab_size, FLAGS.output_dir,
-                                                     do_lower_case=FLAGS.do_lower_case, seed=FLAGS.random_seed,
+                                                     do_lower_case=lower, seed=FLAGS.random_seed,
                                                      num_threads=FLAGS.num_threads)
     except (OSError, ValueError) as e:  # a user's bad file or flag: one line, no traceback
         if isinstance(e, vocab_training.NoText) and source is not None:  # nothing to learn from: say what was read

@@ -76,6 +76,39 @@ def evaluate(trainer: trainer_lib.Trainer, params: Any, pipeline: pipeline_lib.I
     return result
 
 
+def _final_eval(workdir: str, step: int) -> dict | None:
+    """metrics.jsonl's eval row for `step` (the run's final eval), or None when it never got written."""
+    path = epath.Path(workdir) / "metrics.jsonl"
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+    found = [r for r in rows if r.get("kind") == "eval" and r.get("step") == step]
+    return {k: v for k, v in found[-1].items() if k not in ("step", "kind")} if found else None
+
+
+def _finished(job: JobConfig, workdir: str, latest: int | None) -> bool:
+    """Whether the newest checkpoint is the last step and the final eval was written: then a rerun of the same
+    command has nothing to do (it used to compile, evaluate and export again). Process 0 decides, for all."""
+    done = latest is not None and latest >= job.train.num_train_steps and (
+        not job.data.eval_files or _final_eval(workdir, latest) is not None)
+    if jax.process_count() > 1:  # only process 0 may see metrics.jsonl (hosts without a shared disk)
+        from jax.experimental import multihost_utils
+
+        done = bool(multihost_utils.broadcast_one_to_all(jax.numpy.int32(done)))
+    return done
+
+
+def _report_done(job: JobConfig, workdir: str, step: int) -> dict:
+    """The finished run's final eval; its HF export written if it is missing (the one thing a rerun still does)."""
+    hf_dir = os.path.join(workdir, "hf")
+    if job.checkpoint.export_hf and jax.process_index() == 0 and not epath.Path(hf_dir, "config.json").exists():
+        from bertjax import exporting
+
+        exporting.export(workdir, hf_dir)
+    log.info("done: %s already holds the final step %d (num_train_steps %d) and its eval; nothing to do. To train "
+             "on, raise --config.train.num_train_steps; to start over, use a new --workdir.", workdir, step,
+             job.train.num_train_steps)
+    return (_final_eval(workdir, step) or {}) if jax.process_index() == 0 else {}
+
+
 # --- The job -----------------------------------------------------------------------------------------
 
 def train_and_evaluate(config: Any, workdir: str, compile_only: bool = False) -> dict:
@@ -125,6 +158,8 @@ def _train_and_evaluate(job: JobConfig, workdir: str, compile_only: bool, stop: 
         checkpoints = checkpoint_lib.Checkpointer(workdir, job.checkpoint, fingerprint)
         cleanup.callback(checkpoints.close)
         checkpoints.check_compatible_with_newest()  # refuse a foreign workdir before compiling
+        if not compile_only and _finished(job, workdir, checkpoints.latest_step()):
+            return _report_done(job, workdir, checkpoints.latest_step())
 
         # ===== trainer: mesh, sharded state, compiled step =====
         trainer = trainer_lib.setup(job)

@@ -49,7 +49,26 @@ def test_bpe_tokenizes_as_transformers_fast_tokenizer_does(bpe):
         assert theirs(text)["input_ids"] == [bpe.cls_id, *bpe.encode(text), bpe.sep_id], text
     pair = theirs(HELD_OUT[0], HELD_OUT[1])
     assert pair["input_ids"] == [bpe.cls_id, *bpe.encode(HELD_OUT[0]), bpe.sep_id, *bpe.encode(HELD_OUT[1]), bpe.sep_id]
-    assert bpe.encode("The Code") == bpe.encode("the code")  # lower-cased by the file's own normalizer
+    assert bpe.encode("The Code") != bpe.encode("the code")  # cased, as RoBERTa's and ModernBERT's
+
+
+def test_the_cli_trains_a_cased_bpe_unless_told_and_its_mask_takes_the_space_before_it(tmp_path):
+    (tmp_path / "corpus.txt").write_text("\n\n".join(f"The module {w} installs packages from the index.\nThen it "
+                                                      f"builds the {w} wheel." for w in ("pip", "venv", "Tk")) * 20)
+    casing = {}
+    for name, flags in (("default", []), ("lower", ["--do_lower_case"])):
+        done = subprocess.run([sys.executable, "-m", "bertjax.tokenizer", f"--input_file={tmp_path / 'corpus.txt'}",
+                               "--vocab_size=300", "--model_type=bpe", f"--output_dir={tmp_path / name}", *flags],
+                              cwd=ROOT, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+        tok = tokenization.load(tmp_path / name)
+        casing[name] = tok.encode("The Module") == tok.encode("the module")
+        assert f"do_lower_case={name == 'lower'}" in done.stdout, done.stdout
+    assert casing == {"default": False, "lower": True}
+    fast = transformers.PreTrainedTokenizerFast(tokenizer_file=str(tmp_path / "default" / "tokenizer.json"))
+    ids = lambda text: fast(text, add_special_tokens=False)["input_ids"]  # noqa: E731
+    masked = ids("it installs [MASK] from the index")  # no lone "Ġ" piece before the mask: [MASK] = id 4
+    assert masked == ids("it installs") + [4] + ids("from the index"), fast.convert_ids_to_tokens(masked)
 
 
 def test_word_starts_for_whole_word_masking(bpe):

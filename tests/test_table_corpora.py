@@ -122,6 +122,26 @@ def test_text_field_names_the_column_and_the_key(tmp_path, texts):
     assert source.text_field == "body"
 
 
+def test_a_dotted_text_field_names_a_field_inside_a_struct_column_or_object(tmp_path, texts):
+    """--text_field=meta.text: Parquet and Arrow struct columns and nested JSON objects; a null struct is an
+    empty text, counted; a missing inner field lists the dotted names there are."""
+    meta = [{"text": t, "lang": "en"} for t in texts[:4]] + [None]
+    pq.write_table(pa.table({"id": list(range(5)), "meta": meta}), tmp_path / "c.parquet", row_group_size=2)
+    with pa.OSFile(str(tmp_path / "c.arrow"), "wb") as sink, pa.ipc.new_stream(
+            sink, pa.table({"meta": meta}).schema) as writer:  # the stream format datasets.save_to_disk writes
+        writer.write_table(pa.table({"meta": meta}))
+    (tmp_path / "c.jsonl").write_bytes(jsonl_bytes([{"meta": m} for m in meta[:4]] + [{"meta": {"lang": "de"}}]))
+    expected = [corpus_lib.split_sentences(t) for t in texts[:4]]
+    for name in ("c.parquet", "c.arrow", "c.jsonl"):
+        source = corpus_lib.open_source(str(tmp_path / name), text_field="meta.text")
+        assert list(source.documents()) == expected, name
+        assert source.stats.rows == 5 and source.stats.empty_texts + source.stats.missing_texts == 1, name
+    with pytest.raises(ValueError, match=r"no column 'meta.body' \(its columns: \['id', 'meta.text', 'meta.lang'\]\)"):
+        corpus_lib.open_source(str(tmp_path / "c.parquet"), text_field="meta.body")
+    with pytest.raises(ValueError, match=r"column 'meta' holds struct<.*string columns: \['meta.text', 'meta.lang'\]"):
+        corpus_lib.open_source(str(tmp_path / "c.parquet"), text_field="meta")
+
+
 def test_deprecated_alias_warns_once_and_is_used_only_when_text_field_is_default(caplog):
     with caplog.at_level(logging.WARNING):
         assert table_corpus.resolve_text_field("text", "text", "--tfds_text_feature", "--text_field") == "text"

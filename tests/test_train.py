@@ -2,6 +2,7 @@
 init_from, and the errors a user can cause. CPU with 8 virtual devices (conftest)."""
 
 import json
+import logging
 import os
 import shutil
 
@@ -155,6 +156,32 @@ def test_resuming_a_finished_workdir_and_refusing_a_foreign_one(trained, tmp_pat
     other.model.hidden_size = 32
     with pytest.raises(ValueError, match=r"different model config \(hidden_size: 64 there, 32 here"):
         train.train_and_evaluate(other, str(workdir))
+
+
+def test_rerunning_a_finished_job_says_it_is_done_without_compiling(trained, tmp_path, monkeypatch, caplog):
+    """The same command again on a finished workdir: no compile, no eval, no new metrics row; only a missing
+    export is written again."""
+    workdir, config, result = trained
+    copy = tmp_path / "copy"
+    shutil.copytree(workdir, copy)
+    shutil.rmtree(copy / "hf")
+    metrics_before = (copy / "metrics.jsonl").read_bytes()
+    monkeypatch.setattr(trainer_lib, "setup", lambda *a, **k: pytest.fail("a finished job compiled its step again"))
+    with caplog.at_level(logging.INFO, logger="bertjax"):
+        again = train.train_and_evaluate(config, str(copy))
+    assert again["mlm_accuracy"] == result["mlm_accuracy"] and again["mlm_loss"] == result["mlm_loss"]
+    assert (copy / "metrics.jsonl").read_bytes() == metrics_before
+    assert f"done: {copy} already holds the final step 6" in caplog.text
+    assert (copy / "hf" / "model.safetensors").read_bytes() == (workdir / "hf" / "model.safetensors").read_bytes()
+    # A final eval that never got written (the job was killed during it): the rerun evaluates, and only that.
+    rows = [json.loads(r) for r in metrics_before.decode().splitlines()]
+    (copy / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows
+                                                if (r["kind"], r["step"]) != ("eval", 6)))
+    monkeypatch.undo()
+    again = train.train_and_evaluate(config, str(copy))
+    assert again["mlm_accuracy"] == result["mlm_accuracy"]
+    evals = [json.loads(r) for r in (copy / "metrics.jsonl").read_text().splitlines() if '"eval"' in r]
+    assert [r["step"] for r in evals] == [3, 6]
 
 
 def test_init_from_a_workdir_or_hf_directory_without_optimizer_state(trained, pydocs_data, tmp_path):

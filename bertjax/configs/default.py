@@ -89,7 +89,7 @@ def make(size: str, phase: int, init_from: str, runlocal: bool) -> ml_collection
     # (train_files / eval_files / vocab_file are then filled in), reusing them when it resumes.
     c.data.corpus = ""  # builtin:pydocs, raw-text / .parquet / .jsonl[.gz|.zst] files (glob), hf:DIR[:SPLIT], tfds:NAME[:SPLIT] ("" = off)
     c.data.tfds_data_dir = ""  # TFDS data_dir for tfds: corpora ("" = TFDS's default)
-    c.data.text_field = "text"  # the Parquet column / JSON key / TFDS feature holding each document's text
+    c.data.text_field = "text"  # the Parquet column / JSON key / TFDS feature holding each document's text; meta.text: inside a struct
     c.data.tfds_text_feature = "text"  # deprecated alias of text_field (used, with a warning, if text_field is "text")
     c.data.skip_bad_json_lines = False  # JSON lines that do not parse: skipped and counted instead of stopping the job
     c.data.heldout_every = 20  # every N-th document goes to the held-out records, never to training

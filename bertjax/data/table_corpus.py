@@ -155,6 +155,38 @@ def _is_string_type(kind: Any) -> bool:
             or getattr(pa.types, "is_string_view", lambda _: False)(kind))
 
 
+def _leaves(schema: Any, prefix: str = "") -> list[tuple[str, Any]]:
+    """Every field's dotted name and type, inside structs too: what --text_field can name."""
+    import pyarrow as pa
+
+    out = []
+    for field in schema:
+        name = prefix + field.name
+        out.extend(_leaves(field.type, name + ".") if pa.types.is_struct(field.type) else [(name, field.type)])
+    return out
+
+
+def _inside(column: Any, names: tuple[str, ...]) -> Any:
+    """The field `names` inside a struct column (a null struct gives a null text); the column itself for ()."""
+    import pyarrow.compute as pc
+
+    return pc.struct_field(column, list(names)) if names else column
+
+
+_MISSING = object()
+
+
+def _json_field(value: dict, name: str) -> Any:
+    """value[name], or for a dotted name without such a key the nested value ("meta.text": value["meta"]["text"])."""
+    if name in value:
+        return value[name]
+    for part in name.split("."):
+        if not isinstance(value, dict) or part not in value:
+            return _MISSING
+        value = value[part]
+    return value
+
+
 class TableSource(Source):
     """Parquet, JSON Lines and Arrow files (globs / comma lists, local or gs://), one document per row.
 
@@ -255,19 +287,27 @@ class TableSource(Source):
             self._parquet = path, pf
         return self._parquet[1]
 
-    def _check_column(self, path: str, schema: Any) -> int:
-        """The text field's column index in `schema`; one sentence if it is missing or holds no strings."""
-        if self.text_field not in schema.names:
-            raise ValueError(f"{path} has no column {self.text_field!r} (its columns: {schema.names}): "
-                             f"{_FIELD_FIX}.")
-        kind = schema.field(self.text_field).type
+    def _check_column(self, path: str, schema: Any) -> tuple[int, tuple[str, ...]]:
+        """Where the text field is in `schema`: its column's index, and the names inside that column's structs
+        ("meta.text": column meta, field text; a column literally named "meta.text" wins). One sentence if it
+        is missing or holds no strings."""
+        import pyarrow as pa
+
+        parts = (self.text_field,) if self.text_field in schema.names else tuple(self.text_field.split("."))
+        kind = schema.field(parts[0]).type if parts[0] in schema.names else None
+        for part in parts[1:]:
+            kind = kind.field(part).type if (kind is not None and pa.types.is_struct(kind)
+                                             and kind.get_field_index(part) >= 0) else None
+        if kind is None:
+            names = [n for n, _ in _leaves(schema)]
+            raise ValueError(f"{path} has no column {self.text_field!r} (its columns: {names}): {_FIELD_FIX}.")
         if not _is_string_type(kind):
-            strings = [f.name for f in schema if _is_string_type(f.type)]
+            strings = [n for n, t in _leaves(schema) if _is_string_type(t)]
             raise ValueError(f"{path}: column {self.text_field!r} holds {kind}, not strings: {_FIELD_FIX} "
                              f"(its string columns: {strings}).")
-        return schema.get_field_index(self.text_field)
+        return schema.get_field_index(parts[0]), parts[1:]
 
-    def _arrow_column(self, path: str) -> int:
+    def _arrow_column(self, path: str) -> tuple[int, tuple[str, ...]]:
         return self._check_column(path, _arrow_schema(path))
 
     def _read_unit(self, unit: Any, stats: CorpusStats) -> Iterator[Document]:
@@ -307,7 +347,8 @@ class TableSource(Source):
             stats.empty_files += unit.index == 0
             return
         try:
-            column = pf.read_row_group(unit.index, columns=[self.text_field]).column(0)
+            _, inner = self._check_column(unit.path, pf.schema_arrow)
+            column = _inside(pf.read_row_group(unit.index, columns=[self.text_field]).column(0), inner)
         except (pa.ArrowException, OSError) as e:
             raise ValueError(f"{unit.path}, row group {unit.index} of {pf.num_row_groups}, cannot be read ({_why(e)}): "
                              "the file is damaged; write or download it again.") from None
@@ -317,13 +358,13 @@ class TableSource(Source):
 
     # --- Arrow (datasets.save_to_disk) ------------------------------------------------------------
     def _read_arrow(self, path: str, start: int, stop: Optional[int], stats: CorpusStats) -> Iterator[Document]:
-        index, offset = self._arrow_column(path), 0
+        (index, inner), offset = self._arrow_column(path), 0
         for batch in _arrow_batches(path):
             size = batch.num_rows
             lo, hi = max(start - offset, 0), size if stop is None else min(stop - offset, size)
             offset += size
             if lo < hi:
-                yield from self._column_documents(batch.column(index).slice(lo, hi - lo), path, stats)
+                yield from self._column_documents(_inside(batch.column(index).slice(lo, hi - lo), inner), path, stats)
             if stop is not None and offset >= stop:
                 return
         if offset == 0:
@@ -352,10 +393,10 @@ class TableSource(Source):
             if not isinstance(value, dict):
                 _skip(stats, path, "non_object_lines")
                 continue
-            if self.text_field not in value:
+            value = _json_field(value, self.text_field)
+            if value is _MISSING:
                 _skip(stats, path, "missing_texts")
                 continue
-            value = value[self.text_field]
             if value is not None and not isinstance(value, str):
                 _skip(stats, path, "non_string_texts")
                 continue

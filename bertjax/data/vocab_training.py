@@ -455,14 +455,16 @@ def train_sentencepiece(texts: Iterable[str], vocab_size: int, output_dir: str |
     return tokenization.SentencePieceTokenizer(out / f"{SPM_PREFIX}.model", do_lower_case)
 
 
-def train_bpe(texts: Iterable[str], vocab_size: int, output_dir: str | os.PathLike, do_lower_case: bool = True,
+def train_bpe(texts: Iterable[str], vocab_size: int, output_dir: str | os.PathLike, do_lower_case: bool = False,
               min_frequency: int = 2) -> tokenization.JsonTokenizer:
     """Learns a byte-level BPE (as RoBERTa and ModernBERT tokenize) with HF `tokenizers` and writes
     output_dir/tokenizer.json: NFC (and lower-casing with do_lower_case) in the file's normalizer, a "Ġ" before
     every word (add_prefix_space, so a sentence's first word is the same piece as elsewhere), all 256 bytes
     in the alphabet (no [UNK] from text), [PAD] [UNK] [CLS] [SEP] [MASK] at ids 0-4 and BERT's
     [CLS] A [SEP] (B [SEP]) template, so transformers' fast tokenizers load it and tokenize as bertjax does.
-    Reproducible: the same lines and arguments give the same bytes in every process."""
+    Cased by default, as RoBERTa's and ModernBERT's. [MASK] takes the space before it (lstrip, as RoBERTa's
+    <mask>): "installs [MASK] from" is then "Ġinstalls [MASK] Ġfrom", not a lone "Ġ" piece before the mask,
+    a sequence pre-training never shows the model. Reproducible: the same lines and arguments give the same bytes in every process."""
     if vocab_size <= len(SPECIAL_TOKENS) + 256:
         raise ValueError(f"vocab_size={vocab_size} leaves no room for merges beside the 256 bytes and "
                          f"{len(SPECIAL_TOKENS)} special tokens; ask for a larger --vocab_size.")
@@ -481,6 +483,7 @@ def train_bpe(texts: Iterable[str], vocab_size: int, output_dir: str | os.PathLi
     tok.post_processor = tokenizers.processors.TemplateProcessing(
         single=f"{CLS} $A {SEP}", pair=f"{CLS} $A {SEP} $B:1 {SEP}:1",
         special_tokens=[(CLS, tok.token_to_id(CLS)), (SEP, tok.token_to_id(SEP))])
+    tok.add_special_tokens([tokenizers.AddedToken(MASK, lstrip=True, special=True, normalized=False)])  # same id
     path = out / tokenization.TOKENIZER_JSON
     tok.save(str(path))
     return tokenization.JsonTokenizer(path, do_lower_case)
