@@ -79,11 +79,13 @@ def test_word_starts_for_whole_word_masking(bpe):
 
 
 def roberta_tokenizer(path: pathlib.Path) -> tokenizers.Tokenizer:
-    """A byte-level BPE with RoBERTa's specials (<s>=0, <pad>=1, </s>=2, <unk>=3, <mask>=4), saved at path."""
+    """A byte-level BPE with RoBERTa's specials (<s>=0, <pad>=1, </s>=2, <unk>=3, <mask>=4) and its template
+    (<s> a </s></s> b </s>, one segment), saved at path."""
     tok = tokenizers.Tokenizer(tokenizers.models.BPE(unk_token="<unk>"))
     tok.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=True)
     tok.train_from_iterator(HELD_OUT * 50, tokenizers.trainers.BpeTrainer(
         vocab_size=300, special_tokens=["<s>", "<pad>", "</s>", "<unk>", "<mask>"], show_progress=False))
+    tok.post_processor = tokenizers.processors.RobertaProcessing(("</s>", 2), ("<s>", 0))
     tok.save(str(path))
     return tok
 
@@ -145,3 +147,18 @@ def test_a_bert_export_with_a_roberta_style_tokenizer_pads_with_its_pad_token(tm
     saved = json.loads((tmp_path / "hf" / "config.json").read_text())
     hf_tokenizer = transformers.AutoTokenizer.from_pretrained(str(tmp_path / "hf"))
     assert saved["pad_token_id"] == hf_tokenizer.pad_token_id == 1  # <pad>; 0 is <s>
+    # ... and fine-tunes from that export on pairs, framed as its tokenizer frames them: <s> a </s></s> b </s>.
+    import runpy
+
+    from bertjax import finetuning
+
+    rows = ["text_a\ttext_b\tlabel"] + [f"{HELD_OUT[3 * (i % 2)]}\t{HELD_OUT[2]}\t{'ab'[i % 2]}" for i in range(16)]
+    (tmp_path / "pairs.tsv").write_text("\n".join(rows) + "\n")
+    c = runpy.run_path(str(ROOT / "configs" / "finetune.py"))["get_config"]("size=tiny")
+    c.model.scan_layers = False
+    c.train.update(init_from=str(tmp_path / "hf"), global_batch_size=8, num_epochs=1.0)
+    c.data.update(max_seq_length=16, train_file=str(tmp_path / "pairs.tsv"), eval_file=str(tmp_path / "pairs.tsv"))
+    report = finetuning.finetune(c, str(tmp_path / "finetuned"))
+    assert 0.0 <= report["accuracy"] <= 1.0, report
+    framed = hf_tokenizer(HELD_OUT[0], HELD_OUT[2])["input_ids"]
+    assert framed[0] == 0 and framed[-1] == 2 and [2, 2] in [framed[i:i + 2] for i in range(len(framed))]

@@ -174,10 +174,37 @@ def test_text_features_regression_and_unlabelled(tok):
         tasks.text_features([TextExample("a", None, "x", src)], tok, 2, LabelMap(["x"]))
 
 
-def test_vocab_without_specials_is_named():
-    fake = types.SimpleNamespace(vocab=["[PAD]", "[UNK]", "a"], path="/models/vocab.txt")
-    with pytest.raises(ValueError, match=r"Vocabulary file /models/vocab\.txt lacks \[CLS\] \[SEP\]"):
-        tasks.text_features([], fake, 8, None)
+def test_a_roberta_style_tokenizer_frames_inputs_as_transformers_does(tmp_path):
+    """<s> a </s></s> b </s>, one segment, padded with <pad> (id 1): its own template, for every task."""
+    transformers = pytest.importorskip("transformers")
+    from test_bpe import roberta_tokenizer
+
+    roberta_tokenizer(tmp_path / "tokenizer.json")
+    tok = tokenization.load(tmp_path / "tokenizer.json")
+    hf = transformers.PreTrainedTokenizerFast(tokenizer_file=str(tmp_path / "tokenizer.json"), pad_token="<pad>")
+    src = Source("x.tsv", 1)
+    cases = [("The interpreter reads a file.", None), ("The interpreter reads a file.", "x = [1, 2, 3]")]
+    ours, _ = tasks.text_features([TextExample(a, b, "x", src) for a, b in cases], tok, 48, LabelMap(["x"]))
+    for i, (a, b) in enumerate(cases):
+        ref = hf(a, b, max_length=48, padding="max_length", return_token_type_ids=True)
+        assert ours["input_ids"][i].tolist() == ref["input_ids"], (a, b)
+        assert ours["segment_ids"][i].tolist() == ref["token_type_ids"] == [0] * 48, (a, b)
+        assert ours["input_mask"][i].tolist() == ref["attention_mask"], (a, b)
+    cut, truncated = tasks.text_features([TextExample(*cases[1], "x", src)], tok, 12, LabelMap(["x"]))
+    ids = cut["input_ids"][0].tolist()
+    assert truncated == 1 and ids[0] == 0 and ids[-1] == 2 and ids.count(2) == 3 and 1 not in ids  # framed, full
+    words, _, _ = tasks.token_features([TokenExample(["The", "interpreter"], ["O", "O"], src)], tok, 16,
+                                       LabelMap(["O"]))
+    row = words["input_ids"][0][words["input_mask"][0] == 1].tolist()
+    assert row[0] == 0 and row[-1] == 2 and words["label_weights"][0][[0, len(row) - 1]].tolist() == [0, 0]
+    example = QAExample("q0", "Who reads it?", "The interpreter reads a file, then runs its code.",
+                        [("The interpreter", 0)], False, src)
+    arrays, features = squad.qa_features([example], tok, 48, max_query_length=16, training=True)
+    ref = hf("Who reads it?", example.context, max_length=48, padding="max_length")["input_ids"]
+    assert arrays["input_ids"][0].tolist() == ref
+    start, end = arrays["start_positions"][0], arrays["end_positions"][0]
+    spans = features[0].token_to_char
+    assert example.context[spans[start][0]:spans[end][1]] == "The interpreter"
 
 
 def test_text_features_match_transformers_bert_tokenizer(vocab_file, tok):

@@ -20,7 +20,7 @@ from typing import Any, Optional, Union
 import numpy as np
 
 from bertjax.data.corpus import expand_patterns
-from bertjax.data.tasks import Arrays, Source, check_specials, pad_to, pieces_of, read_text
+from bertjax.data.tasks import Arrays, Source, frame_of, pad_to, pieces_of, read_text
 from bertjax.data.tokenization import SENTENCEPIECE_SPACE, UNK, WORDPIECE_PREFIX, Tokenizer
 
 log = logging.getLogger(__name__)
@@ -236,8 +236,8 @@ def qa_features(examples: Sequence[QAExample], tokenizer: Tokenizer, max_seq_len
     end_positions int32 [F] (0 = [CLS] when the answer is not inside the window or the question is impossible).
     Every example yields at least one window, so every question gets a prediction.
     """
-    cls_id, sep_id, pad_id = check_specials(tokenizer)
-    if max_seq_length <= max_query_length + 3:
+    frame = frame_of(tokenizer)
+    if max_seq_length <= max_query_length + frame.pair_specials:
         raise ValueError(f"max_seq_length={max_seq_length} leaves no room for the context after a question of up to "
                          f"max_query_length={max_query_length} tokens; raise max_seq_length or lower "
                          "max_query_length.")
@@ -277,7 +277,7 @@ def qa_features(examples: Sequence[QAExample], tokenizer: Tokenizer, max_seq_len
             tok_start = word_to_tok[first] if first < len(words) else len(doc_tokens)
             tok_end = word_to_tok[last + 1] - 1 if last < len(words) - 1 else len(doc_tokens) - 1
             tok_start, tok_end = _improve_answer_span(doc_tokens, tok_start, tok_end, tokenizer, text)
-        max_doc = max_seq_length - len(query) - 3
+        max_doc = max_seq_length - len(query) - frame.pair_specials
         windows: list[tuple[int, int]] = []
         offset = 0
         while True:  # at least one window, even for an empty context
@@ -286,18 +286,18 @@ def qa_features(examples: Sequence[QAExample], tokenizer: Tokenizer, max_seq_len
             if offset + length >= len(doc_tokens):
                 break
             offset += min(length, doc_stride)
-        head = len(query) + 2
+        head = len(frame.before) + len(query) + len(frame.between)  # where the window starts
+        tail = len(frame.end)
         query_ids = tokenizer.convert_tokens_to_ids(query)
         for index, (start, length) in enumerate(windows):
-            ids = [cls_id] + query_ids + [sep_id] + tokenizer.convert_tokens_to_ids(
-                doc_tokens[start:start + length]) + [sep_id]
-            rows["input_ids"].append(pad_to(ids, max_seq_length, pad_id))
+            ids, segments = frame.pair(query_ids, tokenizer.convert_tokens_to_ids(doc_tokens[start:start + length]))
+            rows["input_ids"].append(pad_to(ids, max_seq_length, frame.pad_id))
             rows["input_mask"].append(pad_to([1] * len(ids), max_seq_length, 0))
-            rows["segment_ids"].append(pad_to([0] * head + [1] * (length + 1), max_seq_length, 0))
+            rows["segment_ids"].append(pad_to(segments, max_seq_length, 0))
             features.append(QAFeature(
-                example_index, tuple([(-1, -1)] * head + doc_chars[start:start + length] + [(-1, -1)]),
+                example_index, tuple([(-1, -1)] * head + doc_chars[start:start + length] + [(-1, -1)] * tail),
                 tuple([False] * head + [_check_is_max_context(windows, index, start + i) for i in range(length)]
-                      + [False])))
+                      + [False] * tail)))
             inside = start <= tok_start and tok_end <= start + length - 1 and tok_start <= tok_end
             rows["start_positions"].append(tok_start - start + head if inside else 0)
             rows["end_positions"].append(tok_end - start + head if inside else 0)

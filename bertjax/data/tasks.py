@@ -27,7 +27,7 @@ import numpy as np
 
 from bertjax.data import files
 from bertjax.data.corpus import expand_patterns
-from bertjax.data.tokenization import CLS, PAD, SEP, UNK, Tokenizer
+from bertjax.data.tokenization import UNK, Frame, Tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -50,20 +50,15 @@ class Source:
 # ----------------------------------------------------------------------------------------------------- shared
 
 
-def check_specials(tokenizer: Tokenizer) -> tuple[int, int, int]:
-    """(cls, sep, pad) ids, found by name; a vocab without them cannot frame a BERT input."""
-    index = set(tokenizer.vocab)
-    missing = [t for t in (CLS, SEP, PAD) if t not in index]
-    if missing:
-        raise ValueError(f"Vocabulary file {tokenizer.path} lacks {' '.join(missing)}; fine-tuning frames every input "
-                         "as [CLS] ... [SEP] padded with [PAD], so use the vocab of the pre-trained checkpoint.")
-    cls_id, sep_id, pad_id = tokenizer.convert_tokens_to_ids([CLS, SEP, PAD])
-    return cls_id, sep_id, pad_id
+def frame_of(tokenizer: Tokenizer) -> Frame:
+    """Where the special tokens go around a text or a pair: the tokenizer's own template (BERT's [CLS] a [SEP]
+    b [SEP]; a RoBERTa-style tokenizer.json's <s> a </s></s> b </s>)."""
+    return tokenizer.frame()
 
 
 def _check_length(max_seq_length: int, least: int) -> None:
     if max_seq_length < least:
-        raise ValueError(f"max_seq_length={max_seq_length} leaves no room for text beside [CLS]/[SEP]; set "
+        raise ValueError(f"max_seq_length={max_seq_length} leaves no room for text beside the special tokens; set "
                          f"max_seq_length to at least {least}.")
 
 
@@ -336,8 +331,8 @@ def text_features(examples: Sequence[TextExample], tokenizer: Tokenizer, max_seq
     "label" is int32 ids from `label_map`, or float32 when `label_map` is None (regression); it is left out when no
     example has a label (prediction).
     """
-    cls_id, sep_id, pad_id = check_specials(tokenizer)
-    _check_length(max_seq_length, 3)
+    frame = frame_of(tokenizer)
+    _check_length(max_seq_length, frame.single_specials + 1)
     input_ids, segment_ids, input_mask = [], [], []
     truncated = 0
     firsts = tokenizer.encode_batch([ex.text_a for ex in examples]) if examples else []
@@ -346,15 +341,14 @@ def text_features(examples: Sequence[TextExample], tokenizer: Tokenizer, max_seq
     for ex, a in zip(examples, firsts):
         b = next(seconds) if ex.text_b is not None else None
         if b is not None:
-            truncated += _truncate_seq_pair(a, b, max_seq_length - 3)
-        elif len(a) > max_seq_length - 2:
-            a, truncated = a[:max_seq_length - 2], truncated + 1
-        ids = [cls_id] + a + [sep_id]
-        segments = [0] * len(ids)
-        if b is not None:
-            ids += b + [sep_id]
-            segments += [1] * (len(b) + 1)
-        input_ids.append(pad_to(ids, max_seq_length, pad_id))
+            truncated += _truncate_seq_pair(a, b, max_seq_length - frame.pair_specials)
+            ids, segments = frame.pair(a, b)
+        else:
+            if len(a) > max_seq_length - frame.single_specials:
+                a, truncated = a[:max_seq_length - frame.single_specials], truncated + 1
+            ids = frame.single(a)
+            segments = [0] * len(ids)
+        input_ids.append(pad_to(ids, max_seq_length, frame.pad_id))
         segment_ids.append(pad_to(segments, max_seq_length, 0))
         input_mask.append(pad_to([1] * len(ids), max_seq_length, 0))
     shape = (len(examples), max_seq_length)
@@ -425,8 +419,8 @@ def token_features(examples: Sequence[TokenExample], tokenizer: Tokenizer, max_s
     Returns (arrays, per example the token index of each word's first piece or -1 when truncation cut the word,
     number of examples truncated). A word with no pieces (only control characters) becomes [UNK], keeping its label.
     """
-    cls_id, sep_id, pad_id = check_specials(tokenizer)
-    _check_length(max_seq_length, 3)
+    frame = frame_of(tokenizer)
+    _check_length(max_seq_length, frame.single_specials + 1)
     rows: dict[str, list[list[Any]]] = {k: [] for k in ("input_ids", "input_mask", "label_ids", "label_weights")}
     word_starts: list[np.ndarray] = []
     truncated = 0
@@ -434,14 +428,14 @@ def token_features(examples: Sequence[TokenExample], tokenizer: Tokenizer, max_s
         if len(ex.words) != len(ex.labels):
             raise ValueError(f"{ex.source}: {len(ex.words)} words but {len(ex.labels)} labels; give each word one "
                              "label.")
-        ids, label_ids, weights = [cls_id], [0], [0.0]
+        ids, label_ids, weights = list(frame.before), [0] * len(frame.before), [0.0] * len(frame.before)
         starts = np.full(len(ex.words), -1, np.int32)
         cut = False
         for i, (word, label, pieces) in enumerate(zip(ex.words, ex.labels, pieces_of(tokenizer, ex.words))):
             label_id = label_map.id(label, Source(ex.source.file, ex.source.line + i) if ex.source.line
                                     else ex.source)
             pieces = pieces or [UNK]
-            room = max_seq_length - 1 - len(ids)
+            room = max_seq_length - len(frame.after) - len(ids)
             if room <= 0 or len(pieces) > room:
                 cut = True
             if room <= 0:
@@ -452,11 +446,11 @@ def token_features(examples: Sequence[TokenExample], tokenizer: Tokenizer, max_s
             label_ids += [label_id] + [0] * (len(pieces) - 1)
             weights += [1.0] + [0.0] * (len(pieces) - 1)
         truncated += cut
-        ids.append(sep_id)
-        rows["input_ids"].append(pad_to(ids, max_seq_length, pad_id))
+        ids += frame.after
+        rows["input_ids"].append(pad_to(ids, max_seq_length, frame.pad_id))
         rows["input_mask"].append(pad_to([1] * len(ids), max_seq_length, 0))
-        rows["label_ids"].append(pad_to(label_ids + [0], max_seq_length, 0))
-        rows["label_weights"].append(pad_to(weights + [0.0], max_seq_length, 0.0))
+        rows["label_ids"].append(pad_to(label_ids, max_seq_length, 0))
+        rows["label_weights"].append(pad_to(weights, max_seq_length, 0.0))
         word_starts.append(starts)
     shape = (len(examples), max_seq_length)
     arrays = {"input_ids": np.array(rows["input_ids"], np.int32).reshape(shape),

@@ -11,6 +11,7 @@ the same tables the reference uses; it still runs in Rust and batches across thr
 """
 
 import abc
+import dataclasses
 import functools
 import hashlib
 import os
@@ -39,6 +40,37 @@ ROBERTA_SPECIALS = {PAD: "<pad>", UNK: "<unk>", CLS: "<s>", SEP: "</s>", MASK: "
 # BERT's _is_chinese_char ranges (CJK ideographs, not Hangul or kana).
 _CJK_RANGES = ((0x4E00, 0x9FFF), (0x3400, 0x4DBF), (0x20000, 0x2A6DF), (0x2A700, 0x2B73F), (0x2B740, 0x2B81F),
                (0x2B820, 0x2CEAF), (0xF900, 0xFAFF), (0x2F800, 0x2FA1F))
+
+
+@dataclasses.dataclass(frozen=True)
+class Frame:
+    """The special tokens around one text or a pair, where the tokenizer's own template puts them: BERT's
+    [CLS] a [SEP] b [SEP] (b and the [SEP] after it in segment 1), RoBERTa's <s> a </s></s> b </s> (one segment).
+    Fine-tuning frames its inputs so, as `transformers` frames them for the exported tokenizer."""
+
+    before: tuple[int, ...]  # before a
+    after: tuple[int, ...]  # after a, alone
+    between: tuple[int, ...]  # between a and b
+    end: tuple[int, ...]  # after b
+    b_segment: int  # segment id of b and of what follows it
+    pad_id: int
+
+    @property
+    def single_specials(self) -> int:
+        return len(self.before) + len(self.after)
+
+    @property
+    def pair_specials(self) -> int:
+        return len(self.before) + len(self.between) + len(self.end)
+
+    def single(self, a: list[int]) -> list[int]:
+        return [*self.before, *a, *self.after]
+
+    def pair(self, a: list[int], b: list[int]) -> tuple[list[int], list[int]]:
+        """(ids, segment ids) of a and b framed."""
+        ids = [*self.before, *a, *self.between, *b, *self.end]
+        head = len(self.before) + len(a) + len(self.between)
+        return ids, [0] * head + [self.b_segment] * (len(ids) - head)
 
 
 class Tokenizer(abc.ABC):
@@ -114,6 +146,10 @@ class Tokenizer(abc.ABC):
     def continuation_mask(self) -> np.ndarray:
         """bool[vocab_size]: `mask[id]` says the piece continues a word, so whole-word masking is one gather."""
         return np.array([self.is_continuation_token(t) for t in self.vocab], dtype=bool)
+
+    def frame(self) -> Frame:
+        """BERT's template: [CLS] a [SEP], [CLS] a [SEP] b [SEP]."""
+        return Frame((self.cls_id,), (self.sep_id,), (self.sep_id,), (self.sep_id,), 1, self.pad_id)
 
     def vocab_hash(self) -> str:
         """sha256 of the vocab file, stored in metadata.json so records are never trained with another vocab."""
@@ -339,6 +375,29 @@ class JsonTokenizer(_TokenizersEngine):
                              "--model_type=bpe`, which places them at ids 0-4.")
         super()._set_vocab([mapped.get(t, t) for t in vocab])
         self.vocab = vocab  # the file's own names
+
+    def frame(self) -> Frame:
+        """The file's own post-processor's template (BERT's, RoBERTa's <s> a </s></s> b </s>, a TemplateProcessing),
+        read off two framed placeholder texts; BERT's with this file's specials when the file has none."""
+        if self._tok.post_processor is None:
+            return super().frame()
+        a, b = (self._tok.encode(text, add_special_tokens=False) for text in ("a", "b"))
+        single, pair = self._tok.post_process(a), self._tok.post_process(a, b)
+
+        def parts(encoding: tokenizers.Encoding) -> list[tuple[int, ...]]:
+            """The special ids before, between and after the texts: one run more than there are texts."""
+            runs, current, text = [], [], None
+            for token_id, sequence in zip(encoding.ids, encoding.sequence_ids):
+                if sequence is None:
+                    current.append(token_id)
+                elif sequence != text:  # a text starts: the specials before it are a run
+                    runs.append(tuple(current))
+                    current, text = [], sequence
+            return runs + [tuple(current)]
+
+        (before, after), (_, between, end) = parts(single), parts(pair)
+        b_segment = pair.type_ids[pair.sequence_ids.index(1)]
+        return Frame(before, after, between, end, b_segment, self.pad_id)
 
     def is_continuation_token(self, token: str) -> bool:
         if token in self._index and self._index[token] in self.special_ids:
