@@ -461,15 +461,31 @@ def is_workdir(path: str) -> bool:
     return os.path.isdir(os.path.join(path, CHECKPOINTS))
 
 
+def _reader(workdir: str) -> tuple[str, ocp.CheckpointManager]:
+    directory = os.path.join(workdir, CHECKPOINTS)
+    return directory, _manager(os.path.abspath(directory), ocp.CheckpointManagerOptions(
+        read_only=True, create=False, save_interval_steps=0))
+
+
+def read_fingerprint(workdir: str) -> dict:
+    """The newest checkpoint's config item (family, model, ...) without its arrays."""
+    directory, manager = _reader(workdir)
+    try:
+        step = manager.latest_step()
+        if step is None:
+            raise FileNotFoundError(f"{directory} has no checkpoint; train first.")
+        return manager.restore(step, args=ocp.args.Composite(config=ocp.args.JsonRestore()))["config"]
+    finally:
+        manager.close()
+
+
 def load_params(workdir: str, step: Optional[int] = None) -> tuple[dict, dict]:
     """(fingerprint, params as host numpy arrays in the loop layout) from a bertjax workdir.
 
     Reads the params item only, so a checkpoint without optimizer state (or from any mesh) is fine; arrays
     that differ from the checksums saved with them are `DamagedCheckpoint`.
     """
-    directory = os.path.join(workdir, CHECKPOINTS)
-    manager = _manager(os.path.abspath(directory), ocp.CheckpointManagerOptions(read_only=True, create=False,
-                                                                                save_interval_steps=0))
+    directory, manager = _reader(workdir)
     try:
         step = manager.latest_step() if step is None else step
         if step is None or step not in manager.all_steps():

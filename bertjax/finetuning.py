@@ -67,45 +67,13 @@ class Source:
     do_lower_case: bool
 
 
-def _vocab_of(path: str) -> tuple[Optional[str], bool]:
-    """(vocab file, do_lower_case) that come with the weights at `path`."""
-    from bertjax import exporting
-    from bertjax.models import bert_hf as hf
-
-    if checkpoint_lib.is_workdir(path):
-        return _run_vocab(path) or exporting.run_vocab(path)
-    if hf.has_config(path):
-        vocab = os.path.join(path, "vocab.txt")
-        if not os.path.isfile(vocab):  # a tokenizer.json alone (byte-level BPE, ModernBERT's own) is applied as is
-            vocab = os.path.join(path, "tokenizer.json")
-        settings = os.path.join(path, "tokenizer_config.json")
-        lower = True
-        if os.path.isfile(settings):
-            with open(settings) as f:
-                lower = bool(json.load(f).get("do_lower_case", True))
-        return (vocab if os.path.isfile(vocab) else None), lower
-    from bertjax import tf1
-
-    return tf1.vocab(path)
-
-
-def _run_vocab(workdir: str) -> Optional[tuple[str, bool]]:
-    """A fine-tuned workdir's own record of its tokenizer (its config.json's data section)."""
-    path = os.path.join(workdir, "config.json")
-    if not os.path.isfile(path):
-        return None
-    with open(path) as f:
-        data = json.load(f).get("data", {})
-    return (data["vocab_file"], bool(data.get("do_lower_case", True))) if data.get("vocab_file") else None
-
-
 def resolve_source(job: FinetuneConfig) -> Source:
     """The architecture, weights and tokenizer: init_from's, with config.data.vocab_file overriding the
     tokenizer; without init_from, config.model's architecture and config.data.vocab_file."""
     path, data = job.train.init_from, job.data
     if path:
         architecture, params = pretrained.load(path, job.seed, encoder_only=True)  # the task head is new
-        vocab, lower = _vocab_of(path)
+        vocab, lower = pretrained.vocab_of(path)
     else:
         architecture, params, vocab, lower = job.model.architecture, None, None, data.do_lower_case
     if data.vocab_file:

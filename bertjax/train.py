@@ -117,6 +117,7 @@ def train_and_evaluate(config: Any, workdir: str, compile_only: bool = False) ->
     `config` is a ConfigDict (converted strictly into a `JobConfig` here) or a `JobConfig`. A SIGTERM
     before the first step (data preparation, compilation, restore) ends it cleanly: nothing was trained."""
     job = config if isinstance(config, JobConfig) else JobConfig.from_configdict(config)  # mistakes: nothing written
+    job = pretrained.adopt_init_from(job)  # init_from's architecture and vocab, before any data work
     if not compile_only:  # absurd sizes: refused before anything is allocated (--compile_only: by XLA's own count)
         memory_check.check_training(job.model.architecture, job.model.dtype, job.train.global_batch_size,
                                     job.data.max_seq_length, job.train.micro_batches)

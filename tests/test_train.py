@@ -4,6 +4,7 @@ init_from, and the errors a user can cause. CPU with 8 virtual devices (conftest
 import json
 import logging
 import os
+import pathlib
 import shutil
 
 import jax
@@ -262,12 +263,31 @@ def test_a_workdir_saved_before_model_families_existed_resumes_and_exports_as_be
         jax.tree.map(lambda a, b: np.testing.assert_array_equal(a, b), before, after)
 
 
-def test_init_from_a_different_model_is_refused(trained, pydocs_data, tmp_path):
+def test_init_from_brings_its_architecture_and_vocab_before_any_data_work(trained, pydocs_data, tmp_path, caplog):
+    """Continued pre-training on a corpus: init_from (a Hugging Face directory) gives the model its architecture
+    and the corpus stage its vocab (none trained); a vocab_file of another size is refused before any data work."""
     workdir, _, _ = trained
-    config = train_setup.small_config(pydocs_data, **{"train.init_from": str(workdir)})
-    config.model.intermediate_size = 256
-    with pytest.raises(ValueError, match=r"init_from=.* holds a different model \(intermediate_size: 128 there, 256 here\)"):
-        train.train_and_evaluate(config, str(tmp_path))
+    corpus = tmp_path / "domain.txt"
+    corpus.write_text(pathlib.Path(pydocs_data, "heldout.txt").read_text())
+    config = train_setup.small_config(None, **{"train.init_from": str(workdir / "hf"), "train.num_train_steps": 1,
+                                               "optim.warmup_steps": 0})
+    config.model.update(hidden_size=32, intermediate_size=256, vocab_size=0)  # init_from's architecture wins
+    config.data.update(corpus=str(corpus), dupe_factor=1, num_shards=1, num_workers=1, vocab_file="")
+    config.eval.every_steps = 1000
+    with caplog.at_level(logging.INFO, logger="bertjax"):
+        train.train_and_evaluate(config, str(tmp_path / "continued"))
+    assert "hidden_size 32 → 64" in caplog.text and "intermediate_size 256 → 128" in caplog.text
+    assert "the corpus stage trains none" in caplog.text and not (tmp_path / "continued" / "data" / "vocab").exists()
+    saved = json.loads((tmp_path / "continued" / "config.json").read_text())
+    assert (saved["model"]["hidden_size"], saved["model"]["vocab_size"]) == (64, train_setup.VOCAB)
+    assert saved["data"]["vocab_file"] == str(workdir / "hf" / "vocab.txt")
+    other = tmp_path / "vocab.txt"
+    other.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "a"]) + "\n")
+    config.data.vocab_file = str(other)
+    with pytest.raises(ValueError, match=rf"vocab_file={other} has 7 tokens but config.train.init_from=.*hf holds a "
+                                         r"model with vocab_size 1,000: leave config.data.vocab_file empty"):
+        train.train_and_evaluate(config, str(tmp_path / "refused"))
+    assert not (tmp_path / "refused").exists()
 
 
 def test_records_disagreeing_with_the_config_fail_before_compiling(pydocs_data, tmp_path):

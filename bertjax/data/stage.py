@@ -96,7 +96,9 @@ def prepare_data(config: JobConfig, workdir: str) -> JobConfig:
         train_txt, heldout_txt, counts = split_corpus(d.corpus, out, d.heldout_every, d.tfds_data_dir or None,
                                                       text_field=text_field, skip_bad_json_lines=d.skip_bad_json_lines)
         vocab_file = d.vocab_file
-        if not vocab_file:
+        if vocab_file:
+            log.info("data: the vocab %s, as given (none trained)", vocab_file)
+        else:
             log.info("data: training a %d-token WordPiece vocab on the train documents", d.corpus_vocab_size)
             tok = vocab_training.train_wordpiece(read_sentences(train_txt), d.corpus_vocab_size,
                                                os.path.join(out, "vocab"), do_lower_case=d.do_lower_case)

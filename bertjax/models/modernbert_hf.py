@@ -201,13 +201,13 @@ def from_state_dict(config: ModernBertConfig, tensors: dict[str, np.ndarray], se
     return params
 
 
-def read_config(path: str) -> ModernBertConfig:
+def load_config(path: str) -> ModernBertConfig:
     return config_lib.from_json_file(os.path.join(path, hf_files.CONFIG_NAME))
 
 
 def load(path: str, seed: int = 0) -> tuple[ModernBertConfig, dict]:
     """(config, params) of a transformers ModernBERT directory (safetensors only)."""
-    config = read_config(path)
+    config = load_config(path)
     files = hf_files.weight_files(path, "ModernBertForMaskedLM")
     hf_files.check_header(files, config, path)
     tensors, _ = hf_files.read_safetensors(files)
