@@ -88,12 +88,23 @@ def _finished(job: JobConfig, workdir: str, latest: int | None) -> bool:
     """Whether the newest checkpoint is the last step and the final eval was written: then a rerun of the same
     command has nothing to do (it used to compile, evaluate and export again). Process 0 decides, for all."""
     done = latest is not None and latest >= job.train.num_train_steps and (
-        not job.data.eval_files or _final_eval(workdir, latest) is not None)
+        not job.data.eval_files or _final_eval(workdir, latest) is not None) and _restores(workdir, latest)
     if jax.process_count() > 1:  # only process 0 may see metrics.jsonl (hosts without a shared disk)
         from jax.experimental import multihost_utils
 
         done = bool(multihost_utils.broadcast_one_to_all(jax.numpy.int32(done)))
     return done
+
+
+def _restores(workdir: str, step: int) -> bool:
+    """Whether the step's params read back whole (checksums included); a damaged final step is left to the
+    restore, which moves it aside and trains again from the step before."""
+    try:
+        checkpoint_lib.load_params(workdir, step)
+    except Exception as e:  # noqa: BLE001  (whatever orbax raises for a damaged step; the restore names it)
+        log.info("restore: the final step %d does not read back (%s); restoring as usual", step, type(e).__name__)
+        return False
+    return True
 
 
 def _report_done(job: JobConfig, workdir: str, step: int) -> dict:
