@@ -28,6 +28,15 @@ reference's records, byte for byte):
   prepare_disk_full  prepare writing onto a tmpfs with room for 20-80% of the records (without root: a
                      disk that fills after as many bytes, simulated in the writer)
 
+Then the stop-during-compile fault of fine-tuning and the GLUE suite (--compile_stop_trials, in turn), on a
+small labelled task from the reference run's weights:
+
+  finetune_compile   `python -m bertjax.finetune` sent SIGTERM at a random moment of its compile (after its
+                     model is built, before its first step: a preemptible VM's signal); it must exit 0, never
+                     crash (a segfault in the interpreter's shutdown used to end it, rc 139), and the same
+                     command must then train to the end
+  glue_compile       the same for `python -m bertjax.glue` on one task (SST-2's layout)
+
 Prints one JSON line:
   trials             trials run
   survived           trials whose rerun finished every step
@@ -38,6 +47,8 @@ Prints one JSON line:
                      that were gone afterwards, neither in checkpoints/ nor moved aside to damaged-STEP, not
                      counting what a damage deleted on purpose (must be 0)
   by_fault           the same counts per fault, and each trial's details
+  compile_stops      trials, clean_exits (rc 0), crashes (killed by a signal or rc 139: must be 0),
+                     reruns_finished, and each trial's details
   prepare            prepare_trials, refused, complete, partial (training on a partial set: must be 0),
                      workers_left (workers alive 3 s after their parent was killed: must be 0),
                      rerun_identical, and each trial's details
@@ -59,6 +70,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FAULTS = ("kill", "damage", "disk_full", "sigterm", "moved")
 PREPARE_FAULTS = ("prepare_kill", "prepare_disk_full")
+COMPILE_FAULTS = ("finetune_compile", "glue_compile")
 ITEMS = ("params", "opt_state", "train", "config", "pipeline")
 EVERY = 5  # checkpoint every EVERY steps
 
@@ -69,6 +81,7 @@ def parse_args():
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--prepare_trials", type=int, default=4)
+    p.add_argument("--compile_stop_trials", type=int, default=4)
     p.add_argument("--workdir", default="", help="keep every run here (default: a temporary directory)")
     return p.parse_args()
 
@@ -414,6 +427,62 @@ def prepare_trial(fault: str, rng: random.Random, data: str, directory: str, ref
     return out
 
 
+# --- Stops while fine-tuning compiles --------------------------------------------------------------------
+
+def sentiment_task(directory: str) -> str:
+    """SST-2's layout (sentence, label), a task a tiny model fits in a few steps; the directory holding SST-2/."""
+    rng = random.Random(0)
+    rows = [f"the film was {rng.choice(['very ', ''])}{word}\t{int(word in ('good', 'great'))}"
+            for word in ["good", "bad", "great", "awful"] * 8]
+    for split in ("train", "dev"):
+        os.makedirs(os.path.join(directory, "SST-2"), exist_ok=True)
+        with open(os.path.join(directory, "SST-2", f"{split}.tsv"), "w") as f:
+            f.write("sentence\tlabel\n" + "\n".join(rows) + "\n")
+    return directory
+
+
+def compile_stop_trial(fault: str, rng: random.Random, init_from: str, directory: str) -> dict:
+    """SIGTERM at a random moment between the model's construction and the first step; then the same command."""
+    data = sentiment_task(os.path.join(directory, "glue"))
+    workdir = os.path.join(directory, "work")
+    settings = ["--config.train.global_batch_size=8", "--config.data.max_seq_length=16",
+                "--config.model.scan_layers=false"]
+    if fault == "finetune_compile":
+        command = ["-m", "bertjax.finetune", "--config=configs/finetune.py:size=tiny", f"--workdir={workdir}",
+                   f"--config.train.init_from={init_from}", f"--config.data.train_file={data}/SST-2/train.tsv",
+                   f"--config.data.eval_file={data}/SST-2/dev.tsv", "--config.train.num_train_steps=4", *settings]
+    else:
+        command = ["-m", "bertjax.glue", "--config=configs/glue.py:size=tiny", f"--workdir={workdir}",
+                   f"--config.init_from={init_from}", f"--config.data_dir={data}", "--config.tasks=sst2",
+                   "--config.submission=false", "--config.sweep.learning_rate=1e-3", "--config.sweep.seeds=0",
+                   "--config.train.num_epochs=1", *settings]
+    # Without the persistent cache: a cached step compiles in a blink, and the signal would land in training.
+    env = dict(os.environ, JAX_PLATFORMS="cpu", BERTJAX_NO_TCMALLOC="1", TF_CPP_MIN_LOG_LEVEL="2",
+               JAX_ENABLE_COMPILATION_CACHE="false")
+    process = subprocess.Popen([sys.executable, *command], cwd=ROOT, env=env, text=True, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE)
+    lines, delay = [], rng.uniform(0.0, 1.5)
+    for line in process.stderr:  # the model is built: the train step compiles next
+        lines.append(line)
+        if "attention: auto chose" in line:
+            time.sleep(delay)
+            process.send_signal(signal.SIGTERM)
+            break
+    lines += process.stderr.readlines()
+    out = {"fault": fault, "signal_after_s": round(delay, 2), "first_exit": process.wait()}
+    said = "".join(lines)
+    out["stopped_before_training"] = "before training" in said and "train step" not in said
+    out["crash"] = out["first_exit"] != 0 and (out["first_exit"] < 0 or out["first_exit"] == 139
+                                               or "Fatal Python error" in said)
+    rerun = subprocess.run([sys.executable, *command], cwd=ROOT, env=env, capture_output=True, text=True)
+    out["rerun_exit"] = rerun.returncode
+    out["rerun_finished"] = rerun.returncode == 0 and os.path.exists(
+        os.path.join(workdir, "glue.json" if fault == "glue_compile" else "metrics.jsonl"))
+    if out["first_exit"] != 0 or not out["rerun_finished"]:
+        out["log_tail"] = (said + rerun.stderr)[-1500:]
+    return out
+
+
 def main() -> None:
     args = parse_args()
     if args.steps < 3 * EVERY:
@@ -452,6 +521,14 @@ def main() -> None:
             prepare_results.append(result)
             print(f"faults: prepare trial {i + 1}/{args.prepare_trials}: {json.dumps(result)}", file=sys.stderr,
                   flush=True)
+    compile_results = []
+    for i in range(args.compile_stop_trials):
+        fault = COMPILE_FAULTS[i % len(COMPILE_FAULTS)]
+        directory = os.path.join(base, f"compile-{i}-{fault}")
+        os.makedirs(directory)
+        compile_results.append(compile_stop_trial(fault, rng, reference, directory))
+        print(f"faults: compile-stop trial {i + 1}/{args.compile_stop_trials}: {json.dumps(compile_results[-1])}",
+              file=sys.stderr, flush=True)
     if not args.workdir:
         shutil.rmtree(base, ignore_errors=True)
 
@@ -466,7 +543,11 @@ def main() -> None:
                **{key: sum(r["outcome"] == key for r in prepare_results) for key in ("refused", "complete", "partial")},
                "workers_left": sum(r.get("workers_left", 0) for r in prepare_results),
                "rerun_identical": sum(r["rerun_identical"] for r in prepare_results), "runs": prepare_results}
-    print(json.dumps(dict(totals(results), by_fault=by_fault, prepare=prepare)))
+    compile_stops = {"trials": len(compile_results),
+                     "clean_exits": sum(r["first_exit"] == 0 for r in compile_results),
+                     "crashes": sum(r["crash"] for r in compile_results),
+                     "reruns_finished": sum(r["rerun_finished"] for r in compile_results), "runs": compile_results}
+    print(json.dumps(dict(totals(results), by_fault=by_fault, prepare=prepare, compile_stops=compile_stops)))
 
 
 if __name__ == "__main__":

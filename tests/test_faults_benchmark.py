@@ -1,7 +1,8 @@
 """benchmarks/faults.py, short: one trial of each fault (kill -9, a damaged checkpoint, a full disk, SIGTERM, a
 moved workdir) against the real job, where every rerun must finish with the uninterrupted run's params, losing
 nothing; and one of each of prepare's (kill -9, a full disk), after which training is refused or complete, never
-partial, no worker is left, and the same prepare command writes the reference's bytes."""
+partial, no worker is left, and the same prepare command writes the reference's bytes; and a SIGTERM while
+finetune and glue compile, which must exit 0 (no crash) before the same command trains to the end."""
 
 import json
 import subprocess
@@ -12,7 +13,7 @@ import train_setup
 
 def test_every_fault_is_survived_bitwise_with_nothing_lost(tmp_path):
     done = subprocess.run([sys.executable, "benchmarks/faults.py", "--trials=5", "--steps=15", "--prepare_trials=2",
-                           f"--workdir={tmp_path}"], cwd=train_setup.ROOT, capture_output=True, text=True, timeout=1200)
+                           "--compile_stop_trials=2", f"--workdir={tmp_path}"], cwd=train_setup.ROOT, capture_output=True, text=True, timeout=1200)
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert set(result["by_fault"]) == {"kill", "damage", "disk_full", "sigterm", "moved"}, result
@@ -26,3 +27,7 @@ def test_every_fault_is_survived_bitwise_with_nothing_lost(tmp_path):
     assert prepare["partial"] == 0 and prepare["workers_left"] == 0 and prepare["rerun_identical"] == 2, prepare
     assert prepare["runs"][0]["workers_seen"] > 0, prepare  # the kill found workers to outlive it
     assert prepare["runs"][1]["exit"] == 1 and "no space left on the device writing" in prepare["runs"][1]["said"][0]
+    stops = result["compile_stops"]
+    assert [r["fault"] for r in stops["runs"]] == ["finetune_compile", "glue_compile"], stops
+    assert (stops["clean_exits"], stops["crashes"], stops["reruns_finished"]) == (2, 0, 2), stops
+    assert all(r["stopped_before_training"] for r in stops["runs"]), stops
