@@ -23,6 +23,7 @@ is the user's mistake, not damage: that stays an error.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import errno
 import glob
@@ -152,6 +153,36 @@ class _NoReadOnlyNotice(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         return not record.getMessage().startswith("Given directory is read only")
+
+
+def _run_sync_draining(coro: Any) -> Any:
+    """orbax's `_run_sync_via_new_loop`, except that the loop is closed only once every task on it has ended.
+
+    A restore whose first array read fails (a truncated file) returns at that error while its other reads
+    are still running; orbax then closed their event loop under them, and each ended in a traceback on stderr
+    ("Event loop is closed", "Exception ignored in: <coroutine object _read_array_index_and_device_put>"):
+    ~80 of them after the restore's one warning, which a user reads as a crash. Draining them takes as long
+    as their reads."""
+    loop = asyncio.new_event_loop()
+    try:
+        asyncio.set_event_loop(loop)
+        return loop.run_until_complete(coro)
+    finally:
+        pending = [task for task in asyncio.all_tasks(loop) if not task.done()]
+        if pending:  # their errors are retrieved here, not printed as never-retrieved
+            loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+        asyncio.set_event_loop(None)
+        loop.close()
+
+
+def _drain_abandoned_reads() -> None:
+    from orbax.checkpoint._src import asyncio_utils  # private: where run_sync makes its loop (orbax 0.12)
+
+    if callable(getattr(asyncio_utils, "_run_sync_via_new_loop", None)):
+        asyncio_utils._run_sync_via_new_loop = _run_sync_draining  # noqa: SLF001
+
+
+_drain_abandoned_reads()
 
 
 def _manager(directory: str, options: ocp.CheckpointManagerOptions) -> ocp.CheckpointManager:

@@ -194,6 +194,7 @@ def parse_flags(argv: list[str], known_only: bool = False, fv: flags.FlagValues 
 def run(main: Callable[[list[str]], Any], known_only: bool = False) -> None:
     """`absl.app.run(main)`, with command-line mistakes as one sentence and exit 2."""
     tf_import.skip_keras_while_tensorflow_imports()  # a command's process never uses Keras: 1.4 s of each start
+    tf_import.quiet_tensorflow_start()  # no oneDNN banner, twice, in every job's log
     # Tracing, TensorFlow's graph building and the imports make millions of objects in the first seconds, and
     # CPython's default (a young collection every 700 allocations, a full one every 70,000) walked them
     # again and again: 1.0 s of a 5.2 s tiny job was the collector, 0.3 s of 4.4 s at these thresholds.

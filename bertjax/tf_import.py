@@ -45,3 +45,13 @@ def skip_keras_while_tensorflow_imports() -> None:
     if "tensorflow" in sys.modules or any(isinstance(f, _KerasAfterTensorFlow) for f in sys.meta_path):
         return
     sys.meta_path.insert(0, _KerasAfterTensorFlow())
+
+
+def quiet_tensorflow_start() -> None:
+    """No oneDNN banner: TensorFlow's C++ start-up logs "oneDNN custom operations are on" (and, logging before absl
+    is set up, "All log messages before absl::InitializeLog() ...") twice per process, whatever
+    TF_CPP_MIN_LOG_LEVEL says. bertjax runs tf.data and tf.io only, whose kernels oneDNN does not change, so its
+    commands turn the option off unless TF_ENABLE_ONEDNN_OPTS is set; set before TensorFlow is imported."""
+    import os
+
+    os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")

@@ -20,6 +20,7 @@ os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 from bertjax import tf_import  # noqa: E402
 
 tf_import.skip_keras_while_tensorflow_imports()  # as every bertjax command does: 1.4 s less for each TF import
+tf_import.quiet_tensorflow_start()
 
 import gc  # noqa: E402
 import json  # noqa: E402

@@ -36,6 +36,7 @@ def job_config(pydocs_data: str, **overrides):
 
 def start(config_file: str, workdir, devices: int = 8, args: tuple = ()) -> subprocess.Popen:
     env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={devices} --xla_backend_optimization_level=0", JAX_PLATFORMS="cpu")
+    env.pop("TF_ENABLE_ONEDNN_OPTS", None)  # as a user's shell has it: the command quiets TensorFlow itself
     return subprocess.Popen([sys.executable, "-m", "bertjax.main", f"--config={config_file}",
                              f"--workdir={workdir}", *args], env=env, cwd=train_setup.ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -97,6 +98,7 @@ def test_resumed_run_ends_with_bitwise_identical_params(uninterrupted, tmp_path,
     assert stopped_at < STEPS, "the job finished before the signal: nothing was resumed"
     out = finish(start(config_file, workdir))
     assert "resumed from" in out
+    assert "oneDNN" not in out and "absl::InitializeLog" not in out, out[:2000]  # bertjax's own lines only
     for a, b in zip(expected, final_params(workdir)):
         np.testing.assert_array_equal(a, b)
 
