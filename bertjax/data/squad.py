@@ -20,7 +20,7 @@ from typing import Any, Optional, Union
 import numpy as np
 
 from bertjax.data.corpus import expand_patterns
-from bertjax.data.tasks import Arrays, Source, frame_of, pad_to, pieces_of, read_text
+from bertjax.data.tasks import Arrays, Source, pad_to, pieces_of, read_text
 from bertjax.data.tokenization import SENTENCEPIECE_SPACE, UNK, WORDPIECE_PREFIX, Tokenizer
 
 log = logging.getLogger(__name__)
@@ -236,7 +236,7 @@ def qa_features(examples: Sequence[QAExample], tokenizer: Tokenizer, max_seq_len
     end_positions int32 [F] (0 = [CLS] when the answer is not inside the window or the question is impossible).
     Every example yields at least one window, so every question gets a prediction.
     """
-    frame = frame_of(tokenizer)
+    frame = tokenizer.frame()  # [CLS] question [SEP] window [SEP], or the tokenizer's own template
     if max_seq_length <= max_query_length + frame.pair_specials:
         raise ValueError(f"max_seq_length={max_seq_length} leaves no room for the context after a question of up to "
                          f"max_query_length={max_query_length} tokens; raise max_seq_length or lower "

@@ -27,7 +27,7 @@ import numpy as np
 
 from bertjax.data import files
 from bertjax.data.corpus import expand_patterns
-from bertjax.data.tokenization import UNK, Frame, Tokenizer
+from bertjax.data.tokenization import UNK, Tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -48,12 +48,6 @@ class Source:
 
 
 # ----------------------------------------------------------------------------------------------------- shared
-
-
-def frame_of(tokenizer: Tokenizer) -> Frame:
-    """Where the special tokens go around a text or a pair: the tokenizer's own template (BERT's [CLS] a [SEP]
-    b [SEP]; a RoBERTa-style tokenizer.json's <s> a </s></s> b </s>)."""
-    return tokenizer.frame()
 
 
 def _check_length(max_seq_length: int, least: int) -> None:
@@ -331,12 +325,12 @@ def text_features(examples: Sequence[TextExample], tokenizer: Tokenizer, max_seq
     "label" is int32 ids from `label_map`, or float32 when `label_map` is None (regression); it is left out when no
     example has a label (prediction).
     """
-    frame = frame_of(tokenizer)
-    _check_length(max_seq_length, frame.single_specials + 1)
+    frame = tokenizer.frame()
+    pairs = [ex for ex in examples if ex.text_b is not None]
+    _check_length(max_seq_length, (frame.pair_specials if pairs else frame.single_specials) + 1)
     input_ids, segment_ids, input_mask = [], [], []
     truncated = 0
     firsts = tokenizer.encode_batch([ex.text_a for ex in examples]) if examples else []
-    pairs = [ex for ex in examples if ex.text_b is not None]
     seconds = iter(tokenizer.encode_batch([ex.text_b for ex in pairs]) if pairs else [])
     for ex, a in zip(examples, firsts):
         b = next(seconds) if ex.text_b is not None else None
@@ -419,7 +413,7 @@ def token_features(examples: Sequence[TokenExample], tokenizer: Tokenizer, max_s
     Returns (arrays, per example the token index of each word's first piece or -1 when truncation cut the word,
     number of examples truncated). A word with no pieces (only control characters) becomes [UNK], keeping its label.
     """
-    frame = frame_of(tokenizer)
+    frame = tokenizer.frame()  # the tokenizer's own template around the text
     _check_length(max_seq_length, frame.single_specials + 1)
     rows: dict[str, list[list[Any]]] = {k: [] for k in ("input_ids", "input_mask", "label_ids", "label_weights")}
     word_starts: list[np.ndarray] = []
