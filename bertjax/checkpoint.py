@@ -43,6 +43,7 @@ from bertjax import models as models_lib
 from bertjax.models import bert as model_lib
 from bertjax.config import CheckpointConfig
 from bertjax.data import pipeline as pipeline_lib
+from bertjax.data.files import is_remote
 
 log = logging.getLogger(__name__)
 CHECKPOINTS = "checkpoints"
@@ -291,7 +292,7 @@ class Checkpointer:
     def _check_room(self, step: int) -> None:
         """Refuses a save the file system has no room for, before writing anything (local disks only:
         object stores have no free-space figure)."""
-        if "://" in self.directory:
+        if is_remote(self.directory):
             return
         needed, free = self._needed_bytes(), shutil.disk_usage(self.directory).free
         if free < needed:
@@ -302,7 +303,7 @@ class Checkpointer:
         self._failed = True
         self._remove_partial_saves()
         if free is None:  # after a failed write: what is free once its partial files are gone
-            free = shutil.disk_usage(self.directory).free if "://" not in self.directory else 0
+            free = shutil.disk_usage(self.directory).free if not is_remote(self.directory) else 0
         committed = self._committed()
         kept = (f"the newest committed checkpoint, step {committed[-1]}, is intact and resumes" if committed
                 else "no checkpoint had been committed yet")

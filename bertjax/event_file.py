@@ -22,6 +22,7 @@ import time
 from typing import Mapping
 
 from bertjax.data.records import masked_crc
+from bertjax.data.files import is_remote
 
 _FILE_VERSION = b"brain.Event:2"
 
@@ -73,7 +74,7 @@ class EventFileWriter:
     def __init__(self, directory: str):
         name = f"events.out.tfevents.{int(time.time())}.{socket.gethostname()}.{os.getpid()}.0.v2"
         self.path = os.path.join(directory, name)
-        self._remote = "://" in directory
+        self._remote = is_remote(directory)
         self._pending = [_framed(event(0, file_version=_FILE_VERSION))]
         self._written = b""
         if not self._remote:

@@ -29,6 +29,7 @@ from bertjax.models import bert_hf as hf
 from bertjax.models import bert as model_lib
 from bertjax import tf1
 from bertjax.data import tokenization
+from bertjax.data.files import is_remote
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +49,7 @@ def run_vocab(workdir: str) -> tuple[Optional[str], bool]:
 
 def _real(path: str) -> str:
     """A path compared by where it leads: object-store URLs normalised as strings, local ones resolved."""
-    if "://" in path:
+    if is_remote(path):
         scheme, rest = path.split("://", 1)
         return f"{scheme}://{posixpath.normpath('/' + rest)[1:]}"
     return os.path.realpath(path)
@@ -98,7 +99,7 @@ def export_tf1(path: str, output_dir: str, step: Optional[int] = None) -> str:
 
 
 def export(workdir: str, output_dir: str, step: Optional[int] = None) -> str:
-    if "://" not in workdir and not checkpoint_lib.is_workdir(workdir):  # else orbax says "train first"
+    if not is_remote(workdir) and not checkpoint_lib.is_workdir(workdir):  # else orbax says "train first"
         if tf1.is_tf1_dir(workdir):
             return export_tf1(workdir, output_dir, step)
         fix = ("it is a Hugging Face directory already, which bertjax.from_pretrained and transformers load as it is"

@@ -17,6 +17,8 @@ import socket
 import time
 from typing import Optional
 
+from bertjax.data.files import is_remote
+
 log = logging.getLogger(__name__)
 LOCK_FILE = "job.lock"
 STALE_AFTER_S = 15 * 60
@@ -44,7 +46,7 @@ class WorkdirLock:
         return {"host": socket.gethostname(), "pid": os.getpid(), "started": self._held_since, "refreshed": time.time()}
 
     def acquire(self) -> None:
-        if "://" in self.path:  # an object store (gs://) offers no exclusive create through these APIs
+        if is_remote(self.path):  # an object store (gs://) offers no exclusive create through these APIs
             log.info("workdir lock: none on %s (an object store); run one job per workdir", os.path.dirname(self.path))
             self.enabled = False
             return

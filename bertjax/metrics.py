@@ -23,6 +23,7 @@ import optax
 
 from bertjax import event_file
 from bertjax import models as models_lib
+from bertjax.data.files import is_remote
 from etils import epath
 
 log = logging.getLogger(__name__)
@@ -376,7 +377,7 @@ class _AppendOnlyFile:
     def __init__(self, path: str, rewrite: Optional[bool] = None):
         self.path = epath.Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        if "://" in path if rewrite is None else rewrite:  # an object store (gs://): no appends
+        if is_remote(path) if rewrite is None else rewrite:  # an object store (gs://): no appends
             self._local, self._text = None, self.path.read_text() if self.path.exists() else ""
         else:
             self._local = open(path, "a", encoding="utf-8")

@@ -104,6 +104,27 @@ def test_no_library_imports_a_command_and_the_imports_form_no_circle():
     assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
+def remote_path_tests(source: str) -> list[int]:
+    """Lines that decide local-or-remote for themselves (`"://" in path`) instead of asking data/files.py."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if (isinstance(node, ast.Compare) and isinstance(node.left, ast.Constant) and node.left.value == "://"
+                and any(isinstance(op, (ast.In, ast.NotIn)) for op in node.ops)):
+            found.append(node.lineno)
+    return found
+
+
+def test_one_file_layer_decides_what_is_remote():
+    """`data/files.is_remote` is the one place that tells a local path from an object store's (gs://): the
+    bucket work lands there, not in a dozen inline checks."""
+    layer = PACKAGE / "data" / "files.py"
+    assert remote_path_tests(layer.read_text()), "the file layer's own check is found"
+    inline = {str(path.relative_to(ROOT)): lines for path in _modules().values() if path != layer
+              for lines in [remote_path_tests(path.read_text())] if lines}
+    assert inline == {}, f"ask bertjax.data.files.is_remote instead: {inline}"
+    assert remote_path_tests('def f(path):\n    return "://" not in path\n') == [2]  # a planted one is found
+
+
 def test_every_library_imports_with_the_commands_blocked():
     """At run time too: each library module imports in a process where importing a command fails."""
     blocked = sorted(f"bertjax.{name}" for name in COMMANDS)

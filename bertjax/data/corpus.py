@@ -35,7 +35,7 @@ from bertjax.data import hf_datasets, table_corpus, text_checks
 # The shared pieces live in corpus_base (table_corpus imports them too); re-exported: callers use corpus.X.
 from bertjax.data.corpus_base import (  # noqa: F401
     DEFAULT_MAX_LINE_CHARS, DEFAULT_MAX_SENTENCE_CHARS, CorpusStats, Document, FileRange, Source, _file_size,
-    _is_remote, _open_binary, expand_patterns, shard_units, split_sentences)
+    _open_binary, expand_patterns, shard_units, split_sentences)
 
 log = logging.getLogger(__name__)
 

@@ -19,6 +19,7 @@ from typing import Any, NamedTuple, Optional
 import sentencex
 
 from bertjax.data import text_checks
+from bertjax.data.files import is_remote
 
 Document = list[str]
 
@@ -106,10 +107,6 @@ class FileRange(NamedTuple):
     end: Optional[int] = None
 
 
-def _is_remote(path: str) -> bool:
-    return "://" in path
-
-
 def expand_patterns(patterns: str | Iterable[str], what: str = "--input_file") -> list[str]:
     """Comma-separated globs (or a list of them) → files, each glob's matches sorted, duplicates dropped.
 
@@ -125,14 +122,14 @@ def expand_patterns(patterns: str | Iterable[str], what: str = "--input_file") -
                          "comma-separated list of them.")
     files: dict[str, None] = {}
     for name in names:
-        if _is_remote(name):
+        if is_remote(name):
             import tensorflow as tf  # Deferred: local corpora and record files need no TF.
 
             matches = sorted(m for m in tf.io.gfile.glob(name) if not tf.io.gfile.isdir(m))
         else:
             matches = sorted(m for m in glob.glob(name) if not os.path.isdir(m))
         if not matches:
-            if not _is_remote(name) and os.path.isdir(name):
+            if not is_remote(name) and os.path.isdir(name):
                 raise IsADirectoryError(f"{what} {name!r} is a directory: name its files, e.g. "
                                         f"{os.path.join(name, '*.txt')!r}.")
             if set(name) & set("*?["):
@@ -227,7 +224,7 @@ class _RawGFile(io.RawIOBase):
 
 
 def _file_size(path: str) -> int:
-    if _is_remote(path):
+    if is_remote(path):
         import tensorflow as tf
 
         return tf.io.gfile.stat(path).length
@@ -236,7 +233,7 @@ def _file_size(path: str) -> int:
 
 def _open_binary(path: str, offset: int) -> Any:
     """A buffered binary stream positioned at `offset`; local files need no TensorFlow."""
-    if not _is_remote(path):
+    if not is_remote(path):
         f = open(path, "rb", buffering=1 << 20)
         if offset:
             f.seek(offset)

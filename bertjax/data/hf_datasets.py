@@ -27,6 +27,7 @@ import re
 from typing import Any
 
 from bertjax.data import table_corpus
+from bertjax.data.files import is_remote
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +57,7 @@ def resolve(spec: str, what: str = "--input_file") -> tuple[list[str], str]:
     root, wanted = parse(spec)
     if not root:
         raise ValueError(f"{what}={spec!r} names no directory: use hf:DIR[:SPLIT].")
-    if "://" in root:
+    if is_remote(root):
         raise ValueError(f"{what}={spec!r}: hf: reads local directories only; name the data files of a remote "
                          f"dataset directly, e.g. {root.rstrip('/')}/data/*.parquet.")
     if not os.path.isdir(root):

@@ -227,7 +227,7 @@ def open_for_write(path: str):
 
 def disk_full_error(path: str, error: OSError) -> OSError:
     """ENOSPC as one sentence naming the file being written and the bytes left (local disks)."""
-    where = os.path.dirname(os.path.abspath(path)) if "://" not in path else ""
+    where = os.path.dirname(os.path.abspath(path)) if not files.is_remote(path) else ""
     free = f" ({shutil.disk_usage(where).free:,} bytes free)" if where and os.path.isdir(where) else ""
     full = OSError(f"no space left on the device writing {path}{free}: free space there or choose another "
                    "--output_dir")
@@ -277,7 +277,7 @@ class RecordWriter:
             self._file.close()
         except OSError as e:  # buffered bytes meet a full disk here
             _raise_disk_full(self.path, e)
-        if "://" in self.path:
+        if files.is_remote(self.path):
             import tensorflow as tf
 
             tf.io.gfile.rename(self._tmp, self.path, overwrite=True)

@@ -391,7 +391,7 @@ def check_inputs(cfg: PrepareConfig) -> tokenization.Tokenizer:
     cfg.instance.validate()
     if cfg.num_shards < 1:
         raise ValueError(f"--num_shards={cfg.num_shards} must be ≥ 1.")
-    if "://" not in cfg.output_dir and os.path.isfile(cfg.output_dir):
+    if not files.is_remote(cfg.output_dir) and os.path.isfile(cfg.output_dir):
         raise NotADirectoryError(f"--output_dir={cfg.output_dir} is a file; pass a directory for the record shards "
                                  "(it is created if missing).")
     tokenizer, _ = load_tokenizer(cfg)

@@ -23,6 +23,7 @@ from bertjax.config import JobConfig
 from bertjax.data import corpus as corpus_lib
 from bertjax.data import shards
 from bertjax.data import table_corpus, tokenization, vocab_training
+from bertjax.data.files import is_remote
 
 log = logging.getLogger(__name__)
 DONE = "stage.json"
@@ -74,7 +75,7 @@ def read_sentences(path: str) -> Iterator[str]:
 def _recorded(path: str, out: str) -> str:
     """A path as stage.json keeps it: relative to out when under it (so a copied or moved workdir finds its own
     vocab), else absolute (a relative one would be read against out)."""
-    if "://" in path:
+    if is_remote(path):
         return path
     path = os.path.abspath(path)
     return os.path.relpath(path, out) if path.startswith(out + os.sep) else path
@@ -124,7 +125,7 @@ def prepare_data(config: JobConfig, workdir: str) -> JobConfig:
         multihost_utils.sync_global_devices("bertjax data stage")
     with open(done) as f:
         stage = json.load(f)
-    if "://" not in stage["vocab_file"] and not os.path.isabs(stage["vocab_file"]):  # under data/, wherever it is now
+    if not is_remote(stage["vocab_file"]) and not os.path.isabs(stage["vocab_file"]):  # under data/, wherever it is now
         stage["vocab_file"] = os.path.join(out, stage["vocab_file"])
     if config.model.vocab_size != stage["vocab_size"]:
         log.info("data: config.model.vocab_size %s → %d, the size of %s", config.model.vocab_size or "unset",

@@ -28,8 +28,9 @@ from collections.abc import Iterator
 from typing import Any, NamedTuple, Optional
 
 from bertjax.data.corpus_base import (
-    DEFAULT_MAX_LINE_CHARS, DEFAULT_MAX_SENTENCE_CHARS, CorpusStats, Document, Source, _is_remote, _open_binary,
+    DEFAULT_MAX_LINE_CHARS, DEFAULT_MAX_SENTENCE_CHARS, CorpusStats, Document, Source, _open_binary,
     expand_patterns, split_sentences)
+from bertjax.data.files import is_remote
 
 log = logging.getLogger(__name__)
 
@@ -137,7 +138,7 @@ def _open_parquet(path: str) -> Any:
     import pyarrow as pa
 
     try:
-        if _is_remote(path):
+        if is_remote(path):
             fs, inner = pa.fs.FileSystem.from_uri(path)
             return pq.ParquetFile(fs.open_input_file(inner))
         return pq.ParquetFile(path)
@@ -235,7 +236,7 @@ class TableSource(Source):
             return pf.metadata.row_group(unit.index).num_rows if pf.num_row_groups else 0
         if unit.lower().endswith(ARROW_SUFFIXES):
             return sum(batch.num_rows for batch in _arrow_batches(unit, mapped=True))
-        seekable = not _is_remote(unit) and not unit.lower().endswith((".gz", ".zst"))
+        seekable = not is_remote(unit) and not unit.lower().endswith((".gz", ".zst"))
         points, rows = [], 0
         for rows, (row, number, line, offset) in enumerate(_rows(unit, CorpusStats()), 1):
             if seekable and row and row % SEEK_EVERY == 0:
@@ -458,7 +459,7 @@ def _arrow_reader(path: str, mapped: bool = False) -> Any:
     import pyarrow as pa
 
     try:
-        if _is_remote(path):
+        if is_remote(path):
             fs, inner = pa.fs.FileSystem.from_uri(path)
             data = fs.open_input_file(inner)
         else:
