@@ -38,8 +38,8 @@ _check_jax()
 # Imported on first use, so that `python -m bertjax.prepare` workers do not pay for importing JAX.
 _LAZY = {
     "from_pretrained": "bertjax.pretrained", "save_pretrained": "bertjax.pretrained",
-    "BertConfig": "bertjax.architecture", "BertForPreTraining": "bertjax.model", "BertOutput": "bertjax.model",
-    "config_for_size": "bertjax.architecture",
+    "BertConfig": "bertjax.models.bert_config", "BertForPreTraining": "bertjax.models.bert",
+    "BertOutput": "bertjax.models.bert", "config_for_size": "bertjax.models.bert_config",
     "ModernBertConfig": "bertjax.models.modernbert_config", "ModernBertForMaskedLM": "bertjax.models.modernbert",
 }
 __all__ = sorted(_LAZY)

@@ -22,7 +22,7 @@ from bertjax.config import OptimConfig
 # Modules whose parameters are never decayed (BERT excludes "LayerNorm", "layer_norm" and "bias").
 _LAYER_NORM_MARKERS = ("layernorm", "layer_norm")
 _NO_DECAY_LEAVES = ("bias", "mlm_bias")
-# Name of the nn.scan'ed layer stack in bertjax.model: leaves under it carry a leading layer axis.
+# Name of the nn.scan'ed layer stack in bertjax.models.bert: leaves under it carry a leading layer axis.
 SCANNED_LAYERS = "layers"
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from bertjax import attention
 from bertjax import metrics as metrics_lib
-from bertjax import model as model_lib
+from bertjax.models import bert as model_lib
 from bertjax import sharding as sharding_lib
 from bertjax.config import JobConfig
 

@@ -16,8 +16,8 @@ import pytest
 
 import bertjax
 from bertjax import exporting
-from bertjax import hf
-from bertjax import model as model_lib
+from bertjax.models import bert_hf as hf
+from bertjax.models import bert as model_lib
 from bertjax import pretrained
 from bertjax import train
 from bertjax import sharding as sharding_lib

@@ -9,7 +9,7 @@ import sys
 import pytest
 from ml_collections import config_flags
 
-from bertjax import model as model_lib
+from bertjax.models import bert as model_lib
 from bertjax import config as config_lib
 from bertjax.config import FinetuneConfig, JobConfig
 

@@ -10,7 +10,7 @@ from absl import flags
 
 import bertjax
 from bertjax import extract_features, features
-from bertjax import model as model_lib
+from bertjax.models import bert as model_lib
 from bertjax.data import tokenization
 
 import reference

@@ -15,7 +15,7 @@ import pytest
 import bertjax
 from bertjax import checkpoint as checkpoint_lib
 from bertjax import exporting, finetuning, heads, prediction
-from bertjax import model as model_lib
+from bertjax.models import bert as model_lib
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 WORDS = ["good", "bad", "film", "plot", "the", "a", "was", "very", "not", "actor", "paris", "london", "john",

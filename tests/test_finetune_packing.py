@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from bertjax import finetuning, heads, prediction
-from bertjax import model as model_lib
+from bertjax.models import bert as model_lib
 from bertjax.data import arrays as arrays_lib
 from bertjax.data import example_packing
 from bertjax.data.pipeline import EXAMPLE_WEIGHT

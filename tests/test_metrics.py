@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from bertjax import metrics
-from bertjax import model as model_lib
+from bertjax.models import bert as model_lib
 
 # As an eval computes them (the train step leaves mlm_constant_prediction out).
 pretraining_metrics = jax.jit(functools.partial(metrics.pretraining_metrics, constant_prediction=True))

@@ -7,7 +7,7 @@ import numpy as np
 import optax
 import pytest
 
-from bertjax import model as model_lib
+from bertjax.models import bert as model_lib
 
 import reference
 

@@ -9,7 +9,7 @@ import numpy as np
 import optax
 import pytest
 
-from bertjax import model as model_lib
+from bertjax.models import bert as model_lib
 from bertjax import optim
 from bertjax.config import OptimConfig, convert
 from configs import default as default_config

@@ -11,7 +11,7 @@ import optax
 import pytest
 
 from bertjax import metrics as metrics_lib
-from bertjax import model as model_lib
+from bertjax.models import bert as model_lib
 from bertjax.data import instances as instances_lib
 from bertjax.data import packing
 from bertjax.models import modernbert, modernbert_config

@@ -17,7 +17,7 @@ import transformers
 
 import bertjax
 from bertjax import exporting
-from bertjax import model as model_lib
+from bertjax.models import bert as model_lib
 from bertjax import pretrained
 from bertjax import tf1
 

@@ -16,7 +16,7 @@ import bertjax
 import train_setup
 from bertjax import checkpoint as checkpoint_lib
 from bertjax import metrics as metrics_lib
-from bertjax import model as model_lib
+from bertjax.models import bert as model_lib
 from bertjax import optim as optim_lib
 from bertjax import sharding as sharding_lib
 from bertjax import loop, train

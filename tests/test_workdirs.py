@@ -20,7 +20,7 @@ from absl import flags
 import bertjax
 from bertjax import checkpoint as checkpoint_lib
 from bertjax import exporting, extract_features, finetuning, ownership, prediction, tcmalloc, train
-from bertjax import model as model_lib
+from bertjax.models import bert as model_lib
 from bertjax.data import tokenization
 
 import train_setup
