@@ -125,6 +125,18 @@ def test_one_file_layer_decides_what_is_remote():
     assert remote_path_tests('def f(path):\n    return "://" not in path\n') == [2]  # a planted one is found
 
 
+def test_ruff_finds_nothing_in_the_tree(tmp_path):
+    """pyproject.toml's lint (syntax errors, pyflakes: unused imports and variables, undefined names) passes
+    on bertjax/, tests/ and benchmarks/; a planted unused import is found."""
+    ruff = [sys.executable, "-m", "ruff", "check", "--no-cache", "--output-format", "concise"]
+    done = subprocess.run([*ruff, "bertjax", "tests", "benchmarks"], cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-1000:]
+    (tmp_path / "planted.py").write_text("import os\n")
+    planted = subprocess.run([*ruff, "--config", str(ROOT / "pyproject.toml"), str(tmp_path / "planted.py")],
+                             capture_output=True, text=True)
+    assert planted.returncode == 1 and "F401" in planted.stdout, planted.stdout
+
+
 def test_every_library_imports_with_the_commands_blocked():
     """At run time too: each library module imports in a process where importing a command fails."""
     blocked = sorted(f"bertjax.{name}" for name in COMMANDS)

@@ -165,7 +165,7 @@ def test_long_sentences_are_capped(tmp_path):
 def test_same_documents_give_byte_identical_records_in_every_container(tmp_path, texts, vocab_file):
     paths = write_containers(tmp_path / "in", texts)
     made = {kind: shard_bytes(tmp_path / kind) for kind in paths
-            if prepare(path := paths[kind], tmp_path / kind, vocab_file)}
+            if prepare(paths[kind], tmp_path / kind, vocab_file)}
     assert len(made["parquet"]) == 1 and len(made["parquet"][0]) > 10_000
     assert made["parquet"] == made["jsonl"] == made["zst"] == made["gz"]
     # and the same as the documents written as BERT raw text: a row is a document, cut into sentences

@@ -4,7 +4,6 @@ Everything runs on files written here with a small vocab; no JAX compile, no dow
 """
 
 import json
-import types
 import unicodedata
 
 import numpy as np

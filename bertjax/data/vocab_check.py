@@ -10,7 +10,6 @@ and the vocab file's sha256 against metadata.json's `vocab_hash`. A vocab that l
 from __future__ import annotations
 
 import logging
-import os
 from typing import Any
 
 from bertjax.models import bert_config as architecture
