@@ -211,7 +211,8 @@ class TableSource(Source):
                              f"(by its extension: {', '.join(TABLE_SUFFIXES)}): a corpus is either raw-text files "
                              "or Parquet / JSON Lines files, so convert the others or leave them out.")
         self._units: list[Any] = []
-        self._parquet: tuple[str, Any] | None = None  # the last Parquet file opened: its footer is read once
+        self._parquet: tuple[str, Any, tuple[str, ...]] | None = None  # the last Parquet file opened, its text
+        # field's names inside a struct column: the footer is read and the schema checked once per file
         self._seek_points: dict[str, list[SeekPoint]] = {}  # uncompressed JSON Lines files: noted by unit_rows
         for path in files:
             # Opened here, so that a damaged footer or a missing column fails before any work.
@@ -284,8 +285,7 @@ class TableSource(Source):
     def _parquet_file(self, path: str) -> Any:
         if self._parquet is None or self._parquet[0] != path:
             pf = _open_parquet(path)
-            self._check_column(path, pf.schema_arrow)
-            self._parquet = path, pf
+            self._parquet = path, pf, self._check_column(path, pf.schema_arrow)[1]
         return self._parquet[1]
 
     def _check_column(self, path: str, schema: Any) -> tuple[int, tuple[str, ...]]:
@@ -348,8 +348,7 @@ class TableSource(Source):
             stats.empty_files += unit.index == 0
             return
         try:
-            _, inner = self._check_column(unit.path, pf.schema_arrow)
-            column = _inside(pf.read_row_group(unit.index, columns=[self.text_field]).column(0), inner)
+            column = _inside(pf.read_row_group(unit.index, columns=[self.text_field]).column(0), self._parquet[2])
         except (pa.ArrowException, OSError) as e:
             raise ValueError(f"{unit.path}, row group {unit.index} of {pf.num_row_groups}, cannot be read ({_why(e)}): "
                              "the file is damaged; write or download it again.") from None
