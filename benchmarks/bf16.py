@@ -25,7 +25,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def run(dtype: str, steps: int, workdir: str, data: str = "") -> dict:
-    from bertjax import train
+    from bertjax.jobs import main as train
 
     c = runpy.run_path(os.path.join(ROOT, "configs", "demo.py"))["get_config"]()
     c.model.dtype = dtype

@@ -90,8 +90,8 @@ def parse_args():
 
 def make_data(directory: str) -> str:
     sys.path.insert(0, ROOT)
-    from bertjax.config import JobConfig
-    from bertjax.data import stage
+    from bertjax.config.schema import JobConfig
+    from bertjax.data.pretraining import stage
 
     c = _config("")
     c.data.update(corpus="builtin:pydocs", corpus_vocab_size=1000, dupe_factor=2, num_shards=4, num_workers=1)
@@ -195,7 +195,7 @@ def still_there(workdir: str, step: int, item: str) -> bool:
 def final_params(workdir: str) -> list:
     import jax
 
-    from bertjax import checkpoint as checkpoint_lib
+    from bertjax.training import checkpoint as checkpoint_lib
 
     return jax.tree.leaves(checkpoint_lib.load_params(workdir)[1])
 
@@ -342,7 +342,7 @@ def prepare_reference(data: str, out: str) -> tuple[dict[str, bytes], float]:
 def train_on(out: str) -> tuple[str, str]:
     """What training makes of the directory: ("refused", its sentence) or the files it would read."""
     sys.path.insert(0, ROOT)
-    from bertjax.data import pipeline as pipeline_lib
+    from bertjax.data.pretraining import pipeline as pipeline_lib
 
     try:
         files = pipeline_lib.InputPipeline(pipeline_lib.PipelineConfig(

@@ -24,8 +24,8 @@ fp32 on the CPU; bf16 elsewhere (`--dtype`), PyTorch then under `torch.autocast(
 
 Each timing is the median of --steps steps after --warmup warm-up steps, the two frameworks'
 steps interleaved so load from elsewhere hits both alike. Both run in one process, under tcmalloc
-when the machine has it (bertjax/tcmalloc.py; the JSON says which allocator). Model FLOPs are the job's
-own count (`task.flops_per_row`, `bertjax.metrics.flops_per_sequence` with no MLM predictions). Prints
+when the machine has it (bertjax/runtime/tcmalloc.py; the JSON says which allocator). Model FLOPs are the job's
+own count (`task.flops_per_row`, `bertjax.training.metrics.flops_per_sequence` with no MLM predictions). Prints
 one JSON line.
 """
 
@@ -62,13 +62,13 @@ def parse_args():
 
 
 ARGS = parse_args()
-from bertjax import tcmalloc  # noqa: E402
+from bertjax.runtime import tcmalloc  # noqa: E402
 from timing import time_interleaved  # noqa: E402  (benchmarks/timing.py, beside this script)
 
 tcmalloc.reexec_under_tcmalloc()  # as `python -m bertjax.finetune` runs; BERTJAX_NO_TCMALLOC=1 keeps glibc's
 os.environ["XLA_FLAGS"] = (ARGS.xla_flags + " " + os.environ.get("XLA_FLAGS", "")).strip()
 
-from bertjax import aot  # noqa: E402
+from bertjax.training import aot  # noqa: E402
 
 aot.quiet_libtpu()  # libtpu, when installed on a machine without TPUs, need not look for TPU hosts
 import jax  # noqa: E402  (after XLA_FLAGS)
@@ -106,7 +106,7 @@ def jax_job():
     batch, sequence length and schedule."""
     import runpy
 
-    from bertjax.config import FinetuneConfig
+    from bertjax.config.schema import FinetuneConfig
 
     path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs", "finetune.py")
     c = runpy.run_path(path)["get_config"](f"size={ARGS.model}")
@@ -127,8 +127,8 @@ def jax_job():
 def jax_runner(job, batch_np: dict):
     """bertjax's fine-tuning step — `trainer.setup` with the sequence-classification task, compiled ahead
     of time with donated state on a one-device mesh, as bertjax/finetune.py builds it — as a callable."""
-    from bertjax import heads
-    from bertjax import trainer as trainer_lib
+    from bertjax.finetuning import heads
+    from bertjax.training import trainer as trainer_lib
 
     def make_task(platform_name: str):
         model = heads.from_config(job.model, job.model.architecture, "sequence_classification", ARGS.num_labels,

@@ -80,7 +80,7 @@ def write(folder: pathlib.Path, name: str, header: str | None, rows: list[str]) 
 
 
 def build_cola(out: pathlib.Path, sizes, rng: random.Random) -> None:
-    from bertjax.data import corpus
+    from bertjax.data.corpus import sources as corpus
 
     source = corpus.open_source("builtin:pydocs")
     by_module = [[s for s in doc if 6 <= len(s.split()) <= 30 and "\t" not in s]

@@ -59,8 +59,9 @@ def config(seq: int, predictions: int, args, packing: bool, data: str, steps: in
 
 def prepare(root: str, seq: int, predictions: int) -> dict[str, dict]:
     """Vocab, then train and held-out records, unpacked and packed, from the same documents and seed."""
-    from bertjax.config import JobConfig
-    from bertjax.data import shards, stage, vocab_training
+    from bertjax.config.schema import JobConfig
+    from bertjax.data.pretraining import shards, stage
+    from bertjax.data.vocab import training as vocab_training
 
     os.makedirs(root, exist_ok=True)
     train_txt, heldout_txt, _ = stage.split_corpus("builtin:pydocs", root, heldout_every=20)
@@ -84,7 +85,7 @@ def prepare(root: str, seq: int, predictions: int) -> dict[str, dict]:
 
 
 def run(c, workdir: str) -> dict:
-    from bertjax import train
+    from bertjax.jobs import main as train
 
     shutil.rmtree(workdir, ignore_errors=True)  # a fresh run, never a resumed one
     final = train.train_and_evaluate(c, workdir)

@@ -20,7 +20,7 @@ SEQ, PRED, VOCAB = 128, 20, 30522
 
 
 def write_shards(directory: str, shards: int, per_shard: int) -> str:
-    from bertjax.data import records
+    from bertjax.data.pretraining import records
 
     rng = np.random.default_rng(0)
     for k in range(shards):
@@ -42,7 +42,7 @@ def write_shards(directory: str, shards: int, per_shard: int) -> str:
 
 
 def vocab():
-    from bertjax.data import instances
+    from bertjax.data.pretraining import instances
 
     cont = np.random.default_rng(1).random(VOCAB) < 0.2
     cont[:1000] = False
@@ -50,7 +50,7 @@ def vocab():
 
 
 def measure(files: str, batch: int, batches: int, warmup: int, dynamic: bool) -> dict:
-    from bertjax.data import instances, pipeline
+    from bertjax.data.pretraining import instances, pipeline
 
     cfg = pipeline.PipelineConfig(files=files, batch_size=batch, max_seq_length=SEQ, max_predictions_per_seq=PRED,
                                   seed=0, shuffle_buffer=10_000, dynamic_masking=dynamic, threads=1,
@@ -69,7 +69,7 @@ def measure(files: str, batch: int, batches: int, warmup: int, dynamic: bool) ->
 
 
 def checkpoint_size(files: str, directory: str) -> int:
-    from bertjax.data import pipeline
+    from bertjax.data.pretraining import pipeline
 
     p = pipeline.InputPipeline(pipeline.PipelineConfig(files=files, batch_size=256, shuffle_buffer=10_000, seed=0))
     next(p)

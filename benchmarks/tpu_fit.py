@@ -8,7 +8,7 @@
 predictions a sequence) with splash attention, whose sliding window skips the blocks outside it.
 
 For every (model, phase, slice) case the script runs the job's own `python -m bertjax.main
---compile_only --topology=…` (libtpu compiles the real bf16 train step, no TPUs needed; see bertjax/aot.py)
+--compile_only --topology=…` (libtpu compiles the real bf16 train step, no TPUs needed; see bertjax/training/aot.py)
 and searches for the cheapest settings that fit, trying in this order and stopping at the first fit:
 
   1. data parallelism (mesh (-1,1,1)), no rematerialisation, then the fewest micro-batches that fit;

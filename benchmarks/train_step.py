@@ -12,7 +12,7 @@ update, loss = MLM cross-entropy (weighted by masked_lm_weights) over 20 slots a
 512) + NSP cross-entropy, the same synthetic batch for both frameworks (no TensorFlow, no data files):
 instances of 1/4 to all of the sequence length, 15% of their tokens masked (as create_pretraining_data
 rounds it), padded to the sequence length. `jax_packed` runs bertjax on packed rows instead (`--batch`
-rows, `config.data.packing`, up to 3 instances a row, made by `bertjax.data.packing.pack` from more
+rows, `config.data.packing`, up to 3 instances a row, made by `bertjax.data.pretraining.packing.pack` from more
 instances of the same kind): compare the frameworks' `real_tokens_per_s`, the tokens that are not padding.
 On the CPU it runs fp32; on a GPU (or TPU) bf16 by default (`--dtype`): bertjax computes in bf16 with
 float32 params, PyTorch under `torch.autocast(bfloat16)` with SDPA attention (`--torch_compile` wraps the
@@ -27,15 +27,15 @@ no attention-probability dropout, so that option sets it to 0 for both framework
   (its default single-tensor implementation on CPU), MLM logits on all positions with labels=-100
   elsewhere, which is how users run it. torch gets every core (`torch.set_num_threads(os.cpu_count())`).
 
-Model FLOPs are the job's own count, `bertjax.metrics.flops_per_sequence`: 3 × the forward matmul
+Model FLOPs are the job's own count, `bertjax.training.metrics.flops_per_sequence`: 3 × the forward matmul
 FLOPs (per layer and token 4 H×H projections, 2 H×4H FFN matmuls, attention scores and context 2·2·S·H;
 pooler and NSP per sequence; MLM transform H×H and vocab projection H×V on the 20 gathered positions
 only). MFU is measured against
 a float32 matmul peak the script measures itself, in the same process: a jitted `jnp.dot` of square
 fp32 matrices, best of several sizes, 2n³ FLOPs; on a GPU or TPU against the chip's dense peak for the
-dtype (`bertjax.metrics.PEAK_FLOPS`: H100 SXM and H200 989 TFLOP/s bf16). Each timing is the median of --steps steps after a
+dtype (`bertjax.training.metrics.PEAK_FLOPS`: H100 SXM and H200 989 TFLOP/s bf16). Each timing is the median of --steps steps after a
 warm-up. Both frameworks run in one process, under tcmalloc when the machine has it (see
-bertjax/tcmalloc.py; the JSON says which allocator). Prints one JSON line per size.
+bertjax/runtime/tcmalloc.py; the JSON says which allocator). Prints one JSON line per size.
 """
 
 import argparse
@@ -85,7 +85,7 @@ if SEQ > 512 and not MODERN:
     raise SystemExit(f"--seq={SEQ}: BERT has 512 positions; sequences of 1,024 are for --family=modernbert.")
 if MODERN:
     VOCAB = 50368
-from bertjax import tcmalloc  # noqa: E402
+from bertjax.runtime import tcmalloc  # noqa: E402
 from timing import time_interleaved  # noqa: E402  (benchmarks/timing.py, beside this script)
 
 tcmalloc.reexec_under_tcmalloc()  # as `python -m bertjax.main` runs; BERTJAX_NO_TCMALLOC=1 keeps glibc's
@@ -96,8 +96,8 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 from ml_collections import ConfigDict  # noqa: E402
 
-from bertjax import metrics as metrics_lib  # noqa: E402
-from bertjax.config import JobConfig  # noqa: E402
+from bertjax.training import metrics as metrics_lib  # noqa: E402
+from bertjax.config.schema import JobConfig  # noqa: E402
 
 
 # --- Batch ------------------------------------------------------------------------------------------
@@ -129,7 +129,7 @@ def make_batch(batch: int, seed: int = 0) -> dict[str, np.ndarray]:
 
 def make_packed_batch(rows: int, predictions_per_row: int, max_instances_per_row: int) -> dict[str, np.ndarray]:
     """`rows` packed rows of make_batch's instances (the first rows of a larger pack, which are full)."""
-    from bertjax.data import packing
+    from bertjax.data.pretraining import packing
 
     cfg = packing.PackingConfig(SEQ, max_instances_per_row, predictions_per_row)
     packed = packing.pack(make_batch(rows * (max_instances_per_row + 1), seed=1), cfg)
@@ -221,7 +221,7 @@ def apply_override(c: ConfigDict, item: str) -> None:
 def jax_runner(size: str, batch_np: dict, packed: bool = False):
     """bertjax's own train step — `trainer.setup` on the configured model and optimizer, compiled ahead of
     time with donated state on a one-device mesh, as the job builds it — as a callable running one step."""
-    from bertjax import trainer as trainer_lib
+    from bertjax.training import trainer as trainer_lib
 
     job = JobConfig.from_configdict(jax_config(size, batch_np["input_ids"].shape[0], packed))
     t = time.perf_counter()
@@ -282,7 +282,7 @@ def torch_runner(cfg, batch_np: dict):
     device = "cuda" if torch.cuda.is_available() else "cpu"
     bf16 = compute_dtype() == "bfloat16"
     if MODERN:
-        from bertjax.models import modernbert_config
+        from bertjax.models.modernbert import config as modernbert_config
 
         config = transformers.ModernBertConfig(**modernbert_config.to_hf_dict(cfg), attn_implementation="sdpa")
         model = transformers.ModernBertForMaskedLM(config).to(device).train()
@@ -390,7 +390,7 @@ def main():
             row["packed_speedup"] = row["jax_packed_real_tokens_per_s"] / row["jax_real_tokens_per_s"]
         if peak:
             row.update(matmul_peak_tflops=peak["flops"] / 1e12, matmul_peak_n=peak["n"],
-                       peak_source="measured fp32 matmul" if on_cpu else "chip's dense peak (bertjax.metrics)")
+                       peak_source="measured fp32 matmul" if on_cpu else "chip's dense peak (bertjax.training.metrics)")
         if "torch" in frameworks:
             row.update(torch=torch.__version__, transformers=transformers.__version__,
                        torch_threads=torch.get_num_threads(), torch_interop_threads=torch.get_num_interop_threads(),

@@ -36,7 +36,7 @@ def parse_args():
 
 def split(heldout_every: int) -> tuple[list[str], list[str]]:
     """Train and held-out sentences of builtin:pydocs: every heldout_every-th document held out."""
-    from bertjax.data import corpus
+    from bertjax.data.corpus import sources as corpus
 
     train, heldout = [], []
     for i, document in enumerate(corpus.open_source("builtin:pydocs").documents()):
@@ -45,7 +45,7 @@ def split(heldout_every: int) -> tuple[list[str], list[str]]:
 
 
 def learn_bertjax(lines: list[str], vocab_size: int) -> list[str]:
-    from bertjax.data import vocab_training
+    from bertjax.data.vocab import training as vocab_training
 
     return vocab_training.learn_wordpiece(lines, vocab_size)
 
@@ -53,7 +53,7 @@ def learn_bertjax(lines: list[str], vocab_size: int) -> list[str]:
 def learn_hf(lines: list[str], vocab_size: int) -> list[str]:
     from tokenizers import trainers
 
-    from bertjax.data import tokenization
+    from bertjax.data.vocab import tokenization
 
     hf = tokenization._hf_wordpiece(None, do_lower_case=True)
     hf.train_from_iterator(lines, trainer=trainers.WordPieceTrainer(
@@ -70,7 +70,7 @@ def sha256(vocab: list[str]) -> str:
 
 
 def tokens_per_word(vocab: list[str], lines: list[str]) -> float:
-    from bertjax.data import tokenization, vocab_training
+    from bertjax.data.vocab import tokenization, training as vocab_training
 
     with tempfile.TemporaryDirectory() as directory:
         path = os.path.join(directory, "vocab.txt")

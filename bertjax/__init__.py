@@ -37,10 +37,10 @@ _check_jax()
 
 # Imported on first use, so that `python -m bertjax.prepare` workers do not pay for importing JAX.
 _LAZY = {
-    "from_pretrained": "bertjax.pretrained", "save_pretrained": "bertjax.pretrained",
-    "BertConfig": "bertjax.models.bert_config", "BertForPreTraining": "bertjax.models.bert",
-    "BertOutput": "bertjax.models.bert", "config_for_size": "bertjax.models.bert_config",
-    "ModernBertConfig": "bertjax.models.modernbert_config", "ModernBertForMaskedLM": "bertjax.models.modernbert",
+    "from_pretrained": "bertjax.models.pretrained", "save_pretrained": "bertjax.models.pretrained",
+    "BertConfig": "bertjax.models.bert.config", "BertForPreTraining": "bertjax.models.bert.model",
+    "BertOutput": "bertjax.models.bert.model", "config_for_size": "bertjax.models.bert.config",
+    "ModernBertConfig": "bertjax.models.modernbert.config", "ModernBertForMaskedLM": "bertjax.models.modernbert.model",
 }
 __all__ = sorted(_LAZY)
 

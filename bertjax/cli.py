@@ -27,8 +27,8 @@ from typing import Any, Callable, Iterator, Optional, Sequence
 from absl import app, flags
 from absl import logging as absl_logging
 
-from bertjax import config_convert
-from bertjax import tf_import
+from bertjax.config import convert as config_convert
+from bertjax.runtime import tf_import
 
 PACKAGED_CONFIGS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs")
 USAGE_EXIT = 2  # as argparse: the command line was wrong, nothing ran
@@ -217,7 +217,7 @@ def run(main: Callable[[list[str]], Any], known_only: bool = False) -> None:
 def quiet() -> None:
     """Before any JAX backend starts: bertjax's INFO lines on; orbax's, JAX's, TensorFlow's and libtpu's
     start-up and per-step lines off (a first run shows only bertjax's own lines)."""
-    from bertjax import aot  # jax, imported here: the data commands never call this
+    from bertjax.training import aot  # jax, imported here: the data commands never call this
 
     logging.getLogger("bertjax").setLevel(logging.INFO)
     absl_logging.set_verbosity(absl_logging.WARNING)  # orbax and JAX log every step at INFO
@@ -251,7 +251,7 @@ def run_job(argv: Sequence[str], job: Callable[..., Any], *args: Any) -> Any:
         result = job(*args)
     except (ValueError, OSError, FloatingPointError) as e:
         exit_with_sentence(e)
-    loop = sys.modules.get("bertjax.loop")
+    loop = sys.modules.get("bertjax.training.loop")
     if loop is not None and loop.stopped_before_training():
         # The SIGTERM's exception unwound whatever ran, a compile included; the interpreter's shutdown then
         # crashed (a segfault, rc 139, in 2 of 2 fine-tuning kills). Nothing was trained or is being saved:

@@ -4,14 +4,14 @@ initialisation, on a task built offline from the same text; print both dev score
     python -m bertjax.demo_finetune --config=configs/demo_finetune.py --pretrained=workdir/demo \\
         --workdir=workdir/demo/finetune
 
-The task (bertjax/data/pydocs_task.py) is written to WORKDIR/task as train.tsv / dev.tsv, its dev modules
-checked against the pre-training run's own held-out file. Each run is bertjax.finetuning.finetune with the
+The task (bertjax/finetuning/pydocs_task.py) is written to WORKDIR/task as train.tsv / dev.tsv, its dev modules
+checked against the pre-training run's own held-out file. Each run is bertjax.jobs.finetune.finetune with the
 same settings; only config.train.init_from differs (the random run gets the pre-training run's
 architecture and vocab from its config.json). Scores go to WORKDIR/{pretrained,random}[-seedN] and the
 table to WORKDIR/scores.json.
 """
 
-from bertjax import tcmalloc
+from bertjax.runtime import tcmalloc
 
 if __name__ == "__main__":
     tcmalloc.reexec_under_tcmalloc()  # as bertjax.main does: XLA's per-step buffers stay mapped
@@ -31,7 +31,7 @@ def define_flags() -> None:
 
 
 def main(argv):
-    from bertjax import demo
+    from bertjax.jobs import demo_finetune as demo
 
     cli.run_job(argv, demo.run, flags.FLAGS.config, flags.FLAGS.pretrained, flags.FLAGS.workdir)
 

@@ -2,7 +2,7 @@
 
 A pre-training or fine-tuning workdir (the latest checkpoint, or --step) or a google-research/bert TF1
 directory becomes config.json, model.safetensors and the vocab, which `transformers` loads as
-BertForPreTraining or the fine-tuned task's class. The work is `bertjax.exporting.export`.
+BertForPreTraining or the fine-tuned task's class. The work is `bertjax.jobs.export.export`.
 """
 
 import sys
@@ -22,7 +22,7 @@ def define_flags() -> None:
 
 
 def main(argv):
-    from bertjax import exporting
+    from bertjax.jobs import export as exporting
 
     del argv
     FLAGS = flags.FLAGS

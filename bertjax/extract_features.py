@@ -2,7 +2,7 @@
 
     python -m bertjax.extract_features --init_from=PATH --input_file=F --output_file=OUT.jsonl --layers=-1,-2,-3,-4
 
-The work is `bertjax.features.run`; this command holds its flags.
+The work is `bertjax.jobs.extract_features.run`; this command holds its flags.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def define_flags(fv: flags.FlagValues = flags.FLAGS) -> None:
 
 
 def main(argv: Sequence[str], fv: flags.FlagValues = flags.FLAGS) -> int:
-    from bertjax import features
+    from bertjax.jobs import extract_features as features
 
     del argv
     cli.quiet()

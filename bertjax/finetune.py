@@ -1,12 +1,12 @@
 """`python -m bertjax.finetune --config=configs/finetune.py --workdir=DIR`: fine-tune a pre-trained BERT on a
 labelled task (classification, NER, question answering), or sweep learning rates × seeds.
 
-The job is `bertjax.finetuning.finetune`; this command holds its flags. Settings are --config.* overrides
+The job is `bertjax.jobs.finetune.finetune`; this command holds its flags. Settings are --config.* overrides
 of configs/finetune.py, e.g. `--config.task=sequence_classification --config.train.init_from=PATH
 --config.data.train_file=F --config.data.eval_file=F`.
 """
 
-from bertjax import tcmalloc
+from bertjax.runtime import tcmalloc
 
 if __name__ == "__main__":
     tcmalloc.reexec_under_tcmalloc()  # as bertjax.main does: XLA's per-step buffers stay mapped
@@ -26,7 +26,7 @@ def define_flags() -> None:
 
 
 def main(argv):
-    from bertjax import finetuning
+    from bertjax.jobs import finetune as finetuning
 
     cli.run_job(argv, finetuning.finetune, flags.FLAGS.config, flags.FLAGS.workdir)
 

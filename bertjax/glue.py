@@ -3,11 +3,11 @@
 chosen on dev, restarts for the small tasks), DIR/glue.json and DIR/glue.md with the GLUE paper's metrics and
 the GLUE score, DIR/submission/ with the files the GLUE server takes.
 
-The job is `bertjax.glue_suite.run_suite`; this command holds its flags. Rerun the same command after a kill:
+The job is `bertjax.jobs.glue.run_suite`; this command holds its flags. Rerun the same command after a kill:
 finished runs are skipped and the unfinished one resumes from its checkpoint.
 """
 
-from bertjax import tcmalloc
+from bertjax.runtime import tcmalloc
 
 if __name__ == "__main__":
     tcmalloc.reexec_under_tcmalloc()  # as bertjax.finetune does
@@ -27,7 +27,7 @@ def define_flags() -> None:
 
 
 def main(argv):
-    from bertjax import glue_suite
+    from bertjax.jobs import glue as glue_suite
 
     cli.run_job(argv, glue_suite.run_suite, flags.FLAGS.config, flags.FLAGS.workdir)
 

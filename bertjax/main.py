@@ -5,7 +5,7 @@ A thin shell: flags, `jax.distributed.initialize()` for multi-process runs, then
 `--config.train.global_batch_size=512 --config.mesh.shape='(-1,4,1)'`.
 """
 
-from bertjax import tcmalloc
+from bertjax.runtime import tcmalloc
 
 if __name__ == "__main__":
     tcmalloc.reexec_under_tcmalloc()  # before JAX is imported: the re-executed process starts clean
@@ -17,7 +17,7 @@ import jax  # noqa: E402
 from absl import app, flags  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
 
-from bertjax import aot  # noqa: E402  (jax and the standard library only: safe before jax.distributed)
+from bertjax.training import aot  # noqa: E402  (jax and the standard library only: safe before jax.distributed)
 from bertjax import cli  # noqa: E402
 
 FLAGS = flags.FLAGS
@@ -62,10 +62,10 @@ def main(argv):
             raise app.UsageError("--coordinator_address needs --num_processes and --process_id too.")
         jax.distributed.initialize(coordinator_address=FLAGS.coordinator_address, num_processes=FLAGS.num_processes,
                                    process_id=FLAGS.process_id)
-    from bertjax import train  # after distributed initialisation: nothing may touch devices before it
+    from bertjax.jobs import main as train  # after distributed initialisation: nothing may touch devices before it
     if not tcmalloc.active() and jax.default_backend() == "cpu":
         logging.getLogger("bertjax").info("setup: system malloc; with tcmalloc installed (libtcmalloc-minimal4) "
-                                          "BERT-base CPU steps run 20–40% faster (see bertjax/tcmalloc.py)")
+                                          "BERT-base CPU steps run 20–40% faster (see bertjax/runtime/tcmalloc.py)")
 
     try:
         train.train_and_evaluate(FLAGS.config, FLAGS.workdir, compile_only=FLAGS.compile_only)
@@ -77,7 +77,7 @@ def _compile_for_topology() -> None:
     """--compile_only --topology: one process, no devices of this machine, no data."""
     if not FLAGS.compile_only:
         raise app.UsageError("--topology compiles for a TPU topology without running: add --compile_only.")
-    from bertjax.config import JobConfig
+    from bertjax.config.schema import JobConfig
 
     try:
         aot.compile_for_topology(JobConfig.from_configdict(FLAGS.config), FLAGS.workdir, FLAGS.topology)

@@ -1,4 +1,4 @@
-"""What a fine-tuned workdir says about new inputs (the work is `bertjax.prediction.predict_file`).
+"""What a fine-tuned workdir says about new inputs (the work is `bertjax.jobs.predict.predict_file`).
 
     python -m bertjax.predict --workdir=FINETUNED_DIR --input_file=F --output_file=OUT.jsonl
 
@@ -27,7 +27,7 @@ def define_flags() -> None:
 
 
 def main(argv):
-    from bertjax import prediction
+    from bertjax.jobs import predict as prediction
 
     del argv
     FLAGS = flags.FLAGS

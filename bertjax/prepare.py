@@ -15,7 +15,8 @@ import sys
 from absl import app, flags
 
 from bertjax import cli
-from bertjax.data import instances, packing, shards, table_corpus
+from bertjax.data.pretraining import instances, packing, shards
+from bertjax.data.corpus import table as table_corpus
 
 FLAGS = flags.FLAGS
 
@@ -36,7 +37,7 @@ def define_flags() -> None:
     flags.DEFINE_float("masked_lm_prob", 0.15, "Share of tokens masked.")
     flags.DEFINE_float("short_seq_prob", 0.1, "Probability of a shorter target length.")
     flags.DEFINE_bool("no_nsp", False, "MLM only: one segment per instance, no sentence pairs.")
-    flags.DEFINE_bool("packing", False, "Pack several instances into each row (bertjax/data/packing.py); train "
+    flags.DEFINE_bool("packing", False, "Pack several instances into each row (bertjax/data/pretraining/packing.py); train "
                       "on them with --config.data.packing=true.")
     flags.DEFINE_integer("max_instances_per_row", 3, "With --packing: most instances in one row.")
     flags.DEFINE_integer("max_predictions_per_row", None, "With --packing: prediction slots per row (default: "

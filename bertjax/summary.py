@@ -2,7 +2,7 @@
 
     python -m bertjax.summary --config=configs/large.py [--batch_size=2]
 
-Use it before launching a job; the report is `bertjax.model_report.print_report`.
+Use it before launching a job; the report is `bertjax.jobs.summary.print_report`.
 """
 
 from absl import flags
@@ -21,7 +21,7 @@ def define_flags() -> None:
 
 
 def main(argv):
-    from bertjax import model_report
+    from bertjax.jobs import summary as model_report
 
     cli.run_job(argv, model_report.print_report, FLAGS.config, FLAGS.batch_size)
 

@@ -6,7 +6,7 @@
 --input_file takes what `python -m bertjax.prepare` takes: BERT raw-text files (one sentence per line,
 blank lines between documents, `.gz` allowed), Parquet / JSON Lines files (one document per row, its text in
 --text_field), `tfds:NAME[/CONFIG][:SPLIT]` or `builtin:pydocs`. The same
-corpus and flags write the same bytes on every run (bertjax/data/vocab_training.py). A WordPiece vocab that
+corpus and flags write the same bytes on every run (bertjax/data/vocab/training.py). A WordPiece vocab that
 comes out another size than --vocab_size (a corpus too small for it) is one printed line with both sizes
 and why; SentencePiece refuses such a size instead.
 """
@@ -16,8 +16,9 @@ from collections.abc import Iterator
 from absl import flags
 
 from bertjax import cli
-from bertjax.data import corpus as corpus_lib
-from bertjax.data import table_corpus, vocab_training
+from bertjax.data.corpus import sources as corpus_lib
+from bertjax.data.corpus import table as table_corpus
+from bertjax.data.vocab import training as vocab_training
 
 FLAGS = flags.FLAGS
 

@@ -17,7 +17,7 @@ os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", os.path.join(os.path.dirname(
     os.path.abspath(__file__))), ".pytest_cache", "jax_compilation_cache"))
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 
-from bertjax import tf_import  # noqa: E402
+from bertjax.runtime import tf_import  # noqa: E402
 
 tf_import.skip_keras_while_tensorflow_imports()  # as every bertjax command does: 1.4 s less for each TF import
 tf_import.quiet_tensorflow_start()
@@ -30,7 +30,7 @@ import jax  # noqa: E402
 
 jax.config.update("jax_num_cpu_devices", 8)  # this process's 8 virtual devices, for real meshes; not inherited
 
-from bertjax import aot  # noqa: E402
+from bertjax.training import aot  # noqa: E402
 
 aot.quiet_libtpu()  # TPU topology compiles in the tests and in the job processes they start, side by side
 
@@ -50,8 +50,8 @@ def minilm_dir() -> pathlib.Path:
 @pytest.fixture(scope="session")
 def pydocs_data(tmp_path_factory) -> str:
     """Vocab and train/held-out records made once from builtin:pydocs by the job's own data stage."""
-    from bertjax.config import JobConfig
-    from bertjax.data import stage
+    from bertjax.config.schema import JobConfig
+    from bertjax.data.pretraining import stage
     import train_setup
 
     workdir = tmp_path_factory.mktemp("pydocs_run")

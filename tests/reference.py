@@ -5,7 +5,7 @@ import numpy as np
 import torch
 import transformers
 
-from bertjax.models import bert as model_lib
+from bertjax.models.bert import model as model_lib
 
 
 def hf_config(config: model_lib.BertConfig) -> transformers.BertConfig:

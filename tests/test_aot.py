@@ -13,9 +13,9 @@ import jax
 import pytest
 
 import train_setup
-from bertjax import aot
-from bertjax import trainer as trainer_lib
-from bertjax.config import JobConfig
+from bertjax.training import aot
+from bertjax.training import trainer as trainer_lib
+from bertjax.config.schema import JobConfig
 
 TINY = str(train_setup.ROOT / "configs" / "tiny.py")
 

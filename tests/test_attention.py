@@ -7,11 +7,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from bertjax import attention
-from bertjax import metrics as metrics_lib
-from bertjax.models import bert as model_lib
-from bertjax import sharding as sharding_lib
-from bertjax.config import JobConfig
+from bertjax.models import attention
+from bertjax.training import metrics as metrics_lib
+from bertjax.models.bert import model as model_lib
+from bertjax.training import sharding as sharding_lib
+from bertjax.config.schema import JobConfig
 
 SEQ, PRED, VOCAB = 48, 6, 300  # 48 is no multiple of splash's 128: the kernel pads and slices
 RULES = JobConfig().mesh.logical_axis_rules

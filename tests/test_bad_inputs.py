@@ -15,18 +15,18 @@ import jax
 import pytest
 
 import bertjax
-from bertjax import exporting
-from bertjax.models import bert_hf as hf
-from bertjax.models import bert as model_lib
-from bertjax import pretrained
-from bertjax import train
-from bertjax import sharding as sharding_lib
-from bertjax.config import JobConfig
-from bertjax.data import corpus as corpus_lib
-from bertjax.data import instances
-from bertjax.data import shards as shards_lib
-from bertjax.data import stage
-from bertjax.data import tokenization, vocab_training
+from bertjax.jobs import export as exporting
+from bertjax.models.bert import hf
+from bertjax.models.bert import model as model_lib
+from bertjax.models import pretrained
+from bertjax.jobs import main as train
+from bertjax.training import sharding as sharding_lib
+from bertjax.config.schema import JobConfig
+from bertjax.data.corpus import sources as corpus_lib
+from bertjax.data.pretraining import instances
+from bertjax.data.pretraining import shards as shards_lib
+from bertjax.data.pretraining import stage
+from bertjax.data.vocab import tokenization, training as vocab_training
 
 import train_setup
 

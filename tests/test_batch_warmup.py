@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 
 import train_setup
-from bertjax import batch_warmup
-from bertjax import checkpoint as checkpoint_lib
-from bertjax import train
-from bertjax import trainer as trainer_lib
-from bertjax.config import JobConfig
+from bertjax.training import batch_warmup
+from bertjax.training import checkpoint as checkpoint_lib
+from bertjax.jobs import main as train
+from bertjax.training import trainer as trainer_lib
+from bertjax.config.schema import JobConfig
 from test_train import batches
 
 

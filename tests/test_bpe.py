@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 import tokenizers
 
-from bertjax.data import corpus as corpus_lib
-from bertjax.data import tokenization, vocab_training
+from bertjax.data.corpus import sources as corpus_lib
+from bertjax.data.vocab import tokenization, training as vocab_training
 
 transformers = pytest.importorskip("transformers")
 
@@ -125,7 +125,7 @@ def test_a_modernbert_run_on_bpe_exports_a_tokenizer_that_tokenizes_as_it_did(bp
     for text, ids, mask in zip(HELD_OUT, enc["input_ids"], enc["attention_mask"]):
         assert list(np.asarray(ids)[np.asarray(mask) > 0]) == [bpe.cls_id, *bpe.encode(text), bpe.sep_id]
     # Fine-tuning from that export finds its tokenizer.json (no vocab.txt there) and applies it.
-    from bertjax import pretrained
+    from bertjax.models import pretrained
 
     assert pretrained.vocab_of(str(run / "hf"))[0] == str(run / "hf" / "tokenizer.json")
 
@@ -134,8 +134,8 @@ def test_a_bert_export_with_a_roberta_style_tokenizer_pads_with_its_pad_token(tm
     import jax
     from flax import linen as nn
 
-    from bertjax.models import bert as model_lib
-    from bertjax.models import bert_hf
+    from bertjax.models.bert import model as model_lib
+    from bertjax.models.bert import hf as bert_hf
 
     tok = roberta_tokenizer(tmp_path / "roberta.json")
     config = model_lib.BertConfig(vocab_size=tok.get_vocab_size(), hidden_size=8, num_hidden_layers=1,
@@ -150,7 +150,7 @@ def test_a_bert_export_with_a_roberta_style_tokenizer_pads_with_its_pad_token(tm
     # ... and fine-tunes from that export on pairs, framed as its tokenizer frames them: <s> a </s></s> b </s>.
     import runpy
 
-    from bertjax import finetuning
+    from bertjax.jobs import finetune as finetuning
 
     rows = ["text_a\ttext_b\tlabel"] + [f"{HELD_OUT[3 * (i % 2)]}\t{HELD_OUT[2]}\t{'ab'[i % 2]}" for i in range(16)]
     (tmp_path / "pairs.tsv").write_text("\n".join(rows) + "\n")

@@ -9,9 +9,9 @@ import sys
 import pytest
 from ml_collections import config_flags
 
-from bertjax.models import bert as model_lib
-from bertjax import config as config_lib
-from bertjax.config import FinetuneConfig, JobConfig
+from bertjax.models.bert import model as model_lib
+from bertjax.config import schema as config_lib
+from bertjax.config.schema import FinetuneConfig, JobConfig
 
 CONFIGS = pathlib.Path(__file__).resolve().parents[1] / "configs"
 
@@ -81,7 +81,7 @@ def test_summary_cli_reports_the_model():
     assert "mlm_logits       (2, 20, 30522)" in out
 
 
-# --- The schema (bertjax/config.py) and strict arguments --------------------------------------------
+# --- The schema (bertjax/config/schema.py) and strict arguments --------------------------------------------
 
 def test_schema_defaults_are_default_py():
     """JobConfig() is configs/default.py converted: the two cannot drift apart."""

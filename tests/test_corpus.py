@@ -1,4 +1,4 @@
-"""Tests of bertjax.data.corpus: raw-text files, a locally built TFDS dataset, builtin:pydocs."""
+"""Tests of bertjax.data.corpus.sources: raw-text files, a locally built TFDS dataset, builtin:pydocs."""
 
 import gzip
 import hashlib
@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from bertjax.data import corpus
-from bertjax.data.corpus import CorpusStats, open_source, shard_units
+from bertjax.data.corpus import sources as corpus
+from bertjax.data.corpus.sources import CorpusStats, open_source, shard_units
 
 TWO_DOCS = "First sentence.\nSecond sentence.\n\n\n  \nOther doc line one.\nOther doc line two.\n"
 TWO_DOCS_EXPECTED = [["First sentence.", "Second sentence."],

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 import train_setup
-from bertjax import checkpoint as checkpoint_lib
-from bertjax import train
+from bertjax.training import checkpoint as checkpoint_lib
+from bertjax.jobs import main as train
 
 WARMUP, PEAK = 2, 1e-3
 

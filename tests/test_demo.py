@@ -103,7 +103,7 @@ def test_demo_finetune_builds_the_task_from_held_out_modules_and_fine_tunes_both
     import csv
     import io
 
-    from bertjax.data import pydocs_task
+    from bertjax.finetuning import pydocs_task
 
     pretrained, _ = demo
     out = tmp_path / "finetune"
@@ -145,7 +145,7 @@ def test_demo_finetune_builds_the_task_from_held_out_modules_and_fine_tunes_both
 
 
 def test_demo_finetune_names_a_workdir_that_is_not_a_pydocs_pre_training_run(tmp_path):
-    from bertjax import demo
+    from bertjax.jobs import demo_finetune as demo
 
     with pytest.raises(FileNotFoundError, match="config.json does not exist"):
         demo.pretraining_settings(str(tmp_path))
@@ -155,7 +155,7 @@ def test_demo_finetune_names_a_workdir_that_is_not_a_pydocs_pre_training_run(tmp
 
 
 def test_pydocs_passages_fit_max_words_and_are_tsv_safe():
-    from bertjax.data import pydocs_task
+    from bertjax.finetuning import pydocs_task
 
     doc = ["One two three.", "Four\tfive six seven.", "A sentence of many words " + "word " * 30 + "end.", "Last."]
     out = pydocs_task.passages(doc, max_words=8)

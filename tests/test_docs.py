@@ -243,7 +243,7 @@ def test_every_repository_file_named_exists():
 
 def test_the_checks_above_would_catch_drift():
     """The parsers find what they must: a test that matched nothing would pass on any text."""
-    assert "bertjax/main.py" in _layout() and "bertjax/data/packing.py" in _layout()
+    assert "bertjax/main.py" in _layout() and "bertjax/data/pretraining/packing.py" in _layout()
     assert len(_mentions(r"python3? -m (bertjax(?:\.\w+)+)")) > 10
     assert _slug("Will it fit? TPU slices, compiled before you rent them") == \
         "will-it-fit-tpu-slices-compiled-before-you-rent-them"

@@ -9,9 +9,10 @@ import torch
 from absl import flags
 
 import bertjax
-from bertjax import extract_features, features
-from bertjax.models import bert as model_lib
-from bertjax.data import tokenization
+from bertjax import extract_features
+from bertjax.jobs import extract_features as features
+from bertjax.models.bert import model as model_lib
+from bertjax.data.vocab import tokenization
 
 import reference
 

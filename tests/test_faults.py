@@ -21,13 +21,13 @@ import numpy as np
 import pytest
 
 import train_setup
-from bertjax import checkpoint as checkpoint_lib
-from bertjax import lock as lock_lib
-from bertjax import train
-from bertjax import trainer as trainer_lib
-from bertjax.config import JobConfig
-from bertjax.data import pipeline as pipeline_lib
-from bertjax.data import records as records_lib
+from bertjax.training import checkpoint as checkpoint_lib
+from bertjax.runtime import lock as lock_lib
+from bertjax.jobs import main as train
+from bertjax.training import trainer as trainer_lib
+from bertjax.config.schema import JobConfig
+from bertjax.data.pretraining import pipeline as pipeline_lib
+from bertjax.data.pretraining import records as records_lib
 
 STEPS = 8
 
@@ -176,7 +176,7 @@ def test_sigterm_before_training_starts_exits_0_saying_nothing_was_lost(tmp_path
     config_file = train_setup.write_config(c, tmp_path / "config.py")
     program = (
         "import os, signal, sys\n"
-        "from bertjax.data import stage\n"
+        "from bertjax.data.pretraining import stage\n"
         "prepare = stage.prepare_data\n"
         "def signalled(*args, **kwargs):\n"
         "    os.kill(os.getpid(), signal.SIGTERM)\n"
@@ -228,7 +228,7 @@ def test_sigterm_while_fine_tuning_compiles_exits_0_and_the_rerun_trains(tmp_pat
 def test_a_second_job_in_a_busy_workdir_is_refused_and_a_dead_jobs_lock_is_taken_over(pydocs_data, tmp_path,
                                                                                       caplog):
     workdir = tmp_path / "work"
-    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from bertjax import lock; "
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from bertjax.runtime import lock; "
                                f"lock.WorkdirLock({str(workdir)!r}).acquire(); print('held', flush=True); "
                                "time.sleep(600)"], cwd=train_setup.ROOT, stdout=subprocess.PIPE, text=True)
     try:

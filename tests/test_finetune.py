@@ -13,9 +13,10 @@ import numpy as np
 import pytest
 
 import bertjax
-from bertjax import checkpoint as checkpoint_lib
-from bertjax import exporting, finetuning, heads, prediction
-from bertjax.models import bert as model_lib
+from bertjax.training import checkpoint as checkpoint_lib
+from bertjax.jobs import export as exporting, finetune as finetuning, predict as prediction
+from bertjax.finetuning import heads
+from bertjax.models.bert import model as model_lib
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 WORDS = ["good", "bad", "film", "plot", "the", "a", "was", "very", "not", "actor", "paris", "london", "john",
@@ -117,7 +118,7 @@ def test_sequence_classification_learns_and_exports(pretrained_dir, tmp_path):
     # The body came from init_from (the word embeddings still correlate with the pre-trained ones; a fresh
     # initialisation would not); the head is new and the pre-training heads are gone.
     _, params = checkpoint_lib.load_params(str(workdir))
-    _, pre = bertjax.pretrained.load(pretrained_dir)
+    _, pre = bertjax.models.pretrained.load(pretrained_dir)
     emb, pre_emb = (np.ravel(p["bert"]["embeddings"]["word_embeddings"]["embedding"]) for p in (params, pre))
     assert np.corrcoef(emb, pre_emb)[0, 1] > 0.5 and "classifier" in params and "nsp" not in params
     assert_export_matches(workdir, "BertForSequenceClassification")

@@ -1,4 +1,4 @@
-"""Packed fine-tuning rows (bertjax/data/example_packing.py): a packed batch gives each example the loss and
+"""Packed fine-tuning rows (bertjax/finetuning/example_packing.py): a packed batch gives each example the loss and
 the gradients of its padded row, each step holds the same examples as padded rows would (so the schedule and
 exact resume are unchanged), evaluation comes back one row per example in input order, and a whole job trains
 to the padded job's results."""
@@ -16,11 +16,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from bertjax import finetuning, heads, prediction
-from bertjax.models import bert as model_lib
-from bertjax.data import arrays as arrays_lib
-from bertjax.data import example_packing
-from bertjax.data.pipeline import EXAMPLE_WEIGHT
+from bertjax.jobs import finetune as finetuning, predict as prediction
+from bertjax.finetuning import heads
+from bertjax.models.bert import model as model_lib
+from bertjax.finetuning import arrays as arrays_lib
+from bertjax.finetuning import example_packing
+from bertjax.data.pretraining.pipeline import EXAMPLE_WEIGHT
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 CONFIG = model_lib.BertConfig(vocab_size=50, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,

@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 
 import glue_fixtures
-from bertjax import checkpoint as checkpoint_lib
-from bertjax import finetuning, glue_suite
-from bertjax.data import glue_data
+from bertjax.training import checkpoint as checkpoint_lib
+from bertjax.jobs import finetune as finetuning, glue as glue_suite
+from bertjax.finetuning import glue_data
 from test_finetune import pretrained_dir  # noqa: F401  (a fixture: a tiny BERT as a Hugging Face directory)
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent

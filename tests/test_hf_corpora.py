@@ -1,4 +1,4 @@
-"""`hf:DIR[:SPLIT]` corpora (bertjax/data/hf_datasets.py) and the row-based work split of table corpora: the same
+"""`hf:DIR[:SPLIT]` corpora (bertjax/data/corpus/hf_datasets.py) and the row-based work split of table corpora: the same
 documents give byte-identical records over several shards from any container (Parquet with one or many row
 groups, JSON Lines, .jsonl.zst, save_to_disk directories, the Hub's layout), row spans tile every unit, skipped
 rows are counted per file, and each bad directory is one sentence."""
@@ -17,10 +17,10 @@ pq = pytest.importorskip("pyarrow.parquet")
 zstandard = pytest.importorskip("zstandard")
 datasets = pytest.importorskip("datasets")
 
-from bertjax.data import corpus as corpus_lib  # noqa: E402
-from bertjax.data import hf_datasets  # noqa: E402
-from bertjax.data import instances  # noqa: E402
-from bertjax.data import shards as shards_lib  # noqa: E402
+from bertjax.data.corpus import sources as corpus_lib  # noqa: E402
+from bertjax.data.corpus import hf_datasets  # noqa: E402
+from bertjax.data.pretraining import instances  # noqa: E402
+from bertjax.data.pretraining import shards as shards_lib  # noqa: E402
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 datasets.disable_progress_bars()
@@ -125,7 +125,7 @@ def test_row_spans_tile_every_unit(tmp_path, texts):
 def test_a_big_uncompressed_jsonl_file_is_split_at_seek_points(tmp_path):
     """Its row-count pass notes where every SEEK_EVERY-th row starts, so each shard seeks near its first row
     (a line-aligned byte range) instead of reading the file from the top; the rows read are the same."""
-    from bertjax.data import table_corpus
+    from bertjax.data.corpus import table as table_corpus
 
     rows = [{"text": f"Row {i} says hello. It ends here."} for i in range(20_000)]
     data = b"\xef\xbb\xbf" + jsonl_bytes(rows, blank_every=999)
@@ -275,7 +275,7 @@ def test_the_job_trains_from_an_hf_directory(tmp_path, texts):
     import numpy as np
 
     import train_setup
-    from bertjax import train
+    from bertjax.jobs import main as train
 
     datasets.DatasetDict({"train": datasets.Dataset.from_dict({"text": texts[:60]}),
                           "validation": datasets.Dataset.from_dict({"text": texts[60:]})}).save_to_disk(

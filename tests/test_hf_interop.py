@@ -10,7 +10,7 @@ import transformers
 from safetensors.numpy import load_file, save_file
 
 import bertjax
-from bertjax.models import bert as model_lib
+from bertjax.models.bert import model as model_lib
 
 import reference
 
@@ -27,7 +27,7 @@ def test_real_checkpoint_matches_transformers(minilm_dir, caplog):
     tokenizer = transformers.BertTokenizer.from_pretrained(minilm_dir)
     enc = tokenizer(SENTENCES, padding=True, return_tensors="np")
     assert enc["attention_mask"].min() == 0, "the sentences should need padding"
-    with caplog.at_level(logging.WARNING, logger="bertjax.models.bert_hf"):
+    with caplog.at_level(logging.WARNING, logger="bertjax.models.bert.hf"):
         model, params = bertjax.from_pretrained(str(minilm_dir))
     # It has no pre-training heads: they are initialised and that is said once.
     fresh = [r.getMessage() for r in caplog.records if "initialised fresh" in r.getMessage()]
@@ -128,7 +128,7 @@ def test_sharded_checkpoint_and_legacy_names(saved, caplog):
         save_file({k: renamed[k] for k in keys}, saved / file, metadata={"format": "pt"})
     index = {"weight_map": {k: f for f, keys in halves.items() for k in keys}}
     (saved / "model.safetensors.index.json").write_text(json.dumps(index))
-    with caplog.at_level(logging.WARNING, logger="bertjax.models.bert_hf"):
+    with caplog.at_level(logging.WARNING, logger="bertjax.models.bert.hf"):
         _, params = bertjax.from_pretrained(str(saved))
     assert any("ignored 1 tensor" in r.getMessage() and "classifier.weight" in r.getMessage()
                for r in caplog.records)

@@ -6,7 +6,7 @@ import torch
 import transformers
 
 import bertjax
-from bertjax.models import bert as model_lib
+from bertjax.models.bert import model as model_lib
 
 import reference
 

@@ -95,7 +95,7 @@ def test_commands_are_the_modules_that_run_as_programs():
 def test_no_library_imports_a_command_and_the_imports_form_no_circle():
     graph = import_graph()
     commands = {f"bertjax.{name}" for name in COMMANDS}
-    assert len(graph) > 40 and "bertjax.finetuning" in graph["bertjax.finetune"]  # the walk sees real imports
+    assert len(graph) > 40 and "bertjax.jobs.finetune" in graph["bertjax.finetune"]  # the walk sees real imports
     wrong = {library: sorted(targets & commands) for library, targets in graph.items()
              if library not in commands and targets & commands}
     assert wrong == {}, f"libraries importing commands: {wrong}"
@@ -184,7 +184,7 @@ def test_prepare_and_the_config_schema_import_no_jax_or_flax(tmp_path):
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "wrote" in done.stdout and len(list((tmp_path / "records").glob("*.tfrecord"))) == 2
-    schema = subprocess.run([sys.executable, "-c", "import runpy, bertjax.config as c\n"
+    schema = subprocess.run([sys.executable, "-c", "import runpy, bertjax.config.schema as c\n"
                              f"c.JobConfig.from_configdict(runpy.run_path({str(PACKAGE / 'configs' / 'large.py')!r})"
                              "['get_config']()).validate()"], env=env, capture_output=True, text=True, timeout=120)
     assert schema.returncode == 0, schema.stderr[-3000:]

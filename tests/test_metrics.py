@@ -1,4 +1,4 @@
-"""bertjax.metrics: weighted metrics and loss vs numpy, padding, merging, baselines, FLOPs, writers, log line."""
+"""bertjax.training.metrics: weighted metrics and loss vs numpy, padding, merging, baselines, FLOPs, writers, log line."""
 
 import functools
 import json
@@ -9,8 +9,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from bertjax import metrics
-from bertjax.models import bert as model_lib
+from bertjax.training import metrics
+from bertjax.models.bert import model as model_lib
 
 # As an eval computes them (the train step leaves mlm_constant_prediction out).
 pretraining_metrics = jax.jit(functools.partial(metrics.pretraining_metrics, constant_prediction=True))
@@ -345,12 +345,12 @@ def test_metric_writer_keeps_notes_in_jsonl_only(tmp_path):
 
 
 def test_event_file_records_are_what_tensorflow_serializes():
-    """bertjax/event_file.py writes TensorBoard events without TensorFlow: each Event is byte-identical to the
+    """bertjax/training/event_file.py writes TensorBoard events without TensorFlow: each Event is byte-identical to the
     one TensorFlow builds for tf.summary.scalar's float32 tensor and scalars-plugin metadata."""
     import tensorflow as tf
     from tensorflow.core.framework import summary_pb2
 
-    from bertjax import event_file
+    from bertjax.training import event_file
 
     values = {"train/loss": 2.5, "train/learning_rate": 3e-5, "eval/accuracy": float("nan")}
     expected = tf.compat.v1.Event(wall_time=1700000000.25, step=1234)

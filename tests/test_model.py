@@ -7,7 +7,7 @@ import numpy as np
 import optax
 import pytest
 
-from bertjax.models import bert as model_lib
+from bertjax.models.bert import model as model_lib
 
 import reference
 
@@ -318,7 +318,7 @@ def test_heads_initialised_alone_equal_a_full_init(scan_layers):
     """Loading an encoder-only checkpoint (hf.from_hf_state_dict) and starting a fine-tuning head
     (finetuning, heads.fresh_head) initialise the heads without the body: the values must be those a full init
     gives, or a run from init_from would depend on which path built its head."""
-    from bertjax import heads
+    from bertjax.finetuning import heads
 
     rng = jax.random.PRNGKey(3)
     model = model_lib.BertForPreTraining(CONFIG, scan_layers=scan_layers)

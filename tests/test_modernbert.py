@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 import bertjax
-from bertjax import attention as attention_lib
-from bertjax.models import modernbert, modernbert_config, modernbert_hf
+from bertjax.models import attention as attention_lib
+from bertjax.models.modernbert import model as modernbert, config as modernbert_config, hf as modernbert_hf
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")

@@ -20,12 +20,14 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from bertjax import checkpoint as checkpoint_lib
-from bertjax import exporting, finetuning, heads, prediction, pretrained
-from bertjax.config import JobConfig
-from bertjax.data import tokenization
-from bertjax.models import bert as bert_lib
-from bertjax.models import modernbert, modernbert_config
+from bertjax.training import checkpoint as checkpoint_lib
+from bertjax.jobs import export as exporting, finetune as finetuning, predict as prediction
+from bertjax.finetuning import heads
+from bertjax.models import pretrained
+from bertjax.config.schema import JobConfig
+from bertjax.data.vocab import tokenization
+from bertjax.models.bert import model as bert_lib
+from bertjax.models.modernbert import model as modernbert, config as modernbert_config
 from test_finetune import config as finetune_config
 from test_finetune import sentiment
 
@@ -273,7 +275,7 @@ def test_a_checkpoint_of_the_other_family_as_init_from_is_one_sentence(tmp_path)
     with pytest.raises(ValueError, match=r"init_from=.*modern holds a modernbert model, but config.model.family "
                                          r"is 'bert'"):
         pretrained.init_params(str(modern_dir), bert_model)
-    from bertjax import features
+    from bertjax.jobs import extract_features as features
 
     (tmp_path / "in.txt").write_text("a line\n")
     with pytest.raises(ValueError, match=r"init_from=.*modern holds a modernbert model; extract_features reads BERT"):
@@ -304,7 +306,7 @@ def test_the_window_saves_splash_work_in_the_compiled_tpu_step(tmp_path):
     """configs/modernbert.py compiled for v5e:2x2 with splash at a sequence 8 times the window: the report's
     share of attention scores computed (what the kernel's block mask keeps; XLA's FLOPs count does not see
     inside it) and the model FLOPs are below those of the same model with every layer global."""
-    from bertjax import aot
+    from bertjax.training import aot
 
     reports = {}
     for every in (1, 2):
@@ -325,7 +327,7 @@ def test_the_window_saves_splash_work_in_the_compiled_tpu_step(tmp_path):
 
 def test_resuming_a_workdir_of_the_other_family_is_one_sentence(workdir):
     """A BERT config pointed at the ModernBERT run's workdir is refused before anything is restored."""
-    from bertjax.config import CheckpointConfig
+    from bertjax.config.schema import CheckpointConfig
 
     bert = bert_lib.BertConfig(vocab_size=1000, hidden_size=128, num_hidden_layers=4, num_attention_heads=2,
                                intermediate_size=192)
@@ -343,7 +345,7 @@ def test_resuming_a_workdir_of_the_other_family_is_one_sentence(workdir):
 def test_a_run_saved_before_the_family_fields_reads_as_bert():
     """A fine-tuned workdir's config.json written before config.model.family existed still loads (predict,
     GLUE read it back): the settings added since take their defaults."""
-    from bertjax.config import FinetuneConfig
+    from bertjax.config.schema import FinetuneConfig
 
     saved = FinetuneConfig().to_dict()
     for name in ("family", "local_attention", "global_attn_every_n_layers", "global_rope_theta", "local_rope_theta",

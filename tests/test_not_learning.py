@@ -5,7 +5,7 @@ import json
 import logging
 
 import train_setup
-from bertjax import train
+from bertjax.jobs import main as train
 
 
 def test_a_run_that_cannot_learn_warns_once_in_the_log_and_in_metrics_jsonl(pydocs_data, tmp_path, caplog):

@@ -1,4 +1,4 @@
-"""bertjax.optim: schedule, weight-decay mask, BERT's AdamW against a numpy re-implementation, LAMB, clipping."""
+"""bertjax.training.optim: schedule, weight-decay mask, BERT's AdamW against a numpy re-implementation, LAMB, clipping."""
 
 import dataclasses
 import re
@@ -9,9 +9,9 @@ import numpy as np
 import optax
 import pytest
 
-from bertjax.models import bert as model_lib
-from bertjax import optim
-from bertjax.config import OptimConfig, convert
+from bertjax.models.bert import model as model_lib
+from bertjax.training import optim
+from bertjax.config.schema import OptimConfig, convert
 from configs import default as default_config
 
 TINY = model_lib.config_for_size("tiny", vocab_size=128, max_position_embeddings=16)
@@ -149,7 +149,7 @@ def test_wsd_decay_phase_must_exist_and_fit_the_run():
 
 
 def test_the_old_decay_setting_is_read_from_saved_runs_and_named_in_configs():
-    from bertjax.config import JobConfig
+    from bertjax.config.schema import JobConfig
 
     saved = JobConfig().to_dict()
     saved["optim"].pop("schedule")

@@ -1,4 +1,4 @@
-"""Sequence packing (bertjax.data.packing) and the model on packed rows: the same instances packed and
+"""Sequence packing (bertjax.data.pretraining.packing) and the model on packed rows: the same instances packed and
 unpacked give the same per-instance MLM and NSP losses and the same gradients, with xla and with splash
 (Pallas interpret mode), for BERT and for ModernBERT."""
 
@@ -10,11 +10,11 @@ import numpy as np
 import optax
 import pytest
 
-from bertjax import metrics as metrics_lib
-from bertjax.models import bert as model_lib
-from bertjax.data import instances as instances_lib
-from bertjax.data import packing
-from bertjax.models import modernbert, modernbert_config
+from bertjax.training import metrics as metrics_lib
+from bertjax.models.bert import model as model_lib
+from bertjax.data.pretraining import instances as instances_lib
+from bertjax.data.pretraining import packing
+from bertjax.models.modernbert import model as modernbert, config as modernbert_config
 
 SEQ, PRED, VOCAB, N = 64, 10, 300, 14
 
@@ -216,7 +216,7 @@ def test_the_job_packs_its_corpus_and_trains_per_instance(tmp_path, capsys):
     import json
 
     import train_setup
-    from bertjax import train
+    from bertjax.jobs import main as train
 
     words = "the a model packs rows of short documents into one sequence so no compute is spent on pads".split()
     rng = np.random.default_rng(0)
@@ -242,7 +242,7 @@ def test_the_job_packs_its_corpus_and_trains_per_instance(tmp_path, capsys):
     # Packed records resume exactly: the run as if stopped after step 2 ends with the uninterrupted params.
     import shutil
 
-    from bertjax import checkpoint as checkpoint_lib
+    from bertjax.training import checkpoint as checkpoint_lib
 
     uninterrupted = jax.tree.leaves(checkpoint_lib.load_params(str(tmp_path / "work"))[1])
     shutil.rmtree(tmp_path / "work" / checkpoint_lib.CHECKPOINTS / "4")
@@ -251,8 +251,8 @@ def test_the_job_packs_its_corpus_and_trains_per_instance(tmp_path, capsys):
         np.testing.assert_array_equal(a, b)
 
     # Dynamic masking re-masks the packed rows: the same tokens, fresh masks inside each instance.
-    from bertjax.data import pipeline as pipeline_lib
-    from bertjax.data import tokenization
+    from bertjax.data.pretraining import pipeline as pipeline_lib
+    from bertjax.data.vocab import tokenization
 
     data = tmp_path / "work" / "data"
     vocab = instances_lib.Vocab.from_tokenizer(tokenization.load(str(data / "vocab" / "vocab.txt"), True))
@@ -272,7 +272,7 @@ def test_the_job_packs_its_corpus_and_trains_per_instance(tmp_path, capsys):
 
 def test_packing_must_agree_with_the_records(pydocs_data, tmp_path):
     import train_setup
-    from bertjax import train
+    from bertjax.jobs import main as train
 
     c = train_setup.small_config(pydocs_data, **{"data.packing": True})
     with pytest.raises(ValueError, match=r"the records are unpacked but config.data.packing=True; set it to False"):

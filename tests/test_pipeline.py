@@ -1,12 +1,12 @@
-"""Tests of bertjax.data.pipeline: values, determinism, per-process splits, resume, schema checks,
+"""Tests of bertjax.data.pretraining.pipeline: values, determinism, per-process splits, resume, schema checks,
 dynamic masking, eval coverage. Shards are written with records.RecordWriter from known arrays; each
 row's id is stored in next_sentence_labels so rows can be traced through shuffling and splitting."""
 
 import numpy as np
 import pytest
 
-from bertjax.data import instances, records
-from bertjax.data.pipeline import EXAMPLE_WEIGHT, InputPipeline, PipelineConfig
+from bertjax.data.pretraining import instances, records
+from bertjax.data.pretraining.pipeline import EXAMPLE_WEIGHT, InputPipeline, PipelineConfig
 
 SEQ, PRED = 32, 5
 VOCAB = instances.Vocab(size=100, pad_id=0, cls_id=1, sep_id=2, mask_id=3,

@@ -20,9 +20,9 @@ import google_crc32c
 import numpy as np
 import pytest
 
-from bertjax.data import instances
-from bertjax.data import shards as shards_lib
-from bertjax.data import tokenization
+from bertjax.data.pretraining import instances
+from bertjax.data.pretraining import shards as shards_lib
+from bertjax.data.vocab import tokenization
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 SEQ, PRED = 64, 10

@@ -12,11 +12,11 @@ import jax
 import pytest
 
 import train_setup
-from bertjax import batch_warmup
-from bertjax import train as train_lib
-from bertjax import metrics as metrics_lib
+from bertjax.training import batch_warmup
+from bertjax.jobs import main as train_lib
+from bertjax.training import metrics as metrics_lib
 from bertjax import models as models_lib
-from bertjax.config import JobConfig
+from bertjax.config.schema import JobConfig
 from bertjax.models import layers
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]

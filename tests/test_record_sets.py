@@ -24,11 +24,11 @@ import time
 
 import pytest
 
-from bertjax.config import JobConfig
-from bertjax.data import instances, records
-from bertjax.data import pipeline as pipeline_lib
-from bertjax.data import shards as shards_lib
-from bertjax.data import vocab_check
+from bertjax.config.schema import JobConfig
+from bertjax.data.pretraining import instances, records
+from bertjax.data.pretraining import pipeline as pipeline_lib
+from bertjax.data.pretraining import shards as shards_lib
+from bertjax.data.vocab import check as vocab_check
 
 SEQ, PRED = 64, 10
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -276,7 +276,7 @@ def test_a_vocab_that_lost_a_line_or_is_another_is_refused_before_compiling(tmp_
 
 
 def test_the_job_refuses_a_mismatched_vocab_before_compiling(tmp_path, record_set, vocab_file):
-    from bertjax import train
+    from bertjax.jobs import main as train
 
     short = tmp_path / "short.txt"
     short.write_text("\n".join(vocab_file.read_text(encoding="utf-8").splitlines()[:-1]) + "\n", encoding="utf-8")

@@ -17,8 +17,8 @@ import pytest
 import tensorflow as tf
 
 import train_setup
-from bertjax import checkpoint as checkpoint_lib
-from bertjax import train
+from bertjax.training import checkpoint as checkpoint_lib
+from bertjax.jobs import main as train
 
 STEPS = 40
 

@@ -1,4 +1,4 @@
-"""bertjax.scores vs the references task papers report with: scikit-learn, scipy.stats, seqeval and the
+"""bertjax.finetuning.scores vs the references task papers report with: scikit-learn, scipy.stats, seqeval and the
 official SQuAD v2.0 evaluation script, on random inputs and on the edge cases each metric gets wrong
 first (absent classes, ties, IOB1 chunk starts, articles and punctuation, unanswerable questions)."""
 
@@ -14,7 +14,7 @@ import scipy.stats
 import seqeval.metrics
 import sklearn.metrics
 
-from bertjax import scores
+from bertjax.finetuning import scores
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""Parquet and JSON Lines corpora (bertjax/data/table_corpus.py): each container read, the same documents give
+"""Parquet and JSON Lines corpora (bertjax/data/corpus/table.py): each container read, the same documents give
 byte-identical records from any container, records do not depend on the number of workers, rows without
 text are counted, and every bad input is one sentence naming its file (and row group or line)."""
 
@@ -17,10 +17,10 @@ pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
 zstandard = pytest.importorskip("zstandard")
 
-from bertjax.data import corpus as corpus_lib  # noqa: E402
-from bertjax.data import instances  # noqa: E402
-from bertjax.data import shards as shards_lib  # noqa: E402
-from bertjax.data import table_corpus  # noqa: E402
+from bertjax.data.corpus import sources as corpus_lib  # noqa: E402
+from bertjax.data.pretraining import instances  # noqa: E402
+from bertjax.data.pretraining import shards as shards_lib  # noqa: E402
+from bertjax.data.corpus import table as table_corpus  # noqa: E402
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
@@ -323,7 +323,7 @@ def test_the_job_trains_from_a_parquet_glob(tmp_path, texts):
     import numpy as np
 
     import train_setup
-    from bertjax import train
+    from bertjax.jobs import main as train
 
     write_parquet(tmp_path / "a.parquet", ["x"] * 40, body=texts[:40])
     write_parquet(tmp_path / "b.parquet", ["x"] * 20, body=texts[40:])

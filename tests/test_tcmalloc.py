@@ -4,9 +4,9 @@ import os
 import subprocess
 import sys
 
-from bertjax import tcmalloc
+from bertjax.runtime import tcmalloc
 
-SHOW = "import os; from bertjax import tcmalloc; tcmalloc.reexec_under_tcmalloc(); print(os.environ.get('LD_PRELOAD', ''))"
+SHOW = "import os; from bertjax.runtime import tcmalloc; tcmalloc.reexec_under_tcmalloc(); print(os.environ.get('LD_PRELOAD', ''))"
 
 
 def preload_seen(**env) -> str:

@@ -11,11 +11,11 @@ import sys
 
 import pytest
 
-from bertjax.data import corpus as corpus_lib
-from bertjax.data import instances
-from bertjax.data import shards as shards_lib
-from bertjax.data import text_checks
-from bertjax.data.text_checks import NotTextError, cut_sentences
+from bertjax.data.corpus import sources as corpus_lib
+from bertjax.data.pretraining import instances
+from bertjax.data.pretraining import shards as shards_lib
+from bertjax.data.corpus import text_checks
+from bertjax.data.corpus.text_checks import NotTextError, cut_sentences
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 FRENCH = "Le café crème est très apprécié à Noël. Où est l'élève ? Il a déjà mangé à la maison.\n"

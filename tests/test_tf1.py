@@ -1,7 +1,7 @@
 """google-research/bert TF1 checkpoints load into bertjax and export to transformers with the same outputs.
 
 The checkpoints are written here with the variable names of google-research/bert's modeling.py (spelled
-out below, independently of bertjax/tf1.py's table) by `tf.raw_ops.SaveV2`, which stores exactly the
+out below, independently of bertjax/models/bert/tf1.py's table) by `tf.raw_ops.SaveV2`, which stores exactly the
 names given, from the weights of a random `transformers.BertForPreTraining`.
 """
 
@@ -16,10 +16,10 @@ import tensorflow as tf
 import transformers
 
 import bertjax
-from bertjax import exporting
-from bertjax.models import bert as model_lib
-from bertjax import pretrained
-from bertjax import tf1
+from bertjax.jobs import export as exporting
+from bertjax.models.bert import model as model_lib
+from bertjax.models import pretrained
+from bertjax.models.bert import tf1
 
 import reference
 from test_bad_inputs import sentence
@@ -122,7 +122,7 @@ def test_optimizer_state_is_ignored(tmp_path, reference_model, caplog):
              for k, v in variables.items() for slot in ("adam_m", "adam_v")}
     state["global_step"] = np.array(1000, np.int64)
     path = write_tf1_dir(tmp_path / DIRNAME, {**variables, **state}, name="model.ckpt-1000")
-    with caplog.at_level(logging.INFO, logger="bertjax.tf1"):
+    with caplog.at_level(logging.INFO, logger="bertjax.models.bert.tf1"):
         model, params = bertjax.from_pretrained(str(path))
     assert f"ignored {len(state)} optimizer/training variable(s)" in caplog.text
     assert_matches(model, params, expected, inputs)

@@ -1,4 +1,4 @@
-"""bertjax.data.tokenization against BERT's pure-Python BasicTokenizer + WordpieceTokenizer, plus training and errors."""
+"""bertjax.data.vocab.tokenization against BERT's pure-Python BasicTokenizer + WordpieceTokenizer, plus training and errors."""
 
 import ast
 import gzip
@@ -12,7 +12,7 @@ import sysconfig
 import numpy as np
 import pytest
 
-from bertjax.data import tokenization, vocab_training
+from bertjax.data.vocab import tokenization, training as vocab_training
 
 try:  # transformers 5.x: BertTokenizer is tokenizers-backed; the pure-Python classes moved to the legacy module.
     from transformers.models.bert.tokenization_bert_legacy import (BasicTokenizer, WordpieceTokenizer,

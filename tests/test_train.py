@@ -14,15 +14,16 @@ import pytest
 
 import bertjax
 import train_setup
-from bertjax import checkpoint as checkpoint_lib
-from bertjax import metrics as metrics_lib
-from bertjax.models import bert as model_lib
-from bertjax import optim as optim_lib
-from bertjax import sharding as sharding_lib
-from bertjax import loop, train
-from bertjax import trainer as trainer_lib
-from bertjax.config import CheckpointConfig, JobConfig
-from bertjax.data import pipeline as pipeline_lib
+from bertjax.training import checkpoint as checkpoint_lib
+from bertjax.training import metrics as metrics_lib
+from bertjax.models.bert import model as model_lib
+from bertjax.training import optim as optim_lib
+from bertjax.training import sharding as sharding_lib
+from bertjax.training import loop
+from bertjax.jobs import main as train
+from bertjax.training import trainer as trainer_lib
+from bertjax.config.schema import CheckpointConfig, JobConfig
+from bertjax.data.pretraining import pipeline as pipeline_lib
 
 
 def batches(data_dir: str, n: int, batch_size: int = 16) -> list[dict]:
@@ -321,7 +322,7 @@ def test_library_modules_log_under_the_bertjax_logger(caplog):
     boxed = jax.eval_shape(lambda: model.init(jax.random.PRNGKey(0), **model_lib.dummy_inputs(1, 8))["params"])
     with caplog.at_level("INFO", logger="bertjax"):
         sharding_lib.logical_shardings(boxed, sharding_lib.make_mesh((1, 1, 8)), JobConfig().mesh.logical_axis_rules)
-    assert any(r.name == "bertjax.sharding" and "stay replicated" in r.getMessage() for r in caplog.records)
+    assert any(r.name == "bertjax.training.sharding" and "stay replicated" in r.getMessage() for r in caplog.records)
 
 
 def test_profile_window_traces_steps_after_warm_up(trained):

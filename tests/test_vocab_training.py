@@ -11,7 +11,7 @@ import sys
 import pytest
 from tokenizers import trainers
 
-from bertjax.data import tokenization, vocab_training
+from bertjax.data.vocab import tokenization, training as vocab_training
 
 import train_setup
 from test_tokenizer import HARD_CASES, corpus_lines, docstrings  # noqa: F401  (fixtures)

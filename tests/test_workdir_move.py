@@ -12,10 +12,11 @@ import numpy as np
 import pytest
 
 import train_setup
-from bertjax import checkpoint as checkpoint_lib
-from bertjax import loop, train
-from bertjax.data import pipeline as pipeline_lib
-from bertjax.data.pipeline import InputPipeline, PipelineMismatch
+from bertjax.training import checkpoint as checkpoint_lib
+from bertjax.training import loop
+from bertjax.jobs import main as train
+from bertjax.data.pretraining import pipeline as pipeline_lib
+from bertjax.data.pretraining.pipeline import InputPipeline, PipelineMismatch
 from test_pipeline import config, take, write_shards
 
 N = 4  # steps before the move; the job ends at 2N

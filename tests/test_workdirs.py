@@ -18,10 +18,12 @@ import pytest
 from absl import flags
 
 import bertjax
-from bertjax import checkpoint as checkpoint_lib
-from bertjax import exporting, extract_features, finetuning, ownership, prediction, tcmalloc, train
-from bertjax.models import bert as model_lib
-from bertjax.data import tokenization
+from bertjax.training import checkpoint as checkpoint_lib
+from bertjax.jobs import export as exporting, finetune as finetuning, predict as prediction, main as train
+from bertjax import extract_features
+from bertjax.runtime import ownership, tcmalloc
+from bertjax.models.bert import model as model_lib
+from bertjax.data.vocab import tokenization
 
 import train_setup
 from test_finetune import config as finetune_config
@@ -170,7 +172,7 @@ def test_a_job_that_fails_with_checkpoints_open_ends_in_its_sentence_alone(pydoc
     assert "Traceback" not in done.stderr and "cannot schedule new futures" not in done.stderr, done.stderr[-3000:]
 
 
-# --- What is not bertjax's is never written to (bertjax.ownership) ---------------------------------------
+# --- What is not bertjax's is never written to (bertjax.runtime.ownership) ---------------------------------------
 
 def snapshot(directory: pathlib.Path) -> dict[str, bytes]:
     return {str(p.relative_to(directory)): p.read_bytes() if p.is_file() else b"<dir>"

@@ -9,13 +9,13 @@ Argument (after the colon): comma-separated `key=value`, a bare name meaning `na
             `configs/large.py:phase=2,init_from=/ckpt/large-phase1`
   runlocal  shrink batch and steps so the job runs on a laptop CPU in a minute (runlocal=false: off)
 
-The schema (types, checks) is bertjax/config.py; its defaults equal this file's for size=base.
+The schema (types, checks) is bertjax/config/schema.py; its defaults equal this file's for size=base.
 """
 
 import ml_collections
 
-from bertjax import config as config_lib
-from bertjax.models import bert_config as architecture
+from bertjax.config import schema as config_lib
+from bertjax.models.bert import config as architecture
 
 SIZE_ARGS = dict(phase=1, init_from="", runlocal=False)  # what configs/<size>.py take
 

@@ -43,7 +43,7 @@ Argument: `configs/demo.py:quick` trains a tenth as long (a smoke test).
 import pathlib
 import runpy
 
-from bertjax import config as config_lib
+from bertjax.config import schema as config_lib
 
 _default = runpy.run_path(str(pathlib.Path(__file__).with_name("default.py")))
 

@@ -3,7 +3,7 @@
     python -m bertjax.demo_finetune --config=configs/demo_finetune.py --pretrained=workdir/demo \\
         --workdir=workdir/demo/finetune
 
-The task (bertjax/data/pydocs_task.py): which standard-library package (asyncio, email, idlelib, tkinter, ...)
+The task (bertjax/finetuning/pydocs_task.py): which standard-library package (asyncio, email, idlelib, tkinter, ...)
 a docstring passage comes from. Dev passages come from the modules the pre-training run held out (never
 trained on), train passages from the others. The same fine-tuning runs twice with these settings — from
 the pre-trained checkpoint, and from a random initialisation of the same architecture and vocab — and the
@@ -18,7 +18,7 @@ run at 3e-4. Each run took ~2 minutes while other jobs loaded the box (compilati
 300 steps at 100–170 passages/s); about half that is expected on an idle one.
 
 Everything but the `demo` section is configs/finetune.py's (a FinetuneConfig, passed to
-bertjax.finetuning.finetune as it is); the settings below are sized for the demo's tiny model and a 2-core CPU.
+bertjax.jobs.finetune.finetune as it is); the settings below are sized for the demo's tiny model and a 2-core CPU.
 Argument: `configs/demo_finetune.py:quick` runs a few steps (a smoke test, as in the tests).
 """
 
@@ -27,7 +27,7 @@ import runpy
 
 import ml_collections
 
-from bertjax import config as config_lib
+from bertjax.config import schema as config_lib
 
 _finetune = runpy.run_path(str(pathlib.Path(__file__).with_name("finetune.py")))
 

@@ -12,7 +12,7 @@ comparisons); with init_from the architecture, weights, vocab and casing are the
 config.model only says how to compute (dtype, scan_layers, remat_policy, attention).
 
 Argument: `configs/finetune.py:size=tiny` picks the architecture for random initialisation.
-The schema (types, checks) is bertjax/config.py (`FinetuneConfig`).
+The schema (types, checks) is bertjax/config/schema.py (`FinetuneConfig`).
 """
 
 import pathlib
@@ -20,7 +20,7 @@ import runpy
 
 import ml_collections
 
-from bertjax import config as config_lib
+from bertjax.config import schema as config_lib
 
 _default = runpy.run_path(str(pathlib.Path(__file__).with_name("default.py")))
 

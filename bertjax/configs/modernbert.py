@@ -24,7 +24,7 @@ overridden the same way (`--config.model.attention=splash`, `--config.optim.deca
 import pathlib
 import runpy
 
-from bertjax import config as config_lib
+from bertjax.config import schema as config_lib
 
 _default = runpy.run_path(str(pathlib.Path(__file__).with_name("default.py")))
 

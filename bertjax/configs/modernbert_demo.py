@@ -20,7 +20,7 @@ Argument: `configs/modernbert_demo.py:quick` trains a tenth as long (a smoke tes
 import pathlib
 import runpy
 
-from bertjax import config as config_lib
+from bertjax.config import schema as config_lib
 
 _here = pathlib.Path(__file__).parent
 _demo = runpy.run_path(str(_here / "demo.py"))

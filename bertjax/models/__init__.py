@@ -29,22 +29,22 @@ class Family:
     name: str  # transformers' model_type; config.model.family
 
     def _module(self, suffix: str) -> ModuleType:
-        return importlib.import_module(f"bertjax.models.{self.name}{suffix}")
+        return importlib.import_module(f"bertjax.models.{self.name}.{suffix}")
 
     @property
     def config(self) -> ModuleType:
         """The architecture (standard library only)."""
-        return self._module("_config")
+        return self._module("config")
 
     @property
     def model(self) -> ModuleType:
         """The Flax modules and the family's FLOPs formula."""
-        return self._module("")
+        return self._module("model")
 
     @property
     def hf(self) -> ModuleType:
         """transformers directories."""
-        return self._module("_hf")
+        return self._module("hf")
 
 
 def get(name: str) -> Family:

@@ -137,7 +137,7 @@ def write_tokenizer(path: str, vocab_file: str, do_lower_case: bool, max_length:
         "pad_token": "[PAD]", "cls_token": "[CLS]", "mask_token": "[MASK]",
     }
     if model_input_names:  # a model whose own tokenizer class is a fast one: it needs tokenizer.json as well
-        from bertjax.data import tokenization
+        from bertjax.data.vocab import tokenization
 
         tokenization.load(vocab_file, do_lower_case).save_tokenizer_json(os.path.join(path, "tokenizer.json"))
         tokenizer_config["model_input_names"] = model_input_names
@@ -147,7 +147,7 @@ def write_tokenizer(path: str, vocab_file: str, do_lower_case: bool, max_length:
 
 def _write_json_tokenizer(path: str, tokenizer_file: str, max_length: int,
                           model_input_names: Optional[list[str]]) -> None:
-    from bertjax.data import tokenization
+    from bertjax.data.vocab import tokenization
 
     tok = tokenization.load(tokenizer_file)
     target = os.path.join(path, tokenization.TOKENIZER_JSON)

@@ -1,0 +1,541 @@
+"""The config's schema: each section of configs/default.py as a frozen dataclass, converted once.
+
+`JobConfig.from_configdict(c)` is the boundary between a ConfigDict (config files, `--config.a.b=v`
+overrides) and library code: a misspelled or unknown key, a missing key or a value of the wrong type is
+one ValueError naming `config.section.key`. Field names are the config file's, so `--config.train.phase`
+is `JobConfig.train.phase`. Library code reads these dataclasses and never the ConfigDict.
+
+Defaults equal configs/default.py's (BERT-base, phase 1), which a test checks, so `JobConfig()` is the
+default job. `parse_arg` gives config files typed, strict arguments (`configs/large.py:phase=2`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import math
+from typing import Any, Mapping, Optional
+
+from bertjax import models as models_lib
+from bertjax.config.convert import RENAMED, ConfigError, Rules, _bad, convert, parse_arg  # noqa: F401  (parse_arg: the configs' import)
+from bertjax.models.bert import config as architecture_lib
+from bertjax.data.pretraining import instances as instances_lib
+from bertjax.data.pretraining import packing as packing_lib
+
+OPTIMIZERS = ("adamw", "lamb")
+SCHEDULES = ("linear", "cosine", "wsd", "constant")  # config.optim.schedule
+DECAY_SHAPES = ("linear", "1-sqrt")  # config.optim.decay_shape: how wsd's decay phase falls to 0
+MESH_AXES = ("data", "fsdp", "tensor")  # the device mesh's axes, in order (sharding.py builds the mesh)
+NONFINITE_POLICIES = ("skip", "stop")  # what the job does after a step whose loss or gradients are not finite
+
+_BASE = architecture_lib.config_for_size("base")
+
+
+# --- Sections ---------------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+    """`config.model`: bert_config.json's fields plus how the model is computed."""
+
+    size: str = "base"  # informative: the size the architecture came from
+    vocab_size: int = 0  # 0: unset, the records' (metadata.json) or vocab_file's size (data/vocab_check.py)
+    hidden_size: int = _BASE.hidden_size
+    num_hidden_layers: int = _BASE.num_hidden_layers
+    num_attention_heads: int = _BASE.num_attention_heads
+    intermediate_size: int = _BASE.intermediate_size
+    hidden_act: str = _BASE.hidden_act
+    hidden_dropout_prob: float = _BASE.hidden_dropout_prob
+    attention_probs_dropout_prob: float = _BASE.attention_probs_dropout_prob
+    max_position_embeddings: int = _BASE.max_position_embeddings
+    type_vocab_size: int = _BASE.type_vocab_size
+    initializer_range: float = _BASE.initializer_range
+    layer_norm_eps: float = _BASE.layer_norm_eps
+    dtype: str = "float32"
+    scan_layers: bool = True
+    remat_policy: str = "none"
+    attention: str = "auto"
+    family: str = "bert"  # models.FAMILIES; the fields below are ModernBERT's (transformers' names)
+    local_attention: int = 128
+    global_attn_every_n_layers: int = 3
+    global_rope_theta: float = 160_000.0
+    local_rope_theta: float = 10_000.0
+    classifier_pooling: str = "cls"
+    pad_token_id: int = -1  # -1: the vocab's [PAD] (the job sets it)
+    cls_token_id: int = -1
+    sep_token_id: int = -1
+
+    @property
+    def architecture(self) -> Any:
+        """The model (models/<family>_config.py's dataclass); an unset vocab_size (before the job resolves it,
+        or without data) is the family's default."""
+        return models_lib.get(self.family).config.from_model_config(self)
+
+    def validate(self) -> None:
+        if self.family not in models_lib.FAMILIES:
+            raise _bad("config.model.family", self.family, f"is not one of {list(models_lib.FAMILIES)}.")
+        if self.dtype not in architecture_lib.DTYPE_NAMES:
+            raise _bad("config.model.dtype", self.dtype, f"is not one of {list(architecture_lib.DTYPE_NAMES)}.")
+        if self.attention not in architecture_lib.ATTENTION_IMPLEMENTATIONS:
+            raise _bad("config.model.attention", self.attention,
+                       f"is not one of {list(architecture_lib.ATTENTION_IMPLEMENTATIONS)}.")
+        if self.remat_policy not in architecture_lib.REMAT_POLICY_NAMES:
+            raise _bad("config.model.remat_policy", self.remat_policy,
+                       f"is not one of {list(architecture_lib.REMAT_POLICY_NAMES)}.")
+        self.architecture  # noqa: B018  (BertConfig validates the architecture and names the field)
+
+
+@dataclasses.dataclass(frozen=True)
+class DataConfig:
+    """`config.data`: the records to train on, or the corpus the job makes them from."""
+
+    train_files: str = ""
+    eval_files: str = ""
+    vocab_file: str = ""
+    do_lower_case: bool = True
+    max_seq_length: int = 128
+    max_predictions_per_seq: int = 20
+    next_sentence_prediction: bool = True
+    shuffle_buffer: int = 10_000
+    dynamic_masking: bool = False
+    corpus: str = ""
+    tfds_data_dir: str = ""
+    text_field: str = "text"
+    tfds_text_feature: str = "text"
+    skip_bad_json_lines: bool = False
+    heldout_every: int = 20
+    corpus_vocab_size: int = 8192
+    dupe_factor: int = 10
+    heldout_dupe_factor: int = 1
+    masked_lm_prob: float = 0.15
+    eval_masked_lm_prob: float = 0.0  # the held-out records' rate (the job's corpus stage); 0 = masked_lm_prob
+    short_seq_prob: float = 0.1
+    do_whole_word_mask: bool = False
+    num_shards: int = 8
+    num_workers: int = 0
+    packing: bool = False
+    max_instances_per_row: int = 3
+    max_predictions_per_row: int = 0
+    skip_damaged_records: bool = False
+    verify_checksums: bool = False
+
+    @property
+    def predictions_per_row(self) -> int:
+        """Prediction slots a packed row holds (`packing.predictions_per_row`)."""
+        return packing_lib.predictions_per_row(self.max_predictions_per_row, self.max_predictions_per_seq,
+                                               self.max_instances_per_row)
+
+    @property
+    def record_predictions(self) -> int:
+        """Prediction slots per record: per instance, or per row when packed."""
+        return self.predictions_per_row if self.packing else self.max_predictions_per_seq
+
+    @property
+    def record_instances(self) -> int:
+        """Instance slots per record: 0 for unpacked records (one instance, google-research/bert's schema)."""
+        return self.max_instances_per_row if self.packing else 0
+
+    def packing_config(self) -> Optional[packing_lib.PackingConfig]:
+        """How prepare packs rows, or None when config.data.packing is off."""
+        if not self.packing:
+            return None
+        return packing_lib.PackingConfig(self.max_seq_length, self.max_instances_per_row, self.predictions_per_row)
+
+    def instance_config(self, dupe_factor: Optional[int] = None, heldout: bool = False) -> instances_lib.InstanceConfig:
+        """How instances are paired and masked, for `prepare` and for dynamic masking; `heldout`: at
+        eval_masked_lm_prob when it is set (ModernBERT trains at 30% and evaluates at 15%)."""
+        rate = self.eval_masked_lm_prob if heldout and self.eval_masked_lm_prob else self.masked_lm_prob
+        return instances_lib.InstanceConfig(
+            max_seq_length=self.max_seq_length, max_predictions_per_seq=self.max_predictions_per_seq,
+            masked_lm_prob=rate, short_seq_prob=self.short_seq_prob,
+            dupe_factor=self.dupe_factor if dupe_factor is None else dupe_factor,
+            do_whole_word_mask=self.do_whole_word_mask, next_sentence_prediction=self.next_sentence_prediction)
+
+    def validate(self) -> None:
+        for name in ("max_seq_length", "max_predictions_per_seq", "shuffle_buffer", "heldout_every",
+                     "corpus_vocab_size", "dupe_factor", "heldout_dupe_factor", "num_shards",
+                     "max_instances_per_row"):
+            if getattr(self, name) < 1:
+                raise _bad(f"config.data.{name}", getattr(self, name), "must be ≥ 1.")
+        if self.max_predictions_per_row < 0:
+            raise _bad("config.data.max_predictions_per_row", self.max_predictions_per_row,
+                       "must be ≥ 0 (0 = max_predictions_per_seq + max_instances_per_row).")
+        if self.num_workers < 0:
+            raise _bad("config.data.num_workers", self.num_workers, "must be ≥ 0 (0 = one per core).")
+        if not 0.0 < self.masked_lm_prob < 1.0:
+            raise _bad("config.data.masked_lm_prob", self.masked_lm_prob,
+                       "must be in (0, 1) (BERT 0.15, ModernBERT 0.3).")
+        if not 0.0 <= self.eval_masked_lm_prob < 1.0:
+            raise _bad("config.data.eval_masked_lm_prob", self.eval_masked_lm_prob,
+                       "must be in [0, 1) (0 = config.data.masked_lm_prob).")
+
+    def check_records(self) -> None:
+        """What training on records needs (after the corpus stage has filled in its outputs)."""
+        if not self.train_files:
+            raise ConfigError("config.data.train_files is empty; point it at record shards made by "
+                             "`python -m bertjax.prepare` (a glob or comma list), or set config.data.corpus.")
+        if self.dynamic_masking and not self.vocab_file:
+            raise ConfigError("config.data.dynamic_masking=True re-masks with the records' vocabulary: set "
+                             "config.data.vocab_file to the vocab the records were made with.")
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    """`config.train`: batch, steps, phase and where the weights start from."""
+
+    global_batch_size: int = 256
+    micro_batches: int = 1
+    num_train_steps: int = 900_000
+    log_every_steps: int = 100
+    init_from: str = ""
+    branch_from: str = ""  # WORKDIR or WORKDIR/STEP: go on from that run's whole state (a decay branch)
+    batch_warmup_tokens: int = 0  # grow the batch over this many tokens (rows × max_seq_length); 0 = off
+    batch_warmup_start: int = 0  # the first steps' global batch (rows), a whole number of micro-batches
+    phase: int = 1
+    profile_steps: int = 0
+    on_nonfinite: str = "skip"
+    max_consecutive_nonfinite: int = 10
+
+    def validate(self) -> None:
+        if self.on_nonfinite not in NONFINITE_POLICIES:
+            raise _bad("config.train.on_nonfinite", self.on_nonfinite, f"is not one of {list(NONFINITE_POLICIES)}.")
+        if self.max_consecutive_nonfinite < 1:
+            raise _bad("config.train.max_consecutive_nonfinite", self.max_consecutive_nonfinite, "must be ≥ 1.")
+        for name in ("global_batch_size", "micro_batches", "num_train_steps", "log_every_steps"):
+            if getattr(self, name) < 1:
+                raise _bad(f"config.train.{name}", getattr(self, name), "must be ≥ 1.")
+        if self.global_batch_size % self.micro_batches:
+            raise ConfigError(f"config.train.global_batch_size={self.global_batch_size} must divide by "
+                             f"config.train.micro_batches={self.micro_batches}.")
+        if self.phase not in (1, 2):
+            raise _bad("config.train.phase", self.phase, "must be 1 or 2.")
+        if self.phase == 2 and not self.init_from:
+            raise ConfigError("config.train.phase=2 continues phase 1: set config.train.init_from to phase 1's "
+                             "workdir (e.g. configs/large.py:phase=2,init_from=/ckpt/large-phase1).")
+        if self.profile_steps < 0:
+            raise _bad("config.train.profile_steps", self.profile_steps, "must be ≥ 0 (0 = no profile).")
+        if self.batch_warmup_tokens < 0:
+            raise _bad("config.train.batch_warmup_tokens", self.batch_warmup_tokens, "must be ≥ 0 (0 = off).")
+        if self.batch_warmup_tokens:
+            rows = self.global_batch_size // self.micro_batches
+            if self.micro_batches < 2:
+                raise ConfigError(f"config.train.batch_warmup_tokens={self.batch_warmup_tokens} grows the batch by "
+                                 "micro-batches, but config.train.micro_batches=1; set micro_batches to global_batch_size "
+                                 "/ batch_warmup_start or more (the smallest batch is one micro-batch).")
+            if not 0 < self.batch_warmup_start < self.global_batch_size or self.batch_warmup_start % rows:
+                raise ConfigError(f"config.train.batch_warmup_start={self.batch_warmup_start} must be a whole number of "
+                                 f"micro-batches of {rows} rows (global_batch_size {self.global_batch_size} / "
+                                 f"micro_batches {self.micro_batches}) below global_batch_size, e.g. {rows}.")
+        if self.branch_from and self.init_from:
+            raise ConfigError(f"config.train.branch_from={self.branch_from} and config.train.init_from={self.init_from} "
+                             "both say where the run starts; branch_from takes the whole state (params, optimizer, "
+                             "step, data position), init_from the weights only: keep one.")
+
+
+@dataclasses.dataclass(frozen=True)
+class OptimConfig:
+    """`config.optim`: BERT's AdamW or LAMB and the learning-rate schedule."""
+
+    name: str = "adamw"  # adamw (BERT's, no bias correction) or lamb
+    learning_rate: float = 1e-4  # peak, reached at the end of warmup
+    warmup_steps: int = 10_000  # linear warmup from 0
+    # After warmup: linear | cosine to 0 at num_train_steps; wsd (warmup-stable-decay): the peak until the last
+    # decay_steps, then decay_shape to 0 at num_train_steps; or constant.
+    schedule: str = "linear"
+    decay_shape: str = "linear"  # wsd's decay phase: linear | 1-sqrt (lr = peak · (1 − sqrt(fraction done)))
+    decay_steps: int = 0  # wsd: the decay phase's length in steps, at the end of the run
+    weight_decay: float = 0.01  # decoupled; masked by optim.weight_decay_mask
+    b1: float = 0.9
+    b2: float = 0.999
+    eps: float = 1e-6
+    max_grad_norm: float = 1.0  # global-norm clipping; 0 = off
+
+    def validate(self, num_train_steps: Optional[int] = None) -> None:
+        """Raises one clear ValueError naming the first bad field."""
+        def bad(field: str, why: str) -> ValueError:
+            return _bad(f"config.optim.{field}", getattr(self, field), why)
+
+        if self.name not in OPTIMIZERS:
+            raise bad("name", f"is not one of {list(OPTIMIZERS)}.")
+        if self.schedule not in SCHEDULES:
+            raise bad("schedule", f"is not one of {list(SCHEDULES)}.")
+        if self.decay_shape not in DECAY_SHAPES:
+            raise bad("decay_shape", f"is not one of {list(DECAY_SHAPES)}.")
+        if self.decay_steps < 0:
+            raise bad("decay_steps", "must be >= 0.")
+        if self.schedule == "wsd" and self.decay_steps == 0:
+            raise bad("decay_steps", "leaves schedule=wsd no decay phase; set --config.optim.decay_steps=N, the "
+                                     "steps at the end of the run over which the learning rate falls to 0.")
+        if self.schedule != "wsd" and (self.decay_steps or self.decay_shape != "linear"):
+            field = "decay_steps" if self.decay_steps else "decay_shape"
+            raise bad(field, f"is wsd's setting, but config.optim.schedule={self.schedule!r}; set "
+                             "--config.optim.schedule=wsd, or leave it at its default.")
+        if not (math.isfinite(self.learning_rate) and self.learning_rate > 0):
+            raise bad("learning_rate", "must be a positive number (the peak learning rate).")
+        if self.warmup_steps < 0:
+            raise bad("warmup_steps", "must be >= 0.")
+        if not (math.isfinite(self.weight_decay) and self.weight_decay >= 0):
+            raise bad("weight_decay", "must be >= 0.")
+        for field in ("b1", "b2"):
+            if not 0.0 <= getattr(self, field) < 1.0:
+                raise bad(field, "must be in [0, 1).")
+        if not (math.isfinite(self.eps) and self.eps > 0):
+            raise bad("eps", "must be > 0 (it keeps m / (sqrt(v) + eps) finite for zero gradients).")
+        if not (math.isfinite(self.max_grad_norm) and self.max_grad_norm >= 0):
+            raise bad("max_grad_norm", "must be >= 0 (0 turns clipping off).")
+        if num_train_steps is not None:
+            if int(num_train_steps) < 1:
+                raise ConfigError(f"config.train.num_train_steps={num_train_steps} must be a positive integer.")
+            if self.warmup_steps > num_train_steps:
+                raise bad("warmup_steps", f"exceeds config.train.num_train_steps={num_train_steps}; warmup must end "
+                                          "within the run: pass --config.optim.warmup_steps="
+                                          f"{max(1, num_train_steps // 10)} (a tenth of it) or fewer.")
+            if self.warmup_steps + self.decay_steps > num_train_steps:
+                raise bad("decay_steps", f"and config.optim.warmup_steps={self.warmup_steps} add up to more than "
+                                         f"config.train.num_train_steps={num_train_steps}; shorten one of them.")
+
+
+@dataclasses.dataclass(frozen=True)
+class MeshConfig:
+    """`config.mesh`: device axes (data, fsdp, tensor) and the logical-axis rules that map onto them."""
+
+    shape: tuple[int, ...] = (-1, 1, 1)
+    logical_axis_rules: Rules = (
+        ("batch", ("data", "fsdp")), ("embed", "fsdp"), ("vocab", "tensor"), ("heads", "tensor"),
+        ("mlp", "tensor"), ("kv", None), ("length", None), ("layers", None))
+
+    def validate(self) -> None:
+        if len(self.shape) != len(MESH_AXES):
+            raise _bad("config.mesh.shape", self.shape, f"must have {len(MESH_AXES)} entries, one per axis "
+                                                        f"{MESH_AXES}.")
+        for name, axes in self.logical_axis_rules:
+            for axis in (axes,) if isinstance(axes, str) else tuple(axes or ()):
+                if axis not in MESH_AXES:
+                    raise ConfigError(f"config.mesh.logical_axis_rules maps {name!r} to {axis!r}, which is not "
+                                     f"a mesh axis; use one of {MESH_AXES} or None.")
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckpointConfig:
+    """`config.checkpoint`: how often to save, what to keep, and the Hugging Face export at the end."""
+
+    every_steps: int = 10_000
+    keep: int = 3
+    keep_every: int = 100_000
+    export_hf: bool = False
+    start_over_if_damaged: bool = False
+
+    def validate(self) -> None:
+        for name in ("every_steps", "keep"):
+            if getattr(self, name) < 1:
+                raise _bad(f"config.checkpoint.{name}", getattr(self, name), "must be ≥ 1.")
+        if self.keep_every < 0:
+            raise _bad("config.checkpoint.keep_every", self.keep_every, "must be ≥ 0 (0 = none).")
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalConfig:
+    """`config.eval`: held-out evaluation cadence and size, and the predictions printed at the end."""
+
+    every_steps: int = 10_000
+    num_batches: int = 100
+    show_predictions: int = 0
+    not_learning_after: float = 0.25  # pre-training: share of the run after which a flat eval warns (0 = never)
+
+    def validate(self) -> None:
+        if self.every_steps < 1:
+            raise _bad("config.eval.every_steps", self.every_steps, "must be ≥ 1.")
+        if not 0 <= self.not_learning_after <= 1:
+            raise _bad("config.eval.not_learning_after", self.not_learning_after,
+                       "must be a share of the run from 0 (never warn) to 1.")
+        if self.num_batches < 0:
+            raise _bad("config.eval.num_batches", self.num_batches, "must be ≥ 0 (0 = the whole eval set).")
+        if self.show_predictions < 0:
+            raise _bad("config.eval.show_predictions", self.show_predictions, "must be ≥ 0.")
+
+
+class _Sections:
+    """What a whole config (pre-training's or fine-tuning's) does with its sections."""
+
+    @classmethod
+    def from_configdict(cls, config: Any) -> Any:
+        """A ConfigDict (or nested mapping) → this config, strictly, then validated."""
+        job = convert(cls, config, "config")
+        job.validate()
+        return job
+
+    @classmethod
+    def from_saved(cls, saved: Mapping[str, Any]) -> Any:
+        """The config a run wrote to its workdir (config.json); settings added to the schema since (say
+        config.model.family) take their defaults, so older runs still predict, export and resume."""
+        def merged(default: dict, given: Mapping[str, Any]) -> dict:
+            return {**default, **{k: merged(default[k], v) if isinstance(default.get(k), dict) and
+                                  isinstance(v, Mapping) else v for k, v in given.items()}}
+        saved = json.loads(json.dumps(saved))  # a deep copy to rename in
+        for old, new in RENAMED.items():
+            (*old_sections, old_key), (*new_sections, new_key) = old.split(".")[1:], new.split(".")[1:]
+            section = functools.reduce(lambda d, k: d.get(k, {}), old_sections, saved)
+            if old_key in section:
+                functools.reduce(lambda d, k: d.setdefault(k, {}), new_sections, saved)[new_key] = section.pop(old_key)
+        return cls.from_configdict(merged(cls().to_dict(), saved))
+
+    def validate(self) -> None:
+        raise NotImplementedError
+
+    def replace(self, **sections: Mapping[str, Any]) -> Any:
+        """A copy with fields of sections changed: `job.replace(data={"vocab_file": v})`."""
+        return dataclasses.replace(self, **{name: dataclasses.replace(getattr(self, name), **fields)
+                                            for name, fields in sections.items()})
+
+    def to_dict(self) -> dict:
+        """Plain JSON-able dict, in the config file's layout (written as workdir/config.json)."""
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class JobConfig(_Sections):
+    """The whole pre-training config: one field per section of configs/default.py."""
+
+    seed: int = 0
+    model: ModelConfig = ModelConfig()
+    data: DataConfig = DataConfig()
+    train: TrainConfig = TrainConfig()
+    optim: OptimConfig = OptimConfig()
+    mesh: MeshConfig = MeshConfig()
+    checkpoint: CheckpointConfig = CheckpointConfig()
+    eval: EvalConfig = EvalConfig()
+
+    def validate(self) -> None:
+        for section in (self.model, self.data, self.train, self.mesh, self.checkpoint, self.eval):
+            section.validate()
+        self.optim.validate(self.train.num_train_steps)
+        if self.data.max_seq_length > self.model.max_position_embeddings:
+            raise ConfigError(f"config.data.max_seq_length={self.data.max_seq_length} exceeds "
+                             f"config.model.max_position_embeddings={self.model.max_position_embeddings}; lower the "
+                             "first (and the records' max_seq_length with it) or raise the second.")
+        if self.data.next_sentence_prediction and not self.model.architecture.has_nsp_head:
+            raise ConfigError(f"config.data.next_sentence_prediction=True, but config.model.family="
+                             f"{self.model.family!r} has no NSP head: set it to False (MLM only, as "
+                             "configs/modernbert.py does).")
+
+
+# --- Fine-tuning (configs/finetune.py, python -m bertjax.finetune) ----------------------------------------
+
+FINETUNE_TASKS = ("sequence_classification", "token_classification", "question_answering")
+
+
+@dataclasses.dataclass(frozen=True)
+class FinetuneDataConfig:
+    """`config.data` of fine-tuning: labelled files (or tfds:NAME:SPLIT) and how they become rows."""
+
+    train_file: str = ""
+    eval_file: str = ""
+    max_seq_length: int = 128
+    vocab_file: str = ""  # default: the vocab that comes with train.init_from
+    do_lower_case: bool = True  # with an explicit vocab_file only; init_from's casing otherwise
+    regression: bool = False  # sequence_classification with one float label (STS-B), MSE
+    doc_stride: int = 128  # question_answering: tokens between the starts of a long context's windows
+    max_query_length: int = 64
+    max_answer_length: int = 30
+    n_best_size: int = 20
+    version_2_with_negative: bool = False  # SQuAD 2.0: questions may have no answer
+    null_score_diff_threshold: float = 0.0
+    packing: bool = True  # classification: several examples a row (data/example_packing.py); QA keeps its windows
+    max_instances_per_row: int = 0  # packed: at most this many examples a row (0 = as many as fit)
+
+    def validate(self, task: str) -> None:
+        if not self.train_file:
+            raise _bad("config.data.train_file", self.train_file, "is empty; name the labelled training file "
+                       "(TSV/CSV/JSONL, CoNLL or SQuAD JSON; a glob, or tfds:NAME:SPLIT).")
+        if self.max_seq_length < 8:
+            raise _bad("config.data.max_seq_length", self.max_seq_length, "must be ≥ 8.")
+        if self.regression and task != "sequence_classification":
+            raise _bad("config.data.regression", True, f"is for sequence_classification, not {task}.")
+        if self.max_instances_per_row < 0:
+            raise _bad("config.data.max_instances_per_row", self.max_instances_per_row, "must be ≥ 0 (0 = no limit).")
+        if task == "question_answering" and not 0 < self.doc_stride < self.max_seq_length - self.max_query_length - 3:
+            raise _bad("config.data.doc_stride", self.doc_stride,
+                       f"must be > 0 and leave room for the question: below max_seq_length - max_query_length - 3 "
+                       f"= {self.max_seq_length - self.max_query_length - 3}.")
+
+
+@dataclasses.dataclass(frozen=True)
+class FinetuneTrainConfig:
+    """`config.train` of fine-tuning: epochs over the labelled data, from pre-trained weights."""
+
+    init_from: str = ""  # bertjax workdir, Hugging Face or TF1 directory; empty = random initialisation
+    global_batch_size: int = 32
+    micro_batches: int = 1
+    num_epochs: float = 3.0
+    num_train_steps: int = 0  # 0 = num_epochs over the training set
+    warmup_proportion: float = 0.1  # of the steps, as google-research/bert's run_classifier.py
+    log_every_steps: int = 50
+    profile_steps: int = 0
+    on_nonfinite: str = "skip"
+    max_consecutive_nonfinite: int = 10
+
+    def validate(self) -> None:
+        if self.num_epochs <= 0 and self.num_train_steps <= 0:
+            raise _bad("config.train.num_epochs", self.num_epochs, "must be > 0 (or set config.train.num_train_steps).")
+        if not 0 <= self.warmup_proportion < 1:
+            raise _bad("config.train.warmup_proportion", self.warmup_proportion, "must be in [0, 1).")
+        if self.global_batch_size < 1 or self.micro_batches < 1 or self.global_batch_size % self.micro_batches:
+            raise _bad("config.train.global_batch_size", self.global_batch_size,
+                       f"must be ≥ 1 and divide by config.train.micro_batches={self.micro_batches}.")
+        if self.on_nonfinite not in NONFINITE_POLICIES:
+            raise _bad("config.train.on_nonfinite", self.on_nonfinite, f"is not one of {list(NONFINITE_POLICIES)}.")
+
+
+def _floats(path: str, text: str) -> tuple[float, ...]:
+    try:
+        return tuple(float(v) for v in str(text).split(",") if v.strip())
+    except ValueError:
+        raise _bad(path, text, "must be comma-separated numbers, e.g. 2e-5,3e-5,5e-5.") from None
+
+
+@dataclasses.dataclass(frozen=True)
+class SweepConfig:
+    """`config.sweep`: one fine-tuning run per learning rate × seed (BERT's scores vary with the seed on
+    small data), each in workdir/sweep/lr=…,seed=…; the job reports the best and the spread."""
+
+    learning_rate: str = ""  # e.g. "2e-5,3e-5,5e-5"; empty = config.optim.learning_rate only
+    seeds: str = ""  # e.g. "0,1,2"; empty = config.seed only
+
+    @property
+    def learning_rates(self) -> tuple[float, ...]:
+        return _floats("config.sweep.learning_rate", self.learning_rate)
+
+    @property
+    def seed_values(self) -> tuple[int, ...]:
+        values = _floats("config.sweep.seeds", self.seeds)
+        if any(v != int(v) for v in values):
+            raise _bad("config.sweep.seeds", self.seeds, "must be comma-separated integers, e.g. 0,1,2.")
+        return tuple(int(v) for v in values)
+
+    def validate(self) -> None:
+        self.learning_rates, self.seed_values  # noqa: B018  (parse errors name the field)
+
+
+@dataclasses.dataclass(frozen=True)
+class FinetuneConfig(_Sections):
+    """The whole fine-tuning config (configs/finetune.py). `model` says how to compute; the architecture
+    comes from `train.init_from` (or `model`'s fields for a random initialisation)."""
+
+    task: str = "sequence_classification"
+    seed: int = 0
+    model: ModelConfig = ModelConfig()
+    data: FinetuneDataConfig = FinetuneDataConfig()
+    train: FinetuneTrainConfig = FinetuneTrainConfig()
+    optim: OptimConfig = OptimConfig(learning_rate=3e-5, warmup_steps=0)
+    mesh: MeshConfig = MeshConfig()
+    checkpoint: CheckpointConfig = CheckpointConfig(every_steps=1000, keep=1, keep_every=0)
+    eval: EvalConfig = EvalConfig(every_steps=1000, num_batches=0)
+    sweep: SweepConfig = SweepConfig()
+
+    def validate(self) -> None:
+        if self.task not in FINETUNE_TASKS:
+            raise _bad("config.task", self.task, f"is not one of {list(FINETUNE_TASKS)}.")
+        for section in (self.model, self.train, self.mesh, self.checkpoint, self.eval, self.sweep):
+            section.validate()
+        self.data.validate(self.task)
+        self.optim.validate(self.train.num_train_steps or None)

@@ -1,0 +1,57 @@
+"""Before a pre-training job compiles: the vocabulary, the model and the records agree.
+
+Three sizes and one fingerprint must match: `config.model.vocab_size` (0 = unset: taken from the records'
+metadata.json, else from the vocab file), the vocab file's size, the vocabulary size in metadata.json,
+and the vocab file's sha256 against metadata.json's `vocab_hash`. A vocab that lost a line (say
+`[MASK]`) would otherwise train, and its export would ship beside a model with one more row, so that
+`transformers` predicts shifted ids.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from bertjax.models.bert import config as architecture
+from bertjax.data.pretraining import records
+from bertjax.data.vocab import tokenization
+
+log = logging.getLogger(__name__)
+
+
+def check_job_vocab(job: Any) -> Any:
+    """`job` (a JobConfig with train_files set) with model.vocab_size resolved; one sentence on a mismatch."""
+    d = job.data
+    metadata = records.read_metadata(records.expand_record_files(d.train_files, "config.data.train_files"))
+    where = f"the records' {records.METADATA_NAME}"
+    vocab_size = job.model.vocab_size
+    tokenizer = tokenization.load(d.vocab_file, d.do_lower_case) if d.vocab_file else None
+    if not vocab_size:
+        if metadata and metadata.get("vocab_size"):
+            vocab_size = int(metadata["vocab_size"])
+            log.info("setup: config.model.vocab_size unset: %d from %s", vocab_size, where)
+        elif tokenizer is not None:
+            vocab_size = tokenizer.vocab_size
+            log.info("setup: config.model.vocab_size unset: %d, the size of %s", vocab_size, d.vocab_file)
+        else:
+            vocab_size = architecture.BertConfig.vocab_size
+            log.warning("setup: config.model.vocab_size unset and the records have no metadata.json: using "
+                        "BERT's %d; set it, or config.data.vocab_file, to the records' vocabulary", vocab_size)
+    if tokenizer is not None:
+        if tokenizer.vocab_size != vocab_size:
+            raise ValueError(f"config.data.vocab_file={d.vocab_file} has {tokenizer.vocab_size:,} tokens but "
+                             f"config.model.vocab_size={vocab_size:,}: use the vocab the records were made with "
+                             "(a vocab that lost a line shifts every id after it), or set the size to match.")
+        made_with = (metadata or {}).get("vocab_hash")
+        if made_with and tokenizer.vocab_hash() != made_with:
+            raise ValueError(f"config.data.vocab_file={d.vocab_file} is not the vocabulary the records were made "
+                             f"with (its sha256 differs from {where}' vocab_hash; prepare used "
+                             f"{metadata.get('vocab_file', 'another file')}): set config.data.vocab_file to that "
+                             "file.")
+    model = {"vocab_size": vocab_size}
+    if tokenizer is not None:  # special ids the vocab has (ModernBERT's config.json carries them); -1 = unset
+        for name, token_id in (("pad_token_id", tokenizer.pad_id), ("cls_token_id", tokenizer.cls_id),
+                               ("sep_token_id", tokenizer.sep_id)):
+            if getattr(job.model, name) < 0:
+                model[name] = token_id
+    return job.replace(model=model)

@@ -1,0 +1,166 @@
+"""Fine-tuning heads: BERT "with just one additional output layer", and the `trainer.Task` that trains it.
+
+The head modules live with their family (models/bert.py `BertForFinetuning`, models/modernbert.py
+`ModernBertForFinetuning`); `from_config` picks the family's. BERT's is `BertModel` (the pre-trained body,
+under `bert/`, the same parameters as pre-training) plus one dense layer named as in Hugging Face's `BertFor*`
+classes, so that models/bert_hf.py exports it as
+`BertForSequenceClassification` / `BertForTokenClassification` / `BertForQuestionAnswering`:
+  sequence_classification  dropout + `classifier` on the pooled [CLS] (one output and MSE for regression)
+  token_classification     dropout + `classifier` on every token; only a word's first piece is scored
+  question_answering       `qa_outputs` (start, end) on every token; the loss is the mean of the two
+Logits and losses are float32 whatever the compute dtype.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Optional
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from bertjax.models import attention as attention_lib
+from bertjax.training import metrics as metrics_lib
+from bertjax import models as models_lib
+from bertjax.models.bert import model as model_lib
+from bertjax.models.bert.model import BertForFinetuning  # noqa: F401  (heads.BertForFinetuning)
+from bertjax.training import trainer as trainer_lib
+from bertjax.data.pretraining import pipeline as pipeline_lib
+
+TASKS = ("sequence_classification", "token_classification", "question_answering")
+Array = jax.Array
+
+
+def model_for(architecture: Any, task: str, num_labels: int, **compute: Any) -> nn.Module:
+    """The fine-tuning module of `architecture`'s family (BertForFinetuning, ModernBertForFinetuning), in the
+    loop layout unless `compute` says otherwise (dtype, scan_layers, remat_policy, attention, packed)."""
+    family = models_lib.of(architecture)
+    if task not in family.model.FINETUNING_TASKS:
+        raise ValueError(f"config.task={task!r} has no {family.name} head (transformers has none either); "
+                         f"{family.name} fine-tunes for {', '.join(family.model.FINETUNING_TASKS)}.")
+    return family.model.finetuning_model(architecture, task, num_labels, **compute)
+
+
+def from_config(cfg: Any, architecture: Any, task: str, num_labels: int,
+                platform: Optional[str] = None, packed: bool = False) -> nn.Module:
+    """`config.model` (how to compute: dtype, scan, remat, attention) around `architecture` (what the
+    weights are: the init_from checkpoint's)."""
+    implementation = attention_lib.choose(cfg.attention, architecture.attention_probs_dropout_prob,
+                                          platform or jax.default_backend())
+    return model_for(architecture, task, num_labels, dtype=model_lib.DTYPES[cfg.dtype], scan_layers=cfg.scan_layers,
+                     remat_policy=cfg.remat_policy, attention=implementation, packed=packed)
+
+
+# --- Batches -----------------------------------------------------------------------------------------
+
+def batch_shapes(task: str, regression: bool, batch_size: int, seq_len: int,
+                 slots: int = 0) -> dict[str, tuple[tuple[int, ...], Any]]:
+    """Name → (shape, dtype) of a fine-tuning batch: the inputs, the task's targets, `example_weight`
+    (0 for the rows that pad the last eval batch). `slots` > 0: packed rows of up to that many examples
+    (data/example_packing.py), with their positions and [CLS] slots, and a label per slot."""
+    row, tokens = (batch_size,), (batch_size, seq_len)
+    out = {name: (tokens, np.int32) for name in ("input_ids", "segment_ids", "input_mask")}
+    if slots:
+        out.update(position_ids=(tokens, np.int32), cls_positions=((batch_size, slots), np.int32),
+                   cls_weights=((batch_size, slots), np.float32))
+    if task == "sequence_classification":
+        out["label"] = ((batch_size, slots) if slots else row, np.float32 if regression else np.int32)
+    elif task == "token_classification":
+        out.update(label_ids=(tokens, np.int32), label_weights=(tokens, np.float32))
+    else:
+        out.update(start_positions=(row, np.int32), end_positions=(row, np.int32))
+    out[pipeline_lib.EXAMPLE_WEIGHT] = (row, np.float32)
+    return out
+
+
+# --- Losses and metrics as (sum, count) pairs -----------------------------------------------------------
+
+def _cross_entropy(logits: Array, labels: Array) -> Array:
+    return -jnp.take_along_axis(jax.nn.log_softmax(logits, axis=-1), labels[..., None], axis=-1)[..., 0]
+
+
+def _correct(logits: Array, labels: Array) -> Array:
+    return (jnp.argmax(logits, axis=-1) == labels).astype(jnp.float32)
+
+
+def packed_inputs(batch: trainer_lib.Batch) -> dict:
+    """The keyword arguments a packed batch adds to `apply`; {} for padded rows."""
+    if "cls_positions" not in batch:
+        return {}
+    return {"position_ids": batch["position_ids"], "cls_positions": batch["cls_positions"]}
+
+
+def _example_weights(batch: trainer_lib.Batch) -> Array:
+    """Each example's weight: per row ([batch]), or packed per [CLS] slot ([batch, k])."""
+    weight = batch[pipeline_lib.EXAMPLE_WEIGHT]
+    return batch["cls_weights"] * weight[:, None] if "cls_weights" in batch else weight
+
+
+def _sums(model: nn.Module, regression: bool, params: Any, batch: trainer_lib.Batch,
+          rng: Optional[Array]) -> metrics_lib.Metrics:
+    """The task's weighted loss and accuracy sums of one batch (dropout on when rng is given)."""
+    logits = model.apply({"params": params}, input_ids=batch["input_ids"], segment_ids=batch["segment_ids"],
+                         input_mask=batch["input_mask"], deterministic=rng is None,
+                         rngs=None if rng is None else {"dropout": rng}, **packed_inputs(batch))
+    weight = batch[pipeline_lib.EXAMPLE_WEIGHT]
+    examples = _example_weights(batch)
+    rows = jnp.sum(examples)
+    if model.task == "sequence_classification" and regression:
+        error = (logits[..., 0] - batch["label"]) ** 2
+        sums = {"mse": (jnp.sum(error * examples), rows)}
+    elif model.task == "sequence_classification":
+        sums = {"cross_entropy": (jnp.sum(_cross_entropy(logits, batch["label"]) * examples), rows),
+                "accuracy": (jnp.sum(_correct(logits, batch["label"]) * examples), rows)}
+    elif model.task == "token_classification":
+        scored = batch["label_weights"] * weight[:, None]
+        count = jnp.sum(scored)
+        sums = {"cross_entropy": (jnp.sum(_cross_entropy(logits, batch["label_ids"]) * scored), count),
+                "accuracy": (jnp.sum(_correct(logits, batch["label_ids"]) * scored), count)}
+    else:
+        start, end = logits[..., 0], logits[..., 1]
+        both = _cross_entropy(start, batch["start_positions"]) + _cross_entropy(end, batch["end_positions"])
+        sums = {"cross_entropy": (jnp.sum(0.5 * both * weight), rows),
+                "span_accuracy": (jnp.sum(_correct(start, batch["start_positions"]) *
+                                          _correct(end, batch["end_positions"]) * weight), rows)}
+    return dict(sums, **trainer_lib.row_counts(batch, rows if "cls_weights" in batch else None))
+
+
+def _denominator(task: str, batch: trainer_lib.Batch) -> Array:
+    weight = batch[pipeline_lib.EXAMPLE_WEIGHT]
+    if task == "token_classification":
+        return jnp.sum(batch["label_weights"] * weight[:, None])
+    return jnp.sum(_example_weights(batch))
+
+
+def _loss(sums: metrics_lib.Metrics, denominator: Array) -> Array:
+    total = sums["mse"][0] if "mse" in sums else sums["cross_entropy"][0]
+    return total / jnp.maximum(denominator, 1.0)
+
+
+def _predict(model: nn.Module, params: Any, batch: trainer_lib.Batch) -> dict[str, Array]:
+    return {"logits": model.apply({"params": params}, input_ids=batch["input_ids"], segment_ids=batch["segment_ids"],
+                                  input_mask=batch["input_mask"], **packed_inputs(batch))}
+
+
+def task(model: nn.Module, regression: bool, seq_len: int, packed_rows: int = 0,
+         slots: int = 0) -> trainer_lib.Task:
+    """The `trainer.Task` that fine-tunes `model` on batches of `batch_shapes`: padded rows, one example each,
+    or (`packed_rows` > 0) that many packed rows of up to `slots` examples for every global batch."""
+    def shapes(global_batch: int) -> dict:
+        return batch_shapes(model.task, regression, packed_rows or global_batch, seq_len, slots)
+
+    return trainer_lib.Task(
+        model=model, forward_sums=functools.partial(_sums, model, regression),
+        loss_denominators=functools.partial(_denominator, model.task), loss=_loss,
+        batch_shapes=shapes,
+        seq_len=seq_len, flops_per_row=metrics_lib.flops_per_sequence(model.config, seq_len, num_predictions=0),
+        predict=functools.partial(_predict, model))
+
+
+def with_pretrained_body(params: Any, pretrained: Any) -> Any:
+    """A head model's fresh `params` with the parts a pre-trained model gives it (`pretrained.load(...,
+    encoder_only=True)`: BERT's `bert/`; ModernBERT's `model/` and its prediction head, as transformers loads
+    them); the new output layer keeps its initialisation."""
+    return dict(params, **pretrained)

@@ -1,0 +1,244 @@
+"""`train_and_evaluate(config, workdir)`: the pre-training job, in phases under banners.
+
+setup → data → trainer (mesh, sharded state, compiled step: `trainer.setup`) → restore → loop
+(`loop.train_loop`: train step / log / eval / checkpoint / profile, then a final eval and checkpoint)
+→ export. Every exit
+— the end, a stop request, non-finite steps past `config.train.on_nonfinite`'s limit, an error — leaves
+through one clean-up path that waits for pending checkpoint writes and closes the metric writer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+from typing import Any
+
+import jax
+from etils import epath
+
+from bertjax.training import batch_warmup
+from bertjax.training import checkpoint as checkpoint_lib
+from bertjax.runtime import lock as lock_lib
+from bertjax.training import loop as loop_lib
+from bertjax.training import memory_check
+from bertjax.training import metrics as metrics_lib
+from bertjax.models import pretrained
+from bertjax.training import trainer as trainer_lib
+from bertjax.config.schema import JobConfig
+from bertjax.data.pretraining import pipeline as pipeline_lib
+
+log = logging.getLogger(__name__)
+
+
+def _pipeline(job: JobConfig, files: str, training: bool, batch_size: int) -> pipeline_lib.InputPipeline:
+    d = job.data
+    vocab = None
+    if training and d.dynamic_masking:  # the masker needs [MASK], the specials and word-piece boundaries
+        from bertjax.data.pretraining import instances
+        from bertjax.data.vocab import tokenization
+
+        vocab = instances.Vocab.from_tokenizer(tokenization.load(d.vocab_file, d.do_lower_case))
+    return pipeline_lib.InputPipeline(pipeline_lib.PipelineConfig(
+        files=files, batch_size=batch_size, max_seq_length=d.max_seq_length,
+        max_predictions_per_seq=d.record_predictions, max_instances_per_row=d.record_instances, seed=job.seed,
+        shuffle_buffer=d.shuffle_buffer,
+        training=training, process_index=jax.process_index(), process_count=jax.process_count(),
+        vocab_size=job.model.vocab_size, max_batches=None if training else (job.eval.num_batches or None),
+        dynamic_masking=vocab is not None, vocab=vocab, masked_lm_prob=d.masked_lm_prob if vocab else None,
+        skip_damaged_records=d.skip_damaged_records,
+        verify_checksums=d.verify_checksums))
+
+
+def _check_branch_schedule(job: JobConfig, step: int) -> None:
+    """A branch must not start inside its own decay (the learning rate would drop at once) nor after its end."""
+    t = job.train
+    if step >= t.num_train_steps:
+        raise ValueError(f"config.train.branch_from={t.branch_from} starts at step {step}, at or after "
+                         f"config.train.num_train_steps={t.num_train_steps}; set num_train_steps beyond it "
+                         f"(a decay of N steps: {step} + N).")
+    decay_start = t.num_train_steps - job.optim.decay_steps
+    if job.optim.schedule == "wsd" and decay_start < step:
+        raise ValueError(f"config.train.branch_from={t.branch_from} starts at step {step}, inside the decay "
+                         f"(steps {decay_start}–{t.num_train_steps}); set config.train.num_train_steps="
+                         f"{step + job.optim.decay_steps} to decay over the {job.optim.decay_steps} steps after it.")
+
+
+def evaluate(trainer: trainer_lib.Trainer, params: Any, pipeline: pipeline_lib.InputPipeline,
+             num_batches: int) -> dict[str, float]:
+    """One pass over (at most num_batches of) the held-out pipeline: normalised metrics."""
+    pipeline.reset()
+    total = None
+    for _, local in zip(range(num_batches), pipeline):
+        total = metrics_lib.merge(total, trainer.eval_step(params, trainer.global_batch(local)))
+    result = metrics_lib.normalize(total)
+    result["mlm_targets"] = float(jax.device_get(total["mlm_accuracy"][1]))  # for the accuracy's standard error
+    return result
+
+
+def _final_eval(workdir: str, step: int) -> dict | None:
+    """metrics.jsonl's eval row for `step` (the run's final eval), or None when it never got written."""
+    path = epath.Path(workdir) / "metrics.jsonl"
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+    found = [r for r in rows if r.get("kind") == "eval" and r.get("step") == step]
+    return {k: v for k, v in found[-1].items() if k not in ("step", "kind")} if found else None
+
+
+def _finished(job: JobConfig, workdir: str, latest: int | None) -> bool:
+    """Whether the newest checkpoint is the last step and the final eval was written: then a rerun of the same
+    command has nothing to do (it used to compile, evaluate and export again). Process 0 decides, for all."""
+    done = latest is not None and latest >= job.train.num_train_steps and (
+        not job.data.eval_files or _final_eval(workdir, latest) is not None) and _restores(workdir, latest)
+    if jax.process_count() > 1:  # only process 0 may see metrics.jsonl (hosts without a shared disk)
+        from jax.experimental import multihost_utils
+
+        done = bool(multihost_utils.broadcast_one_to_all(jax.numpy.int32(done)))
+    return done
+
+
+def _restores(workdir: str, step: int) -> bool:
+    """Whether the step's params read back whole (checksums included); a damaged final step is left to the
+    restore, which moves it aside and trains again from the step before."""
+    try:
+        checkpoint_lib.load_params(workdir, step)
+    except Exception as e:  # noqa: BLE001  (whatever orbax raises for a damaged step; the restore names it)
+        log.info("restore: the final step %d does not read back (%s); restoring as usual", step, type(e).__name__)
+        return False
+    return True
+
+
+def _report_done(job: JobConfig, workdir: str, step: int) -> dict:
+    """The finished run's final eval; its HF export written if it is missing (the one thing a rerun still does)."""
+    hf_dir = os.path.join(workdir, "hf")
+    if job.checkpoint.export_hf and jax.process_index() == 0 and not epath.Path(hf_dir, "config.json").exists():
+        from bertjax.jobs import export as exporting
+
+        exporting.export(workdir, hf_dir)
+    log.info("done: %s already holds the final step %d (num_train_steps %d) and its eval; nothing to do. To train "
+             "on, raise --config.train.num_train_steps; to start over, use a new --workdir.", workdir, step,
+             job.train.num_train_steps)
+    return (_final_eval(workdir, step) or {}) if jax.process_index() == 0 else {}
+
+
+# --- The job -----------------------------------------------------------------------------------------
+
+def train_and_evaluate(config: Any, workdir: str, compile_only: bool = False) -> dict:
+    """Runs (or resumes) the configured pre-training job in workdir; returns the last eval metrics.
+
+    `config` is a ConfigDict (converted strictly into a `JobConfig` here) or a `JobConfig`. A SIGTERM
+    before the first step (data preparation, compilation, restore) ends it cleanly: nothing was trained."""
+    job = config if isinstance(config, JobConfig) else JobConfig.from_configdict(config)  # mistakes: nothing written
+    job = pretrained.adopt_init_from(job)  # init_from's architecture and vocab, before any data work
+    if not compile_only:  # absurd sizes: refused before anything is allocated (--compile_only: by XLA's own count)
+        memory_check.check_training(job.model.architecture, job.model.dtype, job.train.global_batch_size,
+                                    job.data.max_seq_length, job.train.micro_batches)
+    return loop_lib.run_job(workdir, lambda stop, lock: _train_and_evaluate(job, workdir, compile_only, stop, lock))
+
+
+def _train_and_evaluate(job: JobConfig, workdir: str, compile_only: bool, stop: loop_lib.StopRequest,
+                        lock: lock_lib.WorkdirLock) -> dict:
+    # ===== setup =====
+    from bertjax.data.pretraining import stage as stage_lib  # corpus → vocab → records, when the config asks for it
+    from bertjax.data.vocab import check as vocab_check
+
+    job = stage_lib.prepare_data(job, workdir)
+    job.data.check_records()
+    job = vocab_check.check_job_vocab(job)  # the vocab, the model and the records agree, before compiling
+    primary = jax.process_index() == 0
+    if primary:  # epath: local or gs://, as orbax
+        epath.Path(workdir).mkdir(parents=True, exist_ok=True)
+        (epath.Path(workdir) / "config.json").write_text(json.dumps(job.to_dict(), indent=2, sort_keys=True))
+    architecture = job.model.architecture
+    log.info("setup: %d process(es), %d device(s) (%s), model %s: %s", jax.process_count(), jax.device_count(),
+             jax.default_backend(), job.model.size, architecture)
+    fingerprint = checkpoint_lib.model_fingerprint(architecture, job.model.scan_layers)
+
+    # ===== data =====
+    # The schema check runs here, before compilation: a mismatched record set is one clear error.
+    local_batch = trainer_lib.process_batch_size(job.train)
+    warmup = batch_warmup.BatchWarmup(job.train, job.data.max_seq_length) if job.train.batch_warmup_tokens else None
+    # With batch warmup the pipeline reads one micro-batch at a time and a step takes as many as it needs.
+    train_data = _pipeline(job, job.data.train_files, True, local_batch // job.train.micro_batches if warmup
+                           else local_batch)
+    eval_data = _pipeline(job, job.data.eval_files, False, local_batch) if job.data.eval_files else None
+    baselines: dict[str, float] = {}
+    if eval_data is not None:
+        baselines = metrics_lib.baselines(b for _, b in zip(range(eval_data.num_batches), eval_data))
+        log.info("data: eval baselines %s", {k: round(v, 4) for k, v in baselines.items()})
+
+    with contextlib.ExitStack() as cleanup:  # the one exit path
+        checkpoints = checkpoint_lib.Checkpointer(workdir, job.checkpoint, fingerprint)
+        cleanup.callback(checkpoints.close)
+        checkpoints.check_compatible_with_newest()  # refuse a foreign workdir before compiling
+        if not compile_only and _finished(job, workdir, checkpoints.latest_step()):
+            return _report_done(job, workdir, checkpoints.latest_step())
+
+        # ===== trainer: mesh, sharded state, compiled step =====
+        trainer = trainer_lib.setup(job)
+        log.info("mesh: %s over %d devices", dict(trainer.mesh.shape), trainer.mesh.size)
+        if compile_only:
+            return {}
+        writer = metrics_lib.MetricWriter(workdir, is_primary=primary)  # after the pipelines: TF stays off GPUs
+        cleanup.callback(writer.close)
+        if job.data.skip_damaged_records:  # what this process skipped, beside the training metrics
+            writer.write(0, {f"{name}_{key}": value for name, data in (("train", train_data), ("eval", eval_data))
+                             if data is not None for key, value in (("damaged_files", len(data.damaged)),
+                                                                    ("skipped_records", data.skipped_records))},
+                         kind="data")
+
+        # ===== restore =====
+        state = checkpoints.restore_latest(trainer.abstract_state, train_data, job.checkpoint.start_over_if_damaged)
+        if state is not None:
+            log.info("restore: resumed from %s/%d", checkpoints.directory, int(state.step))
+        elif job.train.branch_from:
+            state = checkpoint_lib.restore_branch(job.train.branch_from, job.checkpoint, fingerprint,
+                                                  trainer.abstract_state, train_data)
+            _check_branch_schedule(job, int(state.step))
+            log.info("restore: branched from %s at step %d (params, optimizer state, data position)",
+                     job.train.branch_from, int(state.step))
+        elif job.train.init_from:
+            state = trainer.state_from_params(pretrained.init_params(job.train.init_from, trainer.model))
+            log.info("restore: weights from %s; fresh optimizer state", job.train.init_from)
+        else:
+            state = trainer.init_state()
+        if warmup is not None:
+            train_data = batch_warmup.WarmupBatches(train_data, warmup, int(state.step))
+            log.info("batch warmup: %d → %d rows over the first %s tokens (%d steps)", job.train.batch_warmup_start,
+                     job.train.global_batch_size, f"{job.train.batch_warmup_tokens:,}", warmup.steps())
+        # ===== loop =====
+        watch = loop_lib.NotLearningWatch(job)
+
+        def run_eval(step: int, params: Any) -> dict:
+            if eval_data is None:
+                return {}
+            result = evaluate(trainer, params, eval_data, eval_data.num_batches)
+            result.update(baselines)
+            warning = watch.check(step, result)  # once per run; kept in the eval's own metrics.jsonl row
+            if warning:
+                result["not_learning"] = 1.0
+            writer.write(step, result, kind="eval", notes={"warning": warning} if warning else None)
+            shown = [("mlm_acc", "mlm_accuracy_baseline")] + (
+                [("nsp_acc", "nsp_accuracy_baseline")] if job.data.next_sentence_prediction else [])  # MLM-only: none
+            log.info("eval  %s | baselines: %s", metrics_lib.format_log_line(dict(result, step=step)), ", ".join(
+                f"{name} {100 * baselines.get(key, float('nan')):.2f}%" for name, key in shown))
+            if warning:
+                log.warning("%s", warning)
+            return result
+
+        result = loop_lib.train_loop(trainer, state, train_data, run_eval, checkpoints, writer, lock, stop, workdir)
+        if result.stopped:
+            return result.last_eval
+        state, step, last_eval = result.state, result.step, result.last_eval
+    if job.checkpoint.export_hf and primary:
+        from bertjax.jobs import export as exporting
+
+        exporting.export(workdir, os.path.join(workdir, "hf"))
+    if job.eval.show_predictions and eval_data is not None and primary and job.data.vocab_file:
+        from bertjax.jobs import predict as prediction
+
+        eval_data.reset()
+        prediction.show_predictions(trainer.model, jax.device_get(state.params), next(eval_data), job.data.vocab_file,
+                                 job.data.do_lower_case, job.eval.show_predictions)
+    log.info("done: %d steps in %s", step, workdir)
+    return last_eval

@@ -1,0 +1,187 @@
+"""Attention implementations behind `config.model.attention`: xla, splash, cudnn, and auto.
+
+- `xla`: einsum + softmax in float32 with attention-probability dropout; the reference, any backend.
+- `splash`: Pallas's TPU splash-attention kernel (`make_splash_mha`, a full mask with segment ids),
+  under `shard_map` over the mesh's batch and head axes. Off TPU the same kernel runs in Pallas
+  interpret mode: slow, but how the tests and a user without a TPU check it.
+- `cudnn`: `jax.nn.dot_product_attention(implementation="cudnn")` on NVIDIA GPUs.
+- `auto`: splash on TPU, cudnn on GPU, xla elsewhere, and xla wherever attention dropout is on.
+
+One mask serves all of them: `input_mask` holds per token 0 for padding, else the number of the
+instance the token belongs to (1 in an unpacked row, 1..k in a packed row). A real token attends to the
+tokens of its own instance only. Padding queries differ by implementation (xla: every real key, as
+BERT's key-padding mask; splash: the other padding tokens) but their outputs are never used.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import math
+from typing import Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from bertjax.models import options
+from bertjax.training import sharding as sharding_lib
+
+log = logging.getLogger(__name__)
+IMPLEMENTATIONS = options.ATTENTION_IMPLEMENTATIONS
+FUSED = ("splash", "cudnn")
+_SPLASH_LANES = 128  # splash's blocks are multiples of this: sequences are padded up to one
+
+
+def choose(requested: str, attention_probs_dropout_prob: float, platform: str) -> str:
+    """The implementation `requested` resolves to on `platform` (cpu, gpu, tpu); says why for auto.
+
+    Fused kernels have no attention-probability dropout: asking for one with dropout on is an error."""
+    if requested not in IMPLEMENTATIONS:
+        raise ValueError(f"config.model.attention={requested!r} is not one of {list(IMPLEMENTATIONS)}.")
+    if requested == "auto":
+        best = {"tpu": "splash", "gpu": "cudnn"}.get(platform, "xla")
+        if best != "xla" and attention_probs_dropout_prob > 0:
+            log.info("attention: auto chose xla on %s: config.model.attention_probs_dropout_prob=%g, and %s "
+                     "has no attention dropout (set it to 0 for %s)", platform, attention_probs_dropout_prob,
+                     best, best)
+            return "xla"
+        log.info("attention: auto chose %s on %s", best, platform)
+        return best
+    if requested in FUSED and attention_probs_dropout_prob > 0:
+        raise ValueError(f"config.model.attention={requested} has no attention-probability dropout but "
+                         f"config.model.attention_probs_dropout_prob={attention_probs_dropout_prob}; set "
+                         "--config.model.attention_probs_dropout_prob=0 (as MosaicBERT and ModernBERT do) or "
+                         "use --config.model.attention=xla.")
+    if requested == "cudnn" and platform != "gpu":
+        raise ValueError(f"config.model.attention=cudnn needs an NVIDIA GPU, but the devices are {platform}; "
+                         "use --config.model.attention=xla (or auto).")
+    if requested == "splash" and platform != "tpu":
+        log.info("attention: splash on %s runs the TPU kernel in Pallas interpret mode (slow: for checking "
+                 "numerics, not for training)", platform)
+    return requested
+
+
+def xla_bias(input_mask: jax.Array, packed: bool, window: Optional[int] = None) -> jax.Array:
+    """Additive float32 bias: [batch, 1, 1, keys] masking padding keys, or [batch, 1, queries, keys]
+    also masking other instances when rows are packed, and with `window` (a sliding window) keys more
+    than `window` positions from the query."""
+    mask = input_mask.astype(jnp.int32)
+    allowed = (mask > 0)[:, None, None, :]
+    if packed or window is not None:
+        same = (mask[:, :, None] == mask[:, None, :]) | (mask[:, :, None] == 0)
+        allowed = allowed & same[:, None]
+    if window is not None:
+        index = jnp.arange(mask.shape[-1])
+        allowed = allowed & (jnp.abs(index[:, None] - index[None, :]) <= window)[None, None]
+    return jnp.where(allowed, 0.0, jnp.finfo(jnp.float32).min).astype(jnp.float32)
+
+
+def fused(implementation: str, q: jax.Array, k: jax.Array, v: jax.Array, input_mask: jax.Array,
+          packed: bool, window: Optional[int] = None) -> jax.Array:
+    """Attention output [batch, length, heads, kv] of q, k, v [batch, length, heads, kv] by a fused kernel;
+    `window`: each query sees keys at most that many positions away (ModernBERT's local layers)."""
+    if implementation == "splash":
+        return _splash(q, k, v, input_mask.astype(jnp.int32), window)
+    return _cudnn(q, k, v, input_mask.astype(jnp.int32), packed, window)
+
+
+# --- splash -------------------------------------------------------------------------------------------
+
+def splash_block(length: int, window: Optional[int] = None) -> int:
+    """Splash's block size: the largest of 512, 256, 128 dividing the (padded) length; with a sliding window
+    no larger than about the window, so the blocks wholly outside it can be skipped."""
+    fits = [b for b in (512, 256, 128) if length % b == 0]
+    if window is not None:
+        fits = [b for b in fits if b <= max(_SPLASH_LANES, 2 * window)] or fits[-1:]
+    return fits[0]
+
+
+def _splash_mask(heads: int, length: int, window: Optional[int]):
+    from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask as mask_lib
+
+    # A local mask lets the kernel skip the blocks wholly outside the window (fewer FLOPs, not only masked).
+    one = mask_lib.FullMask((length, length)) if window is None else \
+        mask_lib.LocalMask((length, length), window_size=(window, window), offset=0)
+    return mask_lib.MultiHeadMask([one for _ in range(heads)])
+
+
+def splash_blocks_computed(length: int, window: Optional[int] = None) -> tuple[int, int]:
+    """(query × key blocks splash computes, blocks in all) for one head of a sequence of `length` tokens: the
+    work a window saves on TPU, which XLA's cost analysis does not see inside the kernel."""
+    from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask_info as info_lib
+
+    padded = math.ceil(length / _SPLASH_LANES) * _SPLASH_LANES
+    block = splash_block(padded, window)
+    info, _ = info_lib.process_mask(_splash_mask(1, padded, window), (block, block), shrink_grid=False)
+    return int(np.count_nonzero(info.block_mask)), (padded // block) ** 2
+
+
+def _splash_kernel(heads: int, length: int, interpret: bool, window: Optional[int] = None):
+    from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel as kernel_lib
+
+    block = splash_block(length, window)
+    sizes = kernel_lib.BlockSizes(block_q=block, block_kv=block, block_kv_compute=block, block_q_dkv=block,
+                                  block_kv_dkv=block, block_kv_dkv_compute=block, block_q_dq=block,
+                                  block_kv_dq=block)
+    return kernel_lib.make_splash_mha(_splash_mask(heads, length, window), block_sizes=sizes, head_shards=1, q_seq_shards=1,
+                                      interpret=interpret), kernel_lib.SegmentIds
+
+
+def _splash_local(q: jax.Array, k: jax.Array, v: jax.Array, segments: jax.Array, interpret: bool,
+                  window: Optional[int] = None) -> jax.Array:
+    """One device's share: q, k, v [batch, length, heads, kv], segments [batch, length]."""
+    length, heads, head_dim = q.shape[1:]
+    padded = math.ceil(length / _SPLASH_LANES) * _SPLASH_LANES
+    if padded != length:  # pad tokens form segment 0 with the row's own padding: no row is empty
+        q, k, v = (jnp.pad(x, ((0, 0), (0, padded - length), (0, 0), (0, 0))) for x in (q, k, v))
+        segments = jnp.pad(segments, ((0, 0), (0, padded - length)))
+    kernel, segment_ids = _splash_kernel(heads, padded, interpret, window)
+    scale = jnp.asarray(1.0 / np.sqrt(head_dim), q.dtype)  # the kernel does not scale by 1/√d itself
+
+    def one_row(q, k, v, s):  # kernel layout: [heads, length, kv]
+        return kernel(q.swapaxes(0, 1) * scale, k.swapaxes(0, 1), v.swapaxes(0, 1),
+                      segment_ids=segment_ids(s, s)).swapaxes(0, 1)
+
+    return jax.vmap(one_row)(q, k, v, segments)[:, :length]
+
+
+def _splash(q: jax.Array, k: jax.Array, v: jax.Array, segments: jax.Array, window: Optional[int] = None
+            ) -> jax.Array:
+    context = sharding_lib.current_mesh_and_rules()
+    if context is None:  # eager use or one device outside the trainer
+        return _splash_local(q, k, v, segments, jax.default_backend() != "tpu", window)
+    mesh, rules = context
+    qkv_spec = sharding_lib.logical_spec(q.shape, ("batch", "length", "heads", "kv"), mesh, rules)
+    segment_spec = sharding_lib.logical_spec(segments.shape, ("batch", "length"), mesh, rules)
+    if qkv_spec[1] is not None:
+        raise ValueError("config.mesh.logical_axis_rules shard 'length', which splash attention needs whole on "
+                         "each device; map 'length' to None.")
+    interpret = mesh.devices.flat[0].platform != "tpu"
+    local = functools.partial(_splash_local, interpret=interpret, window=window)
+    return jax.shard_map(local, mesh=mesh, in_specs=(qkv_spec, qkv_spec, qkv_spec, segment_spec),
+                         out_specs=qkv_spec, check_vma=False)(q, k, v, segments)
+
+
+# --- cuDNN --------------------------------------------------------------------------------------------
+
+def cudnn_arguments(mask: jax.Array, packed: bool, window: Optional[int] = None, dtype=jnp.float32) -> dict:
+    """What `jax.nn.dot_product_attention` gets besides q, k, v of `dtype`. Unpacked rows (real tokens first,
+    then padding) pass their lengths. Packed rows pass the instance mask as a bias, which cuDNN's fused kernel
+    takes too. So does a sliding window: cuDNN's own window is one-sided (causal) in jax <= 0.11, which
+    refuses a right window without a causal mask, so the band goes into the bias. That is exact, but
+    cuDNN then computes the blocks outside the window too (splash on TPU skips them)."""
+    if packed or window is not None:
+        # float32's most negative number is -inf in bfloat16 and float16. A padding query more than the window
+        # away from every real token sees no key at all: with -inf its softmax is NaN, which reaches real
+        # tokens through the next layer's keys and values. The dtype's own most negative number keeps it finite.
+        bias = jnp.maximum(xla_bias(mask, packed, window), jnp.finfo(dtype).min)
+        return dict(bias=bias.astype(dtype))
+    lengths = jnp.sum(mask > 0, axis=1).astype(jnp.int32)
+    return dict(query_seq_lengths=lengths, key_value_seq_lengths=lengths)
+
+
+def _cudnn(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, packed: bool,
+           window: Optional[int] = None) -> jax.Array:
+    arguments = cudnn_arguments(mask, packed, window, q.dtype)
+    return jax.nn.dot_product_attention(q, k, v, **arguments, implementation="cudnn")
