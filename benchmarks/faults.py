@@ -91,7 +91,7 @@ def parse_args():
 def make_data(directory: str) -> str:
     sys.path.insert(0, ROOT)
     from bertjax.config.schema import JobConfig
-    from bertjax.data.pretraining import stage
+    from bertjax.jobs import stage
 
     c = _config("")
     c.data.update(corpus="builtin:pydocs", corpus_vocab_size=1000, dupe_factor=2, num_shards=4, num_workers=1)

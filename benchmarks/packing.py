@@ -61,6 +61,7 @@ def prepare(root: str, seq: int, predictions: int) -> dict[str, dict]:
     """Vocab, then train and held-out records, unpacked and packed, from the same documents and seed."""
     from bertjax.config.schema import JobConfig
     from bertjax.data.pretraining import shards, stage
+    from bertjax.jobs import prepare as prepare_job
     from bertjax.data.vocab import training as vocab_training
 
     os.makedirs(root, exist_ok=True)
@@ -78,7 +79,7 @@ def prepare(root: str, seq: int, predictions: int) -> dict[str, dict]:
             cfg = shards.PrepareConfig(input_file=text, output_dir=os.path.join(out, name), vocab_file=vocab,
                                        random_seed=1 + (name == "heldout"), num_shards=2, instance=d.instance_config(),
                                        packing=d.packing_config())
-            result = shards.prepare(cfg, num_workers=os.cpu_count() or 1, progress_stream=open(os.devnull, "w"))
+            result = prepare_job.prepare(cfg, num_workers=os.cpu_count() or 1, progress_stream=open(os.devnull, "w"))
             if name == "train":
                 metadata["packed" if packing else "unpacked"] = dict(result, path=out)
     return metadata

@@ -232,25 +232,37 @@ def prologue(argv: Sequence[str]) -> None:
     quiet()
 
 
-def exit_with_sentence(error: Exception) -> None:
+# What a user's mistake raises (a bad file, flag or value, a full disk, a run stopped by non-finite steps): it ends
+# the command in one sentence. Anything else is bertjax's fault and keeps its traceback.
+USER_ERRORS = (ValueError, OSError, FloatingPointError)
+
+
+def exit_with_sentence(error: Exception, command: Optional[str] = None) -> None:
     """A bad config, file or environment (and a run stopped by non-finite steps or a full disk) ends in the
-    error's one sentence; BERTJAX_TRACEBACK=1 shows the traceback as well."""
+    error's one sentence; BERTJAX_TRACEBACK=1 shows the traceback as well. The file commands (prepare,
+    tokenizer, predict, export, extract_features) name themselves: `prepare: error: SENTENCE`, exit 1."""
     if os.environ.get(TRACEBACK, "") not in ("", "0"):
         raise error
     if isinstance(error, config_convert.ConfigError):  # a config mistake: nothing ran, as a command-line one
         sys.stderr.write(f"bertjax: {error}\n")
         raise SystemExit(USAGE_EXIT) from None
+    if command:
+        sys.stderr.write(f"{command}: error: {error}\n")
+        raise SystemExit(1) from None
     raise SystemExit(f"bertjax: {error} ({TRACEBACK}=1 shows where it was raised)") from None
 
 
-def run_job(argv: Sequence[str], job: Callable[..., Any], *args: Any) -> Any:
-    """A job command's body (main, finetune, demo_finetune): the prologue, then the job, whose user-caused
-    errors end as one sentence."""
-    prologue(argv)
+def run_job(argv: Sequence[str], job: Callable[..., Any], *args: Any, command: Optional[str] = None,
+            uses_jax: bool = True, errors: tuple[type[Exception], ...] = USER_ERRORS) -> Any:
+    """Every command's body, its one way out: the prologue, then the job, whose user-caused errors end as one
+    sentence (`exit_with_sentence`). uses_jax=False (prepare, tokenizer) keeps JAX unimported: no `quiet`,
+    and the arguments absl did not know are the job's to refuse (prepare hands them to Beam)."""
+    if uses_jax:
+        prologue(argv)
     try:
         result = job(*args)
-    except (ValueError, OSError, FloatingPointError) as e:
-        exit_with_sentence(e)
+    except errors as e:
+        exit_with_sentence(e, command)
     loop = sys.modules.get("bertjax.training.loop")
     if loop is not None and loop.stopped_before_training():
         # The SIGTERM's exception unwound whatever ran, a compile included; the interpreter's shutdown then

@@ -5,8 +5,6 @@ directory becomes config.json, model.safetensors and the vocab, which `transform
 BertForPreTraining or the fine-tuned task's class. The work is `bertjax.jobs.export.export`.
 """
 
-import sys
-
 from absl import flags
 
 from bertjax import cli
@@ -22,18 +20,11 @@ def define_flags() -> None:
 
 
 def main(argv):
-    from bertjax.jobs import export as exporting
+    from bertjax.jobs import export
 
-    del argv
     FLAGS = flags.FLAGS
-    cli.quiet()
-    try:
-        exporting.export(FLAGS.workdir, FLAGS.output_dir, FLAGS.step)
-    except (OSError, ValueError) as e:  # a user's bad file or flag: one line, no traceback
-        sys.stderr.write(f"export: error: {e}\n")
-        return 1
+    cli.run_job(argv, export.export, FLAGS.workdir, FLAGS.output_dir, FLAGS.step, command="export")
     print(f"exported {FLAGS.workdir} to {FLAGS.output_dir}")
-    return 0
 
 
 if __name__ == "__main__":

@@ -7,7 +7,6 @@ The work is `bertjax.jobs.extract_features.run`; this command holds its flags.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Sequence
 
 from absl import flags
@@ -34,18 +33,12 @@ def define_flags(fv: flags.FlagValues = flags.FLAGS) -> None:
 
 
 def main(argv: Sequence[str], fv: flags.FlagValues = flags.FLAGS) -> int:
-    from bertjax.jobs import extract_features as features
+    from bertjax.jobs import extract_features
 
-    del argv
-    cli.quiet()
-    try:
-        summary = features.run(fv.init_from, fv.input_file, fv.output_file, fv.layers, fv.max_seq_length,
-                               fv.batch_size, fv.vocab_file or None, fv.do_lower_case)
-    except (OSError, ValueError) as e:  # a user's bad file or flag: one line, no traceback
-        sys.stderr.write(f"extract_features: error: {e}\n")
-        return 1
+    summary = cli.run_job(argv, extract_features.run, fv.init_from, fv.input_file, fv.output_file, fv.layers,
+                          fv.max_seq_length, fv.batch_size, fv.vocab_file or None, fv.do_lower_case,
+                          command="extract_features")
     print(f"wrote features of {summary['lines']} lines to {fv.output_file}")
-    return 0
 
 
 if __name__ == "__main__":

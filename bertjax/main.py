@@ -54,7 +54,10 @@ def _multi_process() -> bool:
 
 
 def main(argv):
-    cli.prologue(argv)  # before any backend starts
+    cli.run_job(argv, _pretrain)  # the prologue first: no backend may start before jax.distributed
+
+
+def _pretrain() -> None:
     if FLAGS.topology:
         return _compile_for_topology()
     if _multi_process():
@@ -62,15 +65,12 @@ def main(argv):
             raise app.UsageError("--coordinator_address needs --num_processes and --process_id too.")
         jax.distributed.initialize(coordinator_address=FLAGS.coordinator_address, num_processes=FLAGS.num_processes,
                                    process_id=FLAGS.process_id)
-    from bertjax.jobs import main as train  # after distributed initialisation: nothing may touch devices before it
+    from bertjax.jobs import main as pretraining  # after distributed initialisation: nothing touches devices before
+
     if not tcmalloc.active() and jax.default_backend() == "cpu":
         logging.getLogger("bertjax").info("setup: system malloc; with tcmalloc installed (libtcmalloc-minimal4) "
                                           "BERT-base CPU steps run 20–40% faster (see bertjax/runtime/tcmalloc.py)")
-
-    try:
-        train.train_and_evaluate(FLAGS.config, FLAGS.workdir, compile_only=FLAGS.compile_only)
-    except (ValueError, OSError, FloatingPointError) as e:
-        cli.exit_with_sentence(e)
+    pretraining.train_and_evaluate(FLAGS.config, FLAGS.workdir, compile_only=FLAGS.compile_only)
 
 
 def _compile_for_topology() -> None:
@@ -79,10 +79,7 @@ def _compile_for_topology() -> None:
         raise app.UsageError("--topology compiles for a TPU topology without running: add --compile_only.")
     from bertjax.config.schema import JobConfig
 
-    try:
-        aot.compile_for_topology(JobConfig.from_configdict(FLAGS.config), FLAGS.workdir, FLAGS.topology)
-    except ValueError as e:  # does not fit, a bad topology or mesh: one sentence, no traceback
-        cli.exit_with_sentence(e)
+    aot.compile_for_topology(JobConfig.from_configdict(FLAGS.config), FLAGS.workdir, FLAGS.topology)
 
 
 if __name__ == "__main__":

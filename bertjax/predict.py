@@ -9,8 +9,6 @@ the context. Inputs: what the task trains on, without labels (TSV/CSV/JSONL with
 for a pair, as google-research/bert's extract_features.py).
 """
 
-import sys
-
 from absl import flags
 
 from bertjax import cli
@@ -27,19 +25,12 @@ def define_flags() -> None:
 
 
 def main(argv):
-    from bertjax.jobs import predict as prediction
+    from bertjax.jobs import predict
 
-    del argv
     FLAGS = flags.FLAGS
-    cli.quiet()
-    try:
-        count = prediction.predict_file(FLAGS.workdir, FLAGS.input_file, FLAGS.output_file, FLAGS.step,
-                                        FLAGS.batch_size)
-    except (OSError, ValueError) as e:  # a user's bad file or flag: one line, no traceback
-        sys.stderr.write(f"predict: error: {e}\n")
-        return 1
+    count = cli.run_job(argv, predict.predict_file, FLAGS.workdir, FLAGS.input_file, FLAGS.output_file, FLAGS.step,
+                        FLAGS.batch_size, command="predict")
     print(f"wrote {count} predictions to {FLAGS.output_file}")
-    return 0
 
 
 if __name__ == "__main__":

@@ -9,14 +9,15 @@ Flags keep google-research/bert's names and defaults. --input_file also takes Pa
 (e.g. --runner=beam --beam_runner=DataflowRunner --project=... --temp_location=gs://...).
 """
 
+import functools
 import os
-import sys
 
 from absl import app, flags
 
 from bertjax import cli
-from bertjax.data.pretraining import instances, packing, shards
 from bertjax.data.corpus import table as table_corpus
+from bertjax.data.pretraining import instances, packing, shards
+from bertjax.jobs import prepare
 
 FLAGS = flags.FLAGS
 
@@ -77,14 +78,11 @@ def main(argv):
             packing.predictions_per_row(FLAGS.max_predictions_per_row or 0, FLAGS.max_predictions_per_seq,
                                         FLAGS.max_instances_per_row))
         if FLAGS.packing else None)
-    try:
-        metadata = shards.prepare(cfg, num_workers=FLAGS.num_workers, runner=FLAGS.runner, beam_args=beam_args,
-                                  overwrite=FLAGS.overwrite)
-    except (OSError, ValueError, RuntimeError) as e:  # a user's bad file or flag: one line, no traceback
-        sys.stderr.write(f"prepare: error: {e}\n")
-        return 1
-    print(shards.summary(metadata))
-    return 0
+    job = functools.partial(prepare.prepare, cfg, num_workers=FLAGS.num_workers, runner=FLAGS.runner,
+                            beam_args=beam_args, overwrite=FLAGS.overwrite)
+    # RuntimeError too: a worker that died (out of memory) or Beam missing is the machine's or the install's
+    metadata = cli.run_job(argv, job, command="prepare", uses_jax=False, errors=(*cli.USER_ERRORS, RuntimeError))
+    print(prepare.summary(metadata))
 
 
 if __name__ == "__main__":

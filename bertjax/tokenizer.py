@@ -11,14 +11,10 @@ comes out another size than --vocab_size (a corpus too small for it) is one prin
 and why; SentencePiece refuses such a size instead.
 """
 
-from collections.abc import Iterator
-
 from absl import flags
 
 from bertjax import cli
-from bertjax.data.corpus import sources as corpus_lib
 from bertjax.data.corpus import table as table_corpus
-from bertjax.data.vocab import training as vocab_training
 
 FLAGS = flags.FLAGS
 
@@ -48,45 +44,16 @@ def define_flags() -> None:
     flags.DEFINE_string("tfds_text_feature", "text", "Deprecated: use --text_field.")
 
 
-def sentences(source: corpus_lib.Source) -> Iterator[str]:
-    for document in source.documents():
-        yield from document
-
-
 def main(argv: list[str]) -> None:
-    del argv
-    source = None
+    from bertjax.jobs import tokenizer
+
     lower = FLAGS.do_lower_case if FLAGS.do_lower_case is not None else FLAGS.model_type != "bpe"
-    try:
-        text_field = table_corpus.resolve_text_field(FLAGS.text_field, FLAGS.tfds_text_feature,
-                                                     "--tfds_text_feature", "--text_field")
-        source = corpus_lib.open_source(FLAGS.input_file, data_dir=FLAGS.tfds_data_dir, text_field=text_field,
-                                        skip_bad_json_lines=FLAGS.skip_bad_json_lines)
-        if FLAGS.model_type == "wordpiece":
-            # A vocab of another size than asked says so, and why, in one printed line.
-            tok = vocab_training.train_wordpiece(sentences(source), FLAGS.vocab_size, FLAGS.output_dir,
-                                                 do_lower_case=lower, report=print)
-        elif FLAGS.model_type == "bpe":
-            tok = vocab_training.train_bpe(sentences(source), FLAGS.vocab_size, FLAGS.output_dir,
-                                           do_lower_case=lower)
-        else:
-            tok = vocab_training.train_sentencepiece(sentences(source), FLAGS.vocab_size, FLAGS.output_dir,
-                                                     do_lower_case=lower, seed=FLAGS.random_seed,
-                                                     num_threads=FLAGS.num_threads)
-    except (OSError, ValueError) as e:  # a user's bad file or flag: one line, no traceback
-        if isinstance(e, vocab_training.NoText) and source is not None:  # nothing to learn from: say what was read
-            stats, rows = source.stats, table_corpus.skipped_rows_note(source.stats)
-            raise SystemExit(f"error: --input_file={FLAGS.input_file} gave no text to train on: {stats.units} "
-                             f"unit(s) read{f', {rows}' if rows else ''}, {stats.empty_files} empty file(s); point it "
-                             "at files that hold text (or name the field that does with --text_field).") from None
-        raise SystemExit(f"error: {e}") from None
-    written = [tok.path] + ([tok.path.with_suffix(".vocab")] if FLAGS.model_type == "sentencepiece" else [])
-    stats = source.stats
-    rows = table_corpus.skipped_rows_note(stats)  # Parquet / JSON Lines: rows without text are counted
-    print(f"Read {stats.units} unit(s), {stats.documents:,} documents, {stats.sentences:,} sentences"
-          f"{f' ({rows})' if rows else ''}; wrote "
-          f"{', '.join(map(str, written))}; vocab_size={tok.vocab_size} (do_lower_case={tok.do_lower_case}; "
-          f"[PAD]={tok.pad_id} [UNK]={tok.unk_id} [CLS]={tok.cls_id} [SEP]={tok.sep_id} [MASK]={tok.mask_id}).")
+    text_field = table_corpus.resolve_text_field(FLAGS.text_field, FLAGS.tfds_text_feature, "--tfds_text_feature",
+                                                 "--text_field")
+    report = cli.run_job(argv, tokenizer.train_tokenizer, FLAGS.input_file, FLAGS.vocab_size, FLAGS.output_dir,
+                         FLAGS.model_type, lower, FLAGS.num_threads, FLAGS.random_seed, FLAGS.tfds_data_dir,
+                         text_field, FLAGS.skip_bad_json_lines, command="tokenizer", uses_jax=False)
+    print(report)
 
 
 if __name__ == "__main__":

@@ -51,7 +51,7 @@ def minilm_dir() -> pathlib.Path:
 def pydocs_data(tmp_path_factory) -> str:
     """Vocab and train/held-out records made once from builtin:pydocs by the job's own data stage."""
     from bertjax.config.schema import JobConfig
-    from bertjax.data.pretraining import stage
+    from bertjax.jobs import stage
     import train_setup
 
     workdir = tmp_path_factory.mktemp("pydocs_run")

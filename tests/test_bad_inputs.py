@@ -25,7 +25,8 @@ from bertjax.config.schema import JobConfig
 from bertjax.data.corpus import sources as corpus_lib
 from bertjax.data.pretraining import instances
 from bertjax.data.pretraining import shards as shards_lib
-from bertjax.data.pretraining import stage
+from bertjax.jobs import prepare as prepare_job
+from bertjax.jobs import stage
 from bertjax.data.vocab import tokenization, training as vocab_training
 
 import train_setup
@@ -134,7 +135,7 @@ def test_corrupt_gzip_corpus(tmp_path, minilm_dir):
         sentence(e, path, "is not a readable gzip file", "drop the .gz")
     truncated = tmp_path / "truncated.txt.gz"
     with pytest.raises(ValueError) as e:  # bertjax.prepare's own entry point
-        shards_lib.prepare(prepare_config(tmp_path, truncated, minilm_dir / "vocab.txt"),
+        prepare_job.prepare(prepare_config(tmp_path, truncated, minilm_dir / "vocab.txt"),
                            progress_stream=io.StringIO())
     sentence(e, truncated, "is not a readable gzip file")
 
@@ -145,7 +146,7 @@ def test_corrupt_gzip_through_the_tokenizer_cli(tmp_path):
                            "--vocab_size=100", f"--output_dir={tmp_path}/vocab"],
                           cwd=REPO, capture_output=True, text=True, timeout=120)
     assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
-    assert done.stderr.strip().splitlines()[-1].startswith(f"error: {truncated} is not a readable gzip file ("), \
+    assert done.stderr.strip().splitlines()[-1].startswith(f"tokenizer: error: {truncated} is not a readable gzip file ("), \
         done.stderr
 
 
@@ -185,7 +186,7 @@ def test_file_given_as_a_directory(tmp_path, minilm_dir):
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("the dog runs.\nthe cat sleeps.\n", encoding="utf-8")
     with pytest.raises(NotADirectoryError) as e:
-        shards_lib.prepare(prepare_config(tmp_path, corpus, minilm_dir / "vocab.txt", output_dir=a_file),
+        prepare_job.prepare(prepare_config(tmp_path, corpus, minilm_dir / "vocab.txt", output_dir=a_file),
                            progress_stream=io.StringIO())
     sentence(e, f"--output_dir={a_file} is a file")
     with pytest.raises(NotADirectoryError) as e:

@@ -176,7 +176,7 @@ def test_sigterm_before_training_starts_exits_0_saying_nothing_was_lost(tmp_path
     config_file = train_setup.write_config(c, tmp_path / "config.py")
     program = (
         "import os, signal, sys\n"
-        "from bertjax.data.pretraining import stage\n"
+        "from bertjax.jobs import stage\n"
         "prepare = stage.prepare_data\n"
         "def signalled(*args, **kwargs):\n"
         "    os.kill(os.getpid(), signal.SIGTERM)\n"

@@ -21,6 +21,7 @@ from bertjax.data.corpus import sources as corpus_lib  # noqa: E402
 from bertjax.data.corpus import hf_datasets  # noqa: E402
 from bertjax.data.pretraining import instances  # noqa: E402
 from bertjax.data.pretraining import shards as shards_lib  # noqa: E402
+from bertjax.jobs import prepare as prepare_job
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 datasets.disable_progress_bars()
@@ -58,7 +59,7 @@ def prepare(input_file, out: pathlib.Path, vocab_file, num_shards: int = 1, num_
                                    num_shards=num_shards, block_chars=2_000, **kw,
                                    instance=instances.InstanceConfig(max_seq_length=64, max_predictions_per_seq=10,
                                                                      dupe_factor=2))
-    return shards_lib.prepare(cfg, num_workers=num_workers, runner=runner, beam_args=tuple(beam_args),
+    return prepare_job.prepare(cfg, num_workers=num_workers, runner=runner, beam_args=tuple(beam_args),
                               progress_stream=io.StringIO())
 
 
@@ -264,7 +265,7 @@ def test_skipped_rows_are_counted_per_file(tmp_path, texts, vocab_file):
     three = prepare(spec, tmp_path / "three", vocab_file, num_shards=3, num_workers=2, skip_bad_json_lines=True)
     assert one["corpus"]["skipped_by_file"] == three["corpus"]["skipped_by_file"] == expected
     assert one["skipped"]["empty_texts"] == 3 and one["text_field"] == "text"
-    summary = shards_lib.summary(three)
+    summary = prepare_job.summary(three)
     assert f"rows skipped by file: {tmp_path}/a.jsonl: 1 bad json lines, 1 empty texts; {tmp_path}/b.jsonl: " \
            "1 missing texts, 1 non string texts;" in summary
 

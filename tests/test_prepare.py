@@ -22,6 +22,7 @@ import pytest
 
 from bertjax.data.pretraining import instances
 from bertjax.data.pretraining import shards as shards_lib
+from bertjax.jobs import prepare as prepare_job
 from bertjax.data.vocab import tokenization
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -63,7 +64,7 @@ def run(out: pathlib.Path, input_file, vocab_file, *, seed: int = 12345, num_sha
     cfg = shards_lib.PrepareConfig(input_file=str(input_file), output_dir=str(out), vocab_file=str(vocab_file),
                                 random_seed=seed, num_shards=num_shards,
                                 instance=instances.InstanceConfig(**instance_kw))
-    return shards_lib.prepare(cfg, num_workers=num_workers, runner=runner, beam_args=beam_args,
+    return prepare_job.prepare(cfg, num_workers=num_workers, runner=runner, beam_args=beam_args,
                            progress_stream=io.StringIO())
 
 
@@ -368,7 +369,7 @@ def test_non_utf8_lines_and_empty_files_are_counted(vocab_file, tmp_path):
     metadata = run(tmp_path / "out", tmp_path / "in" / "*.txt", vocab_file, num_shards=2)
     assert metadata["replaced"]["non_utf8_lines"] == 2 and metadata["skipped"]["empty_files"] == 2
     assert metadata["counts"]["documents"] == 2 and metadata["counts"]["instances"] > 0
-    assert "2 non utf8 lines" in shards_lib.summary(metadata) and "2 empty files" in shards_lib.summary(metadata)
+    assert "2 non utf8 lines" in prepare_job.summary(metadata) and "2 empty files" in prepare_job.summary(metadata)
     # A corpus that yields nothing is an error naming the input and why, and leaves no metadata.json
     # behind, so its empty shards never pass for a data set.
     with pytest.raises(ValueError, match=r"b\.txt yielded no training instances .*skipped 1 empty files"):

@@ -28,6 +28,7 @@ from bertjax.config.schema import JobConfig
 from bertjax.data.pretraining import instances, records
 from bertjax.data.pretraining import pipeline as pipeline_lib
 from bertjax.data.pretraining import shards as shards_lib
+from bertjax.jobs import prepare as prepare_job
 from bertjax.data.vocab import check as vocab_check
 
 SEQ, PRED = 64, 10
@@ -61,7 +62,7 @@ def config(out, corpus, vocab_file, num_shards=4) -> shards_lib.PrepareConfig:
 
 
 def prepare(out, corpus, vocab_file, num_shards=4, **kw) -> dict:
-    return shards_lib.prepare(config(out, corpus, vocab_file, num_shards), progress_stream=io.StringIO(), **kw)
+    return prepare_job.prepare(config(out, corpus, vocab_file, num_shards), progress_stream=io.StringIO(), **kw)
 
 
 def pipeline(files) -> pipeline_lib.InputPipeline:
@@ -159,17 +160,17 @@ def test_the_summary_warns_when_instances_keep_under_95_percent_of_the_tokens(tm
                                 for d in range(0, 6000, 600)) + "\n", encoding="utf-8")
     metadata = prepare(tmp_path / "out", long, vocab_file, num_shards=1)
     assert metadata["tokens_kept_share"] < 0.6
-    warning = shards_lib.summary(metadata).splitlines()[-1]
+    warning = prepare_job.summary(metadata).splitlines()[-1]
     assert warning.startswith(f"prepare: warning: the instances keep only {100 * metadata['tokens_kept_share']:.1f}% "
                               f"of the corpus's {metadata['counts']['tokens']:,} tokens; sentences average")
     assert "more than half of max_seq_length=64" in warning
     # One-line sentences: one pass loses only what pairs overshoot, and five passes cut in different places.
     one_pass = prepare(tmp_path / "one", corpus, vocab_file, num_shards=1)
-    assert 0.85 < one_pass["tokens_kept_share"] < 0.95 and "dupe_factor=1" in shards_lib.summary(one_pass)
+    assert 0.85 < one_pass["tokens_kept_share"] < 0.95 and "dupe_factor=1" in prepare_job.summary(one_pass)
     cfg = dataclasses.replace(config(tmp_path / "five", corpus, vocab_file, 1), instance=instances.InstanceConfig(
         max_seq_length=SEQ, max_predictions_per_seq=PRED, dupe_factor=5))
-    five = shards_lib.prepare(cfg, progress_stream=io.StringIO())
-    assert five["tokens_kept_share"] > 0.99 and "warning" not in shards_lib.summary(five)
+    five = prepare_job.prepare(cfg, progress_stream=io.StringIO())
+    assert five["tokens_kept_share"] > 0.99 and "warning" not in prepare_job.summary(five)
 
 
 class FullDisk(io.RawIOBase):

@@ -20,6 +20,7 @@ zstandard = pytest.importorskip("zstandard")
 from bertjax.data.corpus import sources as corpus_lib  # noqa: E402
 from bertjax.data.pretraining import instances  # noqa: E402
 from bertjax.data.pretraining import shards as shards_lib  # noqa: E402
+from bertjax.jobs import prepare as prepare_job
 from bertjax.data.corpus import table as table_corpus  # noqa: E402
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -71,7 +72,7 @@ def prepare(input_file, out: pathlib.Path, vocab_file, num_shards: int = 1, num_
                                    num_shards=num_shards, block_chars=2_000, **kw,
                                    instance=instances.InstanceConfig(max_seq_length=64, max_predictions_per_seq=10,
                                                                      dupe_factor=2))
-    return shards_lib.prepare(cfg, num_workers=num_workers, progress_stream=io.StringIO())
+    return prepare_job.prepare(cfg, num_workers=num_workers, progress_stream=io.StringIO())
 
 
 def shard_bytes(out: pathlib.Path) -> list[bytes]:
@@ -201,7 +202,7 @@ def test_rows_without_text_are_counted_in_metadata_and_the_summary(tmp_path, tex
     assert {k: metadata["skipped"][k] for k in table_corpus.SKIPPED_ROW_COUNTERS} == {
         "empty_texts": 4, "missing_texts": 1, "non_string_texts": 1, "non_object_lines": 1, "bad_json_lines": 1}
     assert "4 empty texts, 1 missing texts, 1 non string texts, 1 non object lines, 1 bad json lines" in \
-        shards_lib.summary(metadata)
+        prepare_job.summary(metadata)
 
 
 def test_raw_text_metadata_shows_no_row_counters(tmp_path, texts, vocab_file):
@@ -376,5 +377,5 @@ def test_the_tokenizer_on_a_file_without_rows_names_the_file_and_what_it_read(tm
                            "--vocab_size=100", f"--output_dir={tmp_path}/out"], cwd=REPO, capture_output=True,
                           text=True, timeout=300)
     assert done.returncode == 1 and done.stderr.strip() == (
-        f"error: --input_file={tmp_path}/empty.parquet gave no text to train on: 1 unit(s) read, 1 empty file(s); "
+        f"tokenizer: error: --input_file={tmp_path}/empty.parquet gave no text to train on: 1 unit(s) read, 1 empty file(s); "
         "point it at files that hold text (or name the field that does with --text_field)."), done.stderr

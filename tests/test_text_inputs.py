@@ -14,6 +14,7 @@ import pytest
 from bertjax.data.corpus import sources as corpus_lib
 from bertjax.data.pretraining import instances
 from bertjax.data.pretraining import shards as shards_lib
+from bertjax.jobs import prepare as prepare_job
 from bertjax.data.corpus import text_checks
 from bertjax.data.corpus.text_checks import NotTextError, cut_sentences
 
@@ -88,7 +89,7 @@ def test_a_binary_through_prepare_and_its_command(tmp_path, minilm_dir):
                                    vocab_file=str(minilm_dir / "vocab.txt"), num_shards=3,
                                    instance=instances.InstanceConfig(max_seq_length=64, dupe_factor=1))
     with pytest.raises(NotTextError) as e:  # split into 3 byte ranges: the one at byte 0 checks the file
-        shards_lib.prepare(cfg, progress_stream=io.StringIO())
+        prepare_job.prepare(cfg, progress_stream=io.StringIO())
     one_sentence(e, binary, "NUL bytes")
     done = subprocess.run([sys.executable, "-m", "bertjax.prepare", f"--input_file={binary}",
                            f"--output_dir={tmp_path}/cli", f"--vocab_file={minilm_dir / 'vocab.txt'}",
@@ -147,7 +148,7 @@ def _prepare(path: pathlib.Path, out: pathlib.Path, vocab: pathlib.Path) -> dict
         input_file=str(path), output_dir=str(out), vocab_file=str(vocab), num_shards=1,
         instance=instances.InstanceConfig(max_seq_length=128, max_predictions_per_seq=20, dupe_factor=1,
                                           next_sentence_prediction=False))
-    return shards_lib.prepare(cfg, progress_stream=io.StringIO())
+    return prepare_job.prepare(cfg, progress_stream=io.StringIO())
 
 
 def test_a_3mb_line_without_newline_keeps_its_tokens(tmp_path, minilm_dir):

@@ -139,7 +139,7 @@ def train_and_evaluate(config: Any, workdir: str, compile_only: bool = False) ->
 def _train_and_evaluate(job: JobConfig, workdir: str, compile_only: bool, stop: loop_lib.StopRequest,
                         lock: lock_lib.WorkdirLock) -> dict:
     # ===== setup =====
-    from bertjax.data.pretraining import stage as stage_lib  # corpus → vocab → records, when the config asks for it
+    from bertjax.jobs import stage as stage_lib  # corpus → vocab → records, when the config asks for it
     from bertjax.data.vocab import check as vocab_check
 
     job = stage_lib.prepare_data(job, workdir)

@@ -22,6 +22,7 @@ import jax
 from bertjax.config.schema import JobConfig
 from bertjax.data.corpus import sources as corpus_lib
 from bertjax.data.pretraining import shards
+from bertjax.jobs import prepare as prepare_job
 from bertjax.data.corpus import table as table_corpus
 from bertjax.data.vocab import tokenization, training as vocab_training
 from bertjax.data.files import is_remote
@@ -113,8 +114,8 @@ def prepare_data(config: JobConfig, workdir: str) -> JobConfig:
                 packing=d.packing_config())
             log.info("data: preparing %s records (dupe_factor %d) into %s", name, dupe, cfg.output_dir)
             # overwrite: a stage cut short before stage.json is redone from the start
-            metadata = shards.prepare(cfg, num_workers=d.num_workers or os.cpu_count() or 1, overwrite=True)
-            log.info("data: %s", shards.summary(metadata).replace("\n", "; "))
+            metadata = prepare_job.prepare(cfg, num_workers=d.num_workers or os.cpu_count() or 1, overwrite=True)
+            log.info("data: %s", prepare_job.summary(metadata).replace("\n", "; "))
             counts[f"{name}_instances"] = metadata["counts"]["instances"]
         with open(done + ".tmp", "w") as f:
             json.dump(dict(counts, vocab_file=_recorded(vocab_file, out),
