@@ -80,7 +80,7 @@ def assert_export_matches(workdir: pathlib.Path, hf_class: str) -> None:
     labels = fingerprint["labels"]
     if labels:
         assert hf_model.config.id2label == dict(enumerate(labels))
-    model = heads.BertForFinetuning(model_lib.BertConfig(**fingerprint["model"]), fingerprint["task"],
+    model = model_lib.BertForFinetuning(model_lib.BertConfig(**fingerprint["model"]), fingerprint["task"],
                                     1 if fingerprint["regression"] else len(labels or [0, 0]))
     rng = np.random.default_rng(0)
     ids = rng.integers(5, len(VOCAB), (2, 16))

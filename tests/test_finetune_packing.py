@@ -55,8 +55,8 @@ def test_a_packed_batch_gives_each_example_its_padded_loss_and_gradients(task, r
     seq, n = 32, 12
     arrays = padded_examples(n, seq, task, regression=regression)
     labels = 1 if regression else 3
-    padded_model = heads.BertForFinetuning(CONFIG, task, labels)
-    packed_model = heads.BertForFinetuning(CONFIG, task, labels, packed=True)
+    padded_model = model_lib.BertForFinetuning(CONFIG, task, labels)
+    packed_model = model_lib.BertForFinetuning(CONFIG, task, labels, packed=True)
     params = padded_model.init(jax.random.PRNGKey(0), arrays["input_ids"][:1], arrays["segment_ids"][:1],
                                arrays["input_mask"][:1])["params"]
     params = nn.meta.unbox(params)

@@ -326,7 +326,7 @@ def test_heads_initialised_alone_equal_a_full_init(scan_layers):
     assert set(alone) == set(full) - {"bert"}
     jax.tree.map(np.testing.assert_array_equal, alone, {k: full[k] for k in alone})
     for task in ("sequence_classification", "token_classification", "question_answering"):
-        head_model = heads.BertForFinetuning(CONFIG, task, 3, scan_layers=scan_layers)
+        head_model = model_lib.BertForFinetuning(CONFIG, task, 3, scan_layers=scan_layers)
         full = nn.meta.unbox(head_model.init(rng, **model_lib.dummy_inputs(1, 8))["params"])
         alone = head_model.fresh_head(rng)
         assert set(alone) == set(full) - {"bert"} and alone

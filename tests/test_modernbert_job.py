@@ -275,12 +275,35 @@ def test_a_checkpoint_of_the_other_family_as_init_from_is_one_sentence(tmp_path)
     with pytest.raises(ValueError, match=r"init_from=.*modern holds a modernbert model, but config.model.family "
                                          r"is 'bert'"):
         pretrained.init_params(str(modern_dir), bert_model)
+
+
+def test_extract_features_reads_a_modernbert_encoder_as_transformers_does(tmp_path):
+    """The family contract's `encoder_states`: every layer's vectors of a ModernBERT directory equal
+    transformers' ModernBertModel(output_hidden_states=True) at the same token ids."""
+    import torch
+    import transformers
+
     from bertjax.jobs import extract_features as features
 
-    (tmp_path / "in.txt").write_text("a line\n")
-    with pytest.raises(ValueError, match=r"init_from=.*modern holds a modernbert model; extract_features reads BERT"):
-        features.run(str(modern_dir), str(tmp_path / "in.txt"), str(tmp_path / "out.jsonl"),
-                     vocab_file=str(tmp_path / "vocab.txt"))
+    modern_dir = tmp_path / "modern"
+    (tmp_path / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] +
+                                                  [f"w{i}" for i in range(35)]) + "\n")
+    model = modernbert.ModernBertForMaskedLM(modernbert_config.ModernBertConfig(**ARCH))
+    pretrained.save_pretrained(str(modern_dir), model, modernbert.init_params(model, jax.random.PRNGKey(0)))
+    (tmp_path / "in.txt").write_text("w3 w7 w1 w30 w2\n")
+    out = tmp_path / "out.jsonl"
+    features.run(str(modern_dir), str(tmp_path / "in.txt"), str(out), layers="-1,-2,-3", max_seq_length=16,
+                 vocab_file=str(tmp_path / "vocab.txt"))
+    line = json.loads(out.read_text())
+    assert [t["token"] for t in line["features"]] == ["[CLS]", "w3", "w7", "w1", "w30", "w2", "[SEP]"]
+    ours = np.array([[layer["values"] for layer in t["layers"]] for t in line["features"]])  # [tokens, 3, hidden]
+    ids = torch.tensor([[2, 8, 12, 6, 35, 7, 3]])
+    theirs = transformers.ModernBertModel.from_pretrained(str(modern_dir), attn_implementation="eager").eval()
+    with torch.no_grad():
+        hidden = theirs(input_ids=ids, attention_mask=torch.ones_like(ids), output_hidden_states=True).hidden_states
+    assert len(hidden) == ARCH["num_hidden_layers"] + 1
+    for j, index in enumerate((-1, -2, -3)):
+        np.testing.assert_allclose(ours[:, j], hidden[index][0].numpy(), atol=1e-4)
 
 
 def test_family_mismatches_in_the_config_are_one_sentence(tmp_path):

@@ -24,8 +24,7 @@ import numpy as np
 from bertjax.models import attention as attention_lib
 from bertjax.training import metrics as metrics_lib
 from bertjax import models as models_lib
-from bertjax.models.bert import model as model_lib
-from bertjax.models.bert.model import BertForFinetuning  # noqa: F401  (heads.BertForFinetuning)
+from bertjax.models.layers import DTYPES
 from bertjax.training import trainer as trainer_lib
 from bertjax.data.pretraining import pipeline as pipeline_lib
 
@@ -49,7 +48,7 @@ def from_config(cfg: Any, architecture: Any, task: str, num_labels: int,
     weights are: the init_from checkpoint's)."""
     implementation = attention_lib.choose(cfg.attention, architecture.attention_probs_dropout_prob,
                                           platform or jax.default_backend())
-    return model_for(architecture, task, num_labels, dtype=model_lib.DTYPES[cfg.dtype], scan_layers=cfg.scan_layers,
+    return model_for(architecture, task, num_labels, dtype=DTYPES[cfg.dtype], scan_layers=cfg.scan_layers,
                      remat_policy=cfg.remat_policy, attention=implementation, packed=packed)
 
 

@@ -11,7 +11,6 @@ table to WORKDIR/scores.json.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import os
@@ -22,7 +21,8 @@ import ml_collections
 
 from bertjax.jobs import finetune as finetuning
 from bertjax.runtime import ownership
-from bertjax.models.bert import model as model_lib
+from bertjax import models as models_lib
+from bertjax.models import pretrained as pretrained_lib
 from bertjax.finetuning import pydocs_task
 
 log = logging.getLogger(__name__)
@@ -68,8 +68,9 @@ def run_config(config: Any, init: str, pretrained: str, train_file: str, dev_fil
     else:
         settings = pretraining_settings(pretrained)
         c.train.init_from = ""
-        for field in dataclasses.fields(model_lib.BertConfig):
-            c.model[field.name] = settings["model"][field.name]
+        architecture = pretrained_lib.architecture_of(pretrained)  # the same model, randomly initialised
+        for name, value in models_lib.of(architecture).config.model_config_fields(architecture).items():
+            c.model[name] = value
         c.data.vocab_file = settings["data"]["vocab_file"]
         c.data.do_lower_case = settings["data"]["do_lower_case"]
     return c

@@ -16,35 +16,19 @@ its checkpoints), workdir/hf excepted; and a vocab whose size differs from the m
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import posixpath
 from typing import Optional
 
-from bertjax.training import checkpoint as checkpoint_lib
 from bertjax import models as models_lib
-from bertjax.runtime import ownership
-from bertjax.models.bert import hf
-from bertjax.models.bert import model as model_lib
-from bertjax.models.bert import tf1
-from bertjax.data.vocab import tokenization
 from bertjax.data.files import is_remote
+from bertjax.data.vocab import tokenization
+from bertjax.models import pretrained
+from bertjax.runtime import ownership
+from bertjax.training import checkpoint as checkpoint_lib
 
 log = logging.getLogger(__name__)
-
-
-def run_vocab(workdir: str) -> tuple[Optional[str], bool]:
-    """(vocab file, do_lower_case) the run in workdir was trained with, from its saved config.json."""
-    path = os.path.join(workdir, "config.json")
-    if not os.path.isfile(path):
-        return None, True
-    with open(path) as f:
-        data = json.load(f).get("data", {})
-    vocab = data.get("vocab_file") or None
-    if vocab and not (os.path.isfile(vocab) and vocab.endswith((".txt", ".json"))):
-        vocab = None  # a WordPiece vocab.txt or a tokenizer.json travels with an export; a SentencePiece model not
-    return vocab, bool(data.get("do_lower_case", True))
 
 
 def _real(path: str) -> str:
@@ -86,12 +70,13 @@ def export_tf1(path: str, output_dir: str, step: Optional[int] = None) -> str:
         raise ValueError(f"--step={step} selects a bertjax checkpoint, but --workdir={path} is a TF1 directory; "
                          "drop --step: the checkpoint its `checkpoint` file names (else bert_model.ckpt) is converted.")
     ownership.check_export_dir(output_dir)
-    config, params = tf1.load(path)
-    vocab_file, do_lower_case = tf1.vocab(path)
+    config, params = pretrained.load(path)
+    vocab_file, do_lower_case = pretrained.vocab_of(path)
     check_vocab_size(vocab_file, do_lower_case, config.vocab_size, path)
     kept = ownership.clear_earlier_export(output_dir, keep=[vocab_file])
-    hf.save_pretrained(output_dir, model_lib.BertForPreTraining(config), params, vocab_file=vocab_file,
-                       do_lower_case=do_lower_case)
+    family = models_lib.of(config)
+    family.hf.save_pretrained(output_dir, family.model.from_architecture(config), params, vocab_file=vocab_file,
+                              do_lower_case=do_lower_case)
     ownership.finish_export(output_dir, kept)
     log.info("export: converted TF1 %s to %s (vocab: %s, do_lower_case=%s)", path, output_dir,
              vocab_file or "none", do_lower_case)
@@ -100,20 +85,20 @@ def export_tf1(path: str, output_dir: str, step: Optional[int] = None) -> str:
 
 def export(workdir: str, output_dir: str, step: Optional[int] = None) -> str:
     if not is_remote(workdir) and not checkpoint_lib.is_workdir(workdir):  # else orbax says "train first"
-        if tf1.is_tf1_dir(workdir):
+        if pretrained.is_tf1_dir(workdir):
             return export_tf1(workdir, output_dir, step)
         fix = ("it is a Hugging Face directory already, which bertjax.from_pretrained and transformers load as it is"
-               if hf.has_config(workdir) else "pass the --workdir of a training run or a google-research/bert TF1 "
-               f"directory ({tf1.LAYOUT})")
+               if pretrained.is_hf_dir(workdir) else "pass the --workdir of a training run or a google-research/bert "
+               f"TF1 directory ({pretrained.TF1_LAYOUT})")
         raise FileNotFoundError(f"--workdir={workdir} is not a bertjax workdir (it has no "
                                 f"{checkpoint_lib.CHECKPOINTS}/ directory); {fix}.")
     check_output_dir(workdir, output_dir)
     own_export = _real(output_dir) == _real(os.path.join(workdir, "hf"))  # where the job exports itself
     ownership.check_export_dir(output_dir, own_export)
     fingerprint, params = checkpoint_lib.load_params(workdir, step)
-    family = models_lib.get(fingerprint.get("family", "bert"))
+    family = models_lib.of_fingerprint(fingerprint)
     config = family.config.from_fingerprint(fingerprint["model"])
-    vocab_file, do_lower_case = run_vocab(workdir)
+    vocab_file, do_lower_case = pretrained.run_vocab(workdir)
     check_vocab_size(vocab_file, do_lower_case, config.vocab_size, workdir)
     kept = ownership.clear_earlier_export(output_dir, own_export, keep=[vocab_file])
     if "task" in fingerprint:  # a fine-tuned run (bertjax.finetune): the transformers class of its task

@@ -29,8 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from bertjax.training import checkpoint as checkpoint_lib
-from bertjax.jobs import export as exporting
-from bertjax.models.bert import model as model_lib
+from bertjax import models as models_lib
 from bertjax.models import pretrained
 from bertjax.data.vocab import tokenization
 
@@ -90,7 +89,7 @@ def find_vocab(init_from: str, vocab_file: Optional[str], do_lower_case: Optiona
         elif re.match(r"(multi_)?cased_", os.path.basename(os.path.normpath(init_from))):
             recorded = False  # google-research/bert's cased_L-12_H-768_A-12 and kin record it only in the name
     elif checkpoint_lib.is_workdir(init_from):
-        found, recorded = exporting.run_vocab(init_from)
+        found, recorded = pretrained.run_vocab(init_from)
     elif os.path.isfile(os.path.join(init_from, tokenization.TOKENIZER_JSON)):  # applied as is, casing included
         found = os.path.join(init_from, tokenization.TOKENIZER_JSON)
     vocab_file = vocab_file or found
@@ -149,24 +148,23 @@ def featurize(examples: Sequence[Example], tokenizer: tokenization.Tokenizer,
     return features, truncated
 
 
-def layer_outputs_fn(model: model_lib.BertModel, layers: Sequence[int]):
+def layer_outputs_fn(architecture: Any, layers: Sequence[int]):
     """Jitted (encoder params, ids, segments, mask) -> [batch, len(layers), length, hidden] float32."""
-    layers = tuple(layers)
+    layers, family = tuple(layers), models_lib.of(architecture)
 
     @jax.jit
     def forward(params, input_ids, segment_ids, input_mask):
-        _, _, hidden_states = model.apply({"params": params}, input_ids, segment_ids, input_mask,
-                                          deterministic=True, output_hidden_states=True)
+        hidden_states = family.model.encoder_states(architecture, params, input_ids, segment_ids, input_mask)
         encoder_layers = hidden_states[1:]  # [0] is the embeddings' output, not a layer
         return jnp.stack([encoder_layers[i] for i in layers], axis=1).astype(jnp.float32)
 
     return forward
 
 
-def extract(model: model_lib.BertModel, params: Any, features: Sequence[Feature], layers: Sequence[int],
+def extract(architecture: Any, params: Any, features: Sequence[Feature], layers: Sequence[int],
             batch_size: int) -> Iterator[tuple[Feature, np.ndarray]]:
-    """(feature, its requested layers [len(layers), tokens, hidden]) in input order."""
-    forward = layer_outputs_fn(model, layers)
+    """(feature, its requested layers [len(layers), tokens, hidden]) in input order; `params`: the encoder's."""
+    forward = layer_outputs_fn(architecture, layers)
     start, last_log = time.monotonic(), time.monotonic()
     for begin in range(0, len(features), batch_size):
         chunk = features[begin:begin + batch_size]
@@ -201,13 +199,9 @@ def run(init_from: str, input_file: str, output_file: str, layers: str = "-1,-2,
     examples = read_examples(input_file)
     vocab_file, do_lower_case = find_vocab(init_from, vocab_file, do_lower_case)
     tokenizer = tokenization.load(vocab_file, do_lower_case)
-    # The encoder alone (BertModel, bert/ of every source): a fine-tuned workdir has no masked-LM head.
+    # The encoder alone (its family's BODY, of every source): a fine-tuned workdir has no masked-LM head.
     config, params = pretrained.load(init_from, encoder_only=True)
-    if config.model_type != "bert":
-        raise ValueError(f"--init_from={init_from} holds a {config.model_type} model; extract_features reads BERT "
-                         "encoders (for ModernBERT, bertjax.from_pretrained's model.apply(..., "
-                         "output_hidden_states=True) gives every layer's vectors).")
-    model, params = model_lib.BertModel(config), jax.tree.map(jnp.asarray, params["bert"])
+    params = jax.tree.map(jnp.asarray, params[models_lib.of(config).model.BODY])
     indices = layer_indices(layers, config.num_hidden_layers)
     min_length = 3 if any(ex.text_b is not None for ex in examples) else 2
     if not min_length <= max_seq_length <= config.max_position_embeddings:
@@ -227,7 +221,7 @@ def run(init_from: str, input_file: str, output_file: str, layers: str = "-1,-2,
         os.makedirs(os.path.dirname(output_file), exist_ok=True)
     tmp = output_file + ".tmp"
     with open(tmp, "w", encoding="utf-8") as f:
-        for feature, values in extract(model, params, features, indices, batch_size):
+        for feature, values in extract(config, params, features, indices, batch_size):
             f.write(to_json(feature, values, indices) + "\n")
     os.replace(tmp, output_file)  # a crash never leaves a partial file under the real name
     seconds = time.monotonic() - start

@@ -33,7 +33,6 @@ from bertjax.training import memory_check
 from bertjax.training import metrics as metrics_lib
 from bertjax import models as models_lib
 from bertjax.runtime import ownership
-from bertjax.models.bert import model as model_lib
 from bertjax.models import pretrained
 from bertjax.finetuning import scores
 from bertjax.training import trainer as trainer_lib
@@ -82,8 +81,7 @@ def resolve_source(job: FinetuneConfig) -> Source:
         raise FileNotFoundError(f"no vocab comes with config.train.init_from={path!r}; set "
                                 "--config.data.vocab_file (and --config.data.do_lower_case) to the vocab it was "
                                 "trained with.")
-    if hasattr(architecture, "classifier_pooling"):  # a fine-tuning choice (ModernBERT's), not the checkpoint's
-        architecture = dataclasses.replace(architecture, classifier_pooling=job.model.classifier_pooling)
+    architecture = models_lib.of(architecture).config.with_finetuning_choices(architecture, job.model)
     if not path and not job.model.vocab_size:  # unset: a random model as large as the vocab
         architecture = dataclasses.replace(architecture, vocab_size=tokenization.load(vocab, lower).vocab_size)
     return Source(architecture, params, vocab, lower)
@@ -341,7 +339,8 @@ def _finetune(job: FinetuneConfig, workdir: str, stop: loop_lib.StopRequest, loc
                 fresh = trainer.model.fresh_head(jax.random.PRNGKey(job.seed))  # the body is init_from's
                 params = heads.with_pretrained_body(fresh, source.params)
                 if job.model.scan_layers:
-                    params = model_lib.stack_layers(params, source.architecture.num_hidden_layers)
+                    family = models_lib.of(source.architecture)
+                    params = family.model.stack_layers(params, source.architecture.num_hidden_layers)
                 state = trainer.state_from_params(params)
                 log.info("restore: pre-trained body from %s, new %s head", job.train.init_from, job.task)
             else:

@@ -1,15 +1,18 @@
 """Encoder families and the one registry the rest of the code asks about them.
 
-A family is named by its Hugging Face `model_type` and lives in three modules of this package:
+A family is named by its Hugging Face `model_type` and lives in its own folder, `models/<name>/`, of three
+modules whose names are the contract (`CONTRACT` below; tests/test_house.py checks every family has each
+name, and that no code outside models/ names a family):
 
-    <name>_config.py   the architecture dataclass, its sizes, `from_model_config(config.model)` (no JAX)
-    <name>.py          the Flax modules; `from_config`, `init_params`, `pretraining_inputs`, `flops_per_sequence`
-    <name>_hf.py       transformers directories both ways: `load`, `save_pretrained`, `save_finetuned`
+    config.py   the architecture dataclass, its sizes, `from_model_config(config.model)` (no JAX)
+    model.py    the Flax modules; building, initialising, FLOPs, layer stacking, fine-tuning heads
+    hf.py       transformers directories both ways: `load`, `save_pretrained`, `save_finetuned`
 
 What they share is in layers.py (activations, dtypes, remat, dropout), options.py (the option names) and
 hf_files.py (config.json and safetensors). The trainer, checkpoints, export, fine-tuning, the summary and
-the AOT report ask `get(name)` or `of(architecture)` and never branch on the family. The registry imports
-no JAX: a family's modules are imported when asked for.
+the AOT report ask `get(name)`, `of(architecture)` or `of_fingerprint(fingerprint)` and never branch on the
+family. Adding a family: its folder, and its name in FAMILIES. The registry imports no JAX: a family's
+modules are imported when asked for.
 """
 
 from __future__ import annotations
@@ -22,6 +25,30 @@ from types import ModuleType
 from typing import Any
 
 FAMILIES = ("bert", "modernbert")
+# Checkpoints written before there was a second family record none: they are BERT's.
+UNRECORDED_FAMILY = FAMILIES[0]
+
+# What each family module provides, by the names its callers use.
+CONTRACT = {
+    "config": (
+        "from_model_config",  # config.model (ModelConfig) → the architecture dataclass
+        "model_config_fields",  # architecture → the config.model fields that rebuild it
+        "from_fingerprint",  # a checkpoint's recorded architecture → the dataclass
+        "config_for_size",  # a size name (tiny … large) → the architecture
+        "with_finetuning_choices",  # a checkpoint's architecture + config.model's fine-tuning-only choices
+    ),
+    "model": (
+        "from_config", "from_architecture",  # the pre-training model, from config.model or an architecture
+        "init_params", "dummy_inputs",  # unboxed parameters; shapes-only inputs for init and eval_shape
+        "pretraining_inputs",  # what a batch adds to `apply` beyond ids, mask and masked positions
+        "flops_per_sequence", "module_param_counts",  # the summary's and MFU's figures
+        "stack_layers", "unstack_layers",  # the scan layout of the parameters, both ways
+        "encoder_states",  # every layer's output of the encoder alone (extract_features)
+        "FINETUNING_TASKS", "finetuning_model",  # the heads it has, and the fine-tuning module
+        "BODY", "ENCODER",  # the encoder's subtree; what fine-tuning takes from a pre-trained model
+    ),
+    "hf": ("load", "load_config", "save_pretrained", "save_finetuned"),
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,14 +85,19 @@ def of(architecture: Any) -> Family:
     return get(architecture.model_type)
 
 
+def of_fingerprint(fingerprint: dict) -> Family:
+    """The family of a bertjax checkpoint, from its fingerprint (BERT's when it records none)."""
+    return get(fingerprint.get("family", UNRECORDED_FAMILY))
+
+
 def family_of(path: str) -> str:
     """The family of a Hugging Face directory, from config.json's model_type (BERT when it has none)."""
     config = os.path.join(path, "config.json")
     with open(config, encoding="utf-8") as f:
         try:
-            model_type = json.load(f).get("model_type", "bert")
+            model_type = json.load(f).get("model_type", UNRECORDED_FAMILY)
         except (json.JSONDecodeError, AttributeError):
-            return "bert"  # bert's reader says what is wrong with the file
+            return UNRECORDED_FAMILY  # its reader says what is wrong with the file
     if model_type not in FAMILIES:
         raise ValueError(f"{config}: model_type={model_type!r} is not BERT or ModernBERT; bertjax loads "
                          f"{' and '.join(repr(f) for f in FAMILIES)} checkpoints (load this one with transformers).")

@@ -22,6 +22,11 @@ WEIGHTS_INDEX_NAME = "model.safetensors.index.json"
 PICKLED_WEIGHTS = ("pytorch_model.bin", "pytorch_model.bin.index.json", "tf_model.h5", "flax_model.msgpack")
 
 
+def has_config(path: str) -> bool:
+    """Whether `path` is a Hugging Face model directory (its config.json), of any family."""
+    return os.path.isfile(os.path.join(path, CONFIG_NAME))
+
+
 def get_path(tree: dict, path: tuple[str, ...]) -> Any:
     for key in path:
         tree = tree[key]

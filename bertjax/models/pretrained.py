@@ -2,8 +2,9 @@
 google-research/bert TF1 directory.
 
 `bertjax.from_pretrained(path)` and the job's `config.train.init_from` both resolve a path here, so a
-new kind of source is added in one place. checkpoint.py reads workdirs, hf.py Hugging Face directories
-and tf1.py TF1 checkpoints (renamed into hf.py's import); checkpoint.py knows about neither of the others.
+new kind of source is added in one place. training/checkpoint.py reads workdirs, each family's hf.py its
+Hugging Face directories and bert/tf1.py TF1 checkpoints (Google's BERT, by definition); checkpoint.py knows
+about neither of the others.
 """
 
 from __future__ import annotations
@@ -16,18 +17,23 @@ from typing import Any, Optional
 import jax
 import jax.numpy as jnp
 
-from bertjax.training import checkpoint as checkpoint_lib
-from bertjax.models.bert import hf
-from bertjax.models.bert import model as model_lib
 from bertjax import models
+from bertjax.models import hf_files
 from bertjax.models.bert import tf1
+from bertjax.training import checkpoint as checkpoint_lib
 
 log = logging.getLogger(__name__)
 
 
-def _family_of(path: str) -> models.Family:
-    """The family of a Hugging Face directory (a TF1 directory is BERT)."""
-    return models.get(models.family_of(path) if hf.has_config(path) else "bert")
+def is_hf_dir(path: str) -> bool:
+    return hf_files.has_config(path)
+
+
+def is_tf1_dir(path: str) -> bool:
+    return tf1.is_tf1_dir(path)
+
+
+TF1_LAYOUT = tf1.LAYOUT  # what a TF1 directory holds, for the sentences that ask for one
 
 
 def load(path: str, seed: int = 0, encoder_only: bool = False) -> tuple[Any, dict]:
@@ -39,7 +45,7 @@ def load(path: str, seed: int = 0, encoder_only: bool = False) -> tuple[Any, dic
     (the family's `ENCODER`: BERT's `bert/`), and nothing initialised for heads a workdir lacks."""
     if checkpoint_lib.is_workdir(path):
         fingerprint, params = checkpoint_lib.load_params(path)
-        family = models.get(fingerprint.get("family", "bert"))
+        family = models.of_fingerprint(fingerprint)
         config = family.config.from_fingerprint(fingerprint["model"])
         if encoder_only:
             return config, {name: params[name] for name in family.model.ENCODER if name in params}
@@ -50,9 +56,11 @@ def load(path: str, seed: int = 0, encoder_only: bool = False) -> tuple[Any, dic
             fresh = jax.device_get(family.model.init_params(model, jax.random.PRNGKey(seed)))
             params = dict(fresh, **{family.model.BODY: params[family.model.BODY]})
         return config, params
-    family = _family_of(path)
-    config, params = tf1.load(path, seed) if tf1.is_tf1_dir(path) else family.hf.load(path, seed)
-    return config, {name: params[name] for name in family.model.ENCODER} if encoder_only else params
+    if tf1.is_tf1_dir(path):
+        config, params = tf1.load(path, seed)
+    else:
+        config, params = models.get(models.family_of(path)).hf.load(path, seed)
+    return config, {name: params[name] for name in models.of(config).model.ENCODER} if encoder_only else params
 
 
 def from_pretrained(path: str, *, dtype: Any = jnp.float32, scan_layers: bool = False,
@@ -63,7 +71,7 @@ def from_pretrained(path: str, *, dtype: Any = jnp.float32, scan_layers: bool = 
     family = models.of(config)
     model = family.model.from_architecture(config, dtype=dtype, scan_layers=scan_layers, remat_policy=remat_policy)
     params = jax.tree.map(jnp.asarray, params)
-    return model, model_lib.stack_layers(params, config.num_hidden_layers) if scan_layers else params
+    return model, family.model.stack_layers(params, config.num_hidden_layers) if scan_layers else params
 
 
 def save_pretrained(path: str, model: Any, params: dict, vocab_file: Optional[str] = None,
@@ -78,11 +86,9 @@ def save_pretrained(path: str, model: Any, params: dict, vocab_file: Optional[st
 def vocab_of(path: str) -> tuple[Optional[str], bool]:
     """(vocab file or None, do_lower_case) that come with the weights at `path`: a workdir's (its config's or its
     data stage's), a Hugging Face directory's vocab.txt or tokenizer.json, a TF1 directory's vocab.txt."""
-    from bertjax.jobs import export as exporting
-
     if checkpoint_lib.is_workdir(path):
-        return _run_vocab(path) or exporting.run_vocab(path)
-    if hf.has_config(path):
+        return _run_vocab(path) or run_vocab(path)
+    if hf_files.has_config(path):
         vocab = os.path.join(path, "vocab.txt")
         if not os.path.isfile(vocab):  # a tokenizer.json alone (byte-level BPE, ModernBERT's own) is applied as is
             vocab = os.path.join(path, "tokenizer.json")
@@ -105,10 +111,24 @@ def _run_vocab(workdir: str) -> Optional[tuple[str, bool]]:
     return (data["vocab_file"], bool(data.get("do_lower_case", True))) if data.get("vocab_file") else None
 
 
+def run_vocab(workdir: str) -> tuple[Optional[str], bool]:
+    """(vocab file, do_lower_case) the run in workdir was trained with, from its saved config.json: the files an
+    export carries (a WordPiece vocab.txt or a tokenizer.json; a SentencePiece model not)."""
+    path = os.path.join(workdir, "config.json")
+    if not os.path.isfile(path):
+        return None, True
+    with open(path) as f:
+        data = json.load(f).get("data", {})
+    vocab = data.get("vocab_file") or None
+    if vocab and not (os.path.isfile(vocab) and vocab.endswith((".txt", ".json"))):
+        vocab = None
+    return vocab, bool(data.get("do_lower_case", True))
+
+
 def _check_source(path: str) -> None:
-    if not (checkpoint_lib.is_workdir(path) or hf.has_config(path) or tf1.is_tf1_dir(path)):
+    if not (checkpoint_lib.is_workdir(path) or hf_files.has_config(path) or tf1.is_tf1_dir(path)):
         raise FileNotFoundError(f"config.train.init_from={path} is neither a bertjax workdir (with "
-                                f"{checkpoint_lib.CHECKPOINTS}/), a Hugging Face directory (with {hf.CONFIG_NAME}) "
+                                f"{checkpoint_lib.CHECKPOINTS}/), a Hugging Face directory (with {hf_files.CONFIG_NAME}) "
                                 f"nor a google-research/bert TF1 directory (with {tf1.LAYOUT}).")
 
 
@@ -118,10 +138,10 @@ def architecture_of(path: str) -> Any:
     _check_source(path)
     if checkpoint_lib.is_workdir(path):
         fingerprint = checkpoint_lib.read_fingerprint(path)
-        return models.get(fingerprint.get("family", "bert")).config.from_fingerprint(fingerprint["model"])
+        return models.of_fingerprint(fingerprint).config.from_fingerprint(fingerprint["model"])
     if tf1.is_tf1_dir(path):
         return tf1.load_config(path)
-    return _family_of(path).hf.load_config(path)
+    return models.get(models.family_of(path)).hf.load_config(path)
 
 
 def adopt_init_from(job: Any) -> Any:
@@ -181,4 +201,5 @@ def init_params(path: str, model: Any) -> dict:
         raise ValueError(f"config.train.init_from={path} holds a different model ({'; '.join(diff)}); set "
                          "config.model to match it.")
     params = jax.device_get(params)
-    return model_lib.stack_layers(params, arch.num_hidden_layers) if getattr(model, "scan_layers", False) else params
+    return models.of(arch).model.stack_layers(params, arch.num_hidden_layers) if getattr(model, "scan_layers", False) \
+        else params

@@ -40,7 +40,6 @@ import orbax.checkpoint as ocp
 from etils import epath
 
 from bertjax import models as models_lib
-from bertjax.models.bert import model as model_lib
 from bertjax.config.schema import CheckpointConfig
 from bertjax.data.pretraining import pipeline as pipeline_lib
 from bertjax.data.files import is_remote
@@ -220,7 +219,7 @@ class Checkpointer:
         """Refuses a workdir whose checkpoints belong to a different model, before restoring anything;
         returns the step's config item (with the arrays' checksums, for steps saved since they exist)."""
         saved = self.manager.restore(step, args=ocp.args.Composite(config=ocp.args.JsonRestore()))["config"]
-        family, saved_family = self.fingerprint.get("family", "bert"), saved.get("family", "bert")
+        family, saved_family = models_lib.of_fingerprint(self.fingerprint).name, models_lib.of_fingerprint(saved).name
         if family != saved_family:
             raise IncompatibleCheckpoint(
                 f"{self.directory}/{step} holds a {saved_family} model, but this run's config.model.family is "
@@ -542,7 +541,7 @@ def load_params(workdir: str, step: Optional[int] = None) -> tuple[dict, dict]:
                 f"{directory}/{step} is damaged: {len(bad)} parameter array(s) differ from the checksums saved with "
                 f"them, first {bad[0]}; use another step with --step (saved: {others or 'none'}).")
     log.info("checkpoint: loaded params of step %d from %s", step, directory)
-    return fingerprint, model_lib.unstack_layers(params)
+    return fingerprint, models_lib.of_fingerprint(fingerprint).model.unstack_layers(params)
 
 
 def place(params: Any, shardings: Any) -> Any:

@@ -27,7 +27,6 @@ import optax
 
 from bertjax.training import metrics as metrics_lib
 from bertjax import models as models_lib
-from bertjax.models.bert import model as model_lib
 from bertjax.training import optim as optim_lib
 from bertjax.training import sharding as sharding_lib
 from bertjax.config.schema import JobConfig
@@ -215,12 +214,14 @@ def initial_step_and_rng(seed: int) -> tuple[jax.Array, jax.Array]:
 def sharded_state(model: nn.Module, tx: optax.GradientTransformation, seed: int, seq_len: int,
                   mesh: jax.sharding.Mesh, rules: sharding_lib.Rules) -> tuple[TrainState, TrainState, Callable]:
     """(abstract state with shardings, shardings, jitted init that creates the state already sharded)."""
+    dummy_inputs = models_lib.of(model.config).model.dummy_inputs(1, seq_len)
+
     def create() -> TrainState:
-        params = nn.meta.unbox(model.init(jax.random.PRNGKey(seed), **model_lib.dummy_inputs(1, seq_len))["params"])
+        params = nn.meta.unbox(model.init(jax.random.PRNGKey(seed), **dummy_inputs)["params"])
         step, rng = initial_step_and_rng(seed)
         return TrainState(step=step, params=params, opt_state=tx.init(params), rng=rng)
 
-    boxed = jax.eval_shape(lambda: model.init(jax.random.PRNGKey(0), **model_lib.dummy_inputs(1, seq_len))["params"])
+    boxed = jax.eval_shape(lambda: model.init(jax.random.PRNGKey(0), **dummy_inputs)["params"])
     param_shardings = sharding_lib.logical_shardings(boxed, mesh, rules)
     opt_abstract = jax.eval_shape(tx.init, nn.meta.unbox(boxed))
     replicated = sharding_lib.replicated(mesh)

@@ -161,3 +161,9 @@ def model_config_fields(config: BertConfig) -> dict:
 def from_fingerprint(d: dict) -> BertConfig:
     """The architecture a checkpoint saved (`to_dict()`)."""
     return BertConfig(**d)
+
+
+def with_finetuning_choices(config: BertConfig, model_config: Any) -> BertConfig:
+    """A checkpoint's architecture as a fine-tuning run uses it: BERT's heads have no choices of their own."""
+    del model_config
+    return config

@@ -165,7 +165,7 @@ _HEADS = {  # task → (HF class, its output layer's name, whether its BertModel
 
 def save_finetuned(path: str, config: model_lib.BertConfig, params: dict, task: str, labels: Optional[list[str]],
                    regression: bool = False, vocab_file: Optional[str] = None, do_lower_case: bool = True) -> None:
-    """Writes a fine-tuned model (heads.BertForFinetuning's params) as the transformers class of its task,
+    """Writes a fine-tuned model (BertForFinetuning's params) as the transformers class of its task,
     with id2label/label2id, loading with no missing or unexpected keys."""
     hf_files.new_directory(path)
     architecture, head, pooler = _HEADS[task]
@@ -252,10 +252,6 @@ def _check_tied_decoder(tensors: dict[str, np.ndarray], params: dict, source: st
     if decoder.shape != embedding.shape or not np.array_equal(decoder.astype(np.float32), embedding):
         raise ValueError(f"{source}: cls.predictions.decoder.weight differs from the word embeddings; bertjax ties "
                          "them as BERT does, so an untied checkpoint cannot be loaded faithfully.")
-
-
-def has_config(path: str) -> bool:
-    return os.path.isfile(os.path.join(path, CONFIG_NAME))
 
 
 def load_config(path: str) -> model_lib.BertConfig:

@@ -529,3 +529,11 @@ def from_config(cfg: Any, platform: Optional[str] = None, packed: bool = False) 
                                           platform or jax.default_backend())
     return BertForPreTraining(cfg.architecture, dtype=DTYPES[cfg.dtype], scan_layers=cfg.scan_layers,
                               remat_policy=cfg.remat_policy, attention=implementation, packed=packed)
+
+
+def encoder_states(config: BertConfig, params: dict, input_ids: Array, segment_ids: Array,
+                   input_mask: Array) -> tuple[Array, ...]:
+    """Every layer's output of the encoder alone (`params`: the BODY subtree), the embeddings' first."""
+    _, _, hidden = BertModel(config).apply({"params": params}, input_ids, segment_ids, input_mask,
+                                           deterministic=True, output_hidden_states=True)
+    return hidden

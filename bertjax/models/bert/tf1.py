@@ -17,6 +17,7 @@ from typing import Optional
 import jax
 import numpy as np
 
+from bertjax.models import hf_files
 from bertjax.models.bert import hf
 from bertjax.models.bert import model as model_lib
 
@@ -86,7 +87,7 @@ def _has_checkpoint(path: str) -> bool:
 def is_tf1_dir(path: str) -> bool:
     """A google-research/bert directory, or part of one (so that its errors name what is missing). A Hugging
     Face config.json beside it wins: its safetensors are read without TensorFlow."""
-    return (os.path.isdir(path) and not hf.has_config(path)
+    return (os.path.isdir(path) and not hf_files.has_config(path)
             and (os.path.isfile(os.path.join(path, CONFIG_NAME)) or _has_checkpoint(path)))
 
 

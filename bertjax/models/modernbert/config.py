@@ -269,3 +269,9 @@ def to_hf_dict(config: ModernBertConfig, architectures: tuple[str, ...] = ("Mode
             d["global_attn_every_n_layers"] = every
             break
     return d
+
+
+def with_finetuning_choices(config: ModernBertConfig, model_config: Any) -> ModernBertConfig:
+    """A checkpoint's architecture as a fine-tuning run uses it: the classifier's pooling is config.model's
+    choice (transformers' classifier_pooling), not the checkpoint's."""
+    return dataclasses.replace(config, classifier_pooling=model_config.classifier_pooling)

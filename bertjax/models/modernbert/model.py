@@ -363,3 +363,24 @@ def flops_per_sequence(config: ModernBertConfig, seq_len: int, num_predictions: 
         forward += 2 * length * h * 2 * i + 2 * length * i * h
     forward += 2 * p * h * h + 2 * p * h * v
     return float(3 * forward if training else forward)
+
+
+def stack_layers(params: dict, num_layers: int) -> dict:
+    """The scan layout is BERT's: ModernBERT's layers alternate kinds and run as a loop, so its parameters
+    have one layout."""
+    del num_layers
+    return params
+
+
+def unstack_layers(params: dict) -> dict:
+    return params
+
+
+def encoder_states(config: ModernBertConfig, params: dict, input_ids: Array, segment_ids: Array,
+                   input_mask: Array) -> tuple[Array, ...]:
+    """Every layer's output of the encoder alone (`params`: the BODY subtree), the embeddings' first and the
+    last after the final norm, as transformers' ModernBertModel(output_hidden_states=True) gives them."""
+    del segment_ids  # ModernBERT has no token types
+    last, hidden = ModernBertModel(config).apply({"params": params}, input_ids, input_mask, deterministic=True,
+                                                 output_hidden_states=True)
+    return (*hidden[:-1], last)
