@@ -15,7 +15,6 @@ import pytest
 import bertjax
 from bertjax.training import checkpoint as checkpoint_lib
 from bertjax.jobs import export as exporting, finetune as finetuning, predict as prediction
-from bertjax.finetuning import heads
 from bertjax.models.bert import model as model_lib
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent

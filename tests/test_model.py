@@ -318,7 +318,6 @@ def test_heads_initialised_alone_equal_a_full_init(scan_layers):
     """Loading an encoder-only checkpoint (hf.from_hf_state_dict) and starting a fine-tuning head
     (finetuning, heads.fresh_head) initialise the heads without the body: the values must be those a full init
     gives, or a run from init_from would depend on which path built its head."""
-    from bertjax.finetuning import heads
 
     rng = jax.random.PRNGKey(3)
     model = model_lib.BertForPreTraining(CONFIG, scan_layers=scan_layers)
