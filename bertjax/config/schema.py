@@ -19,7 +19,7 @@ from typing import Any, Mapping, Optional
 
 from bertjax import models as models_lib
 from bertjax.config.convert import RENAMED, ConfigError, Rules, _bad, convert, parse_arg  # noqa: F401  (parse_arg: the configs' import)
-from bertjax.models.bert import config as architecture_lib
+from bertjax.models import options
 from bertjax.data.pretraining import instances as instances_lib
 from bertjax.data.pretraining import packing as packing_lib
 
@@ -29,7 +29,7 @@ DECAY_SHAPES = ("linear", "1-sqrt")  # config.optim.decay_shape: how wsd's decay
 MESH_AXES = ("data", "fsdp", "tensor")  # the device mesh's axes, in order (sharding.py builds the mesh)
 NONFINITE_POLICIES = ("skip", "stop")  # what the job does after a step whose loss or gradients are not finite
 
-_BASE = architecture_lib.config_for_size("base")
+_BASE = models_lib.get(models_lib.DEFAULT_FAMILY).config.config_for_size("base")  # the sizes' defaults
 
 
 # --- Sections ---------------------------------------------------------------------------------------
@@ -55,7 +55,7 @@ class ModelConfig:
     scan_layers: bool = True
     remat_policy: str = "none"
     attention: str = "auto"
-    family: str = "bert"  # models.FAMILIES; the fields below are ModernBERT's (transformers' names)
+    family: str = models_lib.DEFAULT_FAMILY  # models.FAMILIES; the fields below are ModernBERT's (transformers' names)
     local_attention: int = 128
     global_attn_every_n_layers: int = 3
     global_rope_theta: float = 160_000.0
@@ -74,14 +74,14 @@ class ModelConfig:
     def validate(self) -> None:
         if self.family not in models_lib.FAMILIES:
             raise _bad("config.model.family", self.family, f"is not one of {list(models_lib.FAMILIES)}.")
-        if self.dtype not in architecture_lib.DTYPE_NAMES:
-            raise _bad("config.model.dtype", self.dtype, f"is not one of {list(architecture_lib.DTYPE_NAMES)}.")
-        if self.attention not in architecture_lib.ATTENTION_IMPLEMENTATIONS:
+        if self.dtype not in options.DTYPE_NAMES:
+            raise _bad("config.model.dtype", self.dtype, f"is not one of {list(options.DTYPE_NAMES)}.")
+        if self.attention not in options.ATTENTION_IMPLEMENTATIONS:
             raise _bad("config.model.attention", self.attention,
-                       f"is not one of {list(architecture_lib.ATTENTION_IMPLEMENTATIONS)}.")
-        if self.remat_policy not in architecture_lib.REMAT_POLICY_NAMES:
+                       f"is not one of {list(options.ATTENTION_IMPLEMENTATIONS)}.")
+        if self.remat_policy not in options.REMAT_POLICY_NAMES:
             raise _bad("config.model.remat_policy", self.remat_policy,
-                       f"is not one of {list(architecture_lib.REMAT_POLICY_NAMES)}.")
+                       f"is not one of {list(options.REMAT_POLICY_NAMES)}.")
         self.architecture  # noqa: B018  (BertConfig validates the architecture and names the field)
 
 

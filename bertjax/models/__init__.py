@@ -25,8 +25,8 @@ from types import ModuleType
 from typing import Any
 
 FAMILIES = ("bert", "modernbert")
-# Checkpoints written before there was a second family record none: they are BERT's.
-UNRECORDED_FAMILY = FAMILIES[0]
+# config.model.family's default, and the family of checkpoints that record none (written before a second family).
+DEFAULT_FAMILY = FAMILIES[0]
 
 # What each family module provides, by the names its callers use.
 CONTRACT = {
@@ -87,7 +87,7 @@ def of(architecture: Any) -> Family:
 
 def of_fingerprint(fingerprint: dict) -> Family:
     """The family of a bertjax checkpoint, from its fingerprint (BERT's when it records none)."""
-    return get(fingerprint.get("family", UNRECORDED_FAMILY))
+    return get(fingerprint.get("family", DEFAULT_FAMILY))
 
 
 def family_of(path: str) -> str:
@@ -95,9 +95,9 @@ def family_of(path: str) -> str:
     config = os.path.join(path, "config.json")
     with open(config, encoding="utf-8") as f:
         try:
-            model_type = json.load(f).get("model_type", UNRECORDED_FAMILY)
+            model_type = json.load(f).get("model_type", DEFAULT_FAMILY)
         except (json.JSONDecodeError, AttributeError):
-            return UNRECORDED_FAMILY  # its reader says what is wrong with the file
+            return DEFAULT_FAMILY  # its reader says what is wrong with the file
     if model_type not in FAMILIES:
         raise ValueError(f"{config}: model_type={model_type!r} is not BERT or ModernBERT; bertjax loads "
                          f"{' and '.join(repr(f) for f in FAMILIES)} checkpoints (load this one with transformers).")

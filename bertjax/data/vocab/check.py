@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from bertjax.models.bert import config as architecture
+from bertjax import models as models_lib
 from bertjax.data.pretraining import records
 from bertjax.data.vocab import tokenization
 
@@ -34,9 +34,10 @@ def check_job_vocab(job: Any) -> Any:
             vocab_size = tokenizer.vocab_size
             log.info("setup: config.model.vocab_size unset: %d, the size of %s", vocab_size, d.vocab_file)
         else:
-            vocab_size = architecture.BertConfig.vocab_size
+            vocab_size = models_lib.get(job.model.family).config.config_for_size("base").vocab_size
             log.warning("setup: config.model.vocab_size unset and the records have no metadata.json: using "
-                        "BERT's %d; set it, or config.data.vocab_file, to the records' vocabulary", vocab_size)
+                        "%s-base's %d; set it, or config.data.vocab_file, to the records' vocabulary",
+                        job.model.family, vocab_size)
     if tokenizer is not None:
         if tokenizer.vocab_size != vocab_size:
             raise ValueError(f"config.data.vocab_file={d.vocab_file} has {tokenizer.vocab_size:,} tokens but "
