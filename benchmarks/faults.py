@@ -353,7 +353,7 @@ def train_on(out: str) -> tuple[str, str]:
 
 
 SIMULATED_FULL_PREPARE = """import errno
-from bertjax.data import records
+from bertjax.data.pretraining import records
 _open, _left = records.open_for_write, [{room}]
 class _Full:
     def __init__(self, f): self.f = f

@@ -1,5 +1,7 @@
-"""The house: commands are thin and no library imports one; the modules' imports form no circle; record
-preparation never imports JAX or Flax; an installed wheel runs the README's commands from any directory;
+"""The house: commands are thin and no library imports one; only commands, cli.py and __init__.py at the top,
+every library in a role folder, each command's library named as the command in jobs/; one exit path; the family
+and task contracts, and no family or task names outside their registries; the modules' imports form no circle;
+record preparation never imports JAX or Flax; an installed wheel runs the README's commands from any directory;
 a command-line mistake ends in one sentence and exit 2, on every command that takes --config; an older
 jax is refused at import with one sentence."""
 
@@ -22,6 +24,10 @@ PACKAGE = ROOT / "bertjax"
 # `python -m bertjax.NAME`: flags and one call. Every other module is a library, which imports none of these.
 COMMANDS = {"main", "finetune", "predict", "export", "extract_features", "summary", "prepare", "tokenizer",
             "demo_finetune", "glue"}
+# Every library lives in a folder named for its role (configs/ holds the config files, which are data).
+ROLES = {"jobs", "training", "runtime", "config", "models", "finetuning", "data", "configs"}
+FAMILIES = ("bert", "modernbert")
+TASKS = ("sequence_classification", "token_classification", "question_answering")
 
 
 def _modules() -> dict[str, pathlib.Path]:
@@ -102,6 +108,134 @@ def test_no_library_imports_a_command_and_the_imports_form_no_circle():
     assert circles(graph) == []
     # A circle would be found: the walk is not vacuous.
     assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def misplaced(paths: list[str]) -> list[str]:
+    """Modules (paths under bertjax/) that break the layout: at the top but neither a command, cli.py nor
+    __init__.py; or in a folder that is not a role's."""
+    top = {f"{name}.py" for name in COMMANDS} | {"cli.py", "__init__.py"}
+    return sorted(p for p in paths if ("/" not in p and p not in top) or ("/" in p and p.split("/")[0] not in ROLES))
+
+
+def test_only_commands_cli_and_init_at_the_top_and_libraries_in_role_folders():
+    paths = [str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py")]
+    assert "jobs/main.py" in paths and "models/bert/model.py" in paths
+    assert misplaced(paths) == []
+    assert misplaced(["trainer.py", "main.py", "cli.py", "misc/util.py", "training/loop.py"]) == [  # planted
+        "misc/util.py", "trainer.py"]
+
+
+def test_each_command_runs_the_library_of_its_name_and_ends_through_cli_run_job():
+    """`python -m bertjax.X` imports bertjax.jobs.X, and its one way out is cli.run_job (a user's mistake is
+    one sentence there, whatever the command): no command writes its own error or exit."""
+    graph, modules = import_graph(), _modules()
+    for name in COMMANDS:
+        assert f"bertjax.jobs.{name}" in modules, f"bertjax/jobs/{name}.py: the library of python -m bertjax.{name}"
+        assert f"bertjax.jobs.{name}" in graph[f"bertjax.{name}"], f"bertjax/{name}.py does not run its library"
+        assert own_exits(modules[f"bertjax.{name}"].read_text()) == [], f"bertjax/{name}.py"
+    planted = 'def main(argv):\n    try:\n        go()\n    except ValueError as e:\n' \
+              '        sys.stderr.write(f"x: {e}")\n        return 1\n'
+    assert own_exits(planted) == ["main does not call cli.run_job", "line 5 writes to stderr"]
+
+
+def own_exits(source: str) -> list[str]:
+    """Where a command's module ends the process its own way (instead of through cli.run_job)."""
+    found = []
+    tree = ast.parse(source)
+    main = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "main")
+    if not any(isinstance(n, ast.Attribute) and n.attr == "run_job" for n in ast.walk(main)):
+        found.append("main does not call cli.run_job")
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr in ("exit", "_exit", "stderr"):
+            found.append(f"line {node.lineno} {'writes to stderr' if node.attr == 'stderr' else 'exits'}")
+        if isinstance(node, ast.Name) and node.id == "SystemExit":
+            found.append(f"line {node.lineno} raises SystemExit")
+    return found
+
+
+def named_outside(names: tuple[str, ...], allowed: tuple[str, ...]) -> dict[str, list[int]]:
+    """String constants equal to one of `names` in bertjax's modules outside the `allowed` folders (a
+    comparison, a default, a table): where a registry's name is used instead of the registry."""
+    found = {}
+    for path in PACKAGE.rglob("*.py"):
+        rel = str(path.relative_to(PACKAGE))
+        if rel.startswith(allowed):
+            continue
+        lines = literal_lines(path.read_text(), names)
+        if lines:
+            found[rel] = lines
+    return found
+
+
+def literal_lines(source: str, names: tuple[str, ...]) -> list[int]:
+    return sorted(node.lineno for node in ast.walk(ast.parse(source))
+                  if isinstance(node, ast.Constant) and node.value in names)
+
+
+def test_no_family_is_named_or_imported_outside_models():
+    """Code outside models/ asks the registry (models.get / of / of_fingerprint) and the family contract; it
+    neither imports a family's modules nor writes a family's name."""
+    import bertjax.models as models
+
+    assert models.FAMILIES == FAMILIES
+    graph = import_graph()
+    imports = {module: sorted(t for t in targets if t.startswith(tuple(f"bertjax.models.{f}" for f in FAMILIES)))
+               for module, targets in graph.items() if not module.startswith("bertjax.models")}
+    assert {m: t for m, t in imports.items() if t} == {}
+    assert named_outside(FAMILIES, ("models/", "configs/")) == {}
+    assert literal_lines('if arch.model_type == "bert":\n    pass\n', FAMILIES) == [1]  # planted
+
+
+def test_task_names_are_compared_nowhere_outside_the_task_registry():
+    """The job, predict, the GLUE suite, the heads and the schema ask finetuning.tasks.get(config.task); the
+    families' head tables (models/) name the tasks they have heads for."""
+    from bertjax.finetuning import tasks
+
+    assert tasks.NAMES == TASKS
+    assert named_outside(TASKS, ("finetuning/tasks/", "models/", "configs/")) == {}
+    assert literal_lines('if job.task != "question_answering":\n    pass\n', TASKS) == [1]  # planted
+
+
+def contract_breaches(module_names: dict[str, object], contract: dict[str, tuple[str, ...]]) -> list[str]:
+    return [f"{part}.{name}" for part, names in contract.items() for name in names
+            if not hasattr(module_names[part], name)]
+
+
+def test_every_family_keeps_the_family_contract():
+    import types
+
+    import bertjax.models as models
+
+    for name in models.FAMILIES:
+        family = models.get(name)
+        modules = {"config": family.config, "model": family.model, "hf": family.hf}
+        assert contract_breaches(modules, models.CONTRACT) == [], name
+        assert family.model.FINETUNING_TASKS and set(family.model.FINETUNING_TASKS) <= set(TASKS), name
+    broken = dict(modules, model=types.SimpleNamespace(from_config=None))  # planted: a family missing the rest
+    assert "model.stack_layers" in contract_breaches(broken, models.CONTRACT)
+
+
+def test_every_task_keeps_the_task_contract():
+    from bertjax.finetuning import tasks
+    from bertjax.finetuning.tasks.base import TaskKind
+
+    for name in tasks.NAMES:
+        assert isinstance(tasks.get(name), TaskKind) and tasks.get(name).name == name
+    with pytest.raises(TypeError, match="abstract"):  # planted: a task kind without its scores
+
+        class NoScores(TaskKind):
+            def primary_metric(self, regression): return "f1"
+
+        NoScores()
+    with pytest.raises(ValueError, match="config.task='ner' is not one of"):
+        tasks.get("ner")
+
+
+def test_every_package_says_what_its_folder_is_for():
+    """DESIGN notes live in the packages' docstrings."""
+    bare = [str(p.relative_to(ROOT)) for p in PACKAGE.rglob("__init__.py") if "configs" not in p.parts
+            and not ast.get_docstring(ast.parse(p.read_text()))]
+    assert bare == []
 
 
 def remote_path_tests(source: str) -> list[int]:
@@ -303,7 +437,7 @@ def test_an_older_jax_is_refused_at_import_with_one_sentence(tmp_path):
 
 TF_WITHOUT_KERAS = """
 import sys
-from bertjax import tf_import
+from bertjax.runtime import tf_import
 tf_import.skip_keras_while_tensorflow_imports()
 import tensorflow as tf
 print("keras" in sys.modules, "sklearn" in sys.modules)

@@ -1,4 +1,4 @@
-"""Fine-tuning data (bertjax.finetuning.tasks): readers, features against google-research/bert's rules and transformers.
+"""Fine-tuning data (bertjax.finetuning.readers): readers, features against google-research/bert's rules and transformers.
 
 Everything runs on files written here with a small vocab; no JAX compile, no download.
 """
@@ -12,7 +12,7 @@ import pytest
 from bertjax.finetuning import squad, tasks
 from bertjax.data.vocab import tokenization, training as vocab_training
 from bertjax.finetuning.squad import QAExample
-from bertjax.finetuning.tasks import LabelMap, Source, TextExample, TokenExample
+from bertjax.finetuning.readers import LabelMap, Source, TextExample, TokenExample
 
 WORDS = ("the a cat sat on mat dog ran john lives in new york is big hello world good bad what team won when did they "
          "who denver broncos super bowl 50 play un cafe filler , . ! ? ( ) - ##ed ##s ##aff ##able ##ing ##ly").split()

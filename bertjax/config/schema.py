@@ -19,6 +19,7 @@ from typing import Any, Mapping, Optional
 
 from bertjax import models as models_lib
 from bertjax.config.convert import RENAMED, ConfigError, Rules, _bad, convert, parse_arg  # noqa: F401  (parse_arg: the configs' import)
+from bertjax.finetuning import tasks as tasks_lib
 from bertjax.models import options
 from bertjax.data.pretraining import instances as instances_lib
 from bertjax.data.pretraining import packing as packing_lib
@@ -421,7 +422,7 @@ class JobConfig(_Sections):
 
 # --- Fine-tuning (configs/finetune.py, python -m bertjax.finetune) ----------------------------------------
 
-FINETUNE_TASKS = ("sequence_classification", "token_classification", "question_answering")
+FINETUNE_TASKS = tasks_lib.NAMES  # finetuning/tasks/: the registry
 
 
 @dataclasses.dataclass(frozen=True)
@@ -449,14 +450,9 @@ class FinetuneDataConfig:
                        "(TSV/CSV/JSONL, CoNLL or SQuAD JSON; a glob, or tfds:NAME:SPLIT).")
         if self.max_seq_length < 8:
             raise _bad("config.data.max_seq_length", self.max_seq_length, "must be ≥ 8.")
-        if self.regression and task != "sequence_classification":
-            raise _bad("config.data.regression", True, f"is for sequence_classification, not {task}.")
         if self.max_instances_per_row < 0:
             raise _bad("config.data.max_instances_per_row", self.max_instances_per_row, "must be ≥ 0 (0 = no limit).")
-        if task == "question_answering" and not 0 < self.doc_stride < self.max_seq_length - self.max_query_length - 3:
-            raise _bad("config.data.doc_stride", self.doc_stride,
-                       f"must be > 0 and leave room for the question: below max_seq_length - max_query_length - 3 "
-                       f"= {self.max_seq_length - self.max_query_length - 3}.")
+        tasks_lib.get(task).validate(self)  # what this task refuses of config.data
 
 
 @dataclasses.dataclass(frozen=True)
@@ -521,7 +517,7 @@ class FinetuneConfig(_Sections):
     """The whole fine-tuning config (configs/finetune.py). `model` says how to compute; the architecture
     comes from `train.init_from` (or `model`'s fields for a random initialisation)."""
 
-    task: str = "sequence_classification"
+    task: str = FINETUNE_TASKS[0]  # finetuning/tasks/
     seed: int = 0
     model: ModelConfig = ModelConfig()
     data: FinetuneDataConfig = FinetuneDataConfig()

@@ -30,7 +30,7 @@ import os
 from typing import Optional
 
 from bertjax.data import files
-from bertjax.finetuning.tasks import Source, TextExample, read_text
+from bertjax.finetuning.readers import Source, TextExample, read_text
 
 log = logging.getLogger(__name__)
 

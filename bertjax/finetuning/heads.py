@@ -1,9 +1,10 @@
 """Fine-tuning heads: BERT "with just one additional output layer", and the `trainer.Task` that trains it.
 
-The head modules live with their family (models/bert.py `BertForFinetuning`, models/modernbert.py
-`ModernBertForFinetuning`); `from_config` picks the family's. BERT's is `BertModel` (the pre-trained body,
-under `bert/`, the same parameters as pre-training) plus one dense layer named as in Hugging Face's `BertFor*`
-classes, so that models/bert_hf.py exports it as
+The head modules live with their family (models/bert/model.py `BertForFinetuning`, models/modernbert/model.py
+`ModernBertForFinetuning`); `from_config` picks the family's; the task's targets, loss and accuracy sums are
+its task kind's (finetuning/tasks/). BERT's is `BertModel` (the pre-trained body, under `bert/`, the same
+parameters as pre-training) plus one dense layer named as in Hugging Face's `BertFor*` classes, so that
+models/bert/hf.py exports it as
 `BertForSequenceClassification` / `BertForTokenClassification` / `BertForQuestionAnswering`:
   sequence_classification  dropout + `classifier` on the pooled [CLS] (one output and MSE for regression)
   token_classification     dropout + `classifier` on every token; only a word's first piece is scored
@@ -25,10 +26,10 @@ from bertjax.models import attention as attention_lib
 from bertjax.training import metrics as metrics_lib
 from bertjax import models as models_lib
 from bertjax.models.layers import DTYPES
+from bertjax.finetuning import tasks as tasks_lib
 from bertjax.training import trainer as trainer_lib
 from bertjax.data.pretraining import pipeline as pipeline_lib
 
-TASKS = ("sequence_classification", "token_classification", "question_answering")
 Array = jax.Array
 
 
@@ -64,25 +65,12 @@ def batch_shapes(task: str, regression: bool, batch_size: int, seq_len: int,
     if slots:
         out.update(position_ids=(tokens, np.int32), cls_positions=((batch_size, slots), np.int32),
                    cls_weights=((batch_size, slots), np.float32))
-    if task == "sequence_classification":
-        out["label"] = ((batch_size, slots) if slots else row, np.float32 if regression else np.int32)
-    elif task == "token_classification":
-        out.update(label_ids=(tokens, np.int32), label_weights=(tokens, np.float32))
-    else:
-        out.update(start_positions=(row, np.int32), end_positions=(row, np.int32))
+    out.update(tasks_lib.get(task).targets(regression, batch_size, seq_len, slots))
     out[pipeline_lib.EXAMPLE_WEIGHT] = (row, np.float32)
     return out
 
 
 # --- Losses and metrics as (sum, count) pairs -----------------------------------------------------------
-
-def _cross_entropy(logits: Array, labels: Array) -> Array:
-    return -jnp.take_along_axis(jax.nn.log_softmax(logits, axis=-1), labels[..., None], axis=-1)[..., 0]
-
-
-def _correct(logits: Array, labels: Array) -> Array:
-    return (jnp.argmax(logits, axis=-1) == labels).astype(jnp.float32)
-
 
 def packed_inputs(batch: trainer_lib.Batch) -> dict:
     """The keyword arguments a packed batch adds to `apply`; {} for padded rows."""
@@ -106,31 +94,12 @@ def _sums(model: nn.Module, regression: bool, params: Any, batch: trainer_lib.Ba
     weight = batch[pipeline_lib.EXAMPLE_WEIGHT]
     examples = _example_weights(batch)
     rows = jnp.sum(examples)
-    if model.task == "sequence_classification" and regression:
-        error = (logits[..., 0] - batch["label"]) ** 2
-        sums = {"mse": (jnp.sum(error * examples), rows)}
-    elif model.task == "sequence_classification":
-        sums = {"cross_entropy": (jnp.sum(_cross_entropy(logits, batch["label"]) * examples), rows),
-                "accuracy": (jnp.sum(_correct(logits, batch["label"]) * examples), rows)}
-    elif model.task == "token_classification":
-        scored = batch["label_weights"] * weight[:, None]
-        count = jnp.sum(scored)
-        sums = {"cross_entropy": (jnp.sum(_cross_entropy(logits, batch["label_ids"]) * scored), count),
-                "accuracy": (jnp.sum(_correct(logits, batch["label_ids"]) * scored), count)}
-    else:
-        start, end = logits[..., 0], logits[..., 1]
-        both = _cross_entropy(start, batch["start_positions"]) + _cross_entropy(end, batch["end_positions"])
-        sums = {"cross_entropy": (jnp.sum(0.5 * both * weight), rows),
-                "span_accuracy": (jnp.sum(_correct(start, batch["start_positions"]) *
-                                          _correct(end, batch["end_positions"]) * weight), rows)}
+    sums = tasks_lib.get(model.task).sums(logits, batch, regression, examples, weight)
     return dict(sums, **trainer_lib.row_counts(batch, rows if "cls_weights" in batch else None))
 
 
 def _denominator(task: str, batch: trainer_lib.Batch) -> Array:
-    weight = batch[pipeline_lib.EXAMPLE_WEIGHT]
-    if task == "token_classification":
-        return jnp.sum(batch["label_weights"] * weight[:, None])
-    return jnp.sum(_example_weights(batch))
+    return tasks_lib.get(task).denominator(batch, _example_weights(batch), batch[pipeline_lib.EXAMPLE_WEIGHT])
 
 
 def _loss(sums: metrics_lib.Metrics, denominator: Array) -> Array:

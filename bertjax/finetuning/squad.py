@@ -20,7 +20,7 @@ from typing import Any, Optional, Union
 import numpy as np
 
 from bertjax.data.corpus.sources import expand_patterns
-from bertjax.finetuning.tasks import Arrays, Source, pad_to, pieces_of, read_text
+from bertjax.finetuning.readers import Arrays, Source, pad_to, pieces_of, read_text
 from bertjax.data.vocab.tokenization import SENTENCEPIECE_SPACE, UNK, WORDPIECE_PREFIX, Tokenizer
 
 log = logging.getLogger(__name__)

@@ -2,7 +2,7 @@
 
 Fine-tunes a pre-trained BERT (`config.train.init_from`: a bertjax workdir, a Hugging Face directory or
 a google-research/bert TF1 checkpoint; empty = random initialisation) on a labelled task — one of
-heads.TASKS — on the same machinery as pre-training: `trainer.setup` (mesh, sharded state, compiled
+a task of finetuning/tasks/ — on the same machinery as pre-training: `trainer.setup` (mesh, sharded state, compiled
 step), `loop.train_loop` (log lines with ETA, TensorBoard + metrics.jsonl, evals, orbax checkpoints with
 exact resume, SIGTERM, the non-finite guard). Held-out scores are computed on the host from every
 prediction (scores.py) and written as `"kind": "eval"` rows.
@@ -39,8 +39,8 @@ from bertjax.training import trainer as trainer_lib
 from bertjax.config.schema import FinetuneConfig
 from bertjax.finetuning import arrays as arrays_lib
 from bertjax.finetuning import example_packing
-from bertjax.finetuning import squad as squad_lib
 from bertjax.data.pretraining import pipeline as pipeline_lib
+from bertjax.finetuning import readers
 from bertjax.finetuning import tasks as tasks_lib
 from bertjax.data.vocab import tokenization
 
@@ -51,9 +51,7 @@ PREDICTIONS_FILE = "eval_predictions.jsonl"
 
 def primary_metric(job: FinetuneConfig) -> str:
     """The score a sweep ranks runs by: GLUE's for the task."""
-    if job.task == "sequence_classification":
-        return "pearson" if job.data.regression else "accuracy"
-    return "f1"
+    return tasks_lib.get(job.task).primary_metric(job.data.regression)
 
 
 # --- Where the weights and the tokenizer come from ------------------------------------------------------
@@ -109,36 +107,17 @@ class Split:
 
 def read_examples(job: FinetuneConfig, pattern: str, training: bool) -> list:
     """The examples of a file, glob or tfds:NAME:SPLIT for the task."""
-    if job.task == "sequence_classification":
-        return tasks_lib.read_text_examples(pattern, regression=job.data.regression)  # files, or tfds:NAME:SPLIT
-    if job.task == "token_classification":
-        return tasks_lib.read_conll(pattern)
-    # Training leaves out (and counts) questions whose answer offsets do not match their text.
-    examples, stats = squad_lib.read_squad(pattern, require_answers=training)
-    log.info("data: %s: %s", pattern, stats)
-    return examples
+    return tasks_lib.get(job.task).read_examples(pattern, job.data, training)
 
 
-def label_map(job: FinetuneConfig, train_examples: list) -> Optional[tasks_lib.LabelMap]:
-    if job.task == "question_answering" or job.data.regression:
-        return None
-    if job.task == "token_classification":
-        return tasks_lib.LabelMap.from_labels(tag for e in train_examples for tag in e.labels)
-    return tasks_lib.LabelMap.from_labels(e.label for e in train_examples)
+def label_map(job: FinetuneConfig, train_examples: list) -> Optional[readers.LabelMap]:
+    return tasks_lib.get(job.task).label_map(train_examples, job.data)
 
 
 def make_split(job: FinetuneConfig, examples: list, tokenizer: tokenization.Tokenizer,
-               labels: Optional[tasks_lib.LabelMap], training: bool, name: str) -> Split:
+               labels: Optional[readers.LabelMap], training: bool, name: str) -> Split:
     d = job.data
-    if job.task == "sequence_classification":
-        arrays, truncated = tasks_lib.text_features(examples, tokenizer, d.max_seq_length, labels)
-        features = None
-    elif job.task == "token_classification":
-        arrays, features, truncated = tasks_lib.token_features(examples, tokenizer, d.max_seq_length, labels)
-    else:
-        arrays, features = squad_lib.qa_features(examples, tokenizer, d.max_seq_length, d.doc_stride,
-                                                 d.max_query_length, training=training)
-        truncated = 0
+    arrays, features, truncated = tasks_lib.get(job.task).rows(examples, tokenizer, d, labels, training)
     # Every split carries every key of the task's batch (targets an eval file lacks are zeros, unscored).
     rows = len(arrays["input_ids"])
     for key, (shape, dtype) in heads.batch_shapes(job.task, d.regression, rows, d.max_seq_length).items():
@@ -157,7 +136,7 @@ def _logits(job: FinetuneConfig, trainer: trainer_lib.Trainer, params: Any, batc
     batches.reset()
     out = [trainer.predict_step(params, trainer.global_batch(local))["logits"] for local in batches]
     if isinstance(batches, example_packing.PackedBatches):
-        return batches.unpack(out, per_token=job.task == "token_classification")
+        return batches.unpack(out, per_token=tasks_lib.get(job.task).per_token)
     return np.concatenate(out)[:batches.rows]
 
 
@@ -183,57 +162,21 @@ def make_batches(job: FinetuneConfig, train: Split, evaluation: Optional[Split],
 
 
 def uses_packing(job: FinetuneConfig) -> bool:
-    return job.data.packing and job.task != "question_answering"
+    return job.data.packing and tasks_lib.get(job.task).packs
 
 
 def predictions_of(job: FinetuneConfig, split: Split, logits: np.ndarray,
-                   labels: Optional[tasks_lib.LabelMap]) -> list[dict]:
+                   labels: Optional[readers.LabelMap]) -> list[dict]:
     """One prediction per example, from the logits of every row: a label (with its probability), a score,
     a tag per word with the entities they make, or an answer cut from the original context."""
-    if job.task == "sequence_classification" and job.data.regression:
-        return [{"prediction": float(p)} for p in logits[:, 0]]
-    if job.task == "sequence_classification":
-        probabilities = np.exp(logits - np.logaddexp.reduce(logits, axis=-1, keepdims=True))
-        return [{"prediction": labels.labels[p], "probability": round(float(probabilities[i, p]), 6)}
-                for i, p in enumerate(logits.argmax(-1))]
-    if job.task == "token_classification":
-        fallback = "O" if "O" in labels.labels else labels.labels[0]  # for words cut off by truncation
-        predicted = logits.argmax(-1)
-        out = []
-        for row, (example, starts) in enumerate(zip(split.examples, split.features)):
-            tags = [labels.labels[predicted[row, i]] if i >= 0 else fallback for i in starts]
-            entities = [{"type": kind, "start": first, "end": last + 1, "text": " ".join(example.words[first:last + 1])}
-                        for kind, first, last in scores.entity_chunks(tags)]
-            out.append({"words": example.words, "prediction": tags, "entities": entities})
-        return out
-    d = job.data
-    answers = squad_lib.qa_predictions(split.examples, split.features, logits[..., 0], logits[..., 1],
-                                       n_best_size=d.n_best_size, max_answer_length=d.max_answer_length,
-                                       version_2=d.version_2_with_negative,
-                                       null_score_diff_threshold=d.null_score_diff_threshold)
-    return [{"id": e.qid, "question": e.question, "prediction": answers.get(e.qid, "")} for e in split.examples]
+    return tasks_lib.get(job.task).predictions(split, logits, labels, job.data)
 
 
 def scores_of(job: FinetuneConfig, split: Split, logits: np.ndarray,
-              labels: Optional[tasks_lib.LabelMap]) -> tuple[dict[str, float], list[dict]]:
+              labels: Optional[readers.LabelMap]) -> tuple[dict[str, float], list[dict]]:
     """(held-out scores, predictions_of with the truth beside each) from the logits of every row."""
     predictions = predictions_of(job, split, logits, labels)
-    if job.task == "sequence_classification":
-        truth = split.arrays["label"]
-        if job.data.regression:
-            result = scores.regression_scores(truth, logits[:, 0])
-        else:
-            log_probs = logits - np.logaddexp.reduce(logits, axis=-1, keepdims=True)
-            result = dict(scores.classification_scores(truth, logits.argmax(-1), len(labels.labels)),
-                          cross_entropy=float(-np.mean(log_probs[np.arange(len(truth)), truth])))
-        gold = [float(t) if job.data.regression else labels.labels[t] for t in truth]
-    elif job.task == "token_classification":
-        gold = [e.labels for e in split.examples]
-        result = scores.entity_scores(gold, [p["prediction"] for p in predictions])
-    else:
-        gold = [[text for text, _ in e.answers] or [""] for e in split.examples]
-        result = scores.squad_scores({p["id"]: p["prediction"] for p in predictions},
-                                     {e.qid: g for e, g in zip(split.examples, gold)})
+    result, gold = tasks_lib.get(job.task).scores(split, logits, labels, job.data, predictions)
     return dict(result), [dict(p, label=g) for p, g in zip(predictions, gold)]
 
 
@@ -245,7 +188,7 @@ class Examples:
 
     train: list
     eval: Optional[list]
-    labels: Optional[tasks_lib.LabelMap]  # the task's label order; None = regression (or from train's labels)
+    labels: Optional[readers.LabelMap]  # the task's label order; None = regression (or from train's labels)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -308,8 +251,8 @@ def _finetune(job: FinetuneConfig, workdir: str, stop: loop_lib.StopRequest, loc
     num_labels = 1 if job.data.regression else (2 if labels is None else len(labels.labels))
     fingerprint = dict(checkpoint_lib.model_fingerprint(source.architecture, job.model.scan_layers), task=job.task,
                        labels=list(labels.labels) if labels else None, regression=job.data.regression)
-    if job.data.packing and job.task == "question_answering":
-        log.info("data: question_answering keeps one window a row (config.data.packing is for classification)")
+    if job.data.packing and not tasks_lib.get(job.task).packs:
+        log.info("data: %s keeps one window a row (config.data.packing is for classification)", job.task)
     train_batches, eval_batches = make_batches(job, train, evaluation, steps)
     packed = uses_packing(job)
 
@@ -368,7 +311,7 @@ def _finetune(job: FinetuneConfig, workdir: str, stop: loop_lib.StopRequest, loc
 
 # --- A fine-tuned run, for predict ---------------------------------------------------------------------
 
-def load_run(workdir: str, step: Optional[int] = None) -> tuple[FinetuneConfig, Optional[tasks_lib.LabelMap], Any]:
+def load_run(workdir: str, step: Optional[int] = None) -> tuple[FinetuneConfig, Optional[readers.LabelMap], Any]:
     """(config, labels, host params) of a fine-tuned workdir's latest checkpoint (or `step`)."""
     path = os.path.join(workdir, "config.json")
     if not os.path.isfile(path):
@@ -380,7 +323,7 @@ def load_run(workdir: str, step: Optional[int] = None) -> tuple[FinetuneConfig, 
                          "(python -m bertjax.finetune --config.train.init_from=" + workdir + ").")
     job = FinetuneConfig.from_saved(saved)
     fingerprint, params = checkpoint_lib.load_params(workdir, step)
-    labels = tasks_lib.LabelMap(fingerprint["labels"]) if fingerprint.get("labels") else None
+    labels = readers.LabelMap(fingerprint["labels"]) if fingerprint.get("labels") else None
     return job, labels, params
 
 

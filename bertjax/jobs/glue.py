@@ -32,7 +32,8 @@ from bertjax.finetuning import scores as scores_lib
 from bertjax.config.schema import FinetuneConfig, SweepConfig
 from bertjax.finetuning import glue_data
 from bertjax.finetuning.glue_data import AX, GlueTask, TaskData
-from bertjax.finetuning.tasks import LabelMap
+from bertjax.finetuning.readers import LabelMap
+from bertjax.finetuning.tasks import sequence_classification
 
 log = logging.getLogger(__name__)
 RUN_FILE = "glue_run.json"
@@ -139,7 +140,7 @@ def task_template(settings: Settings, base: dict, data: TaskData, init_from: str
     """The fine-tuning config of one task, before its learning rate and seed: base + config.per_task."""
     task = data.task
     d = copy.deepcopy(base)
-    d["task"] = "sequence_classification"
+    d["task"] = sequence_classification.KIND.name  # every GLUE task is one
     d["train"]["init_from"] = init_from
     d["data"].update(train_file=data.origin.get("train", ""), eval_file=data.origin.get(task.dev[0][0], ""),
                      regression=task.regression)

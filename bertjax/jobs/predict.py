@@ -20,6 +20,7 @@ import numpy as np
 
 from bertjax import models as models_lib
 from bertjax.data.vocab import tokenization
+from bertjax.finetuning import tasks
 
 log = logging.getLogger(__name__)
 
@@ -73,29 +74,6 @@ def show_predictions(model: Any, params: Any, batch: dict[str, np.ndarray], voca
 
 # --- A fine-tuned workdir on new inputs -------------------------------------------------------------------
 
-def _read_inputs(job: Any, labels: Any, path: str) -> list:
-    """The examples of `path` for the run's task, labels not needed."""
-    from bertjax.finetuning import tasks
-
-    if job.task == "question_answering":
-        from bertjax.finetuning import squad
-
-        return squad.read_squad(path, require_answers=False)[0]
-    if path.endswith(".txt"):
-        with open(path, encoding="utf-8") as f:
-            lines = [(i + 1, line.strip()) for i, line in enumerate(f) if line.strip()]
-        if not lines:
-            raise ValueError(f"{path} holds no text; write one input per line.")
-        if job.task == "token_classification":  # whitespace-tokenised words; placeholder tags, never read
-            return [tasks.TokenExample(text.split(), [labels.labels[0]] * len(text.split()), tasks.Source(path, n))
-                    for n, text in lines]
-        pairs = [text.split(" ||| ", 1) + [None] for _, text in lines]
-        return [tasks.TextExample(pair[0], pair[1], None, tasks.Source(path, n)) for (n, _), pair in zip(lines, pairs)]
-    if job.task == "token_classification":
-        return tasks.read_conll(path)
-    return tasks.read_text_examples(path, regression=job.data.regression, require_labels=False)
-
-
 def _refuse_pre_training_run(workdir: str) -> None:
     """A pre-training workdir holds the encoder and its masked-LM/NSP heads, no task head to predict with:
     one sentence saying so and what to pass, before anything is read."""
@@ -120,15 +98,14 @@ def predict_file(workdir: str, input_file: str, output_file: str, step: Optional
 
     _refuse_pre_training_run(workdir)
     job, labels, params = finetuning.load_run(workdir, step)
-    examples = _read_inputs(job, labels, input_file)
+    kind = tasks.get(job.task)
+    examples = kind.read_inputs(input_file, job.data, labels)
     split, logits = run_on_examples(job, labels, params, examples, os.path.basename(input_file), batch_size)
     predictions = finetuning.predictions_of(job, split, logits, labels)
     os.makedirs(os.path.dirname(os.path.abspath(output_file)), exist_ok=True)
     with open(output_file, "w") as f:
         for example, prediction in zip(examples, predictions):
-            text = {"text": example.text_a, **({"text_b": example.text_b} if example.text_b else {})} \
-                if job.task == "sequence_classification" else {}
-            f.write(json.dumps({**text, **prediction}) + "\n")
+            f.write(json.dumps(kind.prediction_record(example, prediction)) + "\n")
     log.info("predict: %d %s predictions from %s written to %s", len(predictions), job.task, workdir, output_file)
     return len(predictions)
 
@@ -151,7 +128,7 @@ def run_on_examples(job: Any, labels: Any, params: Any, examples: list, name: st
     if packed:
         batches = example_packing.PackedBatches(split.arrays, batch_size, training=False)
         logits = batches.unpack([np.asarray(forward(params, b)) for b in batches],
-                                per_token=job.task == "token_classification")
+                                per_token=tasks.get(job.task).per_token)
     else:
         batches = arrays.ArrayBatches(split.arrays, batch_size, training=False)
         logits = np.concatenate([np.asarray(forward(params, b)) for b in batches])[:batches.rows]
