@@ -231,6 +231,25 @@ def test_every_task_keeps_the_task_contract():
         tasks.get("ner")
 
 
+def test_every_corpus_source_keeps_the_source_contract():
+    """data/corpus/base.Source (list_units, _read_unit; the rest is shared): each source module's classes
+    implement it, so open_source can hand any of them to prepare, the tokenizer and the main job."""
+    import inspect
+
+    from bertjax.data.corpus import base, sources, table
+
+    found = {cls.__name__ for module in (sources, table) for _, cls in inspect.getmembers(module, inspect.isclass)
+             if issubclass(cls, base.Source) and cls is not base.Source}
+    assert {"TextSource", "TfdsSource", "PyDocsSource", "TableSource"} <= found
+    assert all(not inspect.isabstract(getattr(sources, n, None) or getattr(table, n)) for n in found)
+
+    class NoReader(base.Source):  # planted: a source that cannot read its units
+        def list_units(self):
+            return []
+
+    assert inspect.isabstract(NoReader)
+
+
 def test_every_package_says_what_its_folder_is_for():
     """DESIGN notes live in the packages' docstrings."""
     bare = [str(p.relative_to(ROOT)) for p in PACKAGE.rglob("__init__.py") if "configs" not in p.parts
