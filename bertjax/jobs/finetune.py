@@ -14,7 +14,6 @@ restore (a checkpoint of this run, or init_from's body with a fresh head) → lo
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import logging
@@ -256,55 +255,45 @@ def _finetune(job: FinetuneConfig, workdir: str, stop: loop_lib.StopRequest, loc
     train_batches, eval_batches = make_batches(job, train, evaluation, steps)
     packed = uses_packing(job)
 
-    with contextlib.ExitStack() as cleanup:  # the one exit path
-        checkpoints = checkpoint_lib.Checkpointer(workdir, job.checkpoint, fingerprint)
-        cleanup.callback(checkpoints.close)
-        checkpoints.check_compatible_with_newest()
-
-        # ===== trainer =====
+    def make_trainer() -> trainer_lib.Trainer:
         def make_task(platform: str) -> trainer_lib.Task:
             model = heads.from_config(job.model, source.architecture, job.task, num_labels, platform, packed=packed)
             rows, slots = (train_batches.layout.rows * jax.process_count(), train_batches.layout.slots) if packed \
                 else (0, 0)  # padded: one example a row
             return heads.task(model, job.data.regression, job.data.max_seq_length, packed_rows=rows, slots=slots)
 
-        trainer = trainer_lib.setup(job, task=make_task)
-        writer = metrics_lib.MetricWriter(workdir, is_primary=primary)
-        cleanup.callback(writer.close)
+        return trainer_lib.setup(job, task=make_task)
 
-        # ===== restore =====
-        state = checkpoints.restore_latest(trainer.abstract_state, train_batches, job.checkpoint.start_over_if_damaged)
-        if state is not None:
-            log.info("restore: resumed from %s/%d", checkpoints.directory, int(state.step))
-        else:
-            if source.params is not None:
-                # The new head's initial values, on the host (the body's are init_from's, host arrays too).
-                fresh = trainer.model.fresh_head(jax.random.PRNGKey(job.seed))  # the body is init_from's
-                params = heads.with_pretrained_body(fresh, source.params)
-                if job.model.scan_layers:
-                    family = models_lib.of(source.architecture)
-                    params = family.model.stack_layers(params, source.architecture.num_hidden_layers)
-                state = trainer.state_from_params(params)
-                log.info("restore: pre-trained body from %s, new %s head", job.train.init_from, job.task)
-            else:
-                state = trainer.init_state()
-                log.info("restore: random initialisation (config.train.init_from is empty)")
+    def fresh_state(parts: loop_lib.Parts) -> Any:
+        trainer = parts.trainer
+        if source.params is None:
+            log.info("restore: random initialisation (config.train.init_from is empty)")
+            return trainer.init_state()
+        # The new head's initial values, on the host (the body's are init_from's, host arrays too).
+        fresh = trainer.model.fresh_head(jax.random.PRNGKey(job.seed))
+        params = heads.with_pretrained_body(fresh, source.params)
+        if job.model.scan_layers:
+            params = models_lib.of(source.architecture).model.stack_layers(params,
+                                                                           source.architecture.num_hidden_layers)
+        log.info("restore: pre-trained body from %s, new %s head", job.train.init_from, job.task)
+        return trainer.state_from_params(params)
 
-        # ===== loop =====
-        def run_eval(step: int, params: Any) -> dict:
-            if evaluation is None:
-                return {}
-            result, predictions = scores_of(job, evaluation, _logits(job, trainer, params, eval_batches), labels)
-            writer.write(step, result, kind="eval")
-            shown = [k for k in result if not k.startswith(("HasAns_", "NoAns_", "f1_"))]  # those: metrics.jsonl
-            log.info("eval  %s", metrics_lib.format_log_line(dict(result, step=step), extra=shown))
-            if primary:
-                with open(os.path.join(workdir, PREDICTIONS_FILE), "w") as f:
-                    f.writelines(json.dumps(p) + "\n" for p in predictions)
-            return result
+    def run_eval(parts: loop_lib.Parts, step: int, params: Any) -> dict:
+        if evaluation is None:
+            return {}
+        logits = _logits(job, parts.trainer, params, eval_batches)
+        result, predictions = scores_of(job, evaluation, logits, labels)
+        parts.writer.write(step, result, kind="eval")
+        shown = [k for k in result if not k.startswith(("HasAns_", "NoAns_", "f1_"))]  # those: metrics.jsonl
+        log.info("eval  %s", metrics_lib.format_log_line(dict(result, step=step), extra=shown))
+        if primary:
+            with open(os.path.join(workdir, PREDICTIONS_FILE), "w") as f:
+                f.writelines(json.dumps(p) + "\n" for p in predictions)
+        return result
 
-        result = loop_lib.train_loop(trainer, state, train_batches, run_eval, checkpoints, writer, lock, stop,
-                                     workdir)
+    # ===== trainer → restore (this run's checkpoint, or init_from's body with a fresh head) → loop =====
+    _, result = loop_lib.run_training(job, workdir, fingerprint, train_batches, stop, lock, make_trainer=make_trainer,
+                                      fresh_state=fresh_state, evaluate=run_eval)
     log.info("%s: %d steps in %s", "stopped" if result.stopped else "done", result.step, workdir)
     return Outcome(result.last_eval, finished=not result.stopped)
 

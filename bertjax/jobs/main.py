@@ -9,7 +9,6 @@ through one clean-up path that waits for pending checkpoint writes and closes th
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
@@ -167,69 +166,65 @@ def _train_and_evaluate(job: JobConfig, workdir: str, compile_only: bool, stop: 
         baselines = metrics_lib.baselines(b for _, b in zip(range(eval_data.num_batches), eval_data))
         log.info("data: eval baselines %s", {k: round(v, 4) for k, v in baselines.items()})
 
-    with contextlib.ExitStack() as cleanup:  # the one exit path
-        checkpoints = checkpoint_lib.Checkpointer(workdir, job.checkpoint, fingerprint)
-        cleanup.callback(checkpoints.close)
-        checkpoints.check_compatible_with_newest()  # refuse a foreign workdir before compiling
-        if not compile_only and _finished(job, workdir, checkpoints.latest_step()):
-            return _report_done(job, workdir, checkpoints.latest_step())
+    def finished(checkpoints: checkpoint_lib.Checkpointer) -> dict | None:
+        latest = checkpoints.latest_step()
+        return _report_done(job, workdir, latest) if _finished(job, workdir, latest) else None
 
-        # ===== trainer: mesh, sharded state, compiled step =====
-        trainer = trainer_lib.setup(job)
-        log.info("mesh: %s over %d devices", dict(trainer.mesh.shape), trainer.mesh.size)
-        if compile_only:
-            return {}
-        writer = metrics_lib.MetricWriter(workdir, is_primary=primary)  # after the pipelines: TF stays off GPUs
-        cleanup.callback(writer.close)
+    def data_row(parts: loop_lib.Parts) -> None:
         if job.data.skip_damaged_records:  # what this process skipped, beside the training metrics
-            writer.write(0, {f"{name}_{key}": value for name, data in (("train", train_data), ("eval", eval_data))
-                             if data is not None for key, value in (("damaged_files", len(data.damaged)),
-                                                                    ("skipped_records", data.skipped_records))},
-                         kind="data")
+            parts.writer.write(0, {f"{name}_{key}": value for name, data in (("train", train_data), ("eval", eval_data))
+                                   if data is not None for key, value in (("damaged_files", len(data.damaged)),
+                                                                          ("skipped_records", data.skipped_records))},
+                               kind="data")
 
-        # ===== restore =====
-        state = checkpoints.restore_latest(trainer.abstract_state, train_data, job.checkpoint.start_over_if_damaged)
-        if state is not None:
-            log.info("restore: resumed from %s/%d", checkpoints.directory, int(state.step))
-        elif job.train.branch_from:
+    def fresh_state(parts: loop_lib.Parts) -> Any:
+        trainer = parts.trainer
+        if job.train.branch_from:
             state = checkpoint_lib.restore_branch(job.train.branch_from, job.checkpoint, fingerprint,
                                                   trainer.abstract_state, train_data)
             _check_branch_schedule(job, int(state.step))
             log.info("restore: branched from %s at step %d (params, optimizer state, data position)",
                      job.train.branch_from, int(state.step))
-        elif job.train.init_from:
-            state = trainer.state_from_params(pretrained.init_params(job.train.init_from, trainer.model))
+            return state
+        if job.train.init_from:
             log.info("restore: weights from %s; fresh optimizer state", job.train.init_from)
-        else:
-            state = trainer.init_state()
-        if warmup is not None:
-            train_data = batch_warmup.WarmupBatches(train_data, warmup, int(state.step))
-            log.info("batch warmup: %d → %d rows over the first %s tokens (%d steps)", job.train.batch_warmup_start,
-                     job.train.global_batch_size, f"{job.train.batch_warmup_tokens:,}", warmup.steps())
-        # ===== loop =====
-        watch = loop_lib.NotLearningWatch(job)
+            return trainer.state_from_params(pretrained.init_params(job.train.init_from, trainer.model))
+        return trainer.init_state()
 
-        def run_eval(step: int, params: Any) -> dict:
-            if eval_data is None:
-                return {}
-            result = evaluate(trainer, params, eval_data, eval_data.num_batches)
-            result.update(baselines)
-            warning = watch.check(step, result)  # once per run; kept in the eval's own metrics.jsonl row
-            if warning:
-                result["not_learning"] = 1.0
-            writer.write(step, result, kind="eval", notes={"warning": warning} if warning else None)
-            shown = [("mlm_acc", "mlm_accuracy_baseline")] + (
-                [("nsp_acc", "nsp_accuracy_baseline")] if job.data.next_sentence_prediction else [])  # MLM-only: none
-            log.info("eval  %s | baselines: %s", metrics_lib.format_log_line(dict(result, step=step)), ", ".join(
-                f"{name} {100 * baselines.get(key, float('nan')):.2f}%" for name, key in shown))
-            if warning:
-                log.warning("%s", warning)
-            return result
+    def feed(data: Any, step: int) -> Any:
+        if warmup is None:
+            return data
+        log.info("batch warmup: %d → %d rows over the first %s tokens (%d steps)", job.train.batch_warmup_start,
+                 job.train.global_batch_size, f"{job.train.batch_warmup_tokens:,}", warmup.steps())
+        return batch_warmup.WarmupBatches(data, warmup, step)
 
-        result = loop_lib.train_loop(trainer, state, train_data, run_eval, checkpoints, writer, lock, stop, workdir)
-        if result.stopped:
-            return result.last_eval
-        state, step, last_eval = result.state, result.step, result.last_eval
+    watch = loop_lib.NotLearningWatch(job)
+
+    def run_eval(parts: loop_lib.Parts, step: int, params: Any) -> dict:
+        if eval_data is None:
+            return {}
+        result = evaluate(parts.trainer, params, eval_data, eval_data.num_batches)
+        result.update(baselines)
+        warning = watch.check(step, result)  # once per run; kept in the eval's own metrics.jsonl row
+        if warning:
+            result["not_learning"] = 1.0
+        parts.writer.write(step, result, kind="eval", notes={"warning": warning} if warning else None)
+        shown = [("mlm_acc", "mlm_accuracy_baseline")] + (
+            [("nsp_acc", "nsp_accuracy_baseline")] if job.data.next_sentence_prediction else [])  # MLM-only: none
+        log.info("eval  %s | baselines: %s", metrics_lib.format_log_line(dict(result, step=step)), ", ".join(
+            f"{name} {100 * baselines.get(key, float('nan')):.2f}%" for name, key in shown))
+        if warning:
+            log.warning("%s", warning)
+        return result
+
+    # ===== trainer (mesh, sharded state, compiled step) → restore → loop: loop.run_training =====
+    parts, result = loop_lib.run_training(job, workdir, fingerprint, train_data, stop, lock,
+                                          make_trainer=lambda: trainer_lib.setup(job), fresh_state=fresh_state,
+                                          evaluate=run_eval, finished=finished, started=data_row, feed=feed,
+                                          compile_only=compile_only)
+    if parts is None or result.stopped:
+        return result if parts is None else result.last_eval
+    state, step, last_eval = result.state, result.step, result.last_eval
     if job.checkpoint.export_hf and primary:
         from bertjax.jobs import export as exporting
 
@@ -238,7 +233,7 @@ def _train_and_evaluate(job: JobConfig, workdir: str, compile_only: bool, stop: 
         from bertjax.jobs import predict as prediction
 
         eval_data.reset()
-        prediction.show_predictions(trainer.model, jax.device_get(state.params), next(eval_data), job.data.vocab_file,
-                                 job.data.do_lower_case, job.eval.show_predictions)
+        prediction.show_predictions(parts.trainer.model, jax.device_get(state.params), next(eval_data),
+                                    job.data.vocab_file, job.data.do_lower_case, job.eval.show_predictions)
     log.info("done: %d steps in %s", step, workdir)
     return last_eval

@@ -9,6 +9,7 @@ caller's clean-up path.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import errno
 import logging
@@ -278,3 +279,54 @@ def train_loop(trainer: trainer_lib.Trainer, state: Any, train_data: Any, evalua
     last_eval = evaluate(step, state.params) or last_eval
     checkpoints.save(step, state, train_data, force=True)
     return LoopResult(state, step, last_eval, stopped=False)
+
+
+# --- The skeleton every training job runs ----------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Parts:
+    """What a job's hooks are handed once the trainer is built."""
+
+    trainer: trainer_lib.Trainer
+    checkpoints: checkpoint_lib.Checkpointer
+    writer: metrics_lib.MetricWriter
+
+
+def run_training(job: Any, workdir: str, fingerprint: dict, train_data: Any, stop: StopRequest,
+                 lock: lock_lib.WorkdirLock, *, make_trainer: Callable[[], trainer_lib.Trainer],
+                 fresh_state: Callable[[Parts], Any], evaluate: Callable[[Parts, int, Any], dict],
+                 finished: Optional[Callable[[checkpoint_lib.Checkpointer], Optional[dict]]] = None,
+                 started: Optional[Callable[[Parts], None]] = None,
+                 feed: Optional[Callable[[Any, int], Any]] = None,
+                 compile_only: bool = False) -> tuple[Optional[Parts], LoopResult | dict]:
+    """The pre-training and fine-tuning jobs' shared middle, under one exit path that waits for pending
+    checkpoint writes and closes the metric writer: the checkpointer (a foreign workdir refused before
+    compiling) → `finished` (a result when there is nothing left to do) → the trainer (`compile_only`: stop
+    here) → the metric writer and `started` → this run's newest checkpoint, else `fresh_state` → `feed` (the
+    batches from the restored step) → `train_loop`, with `evaluate(parts, step, params)` as its held-out pass.
+    Returns (parts, the loop's result), or (None, a result) when it ended before training."""
+    with contextlib.ExitStack() as cleanup:
+        checkpoints = checkpoint_lib.Checkpointer(workdir, job.checkpoint, fingerprint)
+        cleanup.callback(checkpoints.close)
+        checkpoints.check_compatible_with_newest()  # refuse a foreign workdir before compiling
+        done = finished(checkpoints) if finished is not None and not compile_only else None
+        if done is not None:
+            return None, done
+        trainer = make_trainer()
+        log.info("mesh: %s over %d devices", dict(trainer.mesh.shape), trainer.mesh.size)
+        if compile_only:
+            return None, {}
+        writer = metrics_lib.MetricWriter(workdir, is_primary=jax.process_index() == 0)  # after the pipelines
+        cleanup.callback(writer.close)
+        parts = Parts(trainer, checkpoints, writer)
+        if started is not None:
+            started(parts)
+        state = checkpoints.restore_latest(trainer.abstract_state, train_data, job.checkpoint.start_over_if_damaged)
+        if state is not None:
+            log.info("restore: resumed from %s/%d", checkpoints.directory, int(state.step))
+        else:
+            state = fresh_state(parts)
+        data = feed(train_data, int(state.step)) if feed is not None else train_data
+        result = train_loop(trainer, state, data, lambda step, params: evaluate(parts, step, params), checkpoints,
+                            writer, lock, stop, workdir)
+    return parts, result
