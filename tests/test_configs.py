@@ -54,9 +54,30 @@ def test_bad_model_fields_are_named():
         JobConfig.from_configdict(config)
 
 
-@pytest.mark.parametrize("name", ["default", "finetune"])
+def uncommented_fields(source: str, classes: tuple[str, ...]) -> list[str]:
+    """Fields of the named dataclasses with no comment on their line(s) or the line above."""
+    lines = source.splitlines()
+    return [f"{cls.name}.{node.target.id}" for cls in ast.parse(source).body
+            if isinstance(cls, ast.ClassDef) and cls.name in classes for node in cls.body
+            if isinstance(node, ast.AnnAssign) and not node.target.id.startswith("_")
+            and not any("#" in line for line in lines[node.lineno - 2:node.end_lineno])]
+
+
+def test_every_pre_training_setting_is_commented_once_in_the_schema():
+    """config/schema.py says what each setting does, on its field; configs/default.py writes no value of its
+    own beyond a size's model, the phase's and runlocal's changes (its ConfigDict is the schema's defaults)."""
+    sections = ("ModelConfig", "DataConfig", "TrainConfig", "OptimConfig", "MeshConfig", "CheckpointConfig",
+                "EvalConfig")
+    source = pathlib.Path(config_lib.__file__).read_text()
+    assert uncommented_fields(source, sections) == []
+    assert uncommented_fields("class ModelConfig:\n    dtype: str = 'float32'\n", sections) == [  # planted
+        "ModelConfig.dtype"]
+    assert load("default").to_dict() == JobConfig().to_dict()
+
+
+@pytest.mark.parametrize("name", ["finetune"])
 def test_every_default_field_is_commented(name):
-    """Each `c.section.field = value` line in default.py (and finetune.py) carries a comment saying what it does."""
+    """Each `c.section.field = value` line in finetune.py carries a comment saying what it does."""
     source = (CONFIGS / f"{name}.py").read_text()
     lines = source.splitlines()
     assignments = [node for node in ast.walk(ast.parse(source)) if isinstance(node, ast.Assign)

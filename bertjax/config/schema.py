@@ -1,12 +1,13 @@
-"""The config's schema: each section of configs/default.py as a frozen dataclass, converted once.
+"""The config's schema: each section of a config as a frozen dataclass, converted once.
 
 `JobConfig.from_configdict(c)` is the boundary between a ConfigDict (config files, `--config.a.b=v`
 overrides) and library code: a misspelled or unknown key, a missing key or a value of the wrong type is
 one ValueError naming `config.section.key`. Field names are the config file's, so `--config.train.phase`
 is `JobConfig.train.phase`. Library code reads these dataclasses and never the ConfigDict.
 
-Defaults equal configs/default.py's (BERT-base, phase 1), which a test checks, so `JobConfig()` is the
-default job. `parse_arg` gives config files typed, strict arguments (`configs/large.py:phase=2`).
+Every setting is written once, here: its type, its default and (in a comment on its field) what it does.
+configs/default.py is `JobConfig()` (BERT-base, phase 1) as a ConfigDict, so `JobConfig()` is the default job.
+`parse_arg` gives config files typed, strict arguments (`configs/large.py:phase=2`).
 """
 
 from __future__ import annotations
@@ -39,32 +40,36 @@ _BASE = models_lib.get(models_lib.DEFAULT_FAMILY).config.config_for_size("base")
 class ModelConfig:
     """`config.model`: bert_config.json's fields plus how the model is computed."""
 
-    size: str = "base"  # informative: the size the architecture came from
-    vocab_size: int = 0  # 0: unset, the records' (metadata.json) or vocab_file's size (data/vocab_check.py)
-    hidden_size: int = _BASE.hidden_size
-    num_hidden_layers: int = _BASE.num_hidden_layers
-    num_attention_heads: int = _BASE.num_attention_heads
-    intermediate_size: int = _BASE.intermediate_size
-    hidden_act: str = _BASE.hidden_act
-    hidden_dropout_prob: float = _BASE.hidden_dropout_prob
-    attention_probs_dropout_prob: float = _BASE.attention_probs_dropout_prob
-    max_position_embeddings: int = _BASE.max_position_embeddings
-    type_vocab_size: int = _BASE.type_vocab_size
-    initializer_range: float = _BASE.initializer_range
-    layer_norm_eps: float = _BASE.layer_norm_eps
-    dtype: str = "float32"
-    scan_layers: bool = True
-    remat_policy: str = "none"
-    attention: str = "auto"
-    family: str = models_lib.DEFAULT_FAMILY  # models.FAMILIES; the fields below are ModernBERT's (transformers' names)
-    local_attention: int = 128
-    global_attn_every_n_layers: int = 3
-    global_rope_theta: float = 160_000.0
-    local_rope_theta: float = 10_000.0
-    classifier_pooling: str = "cls"
-    pad_token_id: int = -1  # -1: the vocab's [PAD] (the job sets it)
-    cls_token_id: int = -1
-    sep_token_id: int = -1
+    size: str = "base"  # the name the fields below came from; informative only
+    vocab_size: int = 0  # 0 = the records' size (metadata.json) or vocab_file's; else must equal both
+    hidden_size: int = _BASE.hidden_size  # width of embeddings and every layer
+    num_hidden_layers: int = _BASE.num_hidden_layers  # transformer layers
+    num_attention_heads: int = _BASE.num_attention_heads  # must divide hidden_size
+    intermediate_size: int = _BASE.intermediate_size  # feed-forward width, 4 × hidden in BERT
+    hidden_act: str = _BASE.hidden_act  # gelu = exact erf GELU, as BERT
+    hidden_dropout_prob: float = _BASE.hidden_dropout_prob  # dropout on embeddings and sub-layer outputs
+    attention_probs_dropout_prob: float = _BASE.attention_probs_dropout_prob  # dropout on attention weights
+    max_position_embeddings: int = _BASE.max_position_embeddings  # longest sequence the model can take
+    type_vocab_size: int = _BASE.type_vocab_size  # segment ids: 2 for sentence A/B
+    initializer_range: float = _BASE.initializer_range  # std of the truncated-normal init
+    layer_norm_eps: float = _BASE.layer_norm_eps  # LayerNorm epsilon, 1e-12 as in BERT
+    dtype: str = "float32"  # compute dtype: float32 or bfloat16 (params, softmax and loss stay float32)
+    scan_layers: bool = True  # nn.scan over layers: compile one layer, not num_hidden_layers of them (BERT's)
+    remat_policy: str = "none"  # none | full | dots | dots_no_batch: what a layer keeps for backprop
+    # Fused kernels (splash, cudnn) have no attention dropout: they need attention_probs_dropout_prob=0, and
+    # auto keeps xla while it is > 0. The params are the same whichever computes them.
+    attention: str = "auto"  # xla (any backend) | splash (Pallas TPU kernel) | cudnn (GPU) | auto (the best one)
+    # The encoder family: bert, or modernbert (configs/modernbert.py sets the fields below, transformers' names;
+    # BERT ignores them).
+    family: str = models_lib.DEFAULT_FAMILY  # bert | modernbert
+    local_attention: int = 128  # ModernBERT: the sliding window, local_attention // 2 tokens each side
+    global_attn_every_n_layers: int = 3  # layers 0, n, 2n, ... attend globally, the others in the window
+    global_rope_theta: float = 160_000.0  # RoPE base of the global layers
+    local_rope_theta: float = 10_000.0  # RoPE base of the sliding-window layers
+    classifier_pooling: str = "cls"  # fine-tuning's sequence pooling: cls (first token) or mean
+    pad_token_id: int = -1  # -1: the vocab's [PAD], [CLS], [SEP] (the job reads them from the vocab)
+    cls_token_id: int = -1  # see pad_token_id
+    sep_token_id: int = -1  # see pad_token_id
 
     @property
     def architecture(self) -> Any:
@@ -90,35 +95,43 @@ class ModelConfig:
 class DataConfig:
     """`config.data`: the records to train on, or the corpus the job makes them from."""
 
-    train_files: str = ""
-    eval_files: str = ""
-    vocab_file: str = ""
-    do_lower_case: bool = True
-    max_seq_length: int = 128
-    max_predictions_per_seq: int = 20
-    next_sentence_prediction: bool = True
-    shuffle_buffer: int = 10_000
-    dynamic_masking: bool = False
+    train_files: str = ""  # glob or comma list of training record shards
+    eval_files: str = ""  # glob or comma list of held-out record shards ("" = no eval)
+    vocab_file: str = ""  # vocab.txt / .model the records were made with (for export and the demo)
+    do_lower_case: bool = True  # casing the records were made with (written into the export)
+    max_seq_length: int = 128  # must equal the records' max_seq_length
+    max_predictions_per_seq: int = 20  # must equal the records' max_predictions_per_seq
+    next_sentence_prediction: bool = True  # False for MLM-only records (prepare --no_nsp)
+    shuffle_buffer: int = 10_000  # records held for shuffling, per process
+    dynamic_masking: bool = False  # re-mask every epoch instead of using the stored masks
+    # Corpus stage: with a corpus set, the job makes its own vocab and records in workdir/data first
+    # (train_files / eval_files / vocab_file are then filled in), reusing them when it resumes.
+    # builtin:pydocs, raw-text / .parquet / .jsonl[.gz|.zst] files (glob), hf:DIR[:SPLIT], tfds:NAME[:SPLIT] ("" = off)
     corpus: str = ""
-    tfds_data_dir: str = ""
+    tfds_data_dir: str = ""  # TFDS data_dir for tfds: corpora ("" = TFDS's default)
+    # the Parquet column / JSON key / TFDS feature holding each document's text; meta.text: inside a struct
     text_field: str = "text"
-    tfds_text_feature: str = "text"
-    skip_bad_json_lines: bool = False
-    heldout_every: int = 20
-    corpus_vocab_size: int = 8192
-    dupe_factor: int = 10
-    heldout_dupe_factor: int = 1
-    masked_lm_prob: float = 0.15
-    eval_masked_lm_prob: float = 0.0  # the held-out records' rate (the job's corpus stage); 0 = masked_lm_prob
-    short_seq_prob: float = 0.1
-    do_whole_word_mask: bool = False
-    num_shards: int = 8
-    num_workers: int = 0
-    packing: bool = False
-    max_instances_per_row: int = 3
+    tfds_text_feature: str = "text"  # deprecated alias of text_field (used, with a warning, if text_field is "text")
+    skip_bad_json_lines: bool = False  # JSON lines that do not parse: skipped and counted instead of stopping the job
+    heldout_every: int = 20  # every N-th document goes to the held-out records, never to training
+    corpus_vocab_size: int = 8192  # WordPiece vocab trained on the train documents (if vocab_file is "")
+    dupe_factor: int = 10  # passes over the train documents, each with different masks
+    heldout_dupe_factor: int = 1  # passes over the held-out documents (more = a steadier eval)
+    masked_lm_prob: float = 0.15  # share of tokens masked
+    eval_masked_lm_prob: float = 0.0  # the held-out records' share, when the corpus stage makes them (0 = the same)
+    short_seq_prob: float = 0.1  # probability of a shorter target length
+    do_whole_word_mask: bool = False  # mask whole words
+    num_shards: int = 8  # train record shards
+    num_workers: int = 0  # prepare worker processes (0 = one per core)
+    # Packing: several instances per row (records made with `prepare --packing`; the corpus stage packs its own).
+    packing: bool = False  # rows of up to max_instances_per_row instances: no compute spent on padding
+    max_instances_per_row: int = 3  # must equal the packed records' (NVIDIA's MLPerf BERT packs up to 3)
+    # a packed row's prediction slots (0 = max_predictions_per_seq + max_instances_per_row)
     max_predictions_per_row: int = 0
+    # A damaged record file (truncated, a bad CRC, not a record file) stops the job, naming it and the byte.
+    # instead check every file at start (~200 MB/s), read each up to its first damage, count the loss
     skip_damaged_records: bool = False
-    verify_checksums: bool = False
+    verify_checksums: bool = False  # read every shard at start and compare its CRC32C with metadata.json's
 
     @property
     def predictions_per_row(self) -> int:
@@ -184,18 +197,19 @@ class DataConfig:
 class TrainConfig:
     """`config.train`: batch, steps, phase and where the weights start from."""
 
-    global_batch_size: int = 256
-    micro_batches: int = 1
-    num_train_steps: int = 900_000
-    log_every_steps: int = 100
-    init_from: str = ""
-    branch_from: str = ""  # WORKDIR or WORKDIR/STEP: go on from that run's whole state (a decay branch)
-    batch_warmup_tokens: int = 0  # grow the batch over this many tokens (rows × max_seq_length); 0 = off
-    batch_warmup_start: int = 0  # the first steps' global batch (rows), a whole number of micro-batches
-    phase: int = 1
-    profile_steps: int = 0
-    on_nonfinite: str = "skip"
-    max_consecutive_nonfinite: int = 10
+    global_batch_size: int = 256  # sequences per optimizer step, over all processes
+    micro_batches: int = 1  # gradient accumulation: split each step's batch into this many parts
+    num_train_steps: int = 900_000  # optimizer steps in this phase (phase 2: 100_000)
+    log_every_steps: int = 100  # steps between metric lines in the log, TensorBoard and metrics.jsonl
+    init_from: str = ""  # weights only: an HF directory or a bertjax workdir
+    branch_from: str = ""  # WORKDIR or WORKDIR/STEP: go on from that run's whole state (a decay branch, say)
+    batch_warmup_tokens: int = 0  # grow the global batch over this many tokens (rows × seq length); 0 = off
+    batch_warmup_start: int = 0  # ... from this many rows, a whole number of micro-batches
+    phase: int = 1  # 2 refuses to start without init_from (phase 1's weights)
+    profile_steps: int = 0  # trace this many steps after warm-up into workdir/plugins/profile (0 = off)
+    # A step whose loss or gradients are NaN/Inf is never applied (params and optimizer state stay as they were).
+    on_nonfinite: str = "skip"  # skip: go on with the next batch (counted in the log and metrics) | stop at once
+    max_consecutive_nonfinite: int = 10  # with skip: stop when this many steps in a row are not finite
 
     def validate(self) -> None:
         if self.on_nonfinite not in NONFINITE_POLICIES:
@@ -237,19 +251,19 @@ class TrainConfig:
 class OptimConfig:
     """`config.optim`: BERT's AdamW or LAMB and the learning-rate schedule."""
 
-    name: str = "adamw"  # adamw (BERT's, no bias correction) or lamb
-    learning_rate: float = 1e-4  # peak, reached at the end of warmup
+    name: str = "adamw"  # adamw (BERT's) or lamb
+    learning_rate: float = 1e-4  # peak learning rate, reached at the end of warmup
     warmup_steps: int = 10_000  # linear warmup from 0
     # After warmup: linear | cosine to 0 at num_train_steps; wsd (warmup-stable-decay): the peak until the last
     # decay_steps, then decay_shape to 0 at num_train_steps; or constant.
-    schedule: str = "linear"
-    decay_shape: str = "linear"  # wsd's decay phase: linear | 1-sqrt (lr = peak · (1 − sqrt(fraction done)))
-    decay_steps: int = 0  # wsd: the decay phase's length in steps, at the end of the run
-    weight_decay: float = 0.01  # decoupled; masked by optim.weight_decay_mask
-    b1: float = 0.9
-    b2: float = 0.999
-    eps: float = 1e-6
-    max_grad_norm: float = 1.0  # global-norm clipping; 0 = off
+    schedule: str = "linear"  # after warmup: linear | cosine to 0 at num_train_steps | wsd | constant
+    decay_shape: str = "linear"  # wsd: linear | 1-sqrt over the decay phase
+    decay_steps: int = 0  # wsd: the decay phase's length, at the end of the run (the peak until then)
+    weight_decay: float = 0.01  # decoupled; never on LayerNorm parameters or biases
+    b1: float = 0.9  # Adam β1
+    b2: float = 0.999  # Adam β2
+    eps: float = 1e-6  # Adam ε, as in BERT
+    max_grad_norm: float = 1.0  # global-norm clipping (0 = off)
 
     def validate(self, num_train_steps: Optional[int] = None) -> None:
         """Raises one clear ValueError naming the first bad field."""
@@ -300,7 +314,8 @@ class OptimConfig:
 class MeshConfig:
     """`config.mesh`: device axes (data, fsdp, tensor) and the logical-axis rules that map onto them."""
 
-    shape: tuple[int, ...] = (-1, 1, 1)
+    shape: tuple[int, ...] = (-1, 1, 1)  # (data, fsdp, tensor)
+    # logical axis name → mesh axis (or None = replicated)
     logical_axis_rules: Rules = (
         ("batch", ("data", "fsdp")), ("embed", "fsdp"), ("vocab", "tensor"), ("heads", "tensor"),
         ("mlp", "tensor"), ("kv", None), ("length", None), ("layers", None))
@@ -320,11 +335,12 @@ class MeshConfig:
 class CheckpointConfig:
     """`config.checkpoint`: how often to save, what to keep, and the Hugging Face export at the end."""
 
-    every_steps: int = 10_000
-    keep: int = 3
-    keep_every: int = 100_000
-    export_hf: bool = False
-    start_over_if_damaged: bool = False
+    every_steps: int = 10_000  # steps between saves (and always at the end)
+    keep: int = 3  # most recent checkpoints kept
+    keep_every: int = 100_000  # also keep every checkpoint whose step is a multiple of this (0 = none)
+    export_hf: bool = False  # at the end, also write workdir/hf: a Hugging Face BertForPreTraining directory
+    # A step that does not restore is moved aside to checkpoints/damaged-STEP and the one before it resumes.
+    start_over_if_damaged: bool = False  # when no step restores: move all aside and start over (else stop)
 
     def validate(self) -> None:
         for name in ("every_steps", "keep"):
@@ -338,10 +354,10 @@ class CheckpointConfig:
 class EvalConfig:
     """`config.eval`: held-out evaluation cadence and size, and the predictions printed at the end."""
 
-    every_steps: int = 10_000
-    num_batches: int = 100
-    show_predictions: int = 0
-    not_learning_after: float = 0.25  # pre-training: share of the run after which a flat eval warns (0 = never)
+    every_steps: int = 10_000  # steps between held-out evaluations (and always at the end)
+    num_batches: int = 100  # batches per evaluation (0 = the whole eval set once)
+    show_predictions: int = 0  # at the end, print top-5 guesses for the masks of this many held-out sequences
+    not_learning_after: float = 0.25  # from this share of the run on, warn once if held-out MLM is flat (0 = never)
 
     def validate(self) -> None:
         if self.every_steps < 1:
@@ -397,7 +413,7 @@ class _Sections:
 class JobConfig(_Sections):
     """The whole pre-training config: one field per section of configs/default.py."""
 
-    seed: int = 0
+    seed: int = 0  # seeds parameter init, dropout and data order
     model: ModelConfig = ModelConfig()
     data: DataConfig = DataConfig()
     train: TrainConfig = TrainConfig()
