@@ -31,9 +31,9 @@ def define_flags() -> None:
 
 
 def main(argv):
-    from bertjax.jobs import demo_finetune as demo
+    from bertjax.jobs import demo_finetune
 
-    cli.run_job(argv, demo.run, flags.FLAGS.config, flags.FLAGS.pretrained, flags.FLAGS.workdir)
+    cli.run_job(argv, demo_finetune.run, flags.FLAGS.config, flags.FLAGS.pretrained, flags.FLAGS.workdir)
 
 
 if __name__ == "__main__":

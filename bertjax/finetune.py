@@ -26,9 +26,9 @@ def define_flags() -> None:
 
 
 def main(argv):
-    from bertjax.jobs import finetune as finetuning
+    from bertjax.jobs import finetune
 
-    cli.run_job(argv, finetuning.finetune, flags.FLAGS.config, flags.FLAGS.workdir)
+    cli.run_job(argv, finetune.finetune, flags.FLAGS.config, flags.FLAGS.workdir)
 
 
 if __name__ == "__main__":

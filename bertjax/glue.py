@@ -27,9 +27,9 @@ def define_flags() -> None:
 
 
 def main(argv):
-    from bertjax.jobs import glue as glue_suite
+    from bertjax.jobs import glue
 
-    cli.run_job(argv, glue_suite.run_suite, flags.FLAGS.config, flags.FLAGS.workdir)
+    cli.run_job(argv, glue.run_suite, flags.FLAGS.config, flags.FLAGS.workdir)
 
 
 if __name__ == "__main__":

@@ -21,9 +21,9 @@ def define_flags() -> None:
 
 
 def main(argv):
-    from bertjax.jobs import summary as model_report
+    from bertjax.jobs import summary
 
-    cli.run_job(argv, model_report.print_report, FLAGS.config, FLAGS.batch_size)
+    cli.run_job(argv, summary.print_report, FLAGS.config, FLAGS.batch_size)
 
 
 if __name__ == "__main__":

@@ -73,7 +73,7 @@ class ModelConfig:
 
     @property
     def architecture(self) -> Any:
-        """The model (models/<family>_config.py's dataclass); an unset vocab_size (before the job resolves it,
+        """The model (models/<family>/config.py's dataclass); an unset vocab_size (before the job resolves it,
         or without data) is the family's default."""
         return models_lib.get(self.family).config.from_model_config(self)
 
@@ -457,7 +457,7 @@ class FinetuneDataConfig:
     n_best_size: int = 20
     version_2_with_negative: bool = False  # SQuAD 2.0: questions may have no answer
     null_score_diff_threshold: float = 0.0
-    packing: bool = True  # classification: several examples a row (data/example_packing.py); QA keeps its windows
+    packing: bool = True  # classification: several examples a row (finetuning/example_packing.py); QA keeps its windows
     max_instances_per_row: int = 0  # packed: at most this many examples a row (0 = as many as fit)
 
     def validate(self, task: str) -> None:

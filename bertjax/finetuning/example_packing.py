@@ -9,7 +9,7 @@ resume are those of padded rows; only the compute spent on padding is gone. Eval
 same way in input order, and `unpack` turns the outputs back into one padded row per example, in input order,
 for the scores and predictions.
 
-A packed row (the layout of pre-training's packed records, data/packing.py):
+A packed row (the layout of pre-training's packed records, data/pretraining/packing.py):
   input_ids, segment_ids [seq]   the examples one after another, then padding (0)
   input_mask [seq]               the example each token belongs to, 1..k; 0 for padding: attention stays
                                  within an example (bertjax.models.attention)

@@ -59,7 +59,7 @@ def batch_shapes(task: str, regression: bool, batch_size: int, seq_len: int,
                  slots: int = 0) -> dict[str, tuple[tuple[int, ...], Any]]:
     """Name → (shape, dtype) of a fine-tuning batch: the inputs, the task's targets, `example_weight`
     (0 for the rows that pad the last eval batch). `slots` > 0: packed rows of up to that many examples
-    (data/example_packing.py), with their positions and [CLS] slots, and a label per slot."""
+    (finetuning/example_packing.py), with their positions and [CLS] slots, and a label per slot."""
     row, tokens = (batch_size,), (batch_size, seq_len)
     out = {name: (tokens, np.int32) for name in ("input_ids", "segment_ids", "input_mask")}
     if slots:

@@ -41,7 +41,7 @@ def _real(path: str) -> str:
 
 def check_output_dir(workdir: str, output_dir: str) -> None:
     """Refuses an output_dir that is the workdir or inside it, except workdir/hf: that is where the
-    pre-training job exports itself (train.py), a directory of the export's own files that a re-export
+    pre-training job exports itself (jobs/main.py), a directory of the export's own files that a re-export
     replaces with the same kind; anywhere else config.json (the run's own, for the workdir itself),
     checkpoints/ or the metrics could be overwritten or mixed with model files."""
     run, out = _real(workdir), _real(output_dir)

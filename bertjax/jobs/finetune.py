@@ -57,7 +57,7 @@ def primary_metric(job: FinetuneConfig) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class Source:
-    architecture: Any  # models/<family>_config.py's dataclass
+    architecture: Any  # models/<family>/config.py's dataclass
     params: Optional[dict]  # host arrays, loop layout; None = random initialisation
     vocab_file: str
     do_lower_case: bool

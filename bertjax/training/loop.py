@@ -1,4 +1,4 @@
-"""The loop every training job runs — pre-training (train.py) and fine-tuning (finetune.py) alike.
+"""The loop every training job runs — pre-training (jobs/main.py) and fine-tuning (finetune.py) alike.
 
 `run_job` holds a workdir for the job (its lock, SIGTERM handling); `train_loop` runs the compiled step
 from the restored state to `config.train.num_train_steps`: log lines with rate and ETA, metrics to

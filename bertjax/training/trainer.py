@@ -2,7 +2,7 @@
 
 `setup(config, task=...)` builds them once, as MaxText's `setup_train_loop` and t5x's `Trainer` do, and
 returns a frozen `Trainer`. What is trained is a `Task` (model, loss, batch): pre-training's, or a
-fine-tuning head's (heads.py). The pre-training job (train.py), fine-tuning (finetune.py), the tests and
+fine-tuning head's (heads.py). The pre-training job (jobs/main.py), fine-tuning (finetune.py), the tests and
 the benchmarks all build through it, so the step they run is the step the job runs.
 
 State is created sharded: `jax.eval_shape` of the init gives shapes, the logical-axis rules give each

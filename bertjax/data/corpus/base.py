@@ -1,6 +1,6 @@
 """What every corpus source shares: `Source` (units, `read`, `split`), `CorpusStats`, sentence splitting, globs.
 
-The sources themselves live in corpus.py (raw text, TFDS, builtin:pydocs) and table_corpus.py (Parquet,
+The sources themselves live in sources.py (raw text, TFDS, builtin:pydocs) and table.py (Parquet,
 JSON Lines); `corpus.open_source` picks one from a spec. This module imports neither, so that each can
 import it without a circle.
 """
@@ -49,7 +49,7 @@ class CorpusStats:
     over_long_lines: int = 0  # lines or sentences over max_line_chars: read in pieces
     split_lines: int = 0  # lines or sentences over max_line_chars: cut into sentences
     short_documents: int = 0  # documents with fewer than min_sentences sentences: dropped
-    # Parquet and JSON Lines (table_corpus.py): one document per row; the rows that hold none are skipped.
+    # Parquet and JSON Lines (table.py): one document per row; the rows that hold none are skipped.
     rows: int = 0  # Parquet rows and JSON lines read, blank lines excepted
     empty_texts: int = 0  # rows whose text is null, empty or blank
     missing_texts: int = 0  # JSON objects without the text field

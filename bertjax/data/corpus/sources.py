@@ -1,5 +1,5 @@
 """Document sources for pre-training data: BERT raw-text files, TFDS datasets and `builtin:pydocs`; and
-`open_source`, which also opens Parquet and JSON Lines corpora (table_corpus.py).
+`open_source`, which also opens Parquet and JSON Lines corpora (table.py).
 
 A document is a list of sentences (str). Every source is opened from one spec string and exposes
 work *units* (files, TFDS shards, stdlib `.py` files) so that `prepare` can hand disjoint units to
@@ -374,7 +374,7 @@ def open_source(spec: str, *, data_dir: str | None = None, text_field: str = "te
 
     spec: `tfds:NAME[/CONFIG][:SPLIT]` (SPLIT defaults to train; `data_dir` is --tfds_data_dir),
       `builtin:pydocs`, Parquet / JSON Lines files (`.parquet`, `.jsonl`, `.json`, `.jsonl.gz`,
-      `.json.gz`, `.jsonl.zst`, `.arrow`: table_corpus.TableSource, one document per row), `hf:DIR[:SPLIT]`
+      `.json.gz`, `.jsonl.zst`, `.arrow`: table.TableSource, one document per row), `hf:DIR[:SPLIT]`
       (a Hugging Face dataset directory: hf_datasets.py), or else BERT raw-text files: a path, glob or
       comma-separated list of them (`.gz` is decompressed; `gs://` works).
     text_field: the TFDS feature / Parquet column / JSON key holding a document's text; `text_feature` is

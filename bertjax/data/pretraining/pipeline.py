@@ -55,7 +55,7 @@ class PipelineConfig:
     batch_size: int  # per process
     max_seq_length: int = 128
     max_predictions_per_seq: int = 20  # packed records: prediction slots per row
-    max_instances_per_row: int = 0  # packed records (data/packing.py); 0: unpacked
+    max_instances_per_row: int = 0  # packed records (data/pretraining/packing.py); 0: unpacked
     seed: int = 0
     shuffle_buffer: int = 10_000  # records; training only
     training: bool = True  # False (eval): one pass in file order, last batch padded, no shuffle

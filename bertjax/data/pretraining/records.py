@@ -44,7 +44,7 @@ FORMAT_VERSION = 1
 @dataclasses.dataclass(frozen=True)
 class RecordSchema:
     """Feature shapes of a record set. Packed records (`max_instances_per_row` > 0; layout in
-    data/packing.py) hold several instances a row: their prediction slots (`max_predictions_per_seq`
+    data/pretraining/packing.py) hold several instances a row: their prediction slots (`max_predictions_per_seq`
     here) are the row's budget, and they add per-instance features."""
 
     max_seq_length: int

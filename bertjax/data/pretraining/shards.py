@@ -60,7 +60,7 @@ class PrepareConfig:
     text_field: str = "text"  # TFDS feature / Parquet column / JSON key holding a document's text
     skip_bad_json_lines: bool = False  # JSON lines that do not parse: skipped and counted, not an error
     block_chars: int = BLOCK_CHARS
-    packing: Optional[packing_lib.PackingConfig] = None  # several instances a row (data/packing.py)
+    packing: Optional[packing_lib.PackingConfig] = None  # several instances a row (data/pretraining/packing.py)
 
     @property
     def schema(self) -> records.RecordSchema:

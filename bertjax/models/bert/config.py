@@ -2,7 +2,7 @@
 its named sizes.
 
 Plain dataclasses and the standard library only: the config schema (config.py), record preparation and
-every Beam worker read architectures without importing Flax or JAX. models/bert.py builds the Flax module
+every Beam worker read architectures without importing Flax or JAX. models/bert/model.py builds the Flax module
 from a `BertConfig`.
 """
 

@@ -410,7 +410,7 @@ def init_params(model: BertForPreTraining, rng: Array, seq_len: int = 8, heads_o
     return nn.meta.unbox(variables["params"])
 
 
-# --- Fine-tuning (heads.py trains it; bert_hf.py exports it as BertFor<Task>) -----------------------------
+# --- Fine-tuning (heads.py trains it; bert/hf.py exports it as BertFor<Task>) -----------------------------
 
 FINETUNING_TASKS = ("sequence_classification", "token_classification", "question_answering")
 BODY = "bert"  # the encoder's subtree
@@ -435,7 +435,7 @@ class BertForFinetuning(nn.Module):
     scan_layers: bool = False
     remat_policy: str = "none"
     attention: str = "xla"
-    packed: bool = False  # rows hold several examples (data/example_packing.py): input_mask numbers them 1..k
+    packed: bool = False  # rows hold several examples (finetuning/example_packing.py): input_mask numbers them 1..k
 
     def setup(self):
         cfg = self.config

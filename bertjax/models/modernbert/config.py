@@ -2,8 +2,8 @@
 spellings of Hugging Face's config.json (transformers' legacy `global_rope_theta` / `local_rope_theta` /
 `global_attn_every_n_layers`, and `layer_types` + `rope_parameters`).
 
-Plain dataclasses and the standard library only, as bert_config.py is for BERT: the config schema and record
-preparation read it without importing JAX. models/modernbert.py builds the Flax module from it.
+Plain dataclasses and the standard library only, as bert/config.py is for BERT: the config schema and record
+preparation read it without importing JAX. models/modernbert/model.py builds the Flax module from it.
 
 The traps the model must keep (Warner et al. 2024; transformers' modeling_modernbert.py): the sliding window
 is `local_attention // 2` tokens on each side (so `local_attention` must be even); the first layer has no

@@ -1,5 +1,5 @@
 """transformers' ModernBERT directories both ways: `ModernBertForMaskedLM` (config.json + safetensors) ↔ the
-Flax params of models/modernbert.py, through one name table; hf_files.py reads and checks the files.
+Flax params of models/modernbert/model.py, through one name table; hf_files.py reads and checks the files.
 
     config, params = load(path)                       # a ModernBertForMaskedLM / ModernBertModel directory
     save(path, config, params, tokenizer_dir=None)    # AutoModelForMaskedLM loads it, no missing or unexpected keys

@@ -260,7 +260,7 @@ def from_architecture(config: ModernBertConfig, scan_layers: bool = False, **com
 
 
 def from_config(cfg: Any, platform: Optional[str] = None, packed: bool = False) -> ModernBertForMaskedLM:
-    """`config.model` (family modernbert) → the model, as models/bert.py's `from_config` for BERT."""
+    """`config.model` (family modernbert) → the model, as models/bert/model.py's `from_config` for BERT."""
     cfg.validate()
     implementation = attention_lib.choose(cfg.attention, cfg.attention_probs_dropout_prob,
                                           platform or jax.default_backend())
