@@ -62,7 +62,11 @@ def run_cli(capsys, *args: str) -> tuple[int, str]:
     fv = flags.FlagValues()
     extract_features.define_flags(fv)
     fv(["extract_features", *args])
-    code = extract_features.main([], fv)
+    try:
+        extract_features.main([], fv)
+        code = 0
+    except SystemExit as e:  # cli.run_job's one way out of a user's mistake
+        code = e.code
     return code, capsys.readouterr().err
 
 

@@ -9,7 +9,7 @@ import unicodedata
 import numpy as np
 import pytest
 
-from bertjax.finetuning import squad, tasks
+from bertjax.finetuning import readers, squad
 from bertjax.data.vocab import tokenization, training as vocab_training
 from bertjax.finetuning.squad import QAExample
 from bertjax.finetuning.readers import LabelMap, Source, TextExample, TokenExample
@@ -47,18 +47,18 @@ def test_tsv_csv_jsonl_single_and_pair(tmp_path):
     csv_ = write(tmp_path / "single.csv", 'text,label\n"Hello, world",pos\nbad dog,neg\n')
     jsonl = write(tmp_path / "mixed.jsonl", '{"text_a": "hello", "text_b": "world", "label": 1}\n\n'
                                             '{"text_a": "good", "text_b": null, "label": 0}\n')
-    pair = tasks.read_text_examples(tsv)
+    pair = readers.read_text_examples(tsv)
     assert pair == [TextExample('The "cat" sat.', "A dog ran.", "yes", Source(tsv, 2)),
                     TextExample("John lives.", "He is.", "no", Source(tsv, 4))]
-    single = tasks.read_text_examples(csv_)
+    single = readers.read_text_examples(csv_)
     assert [(e.text_a, e.text_b, e.label, e.source.line) for e in single] == [
         ("Hello, world", None, "pos", 2), ("bad dog", None, "neg", 3)]
-    js = tasks.read_text_examples(jsonl)
+    js = readers.read_text_examples(jsonl)
     assert [(e.text_a, e.text_b, e.label, e.source.line) for e in js] == [("hello", "world", "1", 1),
                                                                           ("good", None, "0", 3)]
-    both = tasks.read_text_examples(f"{tsv},{csv_}")
+    both = readers.read_text_examples(f"{tsv},{csv_}")
     assert len(both) == 4
-    glob = tasks.read_text_examples(str(tmp_path / "*.tsv"))
+    glob = readers.read_text_examples(str(tmp_path / "*.tsv"))
     assert glob == pair
 
 
@@ -66,26 +66,26 @@ def test_glue_files_are_read_by_their_own_column_names(tmp_path):
     """GLUE's SST-2/train.tsv (sentence, label), as the README's fine-tuning example passes it, and QNLI's
     (index, question, sentence, label): no renaming needed."""
     sst2 = write(tmp_path / "sst2_train.tsv", "sentence\tlabel\nhide new secretions \t0\nit 's a charming trip \t1\n")
-    assert [(e.text_a, e.text_b, e.label) for e in tasks.read_text_examples(sst2)] == [
+    assert [(e.text_a, e.text_b, e.label) for e in readers.read_text_examples(sst2)] == [
         ("hide new secretions ", None, "0"), ("it 's a charming trip ", None, "1")]
     qnli = write(tmp_path / "qnli_dev.tsv", "index\tquestion\tsentence\tlabel\n0\tWho?\tHe did.\tentailment\n")
-    assert [(e.text_a, e.text_b, e.label) for e in tasks.read_text_examples(qnli)] == [
+    assert [(e.text_a, e.text_b, e.label) for e in readers.read_text_examples(qnli)] == [
         ("Who?", "He did.", "entailment")]
 
 
 def test_regression_and_prediction_files(tmp_path):
     path = write(tmp_path / "sts.tsv", "text_a\ttext_b\tlabel\na\tb\t3.5\nc\td\t-1\n")
-    assert [e.label for e in tasks.read_text_examples(path, regression=True)] == [3.5, -1.0]
+    assert [e.label for e in readers.read_text_examples(path, regression=True)] == [3.5, -1.0]
     unlabeled = write(tmp_path / "test.tsv", "text\nthe cat\n")
-    assert tasks.read_text_examples(unlabeled, require_labels=False)[0].label is None
+    assert readers.read_text_examples(unlabeled, require_labels=False)[0].label is None
     with pytest.raises(ValueError, match=r"test\.tsv:1: no column 'label'"):
-        tasks.read_text_examples(unlabeled)
+        readers.read_text_examples(unlabeled)
 
 
 def test_label_order_is_stable_regardless_of_file_order(tmp_path):
     one = write(tmp_path / "one.tsv", "text\tlabel\na\tneutral\nb\tcontradiction\nc\tentailment\n")
     two = write(tmp_path / "two.tsv", "text\tlabel\nc\tentailment\na\tneutral\nb\tcontradiction\nd\tneutral\n")
-    maps = [LabelMap.from_labels(e.label for e in tasks.read_text_examples(p)) for p in (one, two)]
+    maps = [LabelMap.from_labels(e.label for e in readers.read_text_examples(p)) for p in (one, two)]
     assert maps[0] == maps[1]
     assert maps[0].labels == ("contradiction", "entailment", "neutral")
     assert LabelMap.from_json(json.loads(json.dumps(maps[0].to_json()))) == maps[0]
@@ -113,23 +113,23 @@ def test_bad_text_inputs_name_file_line_and_field(tmp_path, name, text, kwargs, 
     path = tmp_path / name
     path.write_bytes(text if isinstance(text, bytes) else text.encode())
     with pytest.raises(ValueError, match=message):
-        tasks.read_text_examples(str(path), **kwargs)
+        readers.read_text_examples(str(path), **kwargs)
 
 
 def test_missing_files_and_bad_specs(tmp_path):
     with pytest.raises(FileNotFoundError, match=r"pattern .*nothing\*\.tsv.* matches no files"):
-        tasks.read_text_examples(str(tmp_path / "nothing*.tsv"))
+        readers.read_text_examples(str(tmp_path / "nothing*.tsv"))
     with pytest.raises(FileNotFoundError, match=r"does not exist"):
-        tasks.read_text_examples(str(tmp_path / "gone.tsv"))
+        readers.read_text_examples(str(tmp_path / "gone.tsv"))
 
 
 def test_unknown_label_names_file_line_label_and_known_ones(tmp_path, tok):
     train = LabelMap.from_labels(["neg", "pos"])
     dev = write(tmp_path / "dev.tsv", "text\tlabel\ngood\tpos\nbad\tneutral\n")
-    examples = tasks.read_text_examples(dev)
+    examples = readers.read_text_examples(dev)
     with pytest.raises(ValueError, match=r"dev\.tsv:3: label 'neutral' is not one of the 2 known labels "
                                          r"\['neg', 'pos'\]"):
-        tasks.text_features(examples, tok, 8, train)
+        readers.text_features(examples, tok, 8, train)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -142,7 +142,7 @@ def test_text_features_layout_labels_and_truncation(tok):
     examples = [TextExample("the cat sat", None, "b", src),
                 TextExample("john lives in new york", "the dog ran on the mat", "a", src),
                 TextExample("hello", "world", "b", src)]
-    arrays, truncated = tasks.text_features(examples, tok, 10, LabelMap.from_labels(["b", "a"]))
+    arrays, truncated = readers.text_features(examples, tok, 10, LabelMap.from_labels(["b", "a"]))
     ids = {t: i for i, t in enumerate(VOCAB)}
     assert arrays["input_ids"][0].tolist() == [2, ids["the"], ids["cat"], ids["sat"], 3, 0, 0, 0, 0, 0]
     assert arrays["input_mask"][0].tolist() == [1] * 5 + [0] * 5
@@ -154,24 +154,24 @@ def test_text_features_layout_labels_and_truncation(tok):
     assert arrays["label"].tolist() == [1, 0, 1] and arrays["label"].dtype == np.int32
     assert all(a.dtype == np.int32 and a.shape == (3, 10) for k, a in arrays.items() if k != "label")
     assert truncated == 1
-    _, cut = tasks.text_features([TextExample("the cat sat on the mat", None, "a", src)], tok, 5, LabelMap(["a"]))
+    _, cut = readers.text_features([TextExample("the cat sat on the mat", None, "a", src)], tok, 5, LabelMap(["a"]))
     assert cut == 1
 
 
 def test_text_features_regression_and_unlabelled(tok):
     src = Source("x.tsv", 2)
-    arrays, _ = tasks.text_features([TextExample("a", "b", 0.5, src), TextExample("a", None, 4.0, src)], tok, 6,
+    arrays, _ = readers.text_features([TextExample("a", "b", 0.5, src), TextExample("a", None, 4.0, src)], tok, 6,
                                     None)
     assert arrays["label"].dtype == np.float32 and arrays["label"].tolist() == [0.5, 4.0]
-    arrays, _ = tasks.text_features([TextExample("a", None, None, src)], tok, 6, LabelMap(["x"]))
+    arrays, _ = readers.text_features([TextExample("a", None, None, src)], tok, 6, LabelMap(["x"]))
     assert "label" not in arrays
     with pytest.raises(ValueError, match=r"x\.tsv:7: this example has no label but others do"):
-        tasks.text_features([TextExample("a", None, "x", src), TextExample("b", None, None, Source("x.tsv", 7))],
+        readers.text_features([TextExample("a", None, "x", src), TextExample("b", None, None, Source("x.tsv", 7))],
                             tok, 6, LabelMap(["x"]))
     with pytest.raises(ValueError, match=r"x\.tsv:2: label 'x' is not a number; pass a LabelMap"):
-        tasks.text_features([TextExample("a", None, "x", src)], tok, 6, None)
+        readers.text_features([TextExample("a", None, "x", src)], tok, 6, None)
     with pytest.raises(ValueError, match="max_seq_length=2 leaves no room"):
-        tasks.text_features([TextExample("a", None, "x", src)], tok, 2, LabelMap(["x"]))
+        readers.text_features([TextExample("a", None, "x", src)], tok, 2, LabelMap(["x"]))
 
 
 def test_a_roberta_style_tokenizer_frames_inputs_as_transformers_does(tmp_path):
@@ -184,16 +184,16 @@ def test_a_roberta_style_tokenizer_frames_inputs_as_transformers_does(tmp_path):
     hf = transformers.PreTrainedTokenizerFast(tokenizer_file=str(tmp_path / "tokenizer.json"), pad_token="<pad>")
     src = Source("x.tsv", 1)
     cases = [("The interpreter reads a file.", None), ("The interpreter reads a file.", "x = [1, 2, 3]")]
-    ours, _ = tasks.text_features([TextExample(a, b, "x", src) for a, b in cases], tok, 48, LabelMap(["x"]))
+    ours, _ = readers.text_features([TextExample(a, b, "x", src) for a, b in cases], tok, 48, LabelMap(["x"]))
     for i, (a, b) in enumerate(cases):
         ref = hf(a, b, max_length=48, padding="max_length", return_token_type_ids=True)
         assert ours["input_ids"][i].tolist() == ref["input_ids"], (a, b)
         assert ours["segment_ids"][i].tolist() == ref["token_type_ids"] == [0] * 48, (a, b)
         assert ours["input_mask"][i].tolist() == ref["attention_mask"], (a, b)
-    cut, truncated = tasks.text_features([TextExample(*cases[1], "x", src)], tok, 12, LabelMap(["x"]))
+    cut, truncated = readers.text_features([TextExample(*cases[1], "x", src)], tok, 12, LabelMap(["x"]))
     ids = cut["input_ids"][0].tolist()
     assert truncated == 1 and ids[0] == 0 and ids[-1] == 2 and ids.count(2) == 3 and 1 not in ids  # framed, full
-    words, _, _ = tasks.token_features([TokenExample(["The", "interpreter"], ["O", "O"], src)], tok, 16,
+    words, _, _ = readers.token_features([TokenExample(["The", "interpreter"], ["O", "O"], src)], tok, 16,
                                        LabelMap(["O"]))
     row = words["input_ids"][0][words["input_mask"][0] == 1].tolist()
     assert row[0] == 0 and row[-1] == 2 and words["label_weights"][0][[0, len(row) - 1]].tolist() == [0, 0]
@@ -217,7 +217,7 @@ def test_text_features_match_transformers_bert_tokenizer(vocab_file, tok):
               ("the cat sat on the big mat", "the dog ran on a mat")]                # both cut, even room
     for max_len in (13, 16, 32):
         examples = [TextExample(a, b, "x", src) for a, b in cases]
-        ours, _ = tasks.text_features(examples, tok, max_len, LabelMap(["x"]))
+        ours, _ = readers.text_features(examples, tok, max_len, LabelMap(["x"]))
         for i, (a, b) in enumerate(cases):
             ref = hf(a, b, truncation="longest_first", max_length=max_len, padding="max_length")
             assert ours["input_ids"][i].tolist() == ref["input_ids"], (a, b, max_len)
@@ -226,7 +226,7 @@ def test_text_features_match_transformers_bert_tokenizer(vocab_file, tok):
     # Where the two rules part: both texts longer than half of an odd budget. google-research/bert (followed here)
     # gives the spare token to text_a, transformers to the text that was longer (here text_b).
     a, b = "the cat sat on the big mat", "the dog ran on a mat the cat"
-    ours, _ = tasks.text_features([TextExample(a, b, "x", src)], tok, 14, LabelMap(["x"]))
+    ours, _ = readers.text_features([TextExample(a, b, "x", src)], tok, 14, LabelMap(["x"]))
     assert tok.convert_ids_to_tokens(ours["input_ids"][0]) == (
         ["[CLS]", "the", "cat", "sat", "on", "the", "big", "[SEP]", "the", "dog", "ran", "on", "a", "[SEP]"])
     assert hf(a, b, truncation="longest_first", max_length=14)["input_ids"] != ours["input_ids"][0].tolist()
@@ -266,23 +266,23 @@ def tfds_dir(tmp_path_factory) -> str:
 
 
 def test_tfds_reader_maps_glue_features(tfds_dir):
-    examples = tasks.read_text_examples(f"tfds:bertjax_tasks_test_set:train:{tfds_dir}")
+    examples = readers.read_text_examples(f"tfds:bertjax_tasks_test_set:train:{tfds_dir}")
     assert sorted((e.text_a, e.text_b, e.label) for e in examples) == [
         ("first 0", "second 0", "not_equivalent"), ("first 1", "second 1", "equivalent"),
         ("first 2", "second 2", "not_equivalent")]
     assert str(examples[0].source) == "tfds:bertjax_tasks_test_set:train at example 0"
-    sliced = tasks.read_text_examples(f"tfds:bertjax_tasks_test_set:train[:2]:{tfds_dir}")
+    sliced = readers.read_text_examples(f"tfds:bertjax_tasks_test_set:train[:2]:{tfds_dir}")
     assert len(sliced) == 2
-    test = tasks.read_text_examples(f"tfds:bertjax_tasks_test_set:test:{tfds_dir}", require_labels=False)
+    test = readers.read_text_examples(f"tfds:bertjax_tasks_test_set:test:{tfds_dir}", require_labels=False)
     assert [e.label for e in test] == [None, None]
     with pytest.raises(ValueError, match=r"tfds:bertjax_tasks_test_set:test at example 0: field 'label' is empty"):
-        tasks.read_text_examples(f"tfds:bertjax_tasks_test_set:test:{tfds_dir}")
+        readers.read_text_examples(f"tfds:bertjax_tasks_test_set:test:{tfds_dir}")
     with pytest.raises(ValueError, match="class label.*not regression"):
-        tasks.read_text_examples(f"tfds:bertjax_tasks_test_set:train:{tfds_dir}", regression=True)
+        readers.read_text_examples(f"tfds:bertjax_tasks_test_set:train:{tfds_dir}", regression=True)
     with pytest.raises(ValueError, match=r"no split 'dev'"):
-        tasks.read_text_examples(f"tfds:bertjax_tasks_test_set:dev:{tfds_dir}")
+        readers.read_text_examples(f"tfds:bertjax_tasks_test_set:dev:{tfds_dir}")
     with pytest.raises(FileNotFoundError, match=r"not_a_dataset_zz.*tfds build"):
-        tasks.read_text_examples(f"tfds:not_a_dataset_zz:train:{tfds_dir}")
+        readers.read_text_examples(f"tfds:not_a_dataset_zz:train:{tfds_dir}")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -307,28 +307,28 @@ the DT O O
 
 def test_read_conll_sentences_docstart_and_columns(tmp_path):
     path = write(tmp_path / "train.conll", CONLL)
-    examples = tasks.read_conll(path)
+    examples = readers.read_conll(path)
     assert [(e.words, e.labels, e.source.line) for e in examples] == [
         (["John", "lives", "in", "New", "York", "."], ["B-PER", "O", "O", "B-LOC", "I-LOC", "O"], 3),
         (["unaffable", "john"], ["O", "B-PER"], 10),
         (["the"], ["O"], 13)]
     two = write(tmp_path / "two.txt", "EU\tB-ORG\nrejects\tO\n\n\nGerman B-MISC\n")
-    assert [(e.words, e.labels) for e in tasks.read_conll(two)] == [(["EU", "rejects"], ["B-ORG", "O"]),
+    assert [(e.words, e.labels) for e in readers.read_conll(two)] == [(["EU", "rejects"], ["B-ORG", "O"]),
                                                                       (["German"], ["B-MISC"])]
 
 
 def test_read_conll_malformed_and_empty(tmp_path):
     with pytest.raises(ValueError, match=r"bad\.conll:3: one column 'York'"):
-        tasks.read_conll(write(tmp_path / "bad.conll", "New B-LOC\n\nYork\n"))
+        readers.read_conll(write(tmp_path / "bad.conll", "New B-LOC\n\nYork\n"))
     with pytest.raises(ValueError, match=r"blank\.conll holds no sentences"):
-        tasks.read_conll(write(tmp_path / "blank.conll", "-DOCSTART- O\n\n\n"))
+        readers.read_conll(write(tmp_path / "blank.conll", "-DOCSTART- O\n\n\n"))
 
 
 def test_token_features_label_first_piece_only(tmp_path, tok):
-    examples = tasks.read_conll(write(tmp_path / "train.conll", CONLL))
+    examples = readers.read_conll(write(tmp_path / "train.conll", CONLL))
     label_map = LabelMap.from_labels(label for e in examples for label in e.labels)
     assert label_map.labels == ("B-LOC", "B-PER", "I-LOC", "O")
-    arrays, starts, truncated = tasks.token_features(examples, tok, 8, label_map)
+    arrays, starts, truncated = readers.token_features(examples, tok, 8, label_map)
     pieces = [tok.convert_ids_to_tokens(row) for row in arrays["input_ids"]]
     # Sentence 2: "unaffable" is three pieces; its label O on "un" only, the ## pieces weighted 0.
     assert pieces[1][:6] == ["[CLS]", "un", "##aff", "##able", "john", "[SEP]"]
@@ -344,25 +344,25 @@ def test_token_features_label_first_piece_only(tmp_path, tok):
     assert arrays["label_weights"].dtype == np.float32 and arrays["label_ids"].dtype == np.int32
     assert not arrays["segment_ids"].any()
     # Truncation: 5 positions leave room for 3 pieces; words that do not fit map to -1.
-    arrays, starts, truncated = tasks.token_features(examples, tok, 5, label_map)
+    arrays, starts, truncated = readers.token_features(examples, tok, 5, label_map)
     assert starts[0].tolist() == [1, 2, 3, -1, -1, -1]
     assert starts[1].tolist() == [1, -1]
     assert arrays["label_weights"][1].tolist() == [0, 1, 0, 0, 0]
     assert truncated == 2
     # A word cut inside keeps its first pieces, and so its label.
-    arrays, starts, truncated = tasks.token_features(examples[1:2], tok, 4, label_map)
+    arrays, starts, truncated = readers.token_features(examples[1:2], tok, 4, label_map)
     assert tok.convert_ids_to_tokens(arrays["input_ids"][0]) == ["[CLS]", "un", "##aff", "[SEP]"]
     assert starts[0].tolist() == [1, -1] and arrays["label_weights"][0].tolist() == [0, 1, 0, 0] and truncated == 1
 
 
 def test_token_features_empty_word_and_unknown_label(tmp_path, tok):
     src = Source("t.conll", 4)
-    arrays, starts, _ = tasks.token_features([TokenExample(["the", "\u200b", "cat"], ["O", "X", "O"], src)], tok, 8,
+    arrays, starts, _ = readers.token_features([TokenExample(["the", "\u200b", "cat"], ["O", "X", "O"], src)], tok, 8,
                                              LabelMap(["O", "X"]))
     assert tok.convert_ids_to_tokens(arrays["input_ids"][0][:5]) == ["[CLS]", "the", "[UNK]", "cat", "[SEP]"]
     assert arrays["label_ids"][0][:5].tolist() == [0, 0, 1, 0, 0] and starts[0].tolist() == [1, 2, 3]
     with pytest.raises(ValueError, match=r"t\.conll:5: label 'B-ORG' is not one of the 1 known labels \['O'\]"):
-        tasks.token_features([TokenExample(["a", "b"], ["O", "B-ORG"], src)], tok, 8, LabelMap(["O"]))
+        readers.token_features([TokenExample(["a", "b"], ["O", "B-ORG"], src)], tok, 8, LabelMap(["O"]))
 
 
 # --------------------------------------------------------------------------------------------------

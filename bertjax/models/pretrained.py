@@ -25,6 +25,12 @@ from bertjax.training import checkpoint as checkpoint_lib
 log = logging.getLogger(__name__)
 
 
+def _hf_family(path: str) -> models.Family:
+    """The family of a Hugging Face directory, by its config.json (without one, the default family's reader
+    says what is missing)."""
+    return models.get(models.family_of(path) if hf_files.has_config(path) else models.DEFAULT_FAMILY)
+
+
 def is_hf_dir(path: str) -> bool:
     return hf_files.has_config(path)
 
@@ -59,7 +65,7 @@ def load(path: str, seed: int = 0, encoder_only: bool = False) -> tuple[Any, dic
     if tf1.is_tf1_dir(path):
         config, params = tf1.load(path, seed)
     else:
-        config, params = models.get(models.family_of(path)).hf.load(path, seed)
+        config, params = _hf_family(path).hf.load(path, seed)
     return config, {name: params[name] for name in models.of(config).model.ENCODER} if encoder_only else params
 
 
@@ -141,7 +147,7 @@ def architecture_of(path: str) -> Any:
         return models.of_fingerprint(fingerprint).config.from_fingerprint(fingerprint["model"])
     if tf1.is_tf1_dir(path):
         return tf1.load_config(path)
-    return models.get(models.family_of(path)).hf.load_config(path)
+    return _hf_family(path).hf.load_config(path)
 
 
 def adopt_init_from(job: Any) -> Any:
