@@ -177,6 +177,7 @@ class NotLearningWatch:
 
 
 _stopped_before_training = False
+_unwound: Optional[BaseException] = None  # see run_job
 
 
 def stopped_before_training() -> bool:
@@ -192,9 +193,12 @@ def run_job(workdir: str, body: Callable[[StopRequest, lock_lib.WorkdirLock], di
     with StopRequest() as stop, lock_lib.WorkdirLock(workdir, enabled=jax.process_index() == 0) as lock:
         try:
             return body(stop, lock)
-        except StoppedBeforeTraining:
-            global _stopped_before_training
+        except StoppedBeforeTraining as e:
+            global _stopped_before_training, _unwound
             _stopped_before_training = True
+            # What the signal unwound (a compile, half built) is kept, never freed: freeing it crashed in XLA's
+            # destructors (a segfault here, 1 of 7 fine-tuning stops under load); cli.run_job ends the process.
+            _unwound = e
             log.info("stopped on request before training started: no step had been taken, so nothing was lost; "
                      "rerun the same command to go on")
             return {}
