@@ -15,7 +15,7 @@ PIP_STAGES := awk '/^(Collecting|Processing) / { n++; if (n % 20 == 1) { print "
 	/^Successfully installed/ { print "make:   installed" } \
 	/^ERROR/ { print; err = 1 } END { if (err) print "make: pip failed; its full log is $(PIP_LOG)" }'
 
-.PHONY: demo test test-quick clean
+.PHONY: demo test test-quick format clean
 
 $(PY):
 	@echo "make: creating $(VENV) with $$($(PYTHON) --version), and upgrading pip in it"
@@ -55,6 +55,11 @@ test: $(VENV)/.test-installed
 test-quick: $(VENV)/.test-installed
 	@echo "make: the quick tier, about 2 minutes on a 2-core AMD EPYC (make test runs everything)"
 	$(PYTEST) --quick tests
+
+# The code's layout, as make test checks it (tests/test_house.py: ruff format --check, the pinned ruff).
+format: $(VENV)/.test-installed
+	$(PY) -m ruff format bertjax tests benchmarks
+	$(PY) -m ruff check bertjax tests benchmarks
 
 clean:
 	rm -rf $(VENV) .pytest_cache

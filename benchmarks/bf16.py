@@ -33,19 +33,25 @@ def run(dtype: str, steps: int, workdir: str, data: str = "") -> dict:
     c.checkpoint.update(every_steps=steps, export_hf=False)
     c.eval.update(every_steps=steps, show_predictions=0)
     if data:  # the first run's records and vocab
-        c.data.update(corpus="", train_files=os.path.join(data, "train", "*.tfrecord"),
-                      eval_files=os.path.join(data, "heldout", "*.tfrecord"),
-                      vocab_file=os.path.join(data, "vocab", "vocab.txt"))
+        c.data.update(
+            corpus="",
+            train_files=os.path.join(data, "train", "*.tfrecord"),
+            eval_files=os.path.join(data, "heldout", "*.tfrecord"),
+            vocab_file=os.path.join(data, "vocab", "vocab.txt"),
+        )
         with open(c.data.vocab_file) as f:
             c.model.vocab_size = sum(1 for _ in f)
     shutil.rmtree(workdir, ignore_errors=True)
     final = train.train_and_evaluate(c, workdir)
     rows = [json.loads(line) for line in open(os.path.join(workdir, "metrics.jsonl"))]
     timed = [r["seq_per_s"] for r in rows if r["kind"] == "train" and r.get("seq_per_s")][1:]
-    return dict(mlm_accuracy=final["mlm_accuracy"], nsp_accuracy=final["nsp_accuracy"],
-                mlm_accuracy_baseline=final["mlm_accuracy_baseline"],
-                nsp_accuracy_baseline=final["nsp_accuracy_baseline"],
-                seq_per_s=statistics.median(timed) if timed else None)
+    return dict(
+        mlm_accuracy=final["mlm_accuracy"],
+        nsp_accuracy=final["nsp_accuracy"],
+        mlm_accuracy_baseline=final["mlm_accuracy_baseline"],
+        nsp_accuracy_baseline=final["nsp_accuracy_baseline"],
+        seq_per_s=statistics.median(timed) if timed else None,
+    )
 
 
 def main():
@@ -59,9 +65,19 @@ def main():
     root = args.workdir or tempfile.mkdtemp(prefix="bertjax-bf16-")
     fp32 = run("float32", args.steps, os.path.join(root, "float32"))
     bf16 = run("bfloat16", args.steps, os.path.join(root, "bfloat16"), data=os.path.join(root, "float32", "data"))
-    print(json.dumps({"steps": args.steps, "float32": fp32, "bfloat16": bf16,
-                      "mlm_accuracy_difference": 100 * (bf16["mlm_accuracy"] - fp32["mlm_accuracy"]),
-                      "jax": jax.__version__, "backend": jax.default_backend(), "cpu_count": os.cpu_count()}))
+    print(
+        json.dumps(
+            {
+                "steps": args.steps,
+                "float32": fp32,
+                "bfloat16": bf16,
+                "mlm_accuracy_difference": 100 * (bf16["mlm_accuracy"] - fp32["mlm_accuracy"]),
+                "jax": jax.__version__,
+                "backend": jax.default_backend(),
+                "cpu_count": os.cpu_count(),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

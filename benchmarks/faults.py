@@ -67,6 +67,8 @@ import tempfile
 import threading
 import time
 
+from fault_compile_stops import compile_stop_trial  # benchmarks/, beside this script
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FAULTS = ("kill", "damage", "disk_full", "sigterm", "moved")
 PREPARE_FAULTS = ("prepare_kill", "prepare_disk_full")
@@ -88,6 +90,7 @@ def parse_args():
 
 # --- The job -------------------------------------------------------------------------------------------
 
+
 def make_data(directory: str) -> str:
     sys.path.insert(0, ROOT)
     from bertjax.config.schema import JobConfig
@@ -103,17 +106,26 @@ def _config(data: str, steps: int = 30):
     import runpy
 
     c = runpy.run_path(os.path.join(ROOT, "configs", "default.py"))["get_config"]("size=tiny")
-    c.model.update(vocab_size=1000, hidden_size=64, num_hidden_layers=1, num_attention_heads=4, intermediate_size=128,
-                   max_position_embeddings=64, scan_layers=False)
+    c.model.update(
+        vocab_size=1000,
+        hidden_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        intermediate_size=128,
+        max_position_embeddings=64,
+        scan_layers=False,
+    )
     c.data.update(max_seq_length=32, max_predictions_per_seq=5, shuffle_buffer=100)
     c.train.update(global_batch_size=16, num_train_steps=steps, log_every_steps=1)
     c.optim.update(learning_rate=1e-3, warmup_steps=2)
     c.checkpoint.update(every_steps=EVERY, keep=100, keep_every=0)  # keep all: a vanished item is a lost one
     c.eval.update(every_steps=10, num_batches=2)
     if data:
-        c.data.update(train_files=os.path.join(data, "train", "*.tfrecord"),
-                      eval_files=os.path.join(data, "heldout", "*.tfrecord"),
-                      vocab_file=os.path.join(data, "vocab", "vocab.txt"))
+        c.data.update(
+            train_files=os.path.join(data, "train", "*.tfrecord"),
+            eval_files=os.path.join(data, "heldout", "*.tfrecord"),
+            vocab_file=os.path.join(data, "vocab", "vocab.txt"),
+        )
     return c
 
 
@@ -121,8 +133,10 @@ def write_config(data: str, steps: int, path: str) -> str:
     with open(path + ".json", "w") as f:
         f.write(_config(data, steps).to_json())
     with open(path, "w") as f:
-        f.write("import json\nimport ml_collections\n\n\ndef get_config():\n"
-                f"    return ml_collections.ConfigDict(json.load(open({path + '.json'!r})))\n")
+        f.write(
+            "import json\nimport ml_collections\n\n\ndef get_config():\n"
+            f"    return ml_collections.ConfigDict(json.load(open({path + '.json'!r})))\n"
+        )
     return path
 
 
@@ -130,12 +144,20 @@ class Job:
     """`python -m bertjax.main` in a subprocess, its log read line by line as it comes."""
 
     def __init__(self, config_file: str, workdir: str, prelude: str = ""):
-        program = (prelude + "import sys\nfrom bertjax import cli, main\n"
-                   f"sys.argv = ['bertjax.main', '--config={config_file}', '--workdir={workdir}']\n"
-                   "main.define_flags()\ncli.run(main.main)\n")
+        program = (
+            prelude + "import sys\nfrom bertjax import cli, main\n"
+            f"sys.argv = ['bertjax.main', '--config={config_file}', '--workdir={workdir}']\n"
+            "main.define_flags()\ncli.run(main.main)\n"
+        )
         env = dict(os.environ, JAX_PLATFORMS="cpu", BERTJAX_NO_TCMALLOC="1", TF_CPP_MIN_LOG_LEVEL="2")
-        self.process = subprocess.Popen([sys.executable, "-c", program], cwd=ROOT, env=env, text=True,
-                                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", program],
+            cwd=ROOT,
+            env=env,
+            text=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
         self.lines: list[str] = []
         self.steps_logged = 0
         self._changed = threading.Condition()
@@ -153,8 +175,10 @@ class Job:
     def wait_for_step(self, step: int, timeout: float = 300) -> bool:
         """Until the log shows `step` (False when the job ended first)."""
         with self._changed:
-            return self._changed.wait_for(lambda: self.steps_logged >= step or self.process.poll() is not None,
-                                          timeout) and self.steps_logged >= step
+            return (
+                self._changed.wait_for(lambda: self.steps_logged >= step or self.process.poll() is not None, timeout)
+                and self.steps_logged >= step
+            )
 
     def finish(self, timeout: float = 600) -> int:
         code = self.process.wait(timeout)
@@ -171,6 +195,7 @@ class Job:
 
 # --- What is on disk -----------------------------------------------------------------------------------
 
+
 def checkpoints(workdir: str) -> str:
     return os.path.join(workdir, "checkpoints")
 
@@ -182,8 +207,12 @@ def committed(workdir: str) -> list[int]:
 
 
 def items(workdir: str) -> set[tuple[int, str]]:
-    return {(step, item) for step in committed(workdir) for item in ITEMS
-            if os.path.exists(os.path.join(checkpoints(workdir), str(step), item))}
+    return {
+        (step, item)
+        for step in committed(workdir)
+        for item in ITEMS
+        if os.path.exists(os.path.join(checkpoints(workdir), str(step), item))
+    }
 
 
 def still_there(workdir: str, step: int, item: str) -> bool:
@@ -212,6 +241,7 @@ def _files(directory: str) -> list[str]:
 
 def damage(step_dir: str, rng: random.Random) -> tuple[str, set[str]]:
     """One random damage to a committed step: (what was done, the items it deleted on purpose)."""
+
     def truncate(path: str, size: int) -> None:
         with open(path, "r+b") as f:
             f.truncate(size)
@@ -240,10 +270,13 @@ def damage(step_dir: str, rng: random.Random) -> tuple[str, set[str]]:
 
 # --- Trials --------------------------------------------------------------------------------------------
 
+
 def mount_tmpfs(path: str, size: int) -> bool:
     os.makedirs(path, exist_ok=True)
-    return subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", path],
-                          capture_output=True).returncode == 0
+    return (
+        subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", path], capture_output=True).returncode
+        == 0
+    )
 
 
 SIMULATED_FULL = """import shutil, os
@@ -255,8 +288,9 @@ shutil.disk_usage = _full
 """
 
 
-def trial(fault: str, rng: random.Random, config_file: str, steps: int, directory: str,
-          checkpoint_bytes: int, data: str) -> dict:
+def trial(
+    fault: str, rng: random.Random, config_file: str, steps: int, directory: str, checkpoint_bytes: int, data: str
+) -> dict:
     workdir = os.path.join(directory, "work")
     out: dict = {"fault": fault}
     deleted: set[tuple[int, str]] = set()
@@ -310,25 +344,43 @@ def trial(fault: str, rng: random.Random, config_file: str, steps: int, director
 
 # --- prepare's faults ----------------------------------------------------------------------------------
 
+
 def prepare_flags(data: str, out: str, workers: int) -> list[str]:
-    return [f"--input_file={os.path.join(data, 'train.txt')}", f"--output_dir={out}",
-            f"--vocab_file={os.path.join(data, 'vocab', 'vocab.txt')}", "--max_seq_length=32",
-            "--max_predictions_per_seq=5", "--dupe_factor=6", "--num_shards=6", f"--num_workers={workers}"]
+    return [
+        f"--input_file={os.path.join(data, 'train.txt')}",
+        f"--output_dir={out}",
+        f"--vocab_file={os.path.join(data, 'vocab', 'vocab.txt')}",
+        "--max_seq_length=32",
+        "--max_predictions_per_seq=5",
+        "--dupe_factor=6",
+        "--num_shards=6",
+        f"--num_workers={workers}",
+    ]
 
 
 def run_prepare(data: str, out: str, workers: int = 2, prelude: str = "") -> subprocess.Popen:
     """`python -m bertjax.prepare` in a subprocess, after `prelude` (a simulated full disk)."""
-    program = (prelude + "import runpy, sys\n"
-               f"sys.argv = ['bertjax.prepare'] + {prepare_flags(data, out, workers)!r}\n"
-               "runpy.run_module('bertjax.prepare', run_name='__main__')\n")
+    program = (
+        prelude + "import runpy, sys\n"
+        f"sys.argv = ['bertjax.prepare'] + {prepare_flags(data, out, workers)!r}\n"
+        "runpy.run_module('bertjax.prepare', run_name='__main__')\n"
+    )
     env = dict(os.environ, JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="2")
-    return subprocess.Popen([sys.executable, "-c", program], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-c", program], cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
 
 
 def record_files(directory: str) -> dict[str, bytes]:
-    return {f: open(os.path.join(directory, f), "rb").read() for f in sorted(os.listdir(directory))
-            if f.endswith(".tfrecord")} if os.path.isdir(directory) else {}
+    return (
+        {
+            f: open(os.path.join(directory, f), "rb").read()
+            for f in sorted(os.listdir(directory))
+            if f.endswith(".tfrecord")
+        }
+        if os.path.isdir(directory)
+        else {}
+    )
 
 
 def prepare_reference(data: str, out: str) -> tuple[dict[str, bytes], float]:
@@ -345,8 +397,11 @@ def train_on(out: str) -> tuple[str, str]:
     from bertjax.data.pretraining import pipeline as pipeline_lib
 
     try:
-        files = pipeline_lib.InputPipeline(pipeline_lib.PipelineConfig(
-            files=os.path.join(out, "*.tfrecord"), batch_size=4, max_seq_length=32, max_predictions_per_seq=5)).files
+        files = pipeline_lib.InputPipeline(
+            pipeline_lib.PipelineConfig(
+                files=os.path.join(out, "*.tfrecord"), batch_size=4, max_seq_length=32, max_predictions_per_seq=5
+            )
+        ).files
     except (OSError, ValueError) as e:
         return "refused", str(e)
     return "files", ",".join(os.path.basename(f) for f in files)
@@ -381,8 +436,9 @@ def alive(pid: int) -> bool:
         return False
 
 
-def prepare_trial(fault: str, rng: random.Random, data: str, directory: str, reference: dict[str, bytes],
-                  reference_seconds: float) -> dict:
+def prepare_trial(
+    fault: str, rng: random.Random, data: str, directory: str, reference: dict[str, bytes], reference_seconds: float
+) -> dict:
     out: dict = {"fault": fault}
     records_dir = os.path.join(directory, "records")
     if fault == "prepare_kill":
@@ -429,70 +485,22 @@ def prepare_trial(fault: str, rng: random.Random, data: str, directory: str, ref
 
 # --- Stops while fine-tuning compiles --------------------------------------------------------------------
 
-def sentiment_task(directory: str) -> str:
-    """SST-2's layout (sentence, label), a task a tiny model fits in a few steps; the directory holding SST-2/."""
-    rng = random.Random(0)
-    rows = [f"the film was {rng.choice(['very ', ''])}{word}\t{int(word in ('good', 'great'))}"
-            for word in ["good", "bad", "great", "awful"] * 8]
-    for split in ("train", "dev"):
-        os.makedirs(os.path.join(directory, "SST-2"), exist_ok=True)
-        with open(os.path.join(directory, "SST-2", f"{split}.tsv"), "w") as f:
-            f.write("sentence\tlabel\n" + "\n".join(rows) + "\n")
-    return directory
-
-
-def compile_stop_trial(fault: str, rng: random.Random, init_from: str, directory: str) -> dict:
-    """SIGTERM at a random moment between the model's construction and the first step; then the same command."""
-    data = sentiment_task(os.path.join(directory, "glue"))
-    workdir = os.path.join(directory, "work")
-    settings = ["--config.train.global_batch_size=8", "--config.data.max_seq_length=16",
-                "--config.model.scan_layers=false"]
-    if fault == "finetune_compile":
-        command = ["-m", "bertjax.finetune", "--config=configs/finetune.py:size=tiny", f"--workdir={workdir}",
-                   f"--config.train.init_from={init_from}", f"--config.data.train_file={data}/SST-2/train.tsv",
-                   f"--config.data.eval_file={data}/SST-2/dev.tsv", "--config.train.num_train_steps=4", *settings]
-    else:
-        command = ["-m", "bertjax.glue", "--config=configs/glue.py:size=tiny", f"--workdir={workdir}",
-                   f"--config.init_from={init_from}", f"--config.data_dir={data}", "--config.tasks=sst2",
-                   "--config.submission=false", "--config.sweep.learning_rate=1e-3", "--config.sweep.seeds=0",
-                   "--config.train.num_epochs=1", *settings]
-    # Without the persistent cache: a cached step compiles in a blink, and the signal would land in training.
-    env = dict(os.environ, JAX_PLATFORMS="cpu", BERTJAX_NO_TCMALLOC="1", TF_CPP_MIN_LOG_LEVEL="2",
-               JAX_ENABLE_COMPILATION_CACHE="false")
-    process = subprocess.Popen([sys.executable, *command], cwd=ROOT, env=env, text=True, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.PIPE)
-    lines, delay = [], rng.uniform(0.0, 1.5)
-    for line in process.stderr:  # the model is built: the train step compiles next
-        lines.append(line)
-        if "attention: auto chose" in line:
-            time.sleep(delay)
-            process.send_signal(signal.SIGTERM)
-            break
-    lines += process.stderr.readlines()
-    out = {"fault": fault, "signal_after_s": round(delay, 2), "first_exit": process.wait()}
-    said = "".join(lines)
-    out["stopped_before_training"] = "before training" in said and "train step" not in said
-    out["crash"] = out["first_exit"] != 0 and (out["first_exit"] < 0 or out["first_exit"] == 139
-                                               or "Fatal Python error" in said)
-    rerun = subprocess.run([sys.executable, *command], cwd=ROOT, env=env, capture_output=True, text=True)
-    out["rerun_exit"] = rerun.returncode
-    out["rerun_finished"] = rerun.returncode == 0 and os.path.exists(
-        os.path.join(workdir, "glue.json" if fault == "glue_compile" else "metrics.jsonl"))
-    if out["first_exit"] != 0 or not out["rerun_finished"]:
-        out["log_tail"] = (said + rerun.stderr)[-1500:]
-    return out
-
 
 def main() -> None:
     args = parse_args()
     if args.steps < 3 * EVERY:
-        raise SystemExit(f"faults: --steps must be at least {3 * EVERY} (a damage needs two committed checkpoints "
-                         "before the newest).")
+        raise SystemExit(
+            f"faults: --steps must be at least {3 * EVERY} (a damage needs two committed checkpoints "
+            "before the newest)."
+        )
     base = args.workdir or tempfile.mkdtemp(prefix="bertjax-faults-")
     os.makedirs(base, exist_ok=True)
     # Every run compiles the same steps: JAX's persistent cache compiles them once (the jobs inherit this).
-    os.environ.update(JAX_COMPILATION_CACHE_DIR=os.path.join(base, "jax_cache"),
-                      JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0", JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
+    os.environ.update(
+        JAX_COMPILATION_CACHE_DIR=os.path.join(base, "jax_cache"),
+        JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
+        JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0",
+    )
     data = make_data(os.path.join(base, "data_run"))
     config_file = write_config(data, args.steps, os.path.join(base, "config.py"))
     reference = os.path.join(base, "reference")
@@ -519,34 +527,53 @@ def main() -> None:
             os.makedirs(directory)
             result = prepare_trial(fault, rng, data, directory, reference_records, reference_seconds)
             prepare_results.append(result)
-            print(f"faults: prepare trial {i + 1}/{args.prepare_trials}: {json.dumps(result)}", file=sys.stderr,
-                  flush=True)
+            print(
+                f"faults: prepare trial {i + 1}/{args.prepare_trials}: {json.dumps(result)}",
+                file=sys.stderr,
+                flush=True,
+            )
     compile_results = []
     for i in range(args.compile_stop_trials):
         fault = COMPILE_FAULTS[i % len(COMPILE_FAULTS)]
         directory = os.path.join(base, f"compile-{i}-{fault}")
         os.makedirs(directory)
         compile_results.append(compile_stop_trial(fault, rng, reference, directory))
-        print(f"faults: compile-stop trial {i + 1}/{args.compile_stop_trials}: {json.dumps(compile_results[-1])}",
-              file=sys.stderr, flush=True)
+        print(
+            f"faults: compile-stop trial {i + 1}/{args.compile_stop_trials}: {json.dumps(compile_results[-1])}",
+            file=sys.stderr,
+            flush=True,
+        )
     if not args.workdir:
         shutil.rmtree(base, ignore_errors=True)
 
     def totals(rows: list[dict]) -> dict:
-        return {"trials": len(rows), "survived": sum(r["survived"] for r in rows),
-                "bitwise_identical": sum(r["bitwise_identical"] for r in rows),
-                "steps_lost": sum(r["steps_lost"] for r in rows), "items_lost": sum(r["items_lost"] for r in rows)}
+        return {
+            "trials": len(rows),
+            "survived": sum(r["survived"] for r in rows),
+            "bitwise_identical": sum(r["bitwise_identical"] for r in rows),
+            "steps_lost": sum(r["steps_lost"] for r in rows),
+            "items_lost": sum(r["items_lost"] for r in rows),
+        }
 
-    by_fault = {f: dict(totals([r for r in results if r["fault"] == f]), runs=[r for r in results if r["fault"] == f])
-                for f in FAULTS if any(r["fault"] == f for r in results)}
-    prepare = {"prepare_trials": len(prepare_results),
-               **{key: sum(r["outcome"] == key for r in prepare_results) for key in ("refused", "complete", "partial")},
-               "workers_left": sum(r.get("workers_left", 0) for r in prepare_results),
-               "rerun_identical": sum(r["rerun_identical"] for r in prepare_results), "runs": prepare_results}
-    compile_stops = {"trials": len(compile_results),
-                     "clean_exits": sum(r["first_exit"] == 0 for r in compile_results),
-                     "crashes": sum(r["crash"] for r in compile_results),
-                     "reruns_finished": sum(r["rerun_finished"] for r in compile_results), "runs": compile_results}
+    by_fault = {
+        f: dict(totals([r for r in results if r["fault"] == f]), runs=[r for r in results if r["fault"] == f])
+        for f in FAULTS
+        if any(r["fault"] == f for r in results)
+    }
+    prepare = {
+        "prepare_trials": len(prepare_results),
+        **{key: sum(r["outcome"] == key for r in prepare_results) for key in ("refused", "complete", "partial")},
+        "workers_left": sum(r.get("workers_left", 0) for r in prepare_results),
+        "rerun_identical": sum(r["rerun_identical"] for r in prepare_results),
+        "runs": prepare_results,
+    }
+    compile_stops = {
+        "trials": len(compile_results),
+        "clean_exits": sum(r["first_exit"] == 0 for r in compile_results),
+        "crashes": sum(r["crash"] for r in compile_results),
+        "reruns_finished": sum(r["rerun_finished"] for r in compile_results),
+        "runs": compile_results,
+    }
     print(json.dumps(dict(totals(results), by_fault=by_fault, prepare=prepare, compile_stops=compile_stops)))
 
 

@@ -63,11 +63,14 @@ def parse_args(argv=None):
 
 # --- The task ---------------------------------------------------------------------------------------------
 
+
 def _packages_text(path: str) -> str:
     if path.endswith(".lz4"):
         if not shutil.which("lz4"):
-            raise SystemExit(f"{path} is lz4-compressed and the lz4 command is missing: apt-get install lz4, or "
-                             "pass --packages_file=an uncompressed Packages file.")
+            raise SystemExit(
+                f"{path} is lz4-compressed and the lz4 command is missing: apt-get install lz4, or "
+                "pass --packages_file=an uncompressed Packages file."
+            )
         return subprocess.run(["lz4", "-dc", path], capture_output=True, check=True).stdout.decode("utf-8", "replace")
     opener = {".xz": lzma.open, ".gz": gzip.open}.get(os.path.splitext(path)[1], open)
     with opener(path, "rb") as f:
@@ -82,8 +85,9 @@ def read_packages(packages_file: str) -> list[tuple[str, str]]:
     pairs = []
     for path in files:
         for stanza in _packages_text(path).split("\n\n"):
-            fields = dict(line.split(":", 1) for line in stanza.splitlines() if line[:1] not in (" ", "\t", "")
-                          and ":" in line)
+            fields = dict(
+                line.split(":", 1) for line in stanza.splitlines() if line[:1] not in (" ", "\t", "") and ":" in line
+            )
             description, section = fields.get("Description", "").strip(), fields.get("Section", "").strip()
             if description and section:
                 pairs.append((description, section.split("/")[-1]))  # contrib/games → games
@@ -99,13 +103,16 @@ def make_task(out: pathlib.Path, args) -> dict:
     random.Random(0).shuffle(rows)
     if len(rows) < args.train + args.dev:
         raise SystemExit(f"the package list has {len(rows)} usable descriptions, fewer than --train + --dev.")
-    splits = {"train": rows[:args.train], "dev": rows[args.train:args.train + args.dev]}
+    splits = {"train": rows[: args.train], "dev": rows[args.train : args.train + args.dev]}
     for name, split in splits.items():
         (out / f"{name}.tsv").write_text("text\tlabel\n" + "".join(f"{d}\t{s}\n" for d, s in split), encoding="utf-8")
     dev_labels = collections.Counter(s for _, s in splits["dev"])
-    return {"examples": {k: len(v) for k, v in splits.items()}, "labels": len(top),
-            "dev_majority": round(dev_labels.most_common(1)[0][1] / args.dev, 4),
-            "mean_words": round(sum(len(d.split()) for d, _ in rows[:args.train]) / args.train, 2)}
+    return {
+        "examples": {k: len(v) for k, v in splits.items()},
+        "labels": len(top),
+        "dev_majority": round(dev_labels.most_common(1)[0][1] / args.dev, 4),
+        "mean_words": round(sum(len(d.split()) for d, _ in rows[: args.train]) / args.train, 2),
+    }
 
 
 def minilm_dir() -> pathlib.Path:
@@ -116,16 +123,29 @@ def minilm_dir() -> pathlib.Path:
 
 # --- bertjax -----------------------------------------------------------------------------------------------
 
+
 def run_bertjax(out: pathlib.Path, args, packing: bool, seed: int) -> dict:
     workdir = out / f"bertjax_{'packed' if packing else 'padded'}_{seed}"
     shutil.rmtree(workdir, ignore_errors=True)
-    command = [sys.executable, "-m", "bertjax.finetune", "--config=configs/finetune.py", f"--workdir={workdir}",
-               f"--config.train.init_from={minilm_dir()}", f"--config.seed={seed}",
-               f"--config.train.global_batch_size={args.batch_size}", f"--config.train.num_epochs={args.epochs}",
-               "--config.train.log_every_steps=50", f"--config.data.train_file={out / 'train.tsv'}",
-               f"--config.data.eval_file={out / 'dev.tsv'}", f"--config.data.max_seq_length={args.seq_len}",
-               f"--config.data.packing={str(packing).lower()}", f"--config.optim.learning_rate={args.learning_rate}",
-               "--config.checkpoint.every_steps=100000", "--config.eval.every_steps=100000"]
+    command = [
+        sys.executable,
+        "-m",
+        "bertjax.finetune",
+        "--config=configs/finetune.py",
+        f"--workdir={workdir}",
+        f"--config.train.init_from={minilm_dir()}",
+        f"--config.seed={seed}",
+        f"--config.train.global_batch_size={args.batch_size}",
+        f"--config.train.num_epochs={args.epochs}",
+        "--config.train.log_every_steps=50",
+        f"--config.data.train_file={out / 'train.tsv'}",
+        f"--config.data.eval_file={out / 'dev.tsv'}",
+        f"--config.data.max_seq_length={args.seq_len}",
+        f"--config.data.packing={str(packing).lower()}",
+        f"--config.optim.learning_rate={args.learning_rate}",
+        "--config.checkpoint.every_steps=100000",
+        "--config.eval.every_steps=100000",
+    ]
     start = time.monotonic()
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
     seconds = time.monotonic() - start
@@ -134,13 +154,18 @@ def run_bertjax(out: pathlib.Path, args, packing: bool, seed: int) -> dict:
     rows = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
     train = [r for r in rows if r["kind"] == "train"]
     evals = [r for r in rows if r["kind"] == "eval"]
-    return {"seconds": round(seconds, 1), "dev_accuracy": round(evals[-1]["accuracy"], 4), "steps": train[-1]["step"],
-            "padding_fraction": round(train[-1]["padding_fraction"], 3),
-            "examples_per_s": round(train[-1].get("seq_per_s", 0.0), 1),
-            "real_tokens_per_s": round(train[-1].get("real_tokens_per_s", 0.0), 1)}
+    return {
+        "seconds": round(seconds, 1),
+        "dev_accuracy": round(evals[-1]["accuracy"], 4),
+        "steps": train[-1]["step"],
+        "padding_fraction": round(train[-1]["padding_fraction"], 3),
+        "examples_per_s": round(train[-1].get("seq_per_s", 0.0), 1),
+        "real_tokens_per_s": round(train[-1].get("real_tokens_per_s", 0.0), 1),
+    }
 
 
 # --- transformers ------------------------------------------------------------------------------------------
+
 
 def transformers_child(out: pathlib.Path, args, seed: int) -> dict:
     """One transformers fine-tune, in this (child) process."""
@@ -160,16 +185,21 @@ def transformers_child(out: pathlib.Path, args, seed: int) -> dict:
 
     def encode(rows):
         enc = tokenizer([text for text, _ in rows], truncation=True, max_length=args.seq_len)
-        return [{"input_ids": ids, "token_type_ids": types, "attention_mask": mask, "labels": labels.index(label)}
-                for ids, types, mask, (_, label) in zip(enc["input_ids"], enc["token_type_ids"], enc["attention_mask"],
-                                                        rows)]
+        return [
+            {"input_ids": ids, "token_type_ids": types, "attention_mask": mask, "labels": labels.index(label)}
+            for ids, types, mask, (_, label) in zip(
+                enc["input_ids"], enc["token_type_ids"], enc["attention_mask"], rows
+            )
+        ]
 
     train_x, dev_x = encode(train), encode(dev)
     model = transformers.BertForSequenceClassification.from_pretrained(str(minilm_dir()), num_labels=len(labels))
     no_decay = lambda name: name.endswith("bias") or "LayerNorm" in name  # noqa: E731
     named = list(model.named_parameters())
-    groups = [dict(params=[p for n, p in named if not no_decay(n)], weight_decay=0.01),
-              dict(params=[p for n, p in named if no_decay(n)], weight_decay=0.0)]
+    groups = [
+        dict(params=[p for n, p in named if not no_decay(n)], weight_decay=0.01),
+        dict(params=[p for n, p in named if no_decay(n)], weight_decay=0.0),
+    ]
     optimizer = torch.optim.AdamW(groups, lr=args.learning_rate, eps=1e-6)
     steps = max(1, math.ceil(args.epochs * len(train_x) / args.batch_size))
     scheduler = transformers.get_linear_schedule_with_warmup(optimizer, int(0.1 * steps), steps)
@@ -178,7 +208,7 @@ def transformers_child(out: pathlib.Path, args, seed: int) -> dict:
     for _ in range(steps):
         if len(indices) < args.batch_size:  # a new epoch, reshuffled
             indices += list(order.permutation(len(train_x)))
-        batch, indices = collate([train_x[i] for i in indices[:args.batch_size]]), indices[args.batch_size:]
+        batch, indices = collate([train_x[i] for i in indices[: args.batch_size]]), indices[args.batch_size :]
         model(**batch).loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
@@ -188,15 +218,22 @@ def transformers_child(out: pathlib.Path, args, seed: int) -> dict:
     correct = 0
     with torch.no_grad():
         for start in range(0, len(dev_x), args.batch_size):
-            batch = collate(dev_x[start:start + args.batch_size])
+            batch = collate(dev_x[start : start + args.batch_size])
             correct += int((model(**batch).logits.argmax(-1) == batch["labels"]).sum())
     return {"dev_accuracy": round(correct / len(dev_x), 4), "steps": steps}
 
 
 def run_transformers(out: pathlib.Path, args, seed: int) -> dict:
-    command = [sys.executable, __file__, f"--transformers_child={out}", f"--seeds={seed}",
-               f"--seq_len={args.seq_len}", f"--batch_size={args.batch_size}", f"--epochs={args.epochs}",
-               f"--learning_rate={args.learning_rate}"]
+    command = [
+        sys.executable,
+        __file__,
+        f"--transformers_child={out}",
+        f"--seeds={seed}",
+        f"--seq_len={args.seq_len}",
+        f"--batch_size={args.batch_size}",
+        f"--epochs={args.epochs}",
+        f"--learning_rate={args.learning_rate}",
+    ]
     start = time.monotonic()
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
     seconds = time.monotonic() - start
@@ -206,6 +243,7 @@ def run_transformers(out: pathlib.Path, args, seed: int) -> dict:
 
 
 # --- main ---------------------------------------------------------------------------------------------------
+
 
 def main() -> None:
     args = parse_args()
@@ -217,18 +255,26 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         out = pathlib.Path(args.keep or tmp)
         out.mkdir(parents=True, exist_ok=True)
-        result = {"task": make_task(out, args), "settings": {k: getattr(args, k) for k in (
-            "seq_len", "batch_size", "epochs", "learning_rate")}, "runs": {r: [] for r in runs}}
+        result = {
+            "task": make_task(out, args),
+            "settings": {k: getattr(args, k) for k in ("seq_len", "batch_size", "epochs", "learning_rate")},
+            "runs": {r: [] for r in runs},
+        }
         for n, seed in enumerate(seeds):
-            for run in (runs if n % 2 == 0 else runs[::-1]):  # alternating order, so drift hits all alike
+            for run in runs if n % 2 == 0 else runs[::-1]:  # alternating order, so drift hits all alike
                 load = os.getloadavg()[0]
-                one = (run_transformers(out, args, seed) if run == "transformers"
-                       else run_bertjax(out, args, run == "packed", seed))
+                one = (
+                    run_transformers(out, args, seed)
+                    if run == "transformers"
+                    else run_bertjax(out, args, run == "packed", seed)
+                )
                 result["runs"][run].append(dict(one, seed=seed, loadavg_1m=round(load, 2)))
                 print(f"{run} seed {seed}: {one}", file=sys.stderr, flush=True)
     mean = lambda run, key: sum(r[key] for r in result["runs"][run]) / len(result["runs"][run])  # noqa: E731
-    result["mean"] = {run: {"seconds": round(mean(run, "seconds"), 1), "dev_accuracy": round(mean(run, "dev_accuracy"), 4)}
-                      for run in runs}
+    result["mean"] = {
+        run: {"seconds": round(mean(run, "seconds"), 1), "dev_accuracy": round(mean(run, "dev_accuracy"), 4)}
+        for run in runs
+    }
     if "padded" in runs and "packed" in runs:
         result["packed_speedup_vs_padded"] = round(mean("padded", "seconds") / mean("packed", "seconds"), 2)
     if "transformers" in runs and "packed" in runs:

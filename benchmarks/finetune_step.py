@@ -44,19 +44,35 @@ def parse_args():
     p.add_argument("--seq_len", type=int, default=128)
     p.add_argument("--batch_size", type=int, default=32)
     p.add_argument("--steps", type=int, default=5, help="timed steps per framework (median reported)")
-    p.add_argument("--warmup", type=int, default=2,
-                   help="untimed steps per framework first; two, because the second step still faults in GBs of "
-                        "fresh buffers (1.4M page faults, +13 s on a 2-core VM) before the allocator holds them")
+    p.add_argument(
+        "--warmup",
+        type=int,
+        default=2,
+        help="untimed steps per framework first; two, because the second step still faults in GBs of "
+        "fresh buffers (1.4M page faults, +13 s on a 2-core VM) before the allocator holds them",
+    )
     p.add_argument("--num_labels", type=int, default=2)
     p.add_argument("--frameworks", default="jax,torch")
-    p.add_argument("--scan_layers", type=int, default=-1,
-                   help="override config.model.scan_layers (0/1); -1 = as configs/finetune.py says")
-    p.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16"),
-                   help="compute dtype; auto = float32 on CPU, bfloat16 on accelerators")
+    p.add_argument(
+        "--scan_layers",
+        type=int,
+        default=-1,
+        help="override config.model.scan_layers (0/1); -1 = as configs/finetune.py says",
+    )
+    p.add_argument(
+        "--dtype",
+        default="auto",
+        choices=("auto", "float32", "bfloat16"),
+        help="compute dtype; auto = float32 on CPU, bfloat16 on accelerators",
+    )
     p.add_argument("--torch_fused", action="store_true", help="torch.optim.AdamW(fused=True)")
-    p.add_argument("--torch_threads", type=int, default=0,
-                   help="torch.set_num_threads; 0 = every core (os.cpu_count()). On a box loaded by other "
-                        "processes, 1 can be far faster: torch's OpenMP barriers wait for descheduled threads")
+    p.add_argument(
+        "--torch_threads",
+        type=int,
+        default=0,
+        help="torch.set_num_threads; 0 = every core (os.cpu_count()). On a box loaded by other "
+        "processes, 1 can be far faster: torch's OpenMP barriers wait for descheduled threads",
+    )
     p.add_argument("--xla_flags", default="", help="XLA flags to try; the user's own XLA_FLAGS come after, and win")
     return p.parse_args()
 
@@ -88,9 +104,13 @@ def make_batch(batch: int, seq: int, num_labels: int, seed: int = 0) -> dict[str
     input_ids = (rng.integers(1000, VOCAB, (batch, seq)) * input_mask).astype(np.int32)
     input_ids[:, 0] = 101
     segment_ids = ((pos >= lengths[:, None] // 2) * input_mask).astype(np.int32)
-    return dict(input_ids=input_ids, segment_ids=segment_ids, input_mask=input_mask,
-                label=rng.integers(0, num_labels, batch).astype(np.int32),
-                example_weight=np.ones((batch,), np.float32))
+    return dict(
+        input_ids=input_ids,
+        segment_ids=segment_ids,
+        input_mask=input_mask,
+        label=rng.integers(0, num_labels, batch).astype(np.int32),
+        example_weight=np.ones((batch,), np.float32),
+    )
 
 
 def compute_dtype() -> str:
@@ -101,12 +121,13 @@ def compute_dtype() -> str:
 
 # --- JAX --------------------------------------------------------------------------------------------
 
+
 def jax_job():
     """configs/finetune.py as users get it (random initialisation of --model), with this benchmark's
     batch, sequence length and schedule."""
     import runpy
 
-    from bertjax.config.schema import FinetuneConfig
+    from bertjax.config.finetune import FinetuneConfig
 
     path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs", "finetune.py")
     c = runpy.run_path(path)["get_config"](f"size={ARGS.model}")
@@ -131,17 +152,25 @@ def jax_runner(job, batch_np: dict):
     from bertjax.training import trainer as trainer_lib
 
     def make_task(platform_name: str):
-        model = heads.from_config(job.model, job.model.architecture, "sequence_classification", ARGS.num_labels,
-                                  platform_name)
+        model = heads.from_config(
+            job.model, job.model.architecture, "sequence_classification", ARGS.num_labels, platform_name
+        )
         return heads.task(model, False, ARGS.seq_len)
 
     t = time.perf_counter()
     trainer = trainer_lib.setup(job, jax.devices()[:1], task=make_task)
-    info = dict(compile_s=time.perf_counter() - t, scan_layers=job.model.scan_layers,
-                remat_policy=job.model.remat_policy, attention=trainer.model.attention, optimizer=job.optim.name,
-                max_grad_norm=job.optim.max_grad_norm)
-    batch = {k: jax.device_put(np.asarray(batch_np[k], v.dtype).reshape(v.shape), v.sharding)
-             for k, v in trainer.batch_abstract.items()}
+    info = dict(
+        compile_s=time.perf_counter() - t,
+        scan_layers=job.model.scan_layers,
+        remat_policy=job.model.remat_policy,
+        attention=trainer.model.attention,
+        optimizer=job.optim.name,
+        max_grad_norm=job.optim.max_grad_norm,
+    )
+    batch = {
+        k: jax.device_put(np.asarray(batch_np[k], v.dtype).reshape(v.shape), v.sharding)
+        for k, v in trainer.batch_abstract.items()
+    }
     holder = dict(state=trainer.init_state())
 
     def run() -> float:
@@ -152,6 +181,7 @@ def jax_runner(job, batch_np: dict):
 
 
 # --- PyTorch ----------------------------------------------------------------------------------------
+
 
 def torch_runner(cfg, batch_np: dict):
     """transformers' BertForSequenceClassification with AdamW, a linear schedule and clipping at 1.0 (what
@@ -166,13 +196,22 @@ def torch_runner(cfg, batch_np: dict):
     model = transformers.BertForSequenceClassification(config).to(device).train()
     no_decay = [p for n, p in model.named_parameters() if n.endswith("bias") or "LayerNorm" in n]
     decay = [p for n, p in model.named_parameters() if not (n.endswith("bias") or "LayerNorm" in n)]
-    optimizer = torch.optim.AdamW([dict(params=decay, weight_decay=WEIGHT_DECAY),
-                                   dict(params=no_decay, weight_decay=0.0)], lr=LEARNING_RATE, eps=EPS,
-                                  **(dict(fused=True) if ARGS.torch_fused else {}))
+    optimizer = torch.optim.AdamW(
+        [dict(params=decay, weight_decay=WEIGHT_DECAY), dict(params=no_decay, weight_decay=0.0)],
+        lr=LEARNING_RATE,
+        eps=EPS,
+        **(dict(fused=True) if ARGS.torch_fused else {}),
+    )
     scheduler = transformers.get_linear_schedule_with_warmup(optimizer, SCHEDULE_WARMUP, SCHEDULE_STEPS)
-    kwargs = {k: torch.tensor(v, dtype=torch.long, device=device) for k, v in dict(
-        input_ids=batch_np["input_ids"], token_type_ids=batch_np["segment_ids"],
-        attention_mask=batch_np["input_mask"], labels=batch_np["label"]).items()}
+    kwargs = {
+        k: torch.tensor(v, dtype=torch.long, device=device)
+        for k, v in dict(
+            input_ids=batch_np["input_ids"],
+            token_type_ids=batch_np["segment_ids"],
+            attention_mask=batch_np["input_mask"],
+            labels=batch_np["label"],
+        ).items()
+    }
 
     def run() -> float:
         with torch.autocast(device, dtype=torch.bfloat16, enabled=bf16):
@@ -184,8 +223,12 @@ def torch_runner(cfg, batch_np: dict):
         optimizer.zero_grad(set_to_none=True)
         return float(loss.detach())  # synchronises with the device
 
-    return run, dict(attn_implementation=model.config._attn_implementation, device=device,
-                     autocast="bfloat16" if bf16 else None, adamw="fused" if ARGS.torch_fused else "default")
+    return run, dict(
+        attn_implementation=model.config._attn_implementation,
+        device=device,
+        autocast="bfloat16" if bf16 else None,
+        adamw="fused" if ARGS.torch_fused else "default",
+    )
 
 
 def main():
@@ -198,10 +241,19 @@ def main():
     t0 = time.perf_counter()
     job = jax_job()
     batch_np = make_batch(ARGS.batch_size, ARGS.seq_len, ARGS.num_labels)
-    row = dict(model=ARGS.model, task="sequence_classification", num_labels=ARGS.num_labels,
-               seq_len=ARGS.seq_len, batch_size=ARGS.batch_size, vocab=VOCAB, steps=ARGS.steps, warmup=ARGS.warmup,
-               dtype=compute_dtype(), device=jax.devices()[0].device_kind,
-               real_token_fraction=float(batch_np["input_mask"].mean()))
+    row = dict(
+        model=ARGS.model,
+        task="sequence_classification",
+        num_labels=ARGS.num_labels,
+        seq_len=ARGS.seq_len,
+        batch_size=ARGS.batch_size,
+        vocab=VOCAB,
+        steps=ARGS.steps,
+        warmup=ARGS.warmup,
+        dtype=compute_dtype(),
+        device=jax.devices()[0].device_kind,
+        real_token_fraction=float(batch_np["input_mask"].mean()),
+    )
     runners, infos, flops = {}, {}, None
     if "jax" in frameworks:
         runners["bertjax"], infos["bertjax"], per_row = jax_runner(job, batch_np)
@@ -210,9 +262,15 @@ def main():
         runners["torch"], infos["torch"] = torch_runner(job.model.architecture, batch_np)
     res = time_interleaved(runners, ARGS.steps, ARGS.warmup)
     for name, r in res.items():
-        row.update({f"{name}_step_s": r["step_s"], f"{name}_step_min_max_s": [r["min_s"], r["max_s"]],
-                    f"{name}_step_times_s": r["times_s"], f"{name}_seq_per_s": ARGS.batch_size / r["step_s"],
-                    f"{name}_loss": r["loss"]})
+        row.update(
+            {
+                f"{name}_step_s": r["step_s"],
+                f"{name}_step_min_max_s": [r["min_s"], r["max_s"]],
+                f"{name}_step_times_s": r["times_s"],
+                f"{name}_seq_per_s": ARGS.batch_size / r["step_s"],
+                f"{name}_loss": r["loss"],
+            }
+        )
         if flops:
             row[f"{name}_achieved_tflops"] = flops / r["step_s"] / 1e12
         row.update({f"{name}_{k}": v for k, v in infos[name].items()})
@@ -220,11 +278,20 @@ def main():
         row["speedup"] = res["torch"]["step_s"] / res["bertjax"]["step_s"]  # > 1: bertjax ahead
     if flops:
         row["model_tflops_per_step"] = flops / 1e12
-    row.update(jax=jax.__version__, torch=torch.__version__, transformers=transformers.__version__,
-               python=platform.python_version(), cpu_count=os.cpu_count(), loadavg_1m=os.getloadavg()[0],
-               xla_flags=os.environ.get("XLA_FLAGS", ""), allocator="tcmalloc" if tcmalloc.active() else "system",
-               torch_threads=torch.get_num_threads(), torch_interop_threads=torch.get_num_interop_threads(),
-               torch_default_threads=list(default_threads), elapsed_s=time.perf_counter() - t0)
+    row.update(
+        jax=jax.__version__,
+        torch=torch.__version__,
+        transformers=transformers.__version__,
+        python=platform.python_version(),
+        cpu_count=os.cpu_count(),
+        loadavg_1m=os.getloadavg()[0],
+        xla_flags=os.environ.get("XLA_FLAGS", ""),
+        allocator="tcmalloc" if tcmalloc.active() else "system",
+        torch_threads=torch.get_num_threads(),
+        torch_interop_threads=torch.get_num_interop_threads(),
+        torch_default_threads=list(default_threads),
+        elapsed_s=time.perf_counter() - t0,
+    )
     print(json.dumps(row), flush=True)
 
 

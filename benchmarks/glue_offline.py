@@ -34,8 +34,25 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from finetune_job import _packages_text, minilm_dir  # noqa: E402  (the apt-list reader and the checkpoint)
 
-LIBRARY_SECTIONS = {"libs", "libdevel", "python", "perl", "ruby", "javascript", "golang", "rust", "java", "haskell",
-                    "ocaml", "php", "lisp", "devel", "oldlibs", "introspection", "r"}
+LIBRARY_SECTIONS = {
+    "libs",
+    "libdevel",
+    "python",
+    "perl",
+    "ruby",
+    "javascript",
+    "golang",
+    "rust",
+    "java",
+    "haskell",
+    "ocaml",
+    "php",
+    "lisp",
+    "devel",
+    "oldlibs",
+    "introspection",
+    "r",
+}
 
 
 def parse_args(argv=None):
@@ -55,8 +72,9 @@ def packages() -> list[dict]:
     out = []
     for path in sorted(pathlib.Path("/var/lib/apt/lists").glob("*_Packages*")):
         for stanza in _packages_text(str(path)).split("\n\n"):
-            fields = dict(line.split(":", 1) for line in stanza.splitlines() if line[:1] not in (" ", "\t", "")
-                          and ":" in line)
+            fields = dict(
+                line.split(":", 1) for line in stanza.splitlines() if line[:1] not in (" ", "\t", "") and ":" in line
+            )
             fields = {k: v.strip() for k, v in fields.items()}
             if fields.get("Description") and fields.get("Section") and fields.get("Package"):
                 fields["Source"] = fields.get("Source", fields["Package"]).split()[0]
@@ -71,7 +89,7 @@ def split3(rows: list, sizes: tuple[int, int, int], what: str) -> tuple[list, li
     if len(rows) < sum(sizes):
         raise SystemExit(f"{what}: {len(rows)} rows, fewer than train + dev + test = {sum(sizes)}; ask for fewer.")
     a, b, c = sizes
-    return rows[:a], rows[a:a + b], rows[a + b:a + b + c]
+    return rows[:a], rows[a : a + b], rows[a + b : a + b + c]
 
 
 def write(folder: pathlib.Path, name: str, header: str | None, rows: list[str]) -> None:
@@ -83,8 +101,11 @@ def build_cola(out: pathlib.Path, sizes, rng: random.Random) -> None:
     from bertjax.data.corpus import sources as corpus
 
     source = corpus.open_source("builtin:pydocs")
-    by_module = [[s for s in doc if 6 <= len(s.split()) <= 30 and "\t" not in s]
-                 for unit in source.list_units() for doc in source.read([unit])]
+    by_module = [
+        [s for s in doc if 6 <= len(s.split()) <= 30 and "\t" not in s]
+        for unit in source.list_units()
+        for doc in source.read([unit])
+    ]
     rng.shuffle(by_module)
     splits, at = [], 0
     for size in sizes:  # whole modules to each split, until it has its size
@@ -99,10 +120,10 @@ def build_cola(out: pathlib.Path, sizes, rng: random.Random) -> None:
             words, good = text.split(), rng.random() < 0.5
             if not good:
                 start, span = rng.randrange(len(words) - 3), rng.choice((3, 4))
-                part = words[start:start + span]
-                while part == words[start:start + span]:
+                part = words[start : start + span]
+                while part == words[start : start + span]:
                     rng.shuffle(part)
-                words[start:start + span] = part
+                words[start : start + span] = part
             text = " ".join(words)
             lines.append(f"{i}\t{text}" if name == "test" else f"pydocs\t{int(good)}\t{'' if good else '*'}\t{text}")
         write(out / "CoLA", f"{name}.tsv", "index\tsentence" if name == "test" else None, lines)
@@ -120,17 +141,25 @@ def build_package_tasks(out: pathlib.Path, sizes, rng: random.Random) -> None:
     rows = [(s["Description"], 1) for s in libs[:half]] + [(s["Description"], 0) for s in apps[:half]]
     rng.shuffle(rows)
     for name, part in zip(("train", "dev", "test"), split3(rows, sizes, "SST-2 layout")):
-        write(out / "SST-2", f"{name}.tsv", "index\tsentence" if name == "test" else "sentence\tlabel",
-              [f"{i}\t{d}" if name == "test" else f"{d}\t{y}" for i, (d, y) in enumerate(part)])
+        write(
+            out / "SST-2",
+            f"{name}.tsv",
+            "index\tsentence" if name == "test" else "sentence\tlabel",
+            [f"{i}\t{d}" if name == "test" else f"{d}\t{y}" for i, (d, y) in enumerate(part)],
+        )
     # QNLI layout: is this description the named package's?
     rows = []
-    for s in unique[:sum(sizes)]:
+    for s in unique[: sum(sizes)]:
         own = rng.random() < 0.5
         other = s if own else rng.choice(unique)
         rows.append((s["Package"], other["Description"], "entailment" if own else "not_entailment"))
     for name, part in zip(("train", "dev", "test"), split3(rows, sizes, "QNLI layout")):
-        write(out / "QNLI", f"{name}.tsv", "index\tquestion\tsentence" + ("" if name == "test" else "\tlabel"),
-              [f"{i}\t{q}\t{d}" + ("" if name == "test" else f"\t{y}") for i, (q, d, y) in enumerate(part)])
+        write(
+            out / "QNLI",
+            f"{name}.tsv",
+            "index\tquestion\tsentence" + ("" if name == "test" else "\tlabel"),
+            [f"{i}\t{q}\t{d}" + ("" if name == "test" else f"\t{y}") for i, (q, d, y) in enumerate(part)],
+        )
     # MRPC layout: two descriptions from one source package, or two at random.
     by_source = collections.defaultdict(list)
     for s in unique:
@@ -145,9 +174,15 @@ def build_package_tasks(out: pathlib.Path, sizes, rng: random.Random) -> None:
             a, b = rng.sample(unique, 2)
             rows.append((int(a["Source"] == b["Source"]), a, b))
     for name, part in zip(("train", "dev", "test"), split3(rows, sizes, "MRPC layout")):
-        write(out / "MRPC", f"{name}.tsv", ("index" if name == "test" else "Quality") + "\t#1 ID\t#2 ID\t#1 String\t#2 String",
-              [f"{i if name == 'test' else y}\t{a['Package']}\t{b['Package']}\t{a['Description']}\t{b['Description']}"
-               for i, (y, a, b) in enumerate(part)])
+        write(
+            out / "MRPC",
+            f"{name}.tsv",
+            ("index" if name == "test" else "Quality") + "\t#1 ID\t#2 ID\t#1 String\t#2 String",
+            [
+                f"{i if name == 'test' else y}\t{a['Package']}\t{b['Package']}\t{a['Description']}\t{b['Description']}"
+                for i, (y, a, b) in enumerate(part)
+            ],
+        )
 
 
 def main(argv=None):
@@ -158,10 +193,19 @@ def main(argv=None):
     build_cola(out / "glue", sizes, rng)
     build_package_tasks(out / "glue", sizes, rng)
     workdir = out / "suite"
-    command = [sys.executable, "-m", "bertjax.glue", "--config=configs/glue.py", f"--workdir={workdir}",
-               f"--config.init_from={minilm_dir()}", f"--config.data_dir={out / 'glue'}", f"--config.tasks={args.tasks}",
-               f"--config.sweep.learning_rate={args.learning_rates}",
-               f"--config.small_task_seeds={args.small_task_seeds}", "--config.submission=true"]
+    command = [
+        sys.executable,
+        "-m",
+        "bertjax.glue",
+        "--config=configs/glue.py",
+        f"--workdir={workdir}",
+        f"--config.init_from={minilm_dir()}",
+        f"--config.data_dir={out / 'glue'}",
+        f"--config.tasks={args.tasks}",
+        f"--config.sweep.learning_rate={args.learning_rates}",
+        f"--config.small_task_seeds={args.small_task_seeds}",
+        "--config.submission=true",
+    ]
     start = time.monotonic()
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
     seconds = time.monotonic() - start
@@ -169,15 +213,32 @@ def main(argv=None):
     if done.returncode:
         raise SystemExit(f"bertjax.glue failed (log in {out / 'suite.log'}):\n{done.stderr[-3000:]}")
     report = json.loads((workdir / "glue.json").read_text())
-    print(json.dumps({
-        "checkpoint": "all-MiniLM-L6-v2", "examples": dict(zip(("train", "dev", "test"), sizes)), "tasks": args.tasks,
-        "learning_rates": args.learning_rates, "small_task_seeds": args.small_task_seeds,
-        "runs": sum(len(t["runs"]) for t in report["tasks"].values()), "seconds": round(seconds, 1),
-        "scores": {name: {"dev": t["dev"], "learning_rate": t["learning_rate"], "seed": t["seed"],
-                          "spread_over_seeds": {k: round(v["std"], 2) for k, v in t["spread_over_seeds"].items()}}
-                   for name, t in report["tasks"].items()},
-        "glue_score_partial": round(report["score"], 2), "table": (workdir / "glue.md").read_text(),
-        "submission_files": sorted(p.name for p in (workdir / "submission").iterdir())}, indent=2))
+    print(
+        json.dumps(
+            {
+                "checkpoint": "all-MiniLM-L6-v2",
+                "examples": dict(zip(("train", "dev", "test"), sizes)),
+                "tasks": args.tasks,
+                "learning_rates": args.learning_rates,
+                "small_task_seeds": args.small_task_seeds,
+                "runs": sum(len(t["runs"]) for t in report["tasks"].values()),
+                "seconds": round(seconds, 1),
+                "scores": {
+                    name: {
+                        "dev": t["dev"],
+                        "learning_rate": t["learning_rate"],
+                        "seed": t["seed"],
+                        "spread_over_seeds": {k: round(v["std"], 2) for k, v in t["spread_over_seeds"].items()},
+                    }
+                    for name, t in report["tasks"].items()
+                },
+                "glue_score_partial": round(report["score"], 2),
+                "table": (workdir / "glue.md").read_text(),
+                "submission_files": sorted(p.name for p in (workdir / "submission").iterdir()),
+            },
+            indent=2,
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -46,25 +46,58 @@ NOISE = 0.03  # a change must beat the baseline by more than this to count (run-
 # Same numerics: the same function of the same parameters (reassociation aside); the others change the
 # model (dropout off) and are there to attribute time, never to be adopted as they are.
 VARIANTS = {
-    "baseline": ("the shipped config: scanned layers, xla attention, dropout 0.1, fp32 params, bf16 compute",
-                 [], "", True),
+    "baseline": (
+        "the shipped config: scanned layers, xla attention, dropout 0.1, fp32 params, bf16 compute",
+        [],
+        "",
+        True,
+    ),
     "torch": ("transformers' step on the same rows (SDPA, bf16 autocast, eager): the reference", [], "", True),
-    "loop_layers": ("layers as a Python loop, not nn.scan (XLA:GPU copies stacked weights and gradients in a scan)",
-                    ["--override", "model.scan_layers=false"], "", True),
+    "loop_layers": (
+        "layers as a Python loop, not nn.scan (XLA:GPU copies stacked weights and gradients in a scan)",
+        ["--override", "model.scan_layers=false"],
+        "",
+        True,
+    ),
     "cudnn": ("cuDNN fused attention (no attention-probability dropout)", ["--attention=cudnn"], "", False),
-    "no_dropout": ("dropout off everywhere: what the hash dropout and attention dropout cost",
-                   ["--override", "model.hidden_dropout_prob=0", "--override", "model.attention_probs_dropout_prob=0"],
-                   "", False),
+    "no_dropout": (
+        "dropout off everywhere: what the hash dropout and attention dropout cost",
+        ["--override", "model.hidden_dropout_prob=0", "--override", "model.attention_probs_dropout_prob=0"],
+        "",
+        False,
+    ),
     "cublas_gemm": ("matmuls in cuBLAS only, no Triton GEMM fusions", [], "--xla_gpu_enable_triton_gemm=false", True),
-    "no_command_buffers": ("no CUDA graphs (command buffers) for fusions and library calls", [],
-                           "--xla_gpu_enable_command_buffer=", True),
-    "latency_hiding": ("XLA:GPU's latency-hiding scheduler", [], "--xla_gpu_enable_latency_hiding_scheduler=true",
-                       True),
-    "bigger_batch": ("twice the rows a step: is the step bound by launches and syncs rather than work?",
-                     ["--batch_scale=2"], "", True),
+    "no_command_buffers": (
+        "no CUDA graphs (command buffers) for fusions and library calls",
+        [],
+        "--xla_gpu_enable_command_buffer=",
+        True,
+    ),
+    "latency_hiding": (
+        "XLA:GPU's latency-hiding scheduler",
+        [],
+        "--xla_gpu_enable_latency_hiding_scheduler=true",
+        True,
+    ),
+    "bigger_batch": (
+        "twice the rows a step: is the step bound by launches and syncs rather than work?",
+        ["--batch_scale=2"],
+        "",
+        True,
+    ),
 }
-DEFAULT_ORDER = ("baseline", "torch", "loop_layers", "cudnn", "no_dropout", "cublas_gemm", "no_command_buffers",
-                 "latency_hiding", "combined", "bigger_batch")
+DEFAULT_ORDER = (
+    "baseline",
+    "torch",
+    "loop_layers",
+    "cudnn",
+    "no_dropout",
+    "cublas_gemm",
+    "no_command_buffers",
+    "latency_hiding",
+    "combined",
+    "bigger_batch",
+)
 
 
 def parse_args():
@@ -73,17 +106,25 @@ def parse_args():
     p.add_argument("--case", default="bert:base:128:256", help="family:size:seq:batch")
     p.add_argument("--variants", default=",".join(DEFAULT_ORDER), help="comma-separated, run in this order")
     p.add_argument("--budget_s", type=float, default=420.0, help="stop starting variants when this is spent")
-    p.add_argument("--variant_s", type=float, default=55.0,
-                   help="what one variant is expected to take (start, compile, time, trace): none starts with less left")
+    p.add_argument(
+        "--variant_s",
+        type=float,
+        default=55.0,
+        help="what one variant is expected to take (start, compile, time, trace): none starts with less left",
+    )
     p.add_argument("--steps", type=int, default=15)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--xla_flags", default="", help="XLA flags for every variant (before the variant's own)")
-    p.add_argument("--dry_run", action="store_true",
-                   help="on the CPU: BERT-tiny, 2 steps, every variant's code path (cudnn needs a GPU: skipped)")
+    p.add_argument(
+        "--dry_run",
+        action="store_true",
+        help="on the CPU: BERT-tiny, 2 steps, every variant's code path (cudnn needs a GPU: skipped)",
+    )
     return p.parse_args()
 
 
 # --- One variant: train_step.py in a fresh process -------------------------------------------------------
+
 
 def worker_command(args, name: str, case: dict, extra: list[str], profile_dir: str) -> list[str]:
     batch = case["batch"]
@@ -92,9 +133,17 @@ def worker_command(args, name: str, case: dict, extra: list[str], profile_dir: s
         extra.remove("--batch_scale=2")
         batch *= 2
     frameworks = "torch" if name == "torch" else "jax"
-    command = [sys.executable, os.path.join(HERE, "train_step.py"), f"--family={case['family']}",
-               f"--sizes={case['size']}", f"--seq={case['seq']}", f"--batch={batch}", f"--frameworks={frameworks}",
-               f"--steps={args.steps}", f"--warmup={args.warmup}"]
+    command = [
+        sys.executable,
+        os.path.join(HERE, "train_step.py"),
+        f"--family={case['family']}",
+        f"--sizes={case['size']}",
+        f"--seq={case['seq']}",
+        f"--batch={batch}",
+        f"--frameworks={frameworks}",
+        f"--steps={args.steps}",
+        f"--warmup={args.warmup}",
+    ]
     if frameworks == "jax":
         command.append(f"--profile_dir={profile_dir}")
         if not any(e.startswith("--attention") for e in extra):
@@ -104,13 +153,18 @@ def worker_command(args, name: str, case: dict, extra: list[str], profile_dir: s
     return command + extra
 
 
-def run_variant(args, name: str, case: dict, extra: list[str], xla_flags: str, timeout: float, scratch: str,
-                log) -> tuple[dict, dict | None]:
+def run_variant(
+    args, name: str, case: dict, extra: list[str], xla_flags: str, timeout: float, scratch: str, log
+) -> tuple[dict, dict | None]:
     """(its row, its profile summary or None)."""
     profile_dir = os.path.join(scratch, name)
     command = worker_command(args, name, case, extra, profile_dir)
-    env = dict(os.environ, XLA_FLAGS=" ".join(f for f in (args.xla_flags, xla_flags) if f), PYTHONUNBUFFERED="1",
-               BERTJAX_NO_TCMALLOC="1")  # the same allocator for every variant, and no re-exec in between
+    env = dict(
+        os.environ,
+        XLA_FLAGS=" ".join(f for f in (args.xla_flags, xla_flags) if f),
+        PYTHONUNBUFFERED="1",
+        BERTJAX_NO_TCMALLOC="1",
+    )  # the same allocator for every variant, and no re-exec in between
     if args.dry_run:
         env["JAX_PLATFORMS"] = "cpu"
     start = time.perf_counter()
@@ -119,11 +173,14 @@ def run_variant(args, name: str, case: dict, extra: list[str], xla_flags: str, t
         returncode, stdout, stderr = run.returncode, run.stdout, run.stderr
     except subprocess.TimeoutExpired as e:
         returncode, stdout = -9, (e.stdout or b"").decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
-        stderr = ((e.stderr or b"").decode() if isinstance(e.stderr, bytes) else (e.stderr or "")) + \
-            f"\ntimed out after {timeout:.0f}s"
+        stderr = (
+            (e.stderr or b"").decode() if isinstance(e.stderr, bytes) else (e.stderr or "")
+        ) + f"\ntimed out after {timeout:.0f}s"
     elapsed = time.perf_counter() - start
-    log.write(f"=== {name} (exit {returncode}, {elapsed:.0f}s) XLA_FLAGS={env['XLA_FLAGS']!r}\n"
-              f"{' '.join(command[1:])}\n{_tail(stderr, 40)}\n")
+    log.write(
+        f"=== {name} (exit {returncode}, {elapsed:.0f}s) XLA_FLAGS={env['XLA_FLAGS']!r}\n"
+        f"{' '.join(command[1:])}\n{_tail(stderr, 40)}\n"
+    )
     log.flush()
     rows = [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
     row = dict(variant=name, wall_s=round(elapsed, 1), xla_flags=xla_flags, flags=extra)
@@ -131,11 +188,18 @@ def run_variant(args, name: str, case: dict, extra: list[str], xla_flags: str, t
         return dict(row, error=_error_line(stderr)), None
     out = rows[-1]
     prefix = "torch" if name == "torch" else "jax"
-    row.update(step_s=out[f"{prefix}_step_s"], seq_per_s=out[f"{prefix}_seq_per_s"], mfu=out.get(f"{prefix}_mfu"),
-               batch=out["batch"], device=out["device"], loss=out[f"{prefix}_loss"],
-               pipelined_step_s=out.get(f"{prefix}_pipelined_step_s"), compile_s=out.get(f"{prefix}_compile_s"),
-               init_s=out.get(f"{prefix}_init_s"),
-               versions={k: out[k] for k in ("jax", "torch", "transformers") if k in out})
+    row.update(
+        step_s=out[f"{prefix}_step_s"],
+        seq_per_s=out[f"{prefix}_seq_per_s"],
+        mfu=out.get(f"{prefix}_mfu"),
+        batch=out["batch"],
+        device=out["device"],
+        loss=out[f"{prefix}_loss"],
+        pipelined_step_s=out.get(f"{prefix}_pipelined_step_s"),
+        compile_s=out.get(f"{prefix}_compile_s"),
+        init_s=out.get(f"{prefix}_init_s"),
+        versions={k: out[k] for k in ("jax", "torch", "transformers") if k in out},
+    )
     summary = None
     path = os.path.join(profile_dir, "profile.json")
     if os.path.exists(path):
@@ -158,6 +222,7 @@ def _error_line(stderr: str) -> str:
 
 # --- The matrix ---------------------------------------------------------------------------------------
 
+
 def combined_variant(rows: dict[str, dict], baseline: dict) -> tuple[list[str], str, list[str]] | None:
     """Every same-numerics single change that beat the baseline by more than NOISE, together."""
     flags, xla, winners = [], [], []
@@ -178,8 +243,12 @@ def keep_artifacts(out: str, label: str, scratch: str, name: str) -> None:
     source = os.path.join(scratch, name)
     if os.path.exists(os.path.join(source, "hlo.txt.gz")):
         shutil.copy(os.path.join(source, "hlo.txt.gz"), os.path.join(out, f"hlo_{label}.txt.gz"))
-    traces = [os.path.join(d, f) for d, _, fs in os.walk(os.path.join(source, "trace")) for f in fs
-              if f.endswith(".xplane.pb")]
+    traces = [
+        os.path.join(d, f)
+        for d, _, fs in os.walk(os.path.join(source, "trace"))
+        for f in fs
+        if f.endswith(".xplane.pb")
+    ]
     if traces:
         with open(traces[0], "rb") as src, gzip.open(os.path.join(out, f"trace_{label}.xplane.pb.gz"), "wb") as dst:
             shutil.copyfileobj(src, dst)
@@ -189,17 +258,26 @@ def keep_artifacts(out: str, label: str, scratch: str, name: str) -> None:
 
 def device_info() -> dict:
     try:
-        smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,clocks.sm,clocks.max.sm,"
-                              "temperature.gpu,power.draw", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=20).stdout.strip()
+        smi = subprocess.run(
+            [
+                "nvidia-smi",
+                "--query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw",
+                "--format=csv,noheader",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=20,
+        ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         smi = ""
     return dict(nvidia_smi=smi or None, python=platform.python_version(), cpu_count=os.cpu_count())
 
 
 def markdown(rows: list[dict], baseline_step: float | None) -> str:
-    lines = ["| variant | step ms | pipelined ms | seq/s | MFU | vs baseline | top category (share) | idle ms |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| variant | step ms | pipelined ms | seq/s | MFU | vs baseline | top category (share) | idle ms |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
         if "step_s" not in r:
             lines.append(f"| {r['variant']} | {r.get('error') or r.get('skipped', '?')} |" + " — |" * 6)
@@ -209,8 +287,10 @@ def markdown(rows: list[dict], baseline_step: float | None) -> str:
         pipelined = f"{r['pipelined_step_s'] * 1e3:.1f}" if r.get("pipelined_step_s") else "—"
         mfu = f"{r['mfu']:.1%}" if r.get("mfu") else "—"
         idle = f"{r['idle_ms']:.1f}" if r.get("idle_ms") is not None else "—"
-        lines.append(f"| {r['variant']} | {r['step_s'] * 1e3:.1f} | {pipelined} | {r['seq_per_s']:,.0f} | {mfu} | "
-                     f"{ratio} | {top} | {idle} |")
+        lines.append(
+            f"| {r['variant']} | {r['step_s'] * 1e3:.1f} | {pipelined} | {r['seq_per_s']:,.0f} | {mfu} | "
+            f"{ratio} | {top} | {idle} |"
+        )
     return "\n".join(lines)
 
 
@@ -256,18 +336,28 @@ def main():
             row["asks"] = what
             if summary:
                 profiles[name] = summary
-                row.update(busy_ms=summary.get("busy_ms_per_step"), idle_ms=summary.get("idle_ms_per_step"),
-                           top_category=next(iter(summary["categories"]), None))
+                row.update(
+                    busy_ms=summary.get("busy_ms_per_step"),
+                    idle_ms=summary.get("idle_ms_per_step"),
+                    top_category=next(iter(summary["categories"]), None),
+                )
             rows[name] = row
-            print(f"gpu_profile: {name}: " + (f"{row['step_s'] * 1e3:.1f} ms a step" if "step_s" in row
-                                               else row.get("error", "?")), file=sys.stderr, flush=True)
+            print(
+                f"gpu_profile: {name}: "
+                + (f"{row['step_s'] * 1e3:.1f} ms a step" if "step_s" in row else row.get("error", "?")),
+                file=sys.stderr,
+                flush=True,
+            )
     baseline = rows.get("baseline", {})
     base_step = baseline.get("step_s")
     for row in rows.values():
         if base_step and "step_s" in row:
             row["vs_baseline"] = round(base_step / row["step_s"], 4)
-    timed = [r for n, r in rows.items() if "step_s" in r and n != "torch" and VARIANTS.get(n, (0, 0, 0, True))[3]
-             and n != "bigger_batch"]
+    timed = [
+        r
+        for n, r in rows.items()
+        if "step_s" in r and n != "torch" and VARIANTS.get(n, (0, 0, 0, True))[3] and n != "bigger_batch"
+    ]
     best = min(timed, key=lambda r: r["step_s"] / (r["batch"] / case["batch"])) if timed else None
     keep_artifacts(args.out, "baseline", scratch, "baseline")
     if best and best["variant"] != "baseline":
@@ -279,14 +369,29 @@ def main():
         for summary in profiles.values():
             f.write(json.dumps(dict(summary, case=case)) + "\n")
     torch_step = rows.get("torch", {}).get("step_s")
-    summary = dict(case=case, date=datetime.date.today().isoformat(), dry_run=args.dry_run,
-                   device=baseline.get("device"), versions=baseline.get("versions"), host=device_info(),
-                   elapsed_s=round(time.perf_counter() - start, 1), baseline_step_s=base_step, torch_step_s=torch_step,
-                   best=best and dict(variant=best["variant"], step_s=best["step_s"], mfu=best.get("mfu"),
-                                      vs_baseline=best.get("vs_baseline"),
-                                      vs_torch=torch_step and round(torch_step / best["step_s"], 4)),
-                   ranking=[dict(variant=r["variant"], step_s=r["step_s"], vs_baseline=r.get("vs_baseline"))
-                            for r in sorted((r for r in rows.values() if "step_s" in r), key=lambda r: r["step_s"])])
+    summary = dict(
+        case=case,
+        date=datetime.date.today().isoformat(),
+        dry_run=args.dry_run,
+        device=baseline.get("device"),
+        versions=baseline.get("versions"),
+        host=device_info(),
+        elapsed_s=round(time.perf_counter() - start, 1),
+        baseline_step_s=base_step,
+        torch_step_s=torch_step,
+        best=best
+        and dict(
+            variant=best["variant"],
+            step_s=best["step_s"],
+            mfu=best.get("mfu"),
+            vs_baseline=best.get("vs_baseline"),
+            vs_torch=torch_step and round(torch_step / best["step_s"], 4),
+        ),
+        ranking=[
+            dict(variant=r["variant"], step_s=r["step_s"], vs_baseline=r.get("vs_baseline"))
+            for r in sorted((r for r in rows.values() if "step_s" in r), key=lambda r: r["step_s"])
+        ],
+    )
     with open(os.path.join(args.out, "summary.json"), "w") as f:
         json.dump(summary, f, indent=1)
     shutil.rmtree(scratch, ignore_errors=True)

@@ -24,8 +24,10 @@ import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BATCHES = {"bert": "base:128:256,base:512:64,large:128:128,large:512:32",
-           "modernbert": "base:128:256,base:512:64,base:1024:32,large:512:32,large:1024:16"}
+BATCHES = {
+    "bert": "base:128:256,base:512:64,large:128:128,large:512:32",
+    "modernbert": "base:128:256,base:512:64,base:1024:32,large:512:32,large:1024:16",
+}
 
 
 def parse_args():
@@ -33,10 +35,17 @@ def parse_args():
     p.add_argument("--sizes", default="base,large")
     p.add_argument("--seqs", default="128,512")
     p.add_argument("--attentions", default="xla,cudnn")
-    p.add_argument("--family", default="bert", choices=sorted(BATCHES),
-                   help="modernbert: configs/modernbert.py beside transformers.ModernBertForMaskedLM")
-    p.add_argument("--batches", default="", help="MODEL:SEQ:ROWS list (default: the family's guesses above); "
-                   "others use train_step.py's default")
+    p.add_argument(
+        "--family",
+        default="bert",
+        choices=sorted(BATCHES),
+        help="modernbert: configs/modernbert.py beside transformers.ModernBertForMaskedLM",
+    )
+    p.add_argument(
+        "--batches",
+        default="",
+        help="MODEL:SEQ:ROWS list (default: the family's guesses above); others use train_step.py's default",
+    )
     p.add_argument("--frameworks", default="jax,jax_packed", help="bertjax's rows: jax (padded), jax_packed")
     p.add_argument("--log", default="", help="append each case's stderr here (why a case failed, compile times)")
     p.add_argument("--steps", type=int, default=10)
@@ -50,10 +59,18 @@ def parse_args():
 def run_case(args, size: str, seq: int, attention: str, with_torch: bool) -> dict:
     batches = {tuple(b.split(":")[:2]): b.split(":")[2] for b in (args.batches or BATCHES[args.family]).split(",") if b}
     frameworks = args.frameworks + (",torch" if with_torch else "")
-    command = [sys.executable, os.path.join(ROOT, "benchmarks", "train_step.py"), f"--family={args.family}",
-               f"--sizes={size}", f"--seq={seq}",
-               f"--attention={attention}", f"--frameworks={frameworks}", f"--steps={args.steps}",
-               f"--warmup={args.warmup}", f"--batch={batches.get((size, str(seq)), 0)}"]
+    command = [
+        sys.executable,
+        os.path.join(ROOT, "benchmarks", "train_step.py"),
+        f"--family={args.family}",
+        f"--sizes={size}",
+        f"--seq={seq}",
+        f"--attention={attention}",
+        f"--frameworks={frameworks}",
+        f"--steps={args.steps}",
+        f"--warmup={args.warmup}",
+        f"--batch={batches.get((size, str(seq)), 0)}",
+    ]
     command += ["--torch_compile"] * args.torch_compile + args.extra.split()
     print("gpu_table: " + " ".join(command[1:]), file=sys.stderr, flush=True)
     run = subprocess.run(command, capture_output=True, text=True, cwd=ROOT)
@@ -74,18 +91,22 @@ def markdown(rows: list[dict]) -> str:
     def cell(r, key, fmt="{:,.0f}"):
         return fmt.format(r[key]) if r.get(key) is not None else "—"
 
-    lines = ["| model | seq | batch | dtype | attention | bertjax seq/s | bertjax MFU | packed: real tokens/s vs "
-             "padded | PyTorch seq/s | PyTorch MFU | bertjax ÷ PyTorch |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| model | seq | batch | dtype | attention | bertjax seq/s | bertjax MFU | packed: real tokens/s vs "
+        "padded | PyTorch seq/s | PyTorch MFU | bertjax ÷ PyTorch |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
         name = r["size"] if r.get("family", "bert") == "bert" else f"{r['family']}-{r['size']}"
         if "error" in r:
-            lines.append(f"| {name} | {r['seq']} | — | — | {r['attention']} | failed: {r['error']} "
-                         + "| —" * 5 + " |")
+            lines.append(f"| {name} | {r['seq']} | — | — | {r['attention']} | failed: {r['error']} " + "| —" * 5 + " |")
             continue
-        lines.append(f"| {name} | {r['seq']} | {r['batch']} | {r['dtype']} | {r['attention']} | "
-                     f"{cell(r, 'jax_seq_per_s')} | "
-                     f"{cell(r, 'jax_mfu', '{:.1%}')} | {cell(r, 'packed_speedup', '{:.2f}×')} | "
-                     f"{cell(r, 'torch_seq_per_s')} | {cell(r, 'torch_mfu', '{:.1%}')} | {cell(r, 'speedup', '{:.2f}×')} |")
+        lines.append(
+            f"| {name} | {r['seq']} | {r['batch']} | {r['dtype']} | {r['attention']} | "
+            f"{cell(r, 'jax_seq_per_s')} | "
+            f"{cell(r, 'jax_mfu', '{:.1%}')} | {cell(r, 'packed_speedup', '{:.2f}×')} | "
+            f"{cell(r, 'torch_seq_per_s')} | {cell(r, 'torch_mfu', '{:.1%}')} | {cell(r, 'speedup', '{:.2f}×')} |"
+        )
     return "\n".join(lines)
 
 
@@ -96,8 +117,9 @@ def main():
     for size in args.sizes.split(","):
         for seq in (int(s) for s in args.seqs.split(",")):
             for i, attention in enumerate(args.attentions.split(",")):
-                row = dict(run_case(args, size, seq, attention, with_torch=i == 0),
-                           date=datetime.date.today().isoformat())
+                row = dict(
+                    run_case(args, size, seq, attention, with_torch=i == 0), date=datetime.date.today().isoformat()
+                )
                 with open(args.results, "a") as f:
                     f.write(json.dumps(row) + "\n")
                 print(json.dumps(row), flush=True)

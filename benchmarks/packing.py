@@ -46,10 +46,15 @@ def parse_args():
 def config(seq: int, predictions: int, args, packing: bool, data: str, steps: int):
     c = runpy.run_path(os.path.join(ROOT, "configs", "demo.py"))["get_config"]()
     c.model.update(max_position_embeddings=seq, vocab_size=VOCAB)  # the vocab prepare() trains
-    c.data.update(corpus="", max_seq_length=seq, max_predictions_per_seq=predictions, packing=packing,
-                  train_files=os.path.join(data, "train", "*.tfrecord"),
-                  eval_files=os.path.join(data, "heldout", "*.tfrecord"),
-                  vocab_file=os.path.join(os.path.dirname(data), "vocab", "vocab.txt"))
+    c.data.update(
+        corpus="",
+        max_seq_length=seq,
+        max_predictions_per_seq=predictions,
+        packing=packing,
+        train_files=os.path.join(data, "train", "*.tfrecord"),
+        eval_files=os.path.join(data, "heldout", "*.tfrecord"),
+        vocab_file=os.path.join(os.path.dirname(data), "vocab", "vocab.txt"),
+    )
     c.train.update(global_batch_size=args.batch, num_train_steps=steps, log_every_steps=args.log_every)
     c.optim.update(warmup_steps=max(1, steps // 10))
     c.checkpoint.update(every_steps=10**9, export_hf=False)
@@ -72,13 +77,20 @@ def prepare(root: str, seq: int, predictions: int) -> dict[str, dict]:
     data = JobConfig().data
     metadata = {}
     for packing in (False, True):
-        d = dataclasses.replace(data, max_seq_length=seq, max_predictions_per_seq=predictions, packing=packing,
-                                dupe_factor=1)
+        d = dataclasses.replace(
+            data, max_seq_length=seq, max_predictions_per_seq=predictions, packing=packing, dupe_factor=1
+        )
         out = os.path.join(root, "packed" if packing else "unpacked")
         for name, text in (("train", train_txt), ("heldout", heldout_txt)):
-            cfg = shards.PrepareConfig(input_file=text, output_dir=os.path.join(out, name), vocab_file=vocab,
-                                       random_seed=1 + (name == "heldout"), num_shards=2, instance=d.instance_config(),
-                                       packing=d.packing_config())
+            cfg = shards.PrepareConfig(
+                input_file=text,
+                output_dir=os.path.join(out, name),
+                vocab_file=vocab,
+                random_seed=1 + (name == "heldout"),
+                num_shards=2,
+                instance=d.instance_config(),
+                packing=d.packing_config(),
+            )
             result = prepare_job.prepare(cfg, num_workers=os.cpu_count() or 1, progress_stream=open(os.devnull, "w"))
             if name == "train":
                 metadata["packed" if packing else "unpacked"] = dict(result, path=out)
@@ -92,12 +104,15 @@ def run(c, workdir: str) -> dict:
     final = train.train_and_evaluate(c, workdir)
     rows = [json.loads(line) for line in open(os.path.join(workdir, "metrics.jsonl"))]
     timed = [r for r in rows if r["kind"] == "train" and r.get("real_tokens_per_s")][1:]
-    return dict(real_tokens_per_s=statistics.median(r["real_tokens_per_s"] for r in timed),
-                seq_per_s=statistics.median(r["seq_per_s"] for r in timed),
-                padding_fraction=statistics.mean(r["padding_fraction"] for r in timed),
-                instances_per_row=statistics.mean(r["instances_per_row"] for r in timed),
-                mlm_accuracy=final["mlm_accuracy"], nsp_accuracy=final.get("nsp_accuracy"),
-                mlm_accuracy_baseline=final["mlm_accuracy_baseline"])
+    return dict(
+        real_tokens_per_s=statistics.median(r["real_tokens_per_s"] for r in timed),
+        seq_per_s=statistics.median(r["seq_per_s"] for r in timed),
+        padding_fraction=statistics.mean(r["padding_fraction"] for r in timed),
+        instances_per_row=statistics.mean(r["instances_per_row"] for r in timed),
+        mlm_accuracy=final["mlm_accuracy"],
+        nsp_accuracy=final.get("nsp_accuracy"),
+        mlm_accuracy_baseline=final["mlm_accuracy_baseline"],
+    )
 
 
 def main():
@@ -111,18 +126,27 @@ def main():
         start = time.perf_counter()
         metadata = prepare(os.path.join(root, f"seq{seq}"), seq, predictions)
         real_per_row = {k: m["counts"]["real_tokens"] / m["counts"]["rows"] for k, m in metadata.items()}
-        steps = {"unpacked": args.steps,
-                 "packed": max(1, round(args.steps * real_per_row["unpacked"] / real_per_row["packed"]))}
+        steps = {
+            "unpacked": args.steps,
+            "packed": max(1, round(args.steps * real_per_row["unpacked"] / real_per_row["packed"])),
+        }
         row = {"setting": f"seq{seq}", "max_predictions_per_seq": predictions, "batch_rows": args.batch}
         for kind in ("unpacked", "packed"):
             c = config(seq, predictions, args, kind == "packed", metadata[kind]["path"], steps[kind])
             result = run(c, os.path.join(root, f"seq{seq}", f"run-{kind}"))
-            row[kind] = dict(result, steps=steps[kind],
-                             real_tokens=round(steps[kind] * args.batch * real_per_row[kind]),
-                             records_padding_fraction=metadata[kind]["padding_fraction"])
+            row[kind] = dict(
+                result,
+                steps=steps[kind],
+                real_tokens=round(steps[kind] * args.batch * real_per_row[kind]),
+                records_padding_fraction=metadata[kind]["padding_fraction"],
+            )
         row["real_tokens_per_s_ratio"] = row["packed"]["real_tokens_per_s"] / row["unpacked"]["real_tokens_per_s"]
-        row.update(jax=jax.__version__, backend=jax.default_backend(), cpu_count=os.cpu_count(),
-                   elapsed_s=round(time.perf_counter() - start, 1))
+        row.update(
+            jax=jax.__version__,
+            backend=jax.default_backend(),
+            cpu_count=os.cpu_count(),
+            elapsed_s=round(time.perf_counter() - start, 1),
+        )
         print(json.dumps(row), flush=True)
 
 

@@ -32,10 +32,15 @@ def write_shards(directory: str, shards: int, per_shard: int) -> str:
         positions = np.sort(rng.choice(np.arange(1, SEQ // 2 - 1), (per_shard, PRED)), axis=1)
         labels = np.take_along_axis(ids, positions, axis=1)
         np.put_along_axis(ids, positions, 103, axis=1)
-        arrays = dict(input_ids=ids, input_mask=mask, segment_ids=(pos > lengths[:, None] // 2) * mask,
-                      masked_lm_positions=positions, masked_lm_ids=labels,
-                      masked_lm_weights=np.ones((per_shard, PRED), np.float32),
-                      next_sentence_labels=rng.integers(0, 2, (per_shard, 1)))
+        arrays = dict(
+            input_ids=ids,
+            input_mask=mask,
+            segment_ids=(pos > lengths[:, None] // 2) * mask,
+            masked_lm_positions=positions,
+            masked_lm_ids=labels,
+            masked_lm_weights=np.ones((per_shard, PRED), np.float32),
+            next_sentence_labels=rng.integers(0, 2, (per_shard, 1)),
+        )
         with records.RecordWriter(os.path.join(directory, f"records-{k:05d}-of-{shards:05d}.tfrecord")) as w:
             w.write_block(arrays)
     return os.path.join(directory, "records-*.tfrecord")
@@ -52,11 +57,18 @@ def vocab():
 def measure(files: str, batch: int, batches: int, warmup: int, dynamic: bool) -> dict:
     from bertjax.data.pretraining import instances, pipeline
 
-    cfg = pipeline.PipelineConfig(files=files, batch_size=batch, max_seq_length=SEQ, max_predictions_per_seq=PRED,
-                                  seed=0, shuffle_buffer=10_000, dynamic_masking=dynamic, threads=1,
-                                  vocab=vocab() if dynamic else None,
-                                  masking=instances.InstanceConfig(SEQ, PRED, do_whole_word_mask=True)
-                                  if dynamic else None)
+    cfg = pipeline.PipelineConfig(
+        files=files,
+        batch_size=batch,
+        max_seq_length=SEQ,
+        max_predictions_per_seq=PRED,
+        seed=0,
+        shuffle_buffer=10_000,
+        dynamic_masking=dynamic,
+        threads=1,
+        vocab=vocab() if dynamic else None,
+        masking=instances.InstanceConfig(SEQ, PRED, do_whole_word_mask=True) if dynamic else None,
+    )
     p = pipeline.InputPipeline(cfg)
     for _ in range(warmup):
         next(p)
@@ -64,8 +76,12 @@ def measure(files: str, batch: int, batches: int, warmup: int, dynamic: bool) ->
     for _ in range(batches):
         next(p)
     wall, cpu = time.perf_counter() - start, time.process_time() - cpu
-    return {"sequences_per_s": round(batch * batches / wall), "cpu_s_per_wall_s": round(cpu / wall, 2),
-            "batches": batches, "seconds": round(wall, 2)}
+    return {
+        "sequences_per_s": round(batch * batches / wall),
+        "cpu_s_per_wall_s": round(cpu / wall, 2),
+        "batches": batches,
+        "seconds": round(wall, 2),
+    }
 
 
 def checkpoint_size(files: str, directory: str) -> int:
@@ -89,7 +105,7 @@ def main() -> None:
 
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     if hasattr(os, "sched_setaffinity"):
-        os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:args.cores])
+        os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[: args.cores])
     import tensorflow as tf
 
     tf.config.threading.set_inter_op_parallelism_threads(args.cores)
@@ -99,12 +115,18 @@ def main() -> None:
         files = write_shards(directory, args.shards, args.records)
         write_s = time.perf_counter() - start
         shard_mb = sum(os.path.getsize(os.path.join(directory, f)) for f in os.listdir(directory)) / 2**20
-        result = {"seq": SEQ, "predictions": PRED, "batch": args.batch, "cores": args.cores,
-                  "records": args.shards * args.records, "shards_mb": round(shard_mb, 1),
-                  "write_s": round(write_s, 1),
-                  "static": measure(files, args.batch, args.batches, args.warmup, dynamic=False),
-                  "dynamic_whole_word": measure(files, args.batch, args.batches, args.warmup, dynamic=True),
-                  "checkpoint_bytes_10k_buffer": checkpoint_size(files, directory)}
+        result = {
+            "seq": SEQ,
+            "predictions": PRED,
+            "batch": args.batch,
+            "cores": args.cores,
+            "records": args.shards * args.records,
+            "shards_mb": round(shard_mb, 1),
+            "write_s": round(write_s, 1),
+            "static": measure(files, args.batch, args.batches, args.warmup, dynamic=False),
+            "dynamic_whole_word": measure(files, args.batch, args.batches, args.warmup, dynamic=True),
+            "checkpoint_bytes_10k_buffer": checkpoint_size(files, directory),
+        }
     print(json.dumps(result))
 
 

@@ -87,7 +87,7 @@ def write_corpus(path: str, fmt: str, rows: list[str], scale: int) -> None:
                 for _ in range(scale):
                     f.write(block)
         else:
-            with (gzip.open(path, "wb") if fmt == "jsonl.gz" else open(path, "wb")) as f:
+            with gzip.open(path, "wb") if fmt == "jsonl.gz" else open(path, "wb") as f:
                 for _ in range(scale):
                     f.write(block)
 
@@ -118,22 +118,28 @@ def run_child(args: list[str]) -> dict:
 
     The process's own peak is VmHWM (its address space's high-water mark), not ru_maxrss: Linux carries
     ru_maxrss over fork and exec, so that would start at this benchmark process's peak."""
-    code = ("import json, resource, sys; from absl import flags; from bertjax import prepare as p; p.define_flags(); "
-            "flags.FLAGS(['prepare'] + sys.argv[1:]); "
-            "from bertjax.data.pretraining import shards as lib; "
-            "import io; rc = p.main(['prepare']); "
-            "r = resource.getrusage; hwm = [l for l in open('/proc/self/status') if l.startswith('VmHWM:')]; "
-            "own = int(hwm[0].split()[1]) if hwm else r(resource.RUSAGE_SELF).ru_maxrss; "
-            "print(json.dumps({'rss_self_mb': own / 1024, "
-            "'rss_workers_mb': r(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}))")
+    code = (
+        "import json, resource, sys; from absl import flags; from bertjax import prepare as p; p.define_flags(); "
+        "flags.FLAGS(['prepare'] + sys.argv[1:]); "
+        "from bertjax.data.pretraining import shards as lib; "
+        "import io; rc = p.main(['prepare']); "
+        "r = resource.getrusage; hwm = [l for l in open('/proc/self/status') if l.startswith('VmHWM:')]; "
+        "own = int(hwm[0].split()[1]) if hwm else r(resource.RUSAGE_SELF).ru_maxrss; "
+        "print(json.dumps({'rss_self_mb': own / 1024, "
+        "'rss_workers_mb': r(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}))"
+    )
     start = time.monotonic()
     out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, check=True)
     wall = time.monotonic() - start
     rss = json.loads(out.stdout.strip().splitlines()[-1])
     metadata = json.load(open(os.path.join(args[1].split("=", 1)[1], "metadata.json")))
-    return dict(instances=metadata["counts"]["instances"], seconds=metadata["seconds"], wall_seconds=round(wall, 2),
-                instances_per_second=metadata["instances_per_second"],
-                peak_rss_mb=round(max(rss["rss_self_mb"], rss["rss_workers_mb"]), 1))
+    return dict(
+        instances=metadata["counts"]["instances"],
+        seconds=metadata["seconds"],
+        wall_seconds=round(wall, 2),
+        instances_per_second=metadata["instances_per_second"],
+        peak_rss_mb=round(max(rss["rss_self_mb"], rss["rss_workers_mb"]), 1),
+    )
 
 
 def records(out_dir: str) -> list[str]:
@@ -159,8 +165,11 @@ def main() -> None:
     # throughput_vs_text is taken from the median of this many extra 1-worker runs on the --scale× corpus,
     # the formats interleaved, so that a machine that slows down for a minute slows every format alike.
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--formats", default="text,parquet,jsonl.zst,hf",
-                        help=f"comma list of {', '.join(FORMATS)}; raw text's figures go at the top level")
+    parser.add_argument(
+        "--formats",
+        default="text,parquet,jsonl.zst,hf",
+        help=f"comma list of {', '.join(FORMATS)}; raw text's figures go at the top level",
+    )
     args = parser.parse_args()
     formats = [f.strip() for f in args.formats.split(",") if f.strip()]
     unknown = sorted(set(formats) - set(FORMATS))
@@ -191,18 +200,32 @@ def main() -> None:
                 for workers in (1, 2):
                     out = os.path.join(tmp, f"out_{fmt}_{name}_w{workers}")
                     res[f"{name}_workers_{workers}"] = run_child(
-                        [f"--input_file={paths[name]}", f"--output_dir={out}", *flags_,
-                         f"--num_shards={args.num_shards}", f"--num_workers={workers}"])
+                        [
+                            f"--input_file={paths[name]}",
+                            f"--output_dir={out}",
+                            *flags_,
+                            f"--num_shards={args.num_shards}",
+                            f"--num_workers={workers}",
+                        ]
+                    )
             one, two = res[f"{nx}_workers_1"], res[f"{nx}_workers_2"]
             res["speedup_2_workers"] = round(one["seconds"] / two["seconds"], 2)
-            res["same_records_1_vs_2_workers"] = (
-                records(os.path.join(tmp, f"out_{fmt}_{nx}_w1")) == records(os.path.join(tmp, f"out_{fmt}_{nx}_w2")))
+            res["same_records_1_vs_2_workers"] = records(os.path.join(tmp, f"out_{fmt}_{nx}_w1")) == records(
+                os.path.join(tmp, f"out_{fmt}_{nx}_w2")
+            )
             res["peak_rss_mb_1x_vs_nx"] = [res["corpus_1x_workers_1"]["peak_rss_mb"], one["peak_rss_mb"]]
             # The cross-format check, over --num_shards shards: raw text is cut by bytes, the others by rows,
             # so the shards hold the same documents only with one shard for raw text.
             out = os.path.join(tmp, f"out_{fmt}_one_shard")
-            run_child([f"--input_file={paths['corpus_1x']}", f"--output_dir={out}", *flags_, "--num_shards=1",
-                       "--num_workers=1"])
+            run_child(
+                [
+                    f"--input_file={paths['corpus_1x']}",
+                    f"--output_dir={out}",
+                    *flags_,
+                    "--num_shards=1",
+                    "--num_workers=1",
+                ]
+            )
             one_shard[fmt] = records(out)
             runs_of[fmt] = (paths[nx], flags_)
             if fmt != "text":
@@ -210,15 +233,24 @@ def main() -> None:
         if "text" in formats:
             results["original_instances_per_second"] = 1540
             results["speedup_vs_original_per_worker"] = round(
-                results["corpus_1x_workers_1"]["instances_per_second"] / 1540, 1)
+                results["corpus_1x_workers_1"]["instances_per_second"] / 1540, 1
+            )
             speeds: dict[str, list[float]] = {fmt: [] for fmt in formats}
             for r in range(args.repeats):  # interleaved: text, parquet, ..., text, parquet, ...
                 for fmt in formats:
                     path, flags_ = runs_of[fmt]
                     out = os.path.join(tmp, f"out_{fmt}_repeat_{r}")
-                    speeds[fmt].append(run_child([f"--input_file={path}", f"--output_dir={out}", *flags_,
-                                                  f"--num_shards={args.num_shards}", "--num_workers=1"])
-                                       ["instances_per_second"])
+                    speeds[fmt].append(
+                        run_child(
+                            [
+                                f"--input_file={path}",
+                                f"--output_dir={out}",
+                                *flags_,
+                                f"--num_shards={args.num_shards}",
+                                "--num_workers=1",
+                            ]
+                        )["instances_per_second"]
+                    )
             median = {fmt: sorted(v)[len(v) // 2] for fmt, v in speeds.items() if v}
             if median:
                 results[f"{nx}_workers_1_repeats"] = speeds["text"]
@@ -227,15 +259,19 @@ def main() -> None:
                     if median:
                         results[fmt][f"{nx}_workers_1_repeats"] = speeds[fmt]
                     results[fmt]["throughput_vs_text"] = round(
-                        median[fmt] / median["text"] if median else
-                        results[fmt][f"{nx}_workers_1"]["instances_per_second"]
-                        / results[f"{nx}_workers_1"]["instances_per_second"], 3)
+                        median[fmt] / median["text"]
+                        if median
+                        else results[fmt][f"{nx}_workers_1"]["instances_per_second"]
+                        / results[f"{nx}_workers_1"]["instances_per_second"],
+                        3,
+                    )
         first = next(iter(one_shard.values()))
         results["same_records_across_formats"] = all(r == first and r for r in one_shard.values())
         if len(shards_of) > 1:  # the record-like containers agree over several shards too
             first = next(iter(shards_of.values()))
             results[f"same_records_across_containers_{args.num_shards}_shards"] = all(
-                r == first and len(r) == args.num_shards for r in shards_of.values())
+                r == first and len(r) == args.num_shards for r in shards_of.values()
+            )
     # What the workers' ru_maxrss could inherit at most (see run_child); the prepare processes' own is VmHWM.
     results["benchmark_process_peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
     print(json.dumps(results, indent=2))

@@ -29,17 +29,44 @@ import os
 import re
 from typing import Iterable, Optional
 
-CATEGORIES = ("matmul", "attention (cuDNN)", "reduction (softmax, LayerNorm, loss)", "dropout hash (integer)",
-              "rng", "scatter (embedding and gather gradients)", "gather", "dynamic slice/update (scanned layers)",
-              "copy/transpose", "collective", "elementwise", "optimizer", "other (a kernel naming no HLO op)")
+CATEGORIES = (
+    "matmul",
+    "attention (cuDNN)",
+    "reduction (softmax, LayerNorm, loss)",
+    "dropout hash (integer)",
+    "rng",
+    "scatter (embedding and gather gradients)",
+    "gather",
+    "dynamic slice/update (scanned layers)",
+    "copy/transpose",
+    "collective",
+    "elementwise",
+    "optimizer",
+    "other (a kernel naming no HLO op)",
+)
 _COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")
-_MOVES = {"copy", "transpose", "bitcast", "reshape", "parameter", "broadcast", "slice", "concatenate", "tuple",
-          "get-tuple-element", "constant", "pad", "copy-start", "copy-done"}
+_MOVES = {
+    "copy",
+    "transpose",
+    "bitcast",
+    "reshape",
+    "parameter",
+    "broadcast",
+    "slice",
+    "concatenate",
+    "tuple",
+    "get-tuple-element",
+    "constant",
+    "pad",
+    "copy-start",
+    "copy-done",
+}
 _INSTRUCTION = re.compile(r"^\s*(?:ROOT\s+)?%?(?P<name>[^\s=]+)\s*=\s*")
 _COMPUTATION = re.compile(r"^\s*(?:ENTRY\s+)?%?(?P<name>[^\s(]+)\s*\(.*\{\s*$")
 
 
 # --- The optimized HLO: what each instruction is --------------------------------------------------------
+
 
 def _split_shape(rest: str) -> tuple[str, str]:
     """`(f32[2], s32[]) tuple(...)` → ("(f32[2], s32[])", "tuple(...)"): a tuple shape's parentheses matched."""
@@ -51,7 +78,7 @@ def _split_shape(rest: str) -> tuple[str, str]:
         depth += ch == "("
         depth -= ch == ")"
         if depth == 0:
-            return rest[:i + 1], rest[i + 1:].lstrip()
+            return rest[: i + 1], rest[i + 1 :].lstrip()
     return rest, ""
 
 
@@ -67,7 +94,7 @@ def parse_hlo(text: str) -> tuple[dict[str, dict], dict[str, list[str]]]:
             if header and "->" in line:
                 computation = header.group("name")
             continue
-        shape, tail = _split_shape(line[match.end():])
+        shape, tail = _split_shape(line[match.end() :])
         opcode = re.match(r"[\w\-]+", tail)
         if not opcode:
             continue
@@ -78,9 +105,14 @@ def parse_hlo(text: str) -> tuple[dict[str, dict], dict[str, list[str]]]:
         kind = re.search(r"kind=(k\w+)", tail)
         bodies[computation].append(opcode + (f":{target.group(1)}" if target else ""))
         instructions[match.group("name")] = dict(
-            opcode=opcode, shape=shape[:120], op_name=op_name.group(1) if op_name else "",
-            calls=calls.group(1) if calls else None, target=target.group(1) if target else None,
-            kind=kind.group(1) if kind else None, computation=computation)
+            opcode=opcode,
+            shape=shape[:120],
+            op_name=op_name.group(1) if op_name else "",
+            calls=calls.group(1) if calls else None,
+            target=target.group(1) if target else None,
+            kind=kind.group(1) if kind else None,
+            computation=computation,
+        )
     return instructions, dict(bodies)
 
 
@@ -91,8 +123,12 @@ def _body_opcodes(instruction: dict, bodies: dict[str, list[str]]) -> list[str]:
     return ops
 
 
-_KERNEL_CATEGORIES = ((r"nvjet|gemm|xmma|cutlass|cublas", "matmul"), (r"cudnn|fmha|flash", "attention (cuDNN)"),
-                      (r"memcpy|memset", "copy/transpose"), (r"nccl", "collective"))
+_KERNEL_CATEGORIES = (
+    (r"nvjet|gemm|xmma|cutlass|cublas", "matmul"),
+    (r"cudnn|fmha|flash", "attention (cuDNN)"),
+    (r"memcpy|memset", "copy/transpose"),
+    (r"nccl", "collective"),
+)
 
 
 def category(instruction: Optional[dict], bodies: dict[str, list[str]], kernel: str = "") -> str:
@@ -141,6 +177,7 @@ def phase(instruction: Optional[dict]) -> str:
 
 # --- The trace: which instruction ran when, for how long -----------------------------------------------------
 
+
 def trace_layout(xspace_path: str) -> list[dict]:
     """Planes, their lines, event counts and the stat names of a first event: what to read if the
     reduction above ever finds nothing (another jaxlib may lay its trace out differently)."""
@@ -151,8 +188,15 @@ def trace_layout(xspace_path: str) -> list[dict]:
         for line in plane.lines:
             events = list(line.events)
             if events:
-                layout.append(dict(plane=plane.name, line=line.name, events=len(events), first=events[0].name[:80],
-                                   stats=sorted(k for k, _ in events[0].stats)))
+                layout.append(
+                    dict(
+                        plane=plane.name,
+                        line=line.name,
+                        events=len(events),
+                        first=events[0].name[:80],
+                        stats=sorted(k for k, _ in events[0].stats),
+                    )
+                )
     return layout
 
 
@@ -165,8 +209,9 @@ def _events(xspace_path: str) -> tuple[list[tuple[str, str, int, int]], str]:
 
     data = ProfileData.from_file(xspace_path)
     planes = list(data.planes)
-    devices = [p for p in planes if p.name.startswith("/device:") and any(
-        ln.name.startswith("Stream") for ln in p.lines)]
+    devices = [
+        p for p in planes if p.name.startswith("/device:") and any(ln.name.startswith("Stream") for ln in p.lines)
+    ]
     source = "device streams" if devices else "host XLA op events"
     out = []
     for plane in devices or [p for p in planes if p.name.startswith("/host:CPU")]:
@@ -178,8 +223,7 @@ def _events(xspace_path: str) -> tuple[list[tuple[str, str, int, int]], str]:
                 op = stats.get("hlo_op")
                 if op is None and not devices:
                     continue  # host bookkeeping, not an op
-                out.append((str(op) if op is not None else "", event.name, int(event.start_ns),
-                            int(event.duration_ns)))
+                out.append((str(op) if op is not None else "", event.name, int(event.start_ns), int(event.duration_ns)))
     return out, source
 
 
@@ -224,8 +268,9 @@ def summarize(trace_dir: str, hlo_text: str, steps: int, wall_s: Optional[float]
     xspace = find_xspace(trace_dir)
     events, source = _events(xspace)
     by_kernel_name = {name.replace(".", "_"): name for name in instructions}
-    events = [(instruction_of(op, kernel, instructions, by_kernel_name), start, dur)
-              for op, kernel, start, dur in events]
+    events = [
+        (instruction_of(op, kernel, instructions, by_kernel_name), start, dur) for op, kernel, start, dur in events
+    ]
     by_op: dict[str, list[int]] = collections.defaultdict(lambda: [0, 0])
     for name, _, dur in events:
         by_op[name][0] += dur
@@ -242,16 +287,32 @@ def summarize(trace_dir: str, hlo_text: str, steps: int, wall_s: Optional[float]
     ops = []
     for name, (dur, count) in sorted(by_op.items(), key=lambda kv: -kv[1][0])[:top]:
         instruction = instructions.get(name) or {}
-        ops.append(dict(op=name, ms=per_step(dur), share=round(dur / total, 4), calls=count // max(steps, 1),
-                        category=category(instructions.get(name), bodies, name), phase=phase(instructions.get(name)),
-                        opcode=instruction.get("opcode"), shape=instruction.get("shape"),
-                        source=instruction.get("op_name", "")[-160:]))
-    out = dict(source=source, steps=steps, ops_seen=len(by_op), events=len(events),
-               matched_hlo=round(sum(v[0] for k, v in by_op.items() if k in instructions) / total, 4),
-               op_ms_per_step=per_step(total), busy_ms_per_step=per_step(busy),
-               categories={k: dict(ms=per_step(v), share=round(v / total, 4)) for k, v in categories.most_common()},
-               phases={k: dict(ms=per_step(v), share=round(v / total, 4)) for k, v in phases.most_common()},
-               top_ops=ops, longest_idle_gaps=gaps)
+        ops.append(
+            dict(
+                op=name,
+                ms=per_step(dur),
+                share=round(dur / total, 4),
+                calls=count // max(steps, 1),
+                category=category(instructions.get(name), bodies, name),
+                phase=phase(instructions.get(name)),
+                opcode=instruction.get("opcode"),
+                shape=instruction.get("shape"),
+                source=instruction.get("op_name", "")[-160:],
+            )
+        )
+    out = dict(
+        source=source,
+        steps=steps,
+        ops_seen=len(by_op),
+        events=len(events),
+        matched_hlo=round(sum(v[0] for k, v in by_op.items() if k in instructions) / total, 4),
+        op_ms_per_step=per_step(total),
+        busy_ms_per_step=per_step(busy),
+        categories={k: dict(ms=per_step(v), share=round(v / total, 4)) for k, v in categories.most_common()},
+        phases={k: dict(ms=per_step(v), share=round(v / total, 4)) for k, v in phases.most_common()},
+        top_ops=ops,
+        longest_idle_gaps=gaps,
+    )
     if out["matched_hlo"] < 0.5:  # most time unexplained: keep the trace's layout for whoever reads this
         out["trace_layout"] = trace_layout(xspace)
     if wall_s is not None:

@@ -43,12 +43,20 @@ sys.path.insert(0, str(ROOT))
 # The modern recipe with one ingredient as 2018 had it. "records": the ablation needs records of its own.
 ABLATIONS = {
     "mask_15": dict(args=["--config.data.masked_lm_prob=0.15"]),
-    "dropout_0.1": dict(args=["--config.model.hidden_dropout_prob=0.1", "--config.model.attention_probs_dropout_prob=0.1"]),
-    "linear_decay": dict(args=["--config.optim.schedule=linear", "--config.optim.decay_steps=0",
-                               "--config.optim.decay_shape=linear"]),
+    "dropout_0.1": dict(
+        args=["--config.model.hidden_dropout_prob=0.1", "--config.model.attention_probs_dropout_prob=0.1"]
+    ),
+    "linear_decay": dict(
+        args=["--config.optim.schedule=linear", "--config.optim.decay_steps=0", "--config.optim.decay_shape=linear"]
+    ),
     # The recipe on the demo's BERT (post-norm, learned positions, GELU feed-forward of 512), no NSP head.
-    "bert_architecture": dict(args=["--config.model.family=bert", "--config.model.num_hidden_layers=2",
-                                    "--config.model.intermediate_size=512"]),
+    "bert_architecture": dict(
+        args=[
+            "--config.model.family=bert",
+            "--config.model.num_hidden_layers=2",
+            "--config.model.intermediate_size=512",
+        ]
+    ),
     "no_batch_warmup": dict(args=["--config.train.batch_warmup_tokens=0", "--config.train.micro_batches=1"]),
     "static_masking": dict(args=["--config.data.dynamic_masking=false"]),
     "no_packing": dict(args=["--config.data.packing=false"], records=True),
@@ -60,7 +68,9 @@ def parse_args(argv=None):
     p.add_argument("--seeds", default="0,1,2", help="comma list: each recipe pre-trains and fine-tunes once per seed")
     p.add_argument("--ablations", default="", help=f"comma list of {sorted(ABLATIONS)}, or all (first seed only)")
     p.add_argument("--workdir", default="/tmp/bertjax_recipes", help="where the runs go (emptied first)")
-    p.add_argument("--quick", action="store_true", help="a tenth of the steps and a few fine-tuning steps (a smoke test)")
+    p.add_argument(
+        "--quick", action="store_true", help="a tenth of the steps and a few fine-tuning steps (a smoke test)"
+    )
     p.add_argument("--calibration_steps", type=int, default=60, help="steps of the modern recipe's timing run")
     p.add_argument("--evals", type=int, default=20, help="held-out evaluations per run (the curve's points)")
     p.add_argument("--dupe_factor", type=int, default=0, help="config.data.dupe_factor for both (0: the configs' 10)")
@@ -72,6 +82,7 @@ def parse_args(argv=None):
 
 
 # --- Reading a run --------------------------------------------------------------------------------------
+
 
 def read_metrics(workdir: str) -> list[dict]:
     with open(os.path.join(workdir, "metrics.jsonl")) as f:
@@ -93,8 +104,9 @@ def training_seconds(rows: list[dict]) -> dict[int, float]:
 def curve(rows: list[dict]) -> list[tuple[float, float]]:
     """(training seconds, held-out MLM accuracy) at each eval."""
     seconds = training_seconds(rows)
-    return [(round(seconds[r["step"]], 2), r["mlm_accuracy"]) for r in rows
-            if r["kind"] == "eval" and r["step"] in seconds]
+    return [
+        (round(seconds[r["step"]], 2), r["mlm_accuracy"]) for r in rows if r["kind"] == "eval" and r["step"] in seconds
+    ]
 
 
 def seconds_to_reach(points: list[tuple[float, float]], target: float):
@@ -124,16 +136,29 @@ def steps_for(seconds: float, step_s: float, train: dict, seq: int, warmup_fract
 
 # --- Running --------------------------------------------------------------------------------------------
 
+
 def pretrain(config: str, workdir: str, args: list[str], log_path: str) -> dict:
     """One pre-training job as a user runs it; returns its curve and figures."""
     os.makedirs(workdir, exist_ok=True)
     load = os.getloadavg()[0]
     start = time.time()
     with open(log_path, "w") as log:
-        done = subprocess.run([sys.executable, "-m", "bertjax.main", f"--config={config}", f"--workdir={workdir}",
-                               "--config.checkpoint.export_hf=false", "--config.eval.show_predictions=0",
-                               "--config.eval.not_learning_after=0"] + args,
-                              cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "bertjax.main",
+                f"--config={config}",
+                f"--workdir={workdir}",
+                "--config.checkpoint.export_hf=false",
+                "--config.eval.show_predictions=0",
+                "--config.eval.not_learning_after=0",
+            ]
+            + args,
+            cwd=ROOT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
     if done.returncode:
         with open(log_path) as f:
             tail = f.read()[-3000:]
@@ -141,8 +166,14 @@ def pretrain(config: str, workdir: str, args: list[str], log_path: str) -> dict:
     rows = read_metrics(workdir)
     points = curve(rows)
     train_rows = [r for r in rows if r["kind"] == "train"]
-    return dict(heldout_mlm_accuracy=points[-1][1], seconds=points[-1][0], steps=train_rows[-1]["step"],
-                curve=points, process_seconds=round(time.time() - start, 1), loadavg_1m=round(load, 2))
+    return dict(
+        heldout_mlm_accuracy=points[-1][1],
+        seconds=points[-1][0],
+        steps=train_rows[-1]["step"],
+        curve=points,
+        process_seconds=round(time.time() - start, 1),
+        loadavg_1m=round(load, 2),
+    )
 
 
 def share_data(source: str, workdir: str) -> None:
@@ -171,11 +202,23 @@ def mlm_accuracy(workdir: str, records: str, seq: int, predictions: int) -> floa
     from bertjax.data.pretraining import pipeline as pipeline_lib
 
     model, params = bertjax.from_pretrained(workdir)
-    logits = jax.jit(lambda p, b: model.apply({"params": p}, input_ids=b["input_ids"], input_mask=b["input_mask"],
-                                              segment_ids=b["segment_ids"], deterministic=True,
-                                              masked_lm_positions=b["masked_lm_positions"]).mlm_logits)
-    pipeline = pipeline_lib.InputPipeline(pipeline_lib.PipelineConfig(
-        files=records, batch_size=64, max_seq_length=seq, max_predictions_per_seq=predictions, training=False))
+    logits = jax.jit(
+        lambda p, b: (
+            model.apply(
+                {"params": p},
+                input_ids=b["input_ids"],
+                input_mask=b["input_mask"],
+                segment_ids=b["segment_ids"],
+                deterministic=True,
+                masked_lm_positions=b["masked_lm_positions"],
+            ).mlm_logits
+        )
+    )
+    pipeline = pipeline_lib.InputPipeline(
+        pipeline_lib.PipelineConfig(
+            files=records, batch_size=64, max_seq_length=seq, max_predictions_per_seq=predictions, training=False
+        )
+    )
     correct = total = 0.0
     for batch in pipeline:
         weights = batch["masked_lm_weights"]
@@ -198,13 +241,19 @@ def print_run(name: str, seed: int, run: dict) -> None:
     points = ", ".join(f"{s:.0f}s {a:.1%}" for s, a in run["curve"])
     reach = ""
     if "seconds_to_bert2018" in run:
-        reach = (f"; reached bert2018's {run['bert2018_target']:.2%} after {run['seconds_to_bert2018']:.0f} s"
-                 if run["seconds_to_bert2018"] is not None else f"; never reached bert2018's {run['bert2018_target']:.2%}")
+        reach = (
+            f"; reached bert2018's {run['bert2018_target']:.2%} after {run['seconds_to_bert2018']:.0f} s"
+            if run["seconds_to_bert2018"] is not None
+            else f"; never reached bert2018's {run['bert2018_target']:.2%}"
+        )
         if run.get("heldout_mlm_accuracy_at_bert2018_seconds") is not None:
             reach += f" ({run['heldout_mlm_accuracy_at_bert2018_seconds']:.2%} within bert2018's seconds)"
-    print(f"{name} seed {seed}: held-out MLM accuracy {run['heldout_mlm_accuracy']:.2%} after {run['seconds']:.0f} s of "
-          f"training ({run['steps']} steps){reach}; fine-tuned dev accuracy {run['finetune_dev_accuracy']:.2%}\n"
-          f"  curve: {points}", flush=True)
+    print(
+        f"{name} seed {seed}: held-out MLM accuracy {run['heldout_mlm_accuracy']:.2%} after {run['seconds']:.0f} s of "
+        f"training ({run['steps']} steps){reach}; fine-tuned dev accuracy {run['finetune_dev_accuracy']:.2%}\n"
+        f"  curve: {points}",
+        flush=True,
+    )
 
 
 def main(argv=None) -> dict:
@@ -224,8 +273,11 @@ def main(argv=None) -> dict:
 
     def evals_every(steps: int) -> list[str]:
         every = max(steps // args.evals, 1)
-        return [f"--config.eval.every_steps={every}", f"--config.train.log_every_steps={every}",
-                f"--config.checkpoint.every_steps={steps}"]
+        return [
+            f"--config.eval.every_steps={every}",
+            f"--config.train.log_every_steps={every}",
+            f"--config.checkpoint.every_steps={steps}",
+        ]
 
     runs = {"bert2018": [], "modern": []}
     ablation_runs = {}
@@ -235,8 +287,12 @@ def main(argv=None) -> dict:
         w = os.path.join(work, f"bert2018-seed{seed}")
         if vocab:
             share_data(os.path.join(work, f"bert2018-seed{seeds[0]}"), w)
-        r = pretrain(f"configs/demo.py{quick}", w, [f"--config.seed={seed}"] + data_args + evals_every(demo.train.num_train_steps),
-                     w + ".log")
+        r = pretrain(
+            f"configs/demo.py{quick}",
+            w,
+            [f"--config.seed={seed}"] + data_args + evals_every(demo.train.num_train_steps),
+            w + ".log",
+        )
         vocab = vocab or os.path.join(w, "data", "vocab", "vocab.txt")
         bert2018_records = os.path.join(w, "data", "heldout", "*.tfrecord")
         # The check of mlm_accuracy: it must give the job's own final eval on the job's own rows.
@@ -249,34 +305,55 @@ def main(argv=None) -> dict:
         if modern_steps is None:  # time the modern step at its full batch; this run also prepares its records
             c = modern_config["get_config"](quick[1:] or None)
             w = os.path.join(work, "modern-timing")
-            pretrain("configs/modernbert_demo.py", w, data_args + [
-                f"--config.data.vocab_file={vocab}", f"--config.train.num_train_steps={args.calibration_steps}",
-                "--config.train.batch_warmup_tokens=0", f"--config.train.log_every_steps={args.calibration_steps // 2}",
-                f"--config.eval.every_steps={10 ** 6}", f"--config.optim.decay_steps={args.calibration_steps // 5}",
-                f"--config.optim.warmup_steps={args.calibration_steps // 5}"], w + ".log")
+            pretrain(
+                "configs/modernbert_demo.py",
+                w,
+                data_args
+                + [
+                    f"--config.data.vocab_file={vocab}",
+                    f"--config.train.num_train_steps={args.calibration_steps}",
+                    "--config.train.batch_warmup_tokens=0",
+                    f"--config.train.log_every_steps={args.calibration_steps // 2}",
+                    f"--config.eval.every_steps={10**6}",
+                    f"--config.optim.decay_steps={args.calibration_steps // 5}",
+                    f"--config.optim.warmup_steps={args.calibration_steps // 5}",
+                ],
+                w + ".log",
+            )
             step_s = [row for row in read_metrics(w) if row["kind"] == "train"][-1]["step_time_s"]
             modern_steps = steps_for(budget, step_s, dict(c.train), seq, modern_config["WARMUP_FRACTION"])
             warmup_steps = round(demo.optim.warmup_steps / demo.train.num_train_steps * modern_steps)
-            modern_args = [f"--config.data.vocab_file={vocab}", f"--config.train.num_train_steps={modern_steps}",
-                           f"--config.optim.decay_steps={int(modern_config['DECAY_FRACTION'] * modern_steps)}",
-                           f"--config.optim.warmup_steps={warmup_steps}", "--config.train.batch_warmup_tokens="
-                           f"{int(modern_config['WARMUP_FRACTION'] * modern_steps * c.train.global_batch_size * seq)}"
-                           ] + evals_every(modern_steps)
-            print(f"modern recipe: a full step takes {step_s * 1000:.0f} ms (bert2018's {budget / r['steps'] * 1000:.0f} ms); "
-                  f"{modern_steps} steps fill bert2018's {budget:.0f} s", flush=True)
+            modern_args = [
+                f"--config.data.vocab_file={vocab}",
+                f"--config.train.num_train_steps={modern_steps}",
+                f"--config.optim.decay_steps={int(modern_config['DECAY_FRACTION'] * modern_steps)}",
+                f"--config.optim.warmup_steps={warmup_steps}",
+                "--config.train.batch_warmup_tokens="
+                f"{int(modern_config['WARMUP_FRACTION'] * modern_steps * c.train.global_batch_size * seq)}",
+            ] + evals_every(modern_steps)
+            print(
+                f"modern recipe: a full step takes {step_s * 1000:.0f} ms (bert2018's {budget / r['steps'] * 1000:.0f} ms); "
+                f"{modern_steps} steps fill bert2018's {budget:.0f} s",
+                flush=True,
+            )
 
         for name in ["modern"] + (ablations if seed == seeds[0] else []):
             extra = ABLATIONS[name] if name != "modern" else dict(args=[])
             w = os.path.join(work, f"{name}-seed{seed}")
             if not extra.get("records"):
                 share_data(os.path.join(work, "modern-timing"), w)
-            r = pretrain("configs/modernbert_demo.py", w, [f"--config.seed={seed}"] + data_args + modern_args + extra["args"],
-                         w + ".log")
+            r = pretrain(
+                "configs/modernbert_demo.py",
+                w,
+                [f"--config.seed={seed}"] + data_args + modern_args + extra["args"],
+                w + ".log",
+            )
             r["finetune_dev_accuracy"] = finetune(w, os.path.join(w, "finetune"), seed, ft_quick)
             # The same model on bert2018's own held-out rows (sentence pairs, half of them random): the row forms
             # differ, so this says how much of the gap they make.
-            r["heldout_mlm_accuracy_on_bert2018_rows"] = mlm_accuracy(w, bert2018_records, seq,
-                                                                      demo.data.max_predictions_per_seq)
+            r["heldout_mlm_accuracy_on_bert2018_rows"] = mlm_accuracy(
+                w, bert2018_records, seq, demo.data.max_predictions_per_seq
+            )
             r["bert2018_target"] = target
             r["seconds_to_bert2018"] = seconds_to_reach(r["curve"], target)
             # The timed budget is an estimate: the accuracy of its last eval within bert2018's seconds as well.
@@ -286,23 +363,35 @@ def main(argv=None) -> dict:
             (runs["modern"] if name == "modern" else ablation_runs.setdefault(name, [])).append(dict(r, seed=seed))
 
     ratios = [r["time_ratio"] for r in runs["modern"]]
-    result = {"bert2018": summarise(runs["bert2018"]), "modern": summarise(runs["modern"]),
-              "time_ratio": None if None in ratios else statistics.mean(ratios), "time_ratio_per_seed": ratios,
-              "seeds": seeds, "modern_steps": modern_steps, "bert2018_steps": demo.train.num_train_steps,
-              "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count()}}
+    result = {
+        "bert2018": summarise(runs["bert2018"]),
+        "modern": summarise(runs["modern"]),
+        "time_ratio": None if None in ratios else statistics.mean(ratios),
+        "time_ratio_per_seed": ratios,
+        "seeds": seeds,
+        "modern_steps": modern_steps,
+        "bert2018_steps": demo.train.num_train_steps,
+        "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count()},
+    }
     if ablation_runs:
-        result["ablations"] = {name: dict(summarise(v), time_ratio=v[0]["time_ratio"]) for name, v in ablation_runs.items()}
+        result["ablations"] = {
+            name: dict(summarise(v), time_ratio=v[0]["time_ratio"]) for name, v in ablation_runs.items()
+        }
 
-    print("\n| recipe | held-out MLM accuracy | training seconds | seconds to bert2018's accuracy | fine-tuned dev accuracy |")
+    print(
+        "\n| recipe | held-out MLM accuracy | training seconds | seconds to bert2018's accuracy | fine-tuned dev accuracy |"
+    )
     print("|---|---|---|---|---|")
     for name, rs in [("bert2018", runs["bert2018"]), ("modern", runs["modern"])] + sorted(ablation_runs.items()):
         s = summarise(rs)
         reach = [r.get("seconds_to_bert2018") for r in rs] if name != "bert2018" else [r["seconds"] for r in rs]
         reach_text = "never" if None in reach else f"{statistics.mean(reach):.0f}"
         label = name if name in ("bert2018", "modern") else f"modern, {name}"
-        print(f"| {label} | {s['heldout_mlm_accuracy']:.2%} ({s['heldout_mlm_accuracy_min']:.2%}–"
-              f"{s['heldout_mlm_accuracy_max']:.2%}) | {s['seconds']:.0f} | {reach_text} | "
-              f"{s['finetune_dev_accuracy']:.2%} ({s['finetune_dev_accuracy_min']:.2%}–{s['finetune_dev_accuracy_max']:.2%}) |")
+        print(
+            f"| {label} | {s['heldout_mlm_accuracy']:.2%} ({s['heldout_mlm_accuracy_min']:.2%}–"
+            f"{s['heldout_mlm_accuracy_max']:.2%}) | {s['seconds']:.0f} | {reach_text} | "
+            f"{s['finetune_dev_accuracy']:.2%} ({s['finetune_dev_accuracy_min']:.2%}–{s['finetune_dev_accuracy_max']:.2%}) |"
+        )
     print(json.dumps(result), flush=True)
     return result
 

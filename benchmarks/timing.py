@@ -14,5 +14,13 @@ def time_interleaved(runners: dict, steps: int, warmup: int) -> dict:
             losses[name].append(run())
             if i >= warmup:
                 times[name].append(time.perf_counter() - t)
-    return {k: dict(step_s=statistics.median(times[k]), min_s=min(times[k]), max_s=max(times[k]),
-                    times_s=times[k], loss=[losses[k][0], losses[k][-1]]) for k in runners}
+    return {
+        k: dict(
+            step_s=statistics.median(times[k]),
+            min_s=min(times[k]),
+            max_s=max(times[k]),
+            times_s=times[k],
+            loss=[losses[k][0], losses[k][-1]],
+        )
+        for k in runners
+    }

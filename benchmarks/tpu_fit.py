@@ -60,8 +60,11 @@ def parse_args():
     p.add_argument("--results", default=os.path.join(ROOT, "benchmarks", "results", "tpu_fit.jsonl"))
     p.add_argument("--timeout", type=int, default=1800, help="seconds per compile")
     p.add_argument("--markdown", action="store_true", help="also print the README's markdown table")
-    p.add_argument("--cached_only", action="store_true",
-                   help="compile nothing: report what --results already holds (unsearched cases say so)")
+    p.add_argument(
+        "--cached_only",
+        action="store_true",
+        help="compile nothing: report what --results already holds (unsearched cases say so)",
+    )
     return p.parse_args()
 
 
@@ -81,8 +84,9 @@ def _key(model, seq, batch, slice_name, mesh, remat, micro) -> str:
     return f"{model}|{seq}|{batch}|{slice_name}|{mesh}|{remat}|{micro}"
 
 
-def attempt(args, done: dict, model: str, seq: int, batch: int, slice_name: str, mesh: str, remat: str,
-            micro: int) -> dict:
+def attempt(
+    args, done: dict, model: str, seq: int, batch: int, slice_name: str, mesh: str, remat: str, micro: int
+) -> dict:
     """One compile by the job's CLI (or its earlier result from --results)."""
     key = _key(model, seq, batch, slice_name, mesh, remat, micro)
     if key in done:
@@ -90,12 +94,22 @@ def attempt(args, done: dict, model: str, seq: int, batch: int, slice_name: str,
     if args.cached_only:
         raise LookupError(key)
     with tempfile.TemporaryDirectory() as workdir:
-        command = [sys.executable, "-m", "bertjax.main", f"--config={config_file(model)}",
-                   f"--workdir={workdir}", "--compile_only", f"--topology={SLICES[slice_name]}",
-                   "--config.model.dtype=bfloat16", f"--config.data.max_seq_length={seq}",
-                   f"--config.data.max_predictions_per_seq={predictions(model, seq)}",
-                   f"--config.train.global_batch_size={batch}", f"--config.mesh.shape={MESHES[mesh]}",
-                   f"--config.model.remat_policy={remat}", f"--config.train.micro_batches={micro}"]
+        command = [
+            sys.executable,
+            "-m",
+            "bertjax.main",
+            f"--config={config_file(model)}",
+            f"--workdir={workdir}",
+            "--compile_only",
+            f"--topology={SLICES[slice_name]}",
+            "--config.model.dtype=bfloat16",
+            f"--config.data.max_seq_length={seq}",
+            f"--config.data.max_predictions_per_seq={predictions(model, seq)}",
+            f"--config.train.global_batch_size={batch}",
+            f"--config.mesh.shape={MESHES[mesh]}",
+            f"--config.model.remat_policy={remat}",
+            f"--config.train.micro_batches={micro}",
+        ]
         if model.startswith("modernbert-"):
             command.append("--config.model.attention=splash")
         start = time.time()
@@ -106,15 +120,29 @@ def attempt(args, done: dict, model: str, seq: int, batch: int, slice_name: str,
             run, error = None, f"compile timed out after {args.timeout}s"
         path = os.path.join(workdir, "compile_report.json")
         report = json.load(open(path)) if os.path.exists(path) else None
-    row = dict(key=key, model=model, seq=seq, global_batch_size=batch, slice=slice_name, mesh=mesh, remat=remat,
-               micro_batches=micro, compile_s=round(time.time() - start, 1), report=report,
-               error=None if report else error)
+    row = dict(
+        key=key,
+        model=model,
+        seq=seq,
+        global_batch_size=batch,
+        slice=slice_name,
+        mesh=mesh,
+        remat=remat,
+        micro_batches=micro,
+        compile_s=round(time.time() - start, 1),
+        report=report,
+        error=None if report else error,
+    )
     if run is not None:  # a compile that timed out says nothing about fitting: not cached, tried again next time
         with open(args.results, "a") as f:
             f.write(json.dumps(row) + "\n")
         done[key] = row
-    print(f"  {key}: {'fits' if report and report['fits'] else 'no'} ({row['compile_s']}s)"
-          f"{'' if report else ' ' + error}", file=sys.stderr, flush=True)
+    print(
+        f"  {key}: {'fits' if report and report['fits'] else 'no'} ({row['compile_s']}s)"
+        f"{'' if report else ' ' + error}",
+        file=sys.stderr,
+        flush=True,
+    )
     return row
 
 
@@ -128,8 +156,9 @@ def micro_batches_needed(report: dict, micro: int, limit: int) -> int:
     return min(max(2 * micro, 2 ** math.ceil(math.log2(max(needed, 1)))), limit * 2)
 
 
-def seed_from_smaller_batches(done: dict, model: str, seq: int, batch: int, slice_name: str, mesh: str,
-                              remat: str) -> tuple[int, int]:
+def seed_from_smaller_batches(
+    done: dict, model: str, seq: int, batch: int, slice_name: str, mesh: str, remat: str
+) -> tuple[int, int]:
     """(micro-batches to try first, the most known not to fit) for `batch`, from smaller batches' compiles.
 
     A step's memory is the state (the same at any batch) plus a micro-batch's activations, so a batch k
@@ -140,8 +169,12 @@ def seed_from_smaller_batches(done: dict, model: str, seq: int, batch: int, slic
     fits, too_few = [], 0
     for row in done.values():
         smaller, report = row["global_batch_size"], row["report"]
-        if ((row["model"], row["seq"], row["slice"], row["mesh"], row["remat"]) != (model, seq, slice_name, mesh, remat)
-                or smaller >= batch or batch % smaller or report is None):
+        if (
+            (row["model"], row["seq"], row["slice"], row["mesh"], row["remat"]) != (model, seq, slice_name, mesh, remat)
+            or smaller >= batch
+            or batch % smaller
+            or report is None
+        ):
             continue
         scaled = row["micro_batches"] * batch // smaller
         if report["fits"]:
@@ -216,11 +249,17 @@ def search(args, done: dict, model: str, seq: int, batch: int, slice_name: str) 
                 # The estimate may overshoot: narrow down to the fewest power of two above a known failure
                 # (or, where a power of two could not split the batch, the fewest count that does).
                 devices = report["num_devices"]
-                while (micro // 2 > too_few if micro & (micro - 1) == 0 else
-                       any(too_few < c < micro for c in splitting_counts(batch, devices))):
+                while (
+                    micro // 2 > too_few
+                    if micro & (micro - 1) == 0
+                    else any(too_few < c < micro for c in splitting_counts(batch, devices))
+                ):
                     reports = [r["report"] for r in tried if r["report"] and r["mesh"] == mesh and r["remat"] == remat]
-                    probe = next_probe(reports, too_few, micro) if micro & (micro - 1) == 0 else \
-                        narrower_splitting_count(reports, too_few, micro, batch, devices)
+                    probe = (
+                        next_probe(reports, too_few, micro)
+                        if micro & (micro - 1) == 0
+                        else narrower_splitting_count(reports, too_few, micro, batch, devices)
+                    )
                     row = attempt(args, done, model, seq, batch, slice_name, mesh, remat, probe)
                     tried.append(row)
                     if row["report"] and row["report"]["fits"]:
@@ -237,29 +276,49 @@ def search(args, done: dict, model: str, seq: int, batch: int, slice_name: str) 
             if micro is None:
                 break
     last = next((r["report"] for r in reversed(tried) if r["report"]), None)
-    return dict(_summary(model, seq, batch, slice_name, last) if last else
-                dict(model=model, seq=seq, global_batch_size=batch, slice=slice_name),
-                fits=False, attempts=len(tried), errors=sorted({r["error"] for r in tried if r["error"]}))
+    return dict(
+        _summary(model, seq, batch, slice_name, last)
+        if last
+        else dict(model=model, seq=seq, global_batch_size=batch, slice=slice_name),
+        fits=False,
+        attempts=len(tried),
+        errors=sorted({r["error"] for r in tried if r["error"]}),
+    )
 
 
 def _summary(model: str, seq: int, batch: int, slice_name: str, report: dict) -> dict:
-    return dict(model=model, seq=seq, global_batch_size=batch, slice=slice_name, topology=report["topology"],
-                devices=report["num_devices"], fits=report["fits"], mesh=report["mesh"],
-                remat_policy=report["remat_policy"], micro_batches=report["micro_batches"],
-                gib_per_device=round(report["total_bytes"] / GIB, 2),
-                hbm_gib=round(report["hbm_bytes_per_device"] / GIB), flops_per_step=report["flops_per_step"])
+    return dict(
+        model=model,
+        seq=seq,
+        global_batch_size=batch,
+        slice=slice_name,
+        topology=report["topology"],
+        devices=report["num_devices"],
+        fits=report["fits"],
+        mesh=report["mesh"],
+        remat_policy=report["remat_policy"],
+        micro_batches=report["micro_batches"],
+        gib_per_device=round(report["total_bytes"] / GIB, 2),
+        hbm_gib=round(report["hbm_bytes_per_device"] / GIB),
+        flops_per_step=report["flops_per_step"],
+    )
 
 
 def markdown(rows: list[dict]) -> str:
-    lines = ["| model | seq × global batch | slice | fits | mesh (data, fsdp, tensor) | remat | micro-batches | "
-             "GiB / device (HBM) | TFLOPs / step |", "|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| model | seq × global batch | slice | fits | mesh (data, fsdp, tensor) | remat | micro-batches | "
+        "GiB / device (HBM) | TFLOPs / step |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
         mesh = ", ".join(str(v) for v in r["mesh"].values()) if r.get("mesh") else "—"
         flops = f"{r['flops_per_step'] / 1e12:,.0f}" if r.get("flops_per_step") else "—"
         fits = {True: "yes", False: "**no**", None: "not compiled yet"}[r["fits"]]
         gib = f"{r['gib_per_device']} ({r['hbm_gib']})" if "gib_per_device" in r else "—"
-        lines.append(f"| {r['model']} | {r['seq']} × {r['global_batch_size']:,} | {r['slice']} | {fits} | {mesh} | "
-                     f"{r.get('remat_policy', '—')} | {r.get('micro_batches', '—')} | {gib} | {flops} |")
+        lines.append(
+            f"| {r['model']} | {r['seq']} × {r['global_batch_size']:,} | {r['slice']} | {fits} | {mesh} | "
+            f"{r.get('remat_policy', '—')} | {r.get('micro_batches', '—')} | {gib} | {flops} |"
+        )
     return "\n".join(lines)
 
 

@@ -50,30 +50,42 @@ BATCH = {"tiny": 32, "mini": 32, "small": 16, "medium": 16, "base": 8, "large": 
 STEPS = {"tiny": 20, "base": 5}
 
 
-
 def parse_args():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--sizes", default="tiny,base")
     p.add_argument("--steps", type=int, default=0, help="timed steps per framework; 0 = a default per size")
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--frameworks", default="jax,torch", help="of jax, jax_packed (packed rows), torch")
-    p.add_argument("--scan_layers", type=int, default=-1,
-                   help="override config.model.scan_layers (0/1); -1 = as the config says")
+    p.add_argument(
+        "--scan_layers", type=int, default=-1, help="override config.model.scan_layers (0/1); -1 = as the config says"
+    )
     # None of XLA:CPU's dot-library, fusion or scheduler flags made this step faster (issue 4's note).
     p.add_argument("--xla_flags", default="", help="XLA flags to try; the user's own XLA_FLAGS come after, and win")
     p.add_argument("--no_peak", action="store_true", help="skip the matmul peak (MFU is then null)")
     p.add_argument("--seq", type=int, default=128, choices=sorted(PREDICTIONS))
     p.add_argument("--batch", type=int, default=0, help="sequences per step; 0 = a CPU default per size")
-    p.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16"),
-                   help="compute dtype; auto = float32 on CPU, bfloat16 on accelerators")
+    p.add_argument(
+        "--dtype",
+        default="auto",
+        choices=("auto", "float32", "bfloat16"),
+        help="compute dtype; auto = float32 on CPU, bfloat16 on accelerators",
+    )
     p.add_argument("--attention", default="auto", choices=("auto", "xla", "splash", "cudnn"))
     p.add_argument("--torch_compile", action="store_true", help="wrap the PyTorch model in torch.compile")
     p.add_argument("--family", default="bert", choices=("bert", "modernbert"))
-    p.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
-                   help="a config field for bertjax's step, e.g. model.scan_layers=false (repeatable; last wins)")
-    p.add_argument("--profile_dir", default="",
-                   help="after timing, trace --profile_steps of the first bertjax step here and reduce it to "
-                        "profile.json (profile_summary.py), beside hlo.txt.gz, the program's optimized HLO")
+    p.add_argument(
+        "--override",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a config field for bertjax's step, e.g. model.scan_layers=false (repeatable; last wins)",
+    )
+    p.add_argument(
+        "--profile_dir",
+        default="",
+        help="after timing, trace --profile_steps of the first bertjax step here and reduce it to "
+        "profile.json (profile_summary.py), beside hlo.txt.gz, the program's optimized HLO",
+    )
     p.add_argument("--profile_steps", type=int, default=3)
     return p.parse_args()
 
@@ -102,6 +114,7 @@ from bertjax.config.schema import JobConfig  # noqa: E402
 
 # --- Batch ------------------------------------------------------------------------------------------
 
+
 def make_batch(batch: int, seed: int = 0) -> dict[str, np.ndarray]:
     """Instances of length S/4..S padded to S, two segments, round(15%) distinct masked positions each
     (at most PRED; the unused slots weigh 0)."""
@@ -121,10 +134,16 @@ def make_batch(batch: int, seed: int = 0) -> dict[str, np.ndarray]:
     labels = np.take_along_axis(input_ids, positions, axis=1) * (weights > 0)
     np.put_along_axis(input_ids, positions, 103, axis=1)
     input_ids[:, 0] = 101  # unused prediction slots point at position 0: keep [CLS] there
-    return dict(input_ids=input_ids, segment_ids=segment_ids, input_mask=input_mask,
-                masked_lm_positions=positions, masked_lm_ids=labels.astype(np.int32), masked_lm_weights=weights,
-                next_sentence_labels=rng.integers(0, 2, (batch, 1)).astype(np.int32),
-                example_weight=np.ones((batch,), np.float32))
+    return dict(
+        input_ids=input_ids,
+        segment_ids=segment_ids,
+        input_mask=input_mask,
+        masked_lm_positions=positions,
+        masked_lm_ids=labels.astype(np.int32),
+        masked_lm_weights=weights,
+        next_sentence_labels=rng.integers(0, 2, (batch, 1)).astype(np.int32),
+        example_weight=np.ones((batch,), np.float32),
+    )
 
 
 def make_packed_batch(rows: int, predictions_per_row: int, max_instances_per_row: int) -> dict[str, np.ndarray]:
@@ -143,6 +162,7 @@ def real_tokens(batch_np: dict) -> int:
 
 # --- FLOPs and peak ---------------------------------------------------------------------------------
 
+
 def matmul_peak(sizes=(1024, 2048, 3072, 4096), reps: int = 3) -> dict:
     """Best fp32 FLOP/s of a jitted jnp.dot of square matrices."""
     best, best_n = 0.0, 0
@@ -156,13 +176,14 @@ def matmul_peak(sizes=(1024, 2048, 3072, 4096), reps: int = 3) -> dict:
             t = time.perf_counter()
             dot(a, b).block_until_ready()
             times.append(time.perf_counter() - t)
-        rate = 2.0 * n ** 3 / min(times)
+        rate = 2.0 * n**3 / min(times)
         if rate > best:
             best, best_n = rate, n
     return dict(flops=best, n=best_n)
 
 
 # --- JAX --------------------------------------------------------------------------------------------
+
 
 def compute_dtype() -> str:
     if ARGS.dtype != "auto":
@@ -206,8 +227,9 @@ def apply_override(c: ConfigDict, item: str) -> None:
         if not isinstance(node, ConfigDict):
             raise SystemExit(f"--override {item!r}: no config section {'.'.join(path)!r}.")
     if not sep or field not in node:
-        raise SystemExit(f"--override {item!r}: want KEY=VALUE with KEY a field of the config, e.g. "
-                         "model.scan_layers=false.")
+        raise SystemExit(
+            f"--override {item!r}: want KEY=VALUE with KEY a field of the config, e.g. model.scan_layers=false."
+        )
     current = node[field]
     if isinstance(current, bool):
         value = raw.strip().lower() in ("1", "true", "yes")
@@ -226,10 +248,17 @@ def jax_runner(size: str, batch_np: dict, packed: bool = False):
     job = JobConfig.from_configdict(jax_config(size, batch_np["input_ids"].shape[0], packed))
     t = time.perf_counter()
     trainer = trainer_lib.setup(job, jax.devices()[:1])
-    info = dict(compile_s=time.perf_counter() - t, scan_layers=job.model.scan_layers,
-                remat_policy=job.model.remat_policy, optimizer=job.optim.name, max_grad_norm=job.optim.max_grad_norm)
-    batch = {k: jax.device_put(np.asarray(batch_np[k], v.dtype).reshape(v.shape), v.sharding)
-             for k, v in trainer.batch_abstract.items()}
+    info = dict(
+        compile_s=time.perf_counter() - t,
+        scan_layers=job.model.scan_layers,
+        remat_policy=job.model.remat_policy,
+        optimizer=job.optim.name,
+        max_grad_norm=job.optim.max_grad_norm,
+    )
+    batch = {
+        k: jax.device_put(np.asarray(batch_np[k], v.dtype).reshape(v.shape), v.sharding)
+        for k, v in trainer.batch_abstract.items()
+    }
     t = time.perf_counter()
     holder = dict(state=jax.block_until_ready(trainer.init_state()))
     info["init_s"] = time.perf_counter() - t  # compiling and running the init (XLA:GPU's was ~200 s unrolled)
@@ -264,14 +293,16 @@ def profile(name: str, run, pipelined, hlo, directory: str) -> dict:
     jax.profiler.start_trace(os.path.join(directory, "trace"))
     wall = pipelined(ARGS.profile_steps) * ARGS.profile_steps
     jax.profiler.stop_trace()
-    summary = dict(framework=name, **profile_summary.summarize(os.path.join(directory, "trace"), text,
-                                                               ARGS.profile_steps, wall))
+    summary = dict(
+        framework=name, **profile_summary.summarize(os.path.join(directory, "trace"), text, ARGS.profile_steps, wall)
+    )
     with open(os.path.join(directory, "profile.json"), "w") as f:
         json.dump(summary, f, indent=1)
     return summary
 
 
 # --- PyTorch ----------------------------------------------------------------------------------------
+
 
 def torch_runner(cfg, batch_np: dict):
     """The transformers model and torch.optim.AdamW as a zero-argument callable running one step."""
@@ -295,10 +326,17 @@ def torch_runner(cfg, batch_np: dict):
     used = batch_np["masked_lm_weights"] > 0
     rows = np.nonzero(used)[0]
     labels[rows, batch_np["masked_lm_positions"][used]] = batch_np["masked_lm_ids"][used]
-    inputs = dict(input_ids=batch_np["input_ids"], attention_mask=batch_np["input_mask"], labels=labels) if MODERN \
-        else dict(input_ids=batch_np["input_ids"], token_type_ids=batch_np["segment_ids"],
-                  attention_mask=batch_np["input_mask"], labels=labels,
-                  next_sentence_label=batch_np["next_sentence_labels"][:, 0])
+    inputs = (
+        dict(input_ids=batch_np["input_ids"], attention_mask=batch_np["input_mask"], labels=labels)
+        if MODERN
+        else dict(
+            input_ids=batch_np["input_ids"],
+            token_type_ids=batch_np["segment_ids"],
+            attention_mask=batch_np["input_mask"],
+            labels=labels,
+            next_sentence_label=batch_np["next_sentence_labels"][:, 0],
+        )
+    )
     kwargs = {k: torch.tensor(v, dtype=torch.long, device=device) for k, v in inputs.items()}
 
     def run() -> float:
@@ -309,8 +347,12 @@ def torch_runner(cfg, batch_np: dict):
         optimizer.zero_grad(set_to_none=True)
         return float(loss.detach())  # synchronises with the device
 
-    return run, dict(attn_implementation=model.config._attn_implementation, device=device,
-                     autocast="bfloat16" if bf16 else None, compiled=ARGS.torch_compile)
+    return run, dict(
+        attn_implementation=model.config._attn_implementation,
+        device=device,
+        autocast="bfloat16" if bf16 else None,
+        compiled=ARGS.torch_compile,
+    )
 
 
 def main():
@@ -340,9 +382,18 @@ def main():
             data = JobConfig.from_configdict(jax_config(size, batch_size, packed=True)).data
             batches["jax_packed"] = make_packed_batch(batch_size, data.predictions_per_row, data.max_instances_per_row)
             flops["jax_packed"] = metrics_lib.flops_per_sequence(cfg, SEQ, data.predictions_per_row) * batch_size
-        row = dict(family=ARGS.family, size=size, batch=batch_size, seq=SEQ, predictions=PRED, vocab=VOCAB, steps=steps,
-                   dtype=compute_dtype(), device=jax.devices()[0].device_kind,
-                   model_tflops_per_step=flops["jax"] / 1e12)
+        row = dict(
+            family=ARGS.family,
+            size=size,
+            batch=batch_size,
+            seq=SEQ,
+            predictions=PRED,
+            vocab=VOCAB,
+            steps=steps,
+            dtype=compute_dtype(),
+            device=jax.devices()[0].device_kind,
+            model_tflops_per_step=flops["jax"] / 1e12,
+        )
         runners, infos = {}, {}
         for name in frameworks:
             if name == "torch":
@@ -355,10 +406,14 @@ def main():
                 res[name]["pipelined_s"] = infos[name]["pipelined"](steps)
         traced = next((n for n in frameworks if n != "torch"), None)
         if ARGS.profile_dir and traced:
-            summary = profile(traced, runners[traced], infos[traced]["pipelined"], infos[traced]["hlo"],
-                              ARGS.profile_dir)
-            row_profile = dict(busy_ms=summary["busy_ms_per_step"], idle_ms=summary.get("idle_ms_per_step"),
-                               top_category=next(iter(summary["categories"]), None))
+            summary = profile(
+                traced, runners[traced], infos[traced]["pipelined"], infos[traced]["hlo"], ARGS.profile_dir
+            )
+            row_profile = dict(
+                busy_ms=summary["busy_ms_per_step"],
+                idle_ms=summary.get("idle_ms_per_step"),
+                top_category=next(iter(summary["categories"]), None),
+            )
         for name in list(infos):
             infos[name].pop("pipelined", None)
             infos[name].pop("hlo", None)
@@ -370,10 +425,16 @@ def main():
         for name, r in res.items():
             b = batches[name]
             instances = int(b["next_sentence_weights"].sum()) if name == "jax_packed" else batch_size
-            row.update({f"{name}_step_s": r["step_s"], f"{name}_step_min_max_s": [r["min_s"], r["max_s"]],
-                        f"{name}_seq_per_s": instances / r["step_s"],  # instances (sequences) a second
-                        f"{name}_tokens_per_s": batch_size * SEQ / r["step_s"],
-                        f"{name}_real_tokens_per_s": real_tokens(b) / r["step_s"], f"{name}_loss": r["loss"]})
+            row.update(
+                {
+                    f"{name}_step_s": r["step_s"],
+                    f"{name}_step_min_max_s": [r["min_s"], r["max_s"]],
+                    f"{name}_seq_per_s": instances / r["step_s"],  # instances (sequences) a second
+                    f"{name}_tokens_per_s": batch_size * SEQ / r["step_s"],
+                    f"{name}_real_tokens_per_s": real_tokens(b) / r["step_s"],
+                    f"{name}_loss": r["loss"],
+                }
+            )
             if name != "torch":
                 row[f"{name}_compile_s"] = infos[name].pop("compile_s")
                 row[f"{name}_pipelined_step_s"] = r["pipelined_s"]
@@ -389,15 +450,28 @@ def main():
         if "jax" in res and "jax_packed" in res:  # what packing buys on this chip: real tokens a second
             row["packed_speedup"] = row["jax_packed_real_tokens_per_s"] / row["jax_real_tokens_per_s"]
         if peak:
-            row.update(matmul_peak_tflops=peak["flops"] / 1e12, matmul_peak_n=peak["n"],
-                       peak_source="measured fp32 matmul" if on_cpu else "chip's dense peak (bertjax.training.metrics)")
+            row.update(
+                matmul_peak_tflops=peak["flops"] / 1e12,
+                matmul_peak_n=peak["n"],
+                peak_source="measured fp32 matmul" if on_cpu else "chip's dense peak (bertjax.training.metrics)",
+            )
         if "torch" in frameworks:
-            row.update(torch=torch.__version__, transformers=transformers.__version__,
-                       torch_threads=torch.get_num_threads(), torch_interop_threads=torch.get_num_interop_threads(),
-                       torch_default_threads=list(default_threads))
-        row.update(jax=jax.__version__, python=platform.python_version(), cpu_count=os.cpu_count(),
-                   loadavg_1m=os.getloadavg()[0], xla_flags=os.environ.get("XLA_FLAGS", ""),
-                   allocator="tcmalloc" if tcmalloc.active() else "system", elapsed_s=time.perf_counter() - t0)
+            row.update(
+                torch=torch.__version__,
+                transformers=transformers.__version__,
+                torch_threads=torch.get_num_threads(),
+                torch_interop_threads=torch.get_num_interop_threads(),
+                torch_default_threads=list(default_threads),
+            )
+        row.update(
+            jax=jax.__version__,
+            python=platform.python_version(),
+            cpu_count=os.cpu_count(),
+            loadavg_1m=os.getloadavg()[0],
+            xla_flags=os.environ.get("XLA_FLAGS", ""),
+            allocator="tcmalloc" if tcmalloc.active() else "system",
+            elapsed_s=time.perf_counter() - t0,
+        )
         print(json.dumps(row), flush=True)
 
 

@@ -56,9 +56,16 @@ def learn_hf(lines: list[str], vocab_size: int) -> list[str]:
     from bertjax.data.vocab import tokenization
 
     hf = tokenization._hf_wordpiece(None, do_lower_case=True)
-    hf.train_from_iterator(lines, trainer=trainers.WordPieceTrainer(
-        vocab_size=vocab_size, min_frequency=2, special_tokens=list(tokenization.SPECIAL_TOKENS),
-        continuing_subword_prefix=tokenization.WORDPIECE_PREFIX, show_progress=False))
+    hf.train_from_iterator(
+        lines,
+        trainer=trainers.WordPieceTrainer(
+            vocab_size=vocab_size,
+            min_frequency=2,
+            special_tokens=list(tokenization.SPECIAL_TOKENS),
+            continuing_subword_prefix=tokenization.WORDPIECE_PREFIX,
+            show_progress=False,
+        ),
+    )
     return [t for t, _ in sorted(hf.get_vocab(with_added_tokens=True).items(), key=lambda kv: kv[1])]
 
 
@@ -81,9 +88,19 @@ def tokens_per_word(vocab: list[str], lines: list[str]) -> float:
 
 
 def sha_in_a_process(name: str, args, seed: str) -> str:
-    done = subprocess.run([sys.executable, os.path.abspath(__file__), f"--_sha_of={name}",
-                           f"--vocab_size={args.vocab_size}", f"--heldout_every={args.heldout_every}"],
-                          capture_output=True, text=True, check=True, env=dict(os.environ, PYTHONHASHSEED=seed))
+    done = subprocess.run(
+        [
+            sys.executable,
+            os.path.abspath(__file__),
+            f"--_sha_of={name}",
+            f"--vocab_size={args.vocab_size}",
+            f"--heldout_every={args.heldout_every}",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=dict(os.environ, PYTHONHASHSEED=seed),
+    )
     return done.stdout.strip()
 
 
@@ -100,14 +117,22 @@ def main():
             start = time.perf_counter()
             vocabs[name] = learn(train, args.vocab_size)
             times[name].append(time.perf_counter() - start)
-    result = {"corpus": "builtin:pydocs", "vocab_size": args.vocab_size, "train_sentences": len(train),
-              "heldout_sentences": len(heldout), "cpus": os.cpu_count(),
-              "loadavg_1m": round(os.getloadavg()[0], 2)}  # other work on the box slows both trainers
+    result = {
+        "corpus": "builtin:pydocs",
+        "vocab_size": args.vocab_size,
+        "train_sentences": len(train),
+        "heldout_sentences": len(heldout),
+        "cpus": os.cpu_count(),
+        "loadavg_1m": round(os.getloadavg()[0], 2),
+    }  # other work on the box slows both trainers
     for name in LEARNERS:
-        result[name] = {"seconds_median": round(statistics.median(times[name]), 3),
-                        "seconds": [round(t, 3) for t in times[name]], "entries": len(vocabs[name]),
-                        "heldout_tokens_per_word": round(tokens_per_word(vocabs[name], heldout), 4),
-                        "sha256_two_processes": [sha_in_a_process(name, args, seed)[:16] for seed in ("0", "1")]}
+        result[name] = {
+            "seconds_median": round(statistics.median(times[name]), 3),
+            "seconds": [round(t, 3) for t in times[name]],
+            "entries": len(vocabs[name]),
+            "heldout_tokens_per_word": round(tokens_per_word(vocabs[name], heldout), 4),
+            "sha256_two_processes": [sha_in_a_process(name, args, seed)[:16] for seed in ("0", "1")],
+        }
         result[name]["same_in_both_processes"] = len(set(result[name]["sha256_two_processes"])) == 1
     result["hf_over_bertjax_time"] = round(result["hf"]["seconds_median"] / result["bertjax"]["seconds_median"], 2)
     result["shared_tokens"] = round(len(set(vocabs["bertjax"]) & set(vocabs["hf"])) / args.vocab_size, 4)

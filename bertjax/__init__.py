@@ -25,9 +25,11 @@ def _check_jax() -> None:
     if _release(installed) >= MIN_JAX:
         return
     wanted = ".".join(map(str, MIN_JAX))
-    sentence = (f"bertjax needs jax>={wanted} but jax {installed} is installed; upgrade it with "
-                f"pip install -U 'jax>={wanted}' (on TPUs 'jax[tpu]>={wanted}', on NVIDIA GPUs "
-                f"'jax[cuda12]>={wanted}'), then restart the Python process.")
+    sentence = (
+        f"bertjax needs jax>={wanted} but jax {installed} is installed; upgrade it with "
+        f"pip install -U 'jax>={wanted}' (on TPUs 'jax[tpu]>={wanted}', on NVIDIA GPUs "
+        f"'jax[cuda12]>={wanted}'), then restart the Python process."
+    )
     if sys.argv[:1] == ["-m"]:  # `python -m bertjax.X` is importing its package: the sentence alone
         raise SystemExit(f"bertjax: {sentence}")
     raise ImportError(sentence)
@@ -37,10 +39,14 @@ _check_jax()
 
 # Imported on first use, so that `python -m bertjax.prepare` workers do not pay for importing JAX.
 _LAZY = {
-    "from_pretrained": "bertjax.models.pretrained", "save_pretrained": "bertjax.models.pretrained",
-    "BertConfig": "bertjax.models.bert.config", "BertForPreTraining": "bertjax.models.bert.model",
-    "BertOutput": "bertjax.models.bert.model", "config_for_size": "bertjax.models.bert.config",
-    "ModernBertConfig": "bertjax.models.modernbert.config", "ModernBertForMaskedLM": "bertjax.models.modernbert.model",
+    "from_pretrained": "bertjax.models.pretrained",
+    "save_pretrained": "bertjax.models.pretrained",
+    "BertConfig": "bertjax.models.bert.config",
+    "BertForPreTraining": "bertjax.models.bert.model",
+    "BertOutput": "bertjax.models.bert.model",
+    "config_for_size": "bertjax.models.bert.config",
+    "ModernBertConfig": "bertjax.models.modernbert.config",
+    "ModernBertForMaskedLM": "bertjax.models.modernbert.model",
 }
 __all__ = sorted(_LAZY)
 

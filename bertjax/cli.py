@@ -41,6 +41,7 @@ class UsageError(Exception):
 
 # --- Config files ---------------------------------------------------------------------------------------
 
+
 def packaged_configs() -> list[str]:
     return sorted(name for name in os.listdir(PACKAGED_CONFIGS) if name.endswith(".py") and name != "__init__.py")
 
@@ -53,14 +54,19 @@ def resolve_config(spec: str) -> str:
         return spec
     name = os.path.basename(path)
     packaged = os.path.join(PACKAGED_CONFIGS, name)
-    if os.path.dirname(os.path.normpath(path)) in ("configs", "") and os.path.isfile(packaged) \
-            and name != "__init__.py":
+    if (
+        os.path.dirname(os.path.normpath(path)) in ("configs", "")
+        and os.path.isfile(packaged)
+        and name != "__init__.py"
+    ):
         return packaged + colon + arg
     known = packaged_configs()
     nearest = difflib.get_close_matches(name, known, n=1)
     hint = f"did you mean configs/{nearest[0]}? " if nearest else ""
-    raise UsageError(f"config file {path} does not exist, here ({os.getcwd()}) or among bertjax's configs; {hint}"
-                     f"bertjax ships configs/{{{','.join(n[:-3] for n in known)}}}.py.")
+    raise UsageError(
+        f"config file {path} does not exist, here ({os.getcwd()}) or among bertjax's configs; {hint}"
+        f"bertjax ships configs/{{{','.join(n[:-3] for n in known)}}}.py."
+    )
 
 
 def _config_flag_names(fv: flags.FlagValues) -> list[str]:
@@ -88,6 +94,7 @@ def _resolve_config_args(argv: list[str], names: Sequence[str]) -> list[str]:
 
 
 # --- Parsing, with every mistake as one sentence --------------------------------------------------------
+
 
 def _innermost(error: BaseException) -> BaseException:
     """The exception at the bottom of a chain: ml_collections and absl re-raise a config file's own error
@@ -123,8 +130,10 @@ def _override_problem(config: Any, flag: str, override: str, value: str) -> Opti
         try:
             kind(value) if kind is float else int(value, 0)
         except ValueError:
-            return f"--{flag}.{override}={value}: {walked} takes {'an int' if kind is int else 'a float'} (its " \
-                   f"value in the config is {node!r})."
+            return (
+                f"--{flag}.{override}={value}: {walked} takes {'an int' if kind is int else 'a float'} (its "
+                f"value in the config is {node!r})."
+            )
     return None
 
 
@@ -138,14 +147,15 @@ def _overrides(argv: Sequence[str], flag: str) -> list[tuple[str, str]]:
     for arg in argv:
         for prefix in (f"--{flag}.", f"-{flag}.", f"--no{flag}.", f"-no{flag}."):
             if arg.startswith(prefix):
-                name, _, value = arg[len(prefix):].partition("=")
+                name, _, value = arg[len(prefix) :].partition("=")
                 found.append((name, value))
                 break
     return found
 
 
-def _sentence(error: BaseException, argv: Sequence[str], fv: flags.FlagValues, config_flags: Sequence[str],
-              given: Sequence[str]) -> str:
+def _sentence(
+    error: BaseException, argv: Sequence[str], fv: flags.FlagValues, config_flags: Sequence[str], given: Sequence[str]
+) -> str:
     """One sentence for whatever parsing the command line raised (`given`: argv as the user typed it)."""
     for name in config_flags:  # a misspelled override or a bad value, whatever ml_collections raised for it
         spec = _config_spec(argv, name)
@@ -214,6 +224,7 @@ def run(main: Callable[[list[str]], Any], known_only: bool = False) -> None:
 
 # --- A job's start and end ------------------------------------------------------------------------------
 
+
 def quiet() -> None:
     """Before any JAX backend starts: bertjax's INFO lines on; orbax's, JAX's, TensorFlow's and libtpu's
     start-up and per-step lines off (a first run shows only bertjax's own lines)."""
@@ -252,8 +263,14 @@ def exit_with_sentence(error: Exception, command: Optional[str] = None) -> None:
     raise SystemExit(f"bertjax: {error} ({TRACEBACK}=1 shows where it was raised)") from None
 
 
-def run_job(argv: Sequence[str], job: Callable[..., Any], *args: Any, command: Optional[str] = None,
-            uses_jax: bool = True, errors: tuple[type[Exception], ...] = USER_ERRORS) -> Any:
+def run_job(
+    argv: Sequence[str],
+    job: Callable[..., Any],
+    *args: Any,
+    command: Optional[str] = None,
+    uses_jax: bool = True,
+    errors: tuple[type[Exception], ...] = USER_ERRORS,
+) -> Any:
     """Every command's body, its one way out: the prologue, then the job, whose user-caused errors end as one
     sentence (`exit_with_sentence`). uses_jax=False (prepare, tokenizer) keeps JAX unimported: no `quiet`,
     and the arguments absl did not know are the job's to refuse (prepare hands them to Beam)."""

@@ -12,8 +12,12 @@ from bertjax import cli
 
 def define_flags() -> None:
     """The CLI's flags; defined only when run as a program, so importing this module defines none."""
-    flags.DEFINE_string("workdir", None, "The training run's workdir (holding checkpoints/), or a "
-                        "google-research/bert TF1 directory (bert_config.json + bert_model.ckpt.*).")
+    flags.DEFINE_string(
+        "workdir",
+        None,
+        "The training run's workdir (holding checkpoints/), or a "
+        "google-research/bert TF1 directory (bert_config.json + bert_model.ckpt.*).",
+    )
     flags.DEFINE_string("output_dir", None, "Directory for the Hugging Face files.")
     flags.DEFINE_integer("step", None, "Checkpoint step (default: the latest).")
     flags.mark_flags_as_required(["workdir", "output_dir"])

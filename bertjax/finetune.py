@@ -20,8 +20,12 @@ from bertjax import cli  # noqa: E402
 def define_flags() -> None:
     """The command's flags; defined only when run as a program, so importing this module defines none."""
     config_flags.DEFINE_config_file("config", None, "Config file: configs/finetune.py.", lock_config=True)
-    flags.DEFINE_string("workdir", None, "Directory for checkpoints, metrics.jsonl, TensorBoard events and the "
-                        "held-out predictions; a workdir with checkpoints resumes from the latest.")
+    flags.DEFINE_string(
+        "workdir",
+        None,
+        "Directory for checkpoints, metrics.jsonl, TensorBoard events and the "
+        "held-out predictions; a workdir with checkpoints resumes from the latest.",
+    )
     flags.mark_flags_as_required(["config", "workdir"])
 
 

@@ -21,8 +21,12 @@ from bertjax import cli  # noqa: E402
 def define_flags() -> None:
     """The command's flags; defined only when run as a program, so importing this module defines none."""
     config_flags.DEFINE_config_file("config", None, "Config file: configs/glue.py.", lock_config=True)
-    flags.DEFINE_string("workdir", None, "Directory for the suite: one fine-tuning workdir per task and run, "
-                        "glue.json, glue.md and submission/; a rerun continues where it stopped.")
+    flags.DEFINE_string(
+        "workdir",
+        None,
+        "Directory for the suite: one fine-tuning workdir per task and run, "
+        "glue.json, glue.md and submission/; a rerun continues where it stopped.",
+    )
     flags.mark_flags_as_required(["config", "workdir"])
 
 

@@ -25,21 +25,38 @@ FLAGS = flags.FLAGS
 
 def define_flags() -> None:
     """The job's flags; defined only when run as a program, so importing this module defines none."""
-    config_flags.DEFINE_config_file("config", None, "Config file, e.g. configs/large.py or "
-                                    "configs/large.py:phase=2.", lock_config=True)
-    flags.DEFINE_string("workdir", None, "Directory for checkpoints, metrics.jsonl and TensorBoard events; a "
-                        "workdir with checkpoints resumes from the latest.")
-    flags.DEFINE_bool("compile_only", False, "Build the state, compile the train step, log its memory "
-                      "analysis and stop.")
-    flags.DEFINE_string("topology", None, "With --compile_only: compile for this TPU topology (e.g. v5e:16x16) "
-                        "on a machine without TPUs and without data, and write WORKDIR/compile_report.json "
-                        "(needs libtpu: pip install 'bertjax[tpu]').")
-    flags.DEFINE_string("coordinator_address", None, "host:port of process 0, for multi-process runs outside "
-                        "TPU VMs and SLURM (where it is found automatically).")
+    config_flags.DEFINE_config_file(
+        "config", None, "Config file, e.g. configs/large.py or configs/large.py:phase=2.", lock_config=True
+    )
+    flags.DEFINE_string(
+        "workdir",
+        None,
+        "Directory for checkpoints, metrics.jsonl and TensorBoard events; a "
+        "workdir with checkpoints resumes from the latest.",
+    )
+    flags.DEFINE_bool(
+        "compile_only", False, "Build the state, compile the train step, log its memory analysis and stop."
+    )
+    flags.DEFINE_string(
+        "topology",
+        None,
+        "With --compile_only: compile for this TPU topology (e.g. v5e:16x16) "
+        "on a machine without TPUs and without data, and write WORKDIR/compile_report.json "
+        "(needs libtpu: pip install 'bertjax[tpu]').",
+    )
+    flags.DEFINE_string(
+        "coordinator_address",
+        None,
+        "host:port of process 0, for multi-process runs outside TPU VMs and SLURM (where it is found automatically).",
+    )
     flags.DEFINE_integer("num_processes", None, "Processes in a multi-process run.")
     flags.DEFINE_integer("process_id", None, "This process's index in a multi-process run.")
-    flags.DEFINE_bool("distributed", None, "Force (or, with --nodistributed, skip) jax.distributed.initialize(); "
-                      "by default it runs on TPU VMs, under SLURM and when --coordinator_address is given.")
+    flags.DEFINE_bool(
+        "distributed",
+        None,
+        "Force (or, with --nodistributed, skip) jax.distributed.initialize(); "
+        "by default it runs on TPU VMs, under SLURM and when --coordinator_address is given.",
+    )
     flags.mark_flags_as_required(["config", "workdir"])
 
 
@@ -63,13 +80,18 @@ def _pretrain() -> None:
     if _multi_process():
         if FLAGS.coordinator_address and (FLAGS.num_processes is None or FLAGS.process_id is None):
             raise app.UsageError("--coordinator_address needs --num_processes and --process_id too.")
-        jax.distributed.initialize(coordinator_address=FLAGS.coordinator_address, num_processes=FLAGS.num_processes,
-                                   process_id=FLAGS.process_id)
+        jax.distributed.initialize(
+            coordinator_address=FLAGS.coordinator_address,
+            num_processes=FLAGS.num_processes,
+            process_id=FLAGS.process_id,
+        )
     from bertjax.jobs import main as pretraining  # after distributed initialisation: nothing touches devices before
 
     if not tcmalloc.active() and jax.default_backend() == "cpu":
-        logging.getLogger("bertjax").info("setup: system malloc; with tcmalloc installed (libtcmalloc-minimal4) "
-                                          "BERT-base CPU steps run 20–40% faster (see bertjax/runtime/tcmalloc.py)")
+        logging.getLogger("bertjax").info(
+            "setup: system malloc; with tcmalloc installed (libtcmalloc-minimal4) "
+            "BERT-base CPU steps run 20–40% faster (see bertjax/runtime/tcmalloc.py)"
+        )
     pretraining.train_and_evaluate(FLAGS.config, FLAGS.workdir, compile_only=FLAGS.compile_only)
 
 

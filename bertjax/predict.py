@@ -28,8 +28,16 @@ def main(argv):
     from bertjax.jobs import predict
 
     FLAGS = flags.FLAGS
-    count = cli.run_job(argv, predict.predict_file, FLAGS.workdir, FLAGS.input_file, FLAGS.output_file, FLAGS.step,
-                        FLAGS.batch_size, command="predict")
+    count = cli.run_job(
+        argv,
+        predict.predict_file,
+        FLAGS.workdir,
+        FLAGS.input_file,
+        FLAGS.output_file,
+        FLAGS.step,
+        FLAGS.batch_size,
+        command="predict",
+    )
     print(f"wrote {count} predictions to {FLAGS.output_file}")
 
 

@@ -13,8 +13,10 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # Many tests compile the same small steps, in this process and in the job processes they start (which
 # inherit this): JAX's persistent cache compiles each once.
-os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", os.path.join(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__))), ".pytest_cache", "jax_compilation_cache"))
+os.environ.setdefault(
+    "JAX_COMPILATION_CACHE_DIR",
+    os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".pytest_cache", "jax_compilation_cache"),
+)
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 
 from bertjax.runtime import tf_import  # noqa: E402
@@ -56,8 +58,9 @@ def pydocs_data(tmp_path_factory) -> str:
 
     workdir = tmp_path_factory.mktemp("pydocs_run")
     c = train_setup.small_config()
-    c.data.update(corpus="builtin:pydocs", corpus_vocab_size=train_setup.VOCAB, dupe_factor=2, num_shards=4,
-                  num_workers=1)
+    c.data.update(
+        corpus="builtin:pydocs", corpus_vocab_size=train_setup.VOCAB, dupe_factor=2, num_shards=4, num_workers=1
+    )
     out = stage.prepare_data(JobConfig.from_configdict(c), str(workdir))
     assert out.model.vocab_size == train_setup.VOCAB
     return str(workdir / "data")
@@ -92,8 +95,11 @@ QUICK_FILE_SECONDS = 25.0  # 27 of 50 files, 193 s of work in tests/file_seconds
 
 
 def pytest_addoption(parser):
-    parser.addoption("--quick", action="store_true",
-                     help=f"only test files that took at most {QUICK_FILE_SECONDS:g} s (tests/file_seconds.json)")
+    parser.addoption(
+        "--quick",
+        action="store_true",
+        help=f"only test files that took at most {QUICK_FILE_SECONDS:g} s (tests/file_seconds.json)",
+    )
 
 
 def _file_of(nodeid: str) -> str:

@@ -51,7 +51,9 @@ def _rows(task: str, split: str, rng: random.Random, n: int) -> list[str]:
         elif task == "mrpc":
             rows.append(f"{i}\t{100 + i}\t{200 + i}\t{a}\t{b}" if test else f"{label}\t{100 + i}\t{200 + i}\t{a}\t{b}")
         elif task == "stsb":
-            rows.append(f"{i}\tmain-news\tMSRvid\t2012test\t{i:04d}\tnone\tnone\t{a}\t{b}" + ("" if test else f"\t{label}"))
+            rows.append(
+                f"{i}\tmain-news\tMSRvid\t2012test\t{i:04d}\tnone\tnone\t{a}\t{b}" + ("" if test else f"\t{label}")
+            )
         elif task == "qqp":
             rows.append(f"{i}\t{a}\t{b}" if test else f"{i}\t{2 * i}\t{2 * i + 1}\t{a}\t{b}\t{label}")
         elif task == "mnli":
@@ -63,19 +65,30 @@ def _rows(task: str, split: str, rng: random.Random, n: int) -> list[str]:
         "cola": "index\tsentence" if test else None,
         "sst2": "index\tsentence" if test else "sentence\tlabel",
         "mrpc": ("index" if test else "\ufeffQuality") + "\t#1 ID\t#2 ID\t#1 String\t#2 String",
-        "stsb": "index\tgenre\tfilename\tyear\told_index\tsource1\tsource2\tsentence1\tsentence2" + ("" if test else "\tscore"),
+        "stsb": "index\tgenre\tfilename\tyear\told_index\tsource1\tsource2\tsentence1\tsentence2"
+        + ("" if test else "\tscore"),
         "qqp": "id\tquestion1\tquestion2" if test else "id\tqid1\tqid2\tquestion1\tquestion2\tis_duplicate",
         "mnli": "index\tpromptID\tpairID\tgenre\tsentence1_binary_parse\tsentence2_binary_parse\tsentence1_parse\t"
-                "sentence2_parse\tsentence1\tsentence2" + ("" if test else "\tlabel1" if split == "train" else
-                                                           "\tlabel1\tlabel2\tlabel3\tlabel4\tlabel5") + ("" if test else "\tgold_label"),
+        "sentence2_parse\tsentence1\tsentence2"
+        + ("" if test else "\tlabel1" if split == "train" else "\tlabel1\tlabel2\tlabel3\tlabel4\tlabel5")
+        + ("" if test else "\tgold_label"),
         "qnli": "index\tquestion\tsentence" + ("" if test else "\tlabel"),
     }
     header = headers.get(task, "index\tsentence1\tsentence2" + ("" if test else "\tlabel"))
     return ([header] if header else []) + rows
 
 
-FOLDERS = {"cola": "CoLA", "sst2": "SST-2", "mrpc": "MRPC", "stsb": "STS-B", "qqp": "QQP", "mnli": "MNLI",
-           "qnli": "QNLI", "rte": "RTE", "wnli": "WNLI"}
+FOLDERS = {
+    "cola": "CoLA",
+    "sst2": "SST-2",
+    "mrpc": "MRPC",
+    "stsb": "STS-B",
+    "qqp": "QQP",
+    "mnli": "MNLI",
+    "qnli": "QNLI",
+    "rte": "RTE",
+    "wnli": "WNLI",
+}
 
 
 def write_glue(root: pathlib.Path, tasks=tuple(FOLDERS), train: int = 32, dev: int = 12, test: int = 7) -> pathlib.Path:
@@ -83,8 +96,17 @@ def write_glue(root: pathlib.Path, tasks=tuple(FOLDERS), train: int = 32, dev: i
     for task in tasks:
         folder = root / FOLDERS[task]
         folder.mkdir(parents=True, exist_ok=True)
-        splits = ({"train": train, "dev_matched": dev, "dev_mismatched": dev, "test_matched": test,
-                   "test_mismatched": test + 1} if task == "mnli" else {"train": train, "dev": dev, "test": test})
+        splits = (
+            {
+                "train": train,
+                "dev_matched": dev,
+                "dev_mismatched": dev,
+                "test_matched": test,
+                "test_mismatched": test + 1,
+            }
+            if task == "mnli"
+            else {"train": train, "dev": dev, "test": test}
+        )
         for split, n in splits.items():
             rng = random.Random(f"{task}/{split}")
             (folder / f"{split}.tsv").write_text("\n".join(_rows(task, split, rng, n)) + "\n", encoding="utf-8")
@@ -108,13 +130,19 @@ def build_tfds(data_dir: pathlib.Path, glue_dir: pathlib.Path, configs: tuple[st
             if cfg == "ax":
                 files = {"test": folder / "diagnostic.tsv"}
             elif cfg == "mnli":
-                files = {"train": folder / "train.tsv", "validation_matched": folder / "dev_matched.tsv",
-                         "validation_mismatched": folder / "dev_mismatched.tsv",
-                         "test_matched": folder / "test_matched.tsv", "test_mismatched": folder / "test_mismatched.tsv"}
+                files = {
+                    "train": folder / "train.tsv",
+                    "validation_matched": folder / "dev_matched.tsv",
+                    "validation_mismatched": folder / "dev_mismatched.tsv",
+                    "test_matched": folder / "test_matched.tsv",
+                    "test_mismatched": folder / "test_mismatched.tsv",
+                }
             else:
                 files = {"train": folder / "train.tsv", "validation": folder / "dev.tsv", "test": folder / "test.tsv"}
-            return [tfds.core.SplitGenerator(name=split, gen_kwargs={"path": str(path), "split": split})
-                    for split, path in files.items()]
+            return [
+                tfds.core.SplitGenerator(name=split, gen_kwargs={"path": str(path), "split": split})
+                for split, path in files.items()
+            ]
 
         def _generate_examples(self, path, split):
             if self.builder_config.name != "mrpc":
@@ -124,9 +152,17 @@ def build_tfds(data_dir: pathlib.Path, glue_dir: pathlib.Path, configs: tuple[st
 
             with open(path, encoding="utf-8-sig") as f:
                 for n, row in enumerate(csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE)):
-                    yield n, {"sentence1": row["#1 String"], "sentence2": row["#2 String"], "idx": n,
-                              "label": int(row["Quality"]) if "Quality" in row else -1}
+                    yield (
+                        n,
+                        {
+                            "sentence1": row["#1 String"],
+                            "sentence2": row["#2 String"],
+                            "idx": n,
+                            "label": int(row["Quality"]) if "Quality" in row else -1,
+                        },
+                    )
 
     for cfg in configs:
         Glue(config=cfg, data_dir=str(data_dir)).download_and_prepare(
-            download_config=tfds.download.DownloadConfig(num_shards=1))
+            download_config=tfds.download.DownloadConfig(num_shards=1)
+        )

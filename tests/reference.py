@@ -30,8 +30,9 @@ def random_params(model: model_lib.BertForPreTraining, seed: int = 0) -> dict:
     return jax.tree.unflatten(treedef, [x + 0.05 * jax.random.normal(k, x.shape) for x, k in zip(leaves, keys)])
 
 
-def batch(config: model_lib.BertConfig, batch_size: int = 3, seq_len: int = 24, predictions: int = 5,
-          seed: int = 0) -> dict[str, np.ndarray]:
+def batch(
+    config: model_lib.BertConfig, batch_size: int = 3, seq_len: int = 24, predictions: int = 5, seed: int = 0
+) -> dict[str, np.ndarray]:
     """Rows with no padding, some padding and heavy padding; segment B on the second half of the tokens."""
     rng = np.random.default_rng(seed)
     lengths = np.linspace(seq_len, seq_len // 3, batch_size).astype(int)
@@ -44,9 +45,14 @@ def batch(config: model_lib.BertConfig, batch_size: int = 3, seq_len: int = 24, 
 
 def hf_outputs(hf_model, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     with torch.no_grad():
-        out = hf_model(input_ids=torch.tensor(inputs["input_ids"], dtype=torch.long),
-                       token_type_ids=torch.tensor(inputs["segment_ids"], dtype=torch.long),
-                       attention_mask=torch.tensor(inputs["input_mask"], dtype=torch.long),
-                       output_hidden_states=True)
-    return dict(mlm_logits=out.prediction_logits.numpy(), nsp_logits=out.seq_relationship_logits.numpy(),
-                sequence_output=out.hidden_states[-1].numpy())
+        out = hf_model(
+            input_ids=torch.tensor(inputs["input_ids"], dtype=torch.long),
+            token_type_ids=torch.tensor(inputs["segment_ids"], dtype=torch.long),
+            attention_mask=torch.tensor(inputs["input_mask"], dtype=torch.long),
+            output_hidden_states=True,
+        )
+    return dict(
+        mlm_logits=out.prediction_logits.numpy(),
+        nsp_logits=out.seq_relationship_logits.numpy(),
+        sequence_output=out.hidden_states[-1].numpy(),
+    )

@@ -21,8 +21,13 @@ TINY = str(train_setup.ROOT / "configs" / "tiny.py")
 
 
 def _main(tmp_path, *flags) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "bertjax.main", f"--workdir={tmp_path / 'work'}", *flags],
-                          capture_output=True, text=True, cwd=train_setup.ROOT, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "bertjax.main", f"--workdir={tmp_path / 'work'}", *flags],
+        capture_output=True,
+        text=True,
+        cwd=train_setup.ROOT,
+        timeout=600,
+    )
 
 
 def _state_bytes_unsharded(job: JobConfig) -> int:
@@ -31,16 +36,27 @@ def _state_bytes_unsharded(job: JobConfig) -> int:
 
 
 def test_the_cli_compiles_the_job_for_a_topology_and_writes_the_report(tmp_path):
-    done = _main(tmp_path, f"--config={TINY}", "--compile_only", "--topology=v5e:2x2",
-                 "--config.train.global_batch_size=16", "--config.data.max_seq_length=64")
+    done = _main(
+        tmp_path,
+        f"--config={TINY}",
+        "--compile_only",
+        "--topology=v5e:2x2",
+        "--config.train.global_batch_size=16",
+        "--config.data.max_seq_length=64",
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads((tmp_path / "work" / aot.REPORT_FILE).read_text())
     assert report["topology"] == "v5e:2x2" and report["chip"] == "v5e" and report["device_kind"] == "TPU v5 lite"
     assert report["num_devices"] == 4 and report["mesh"] == {"data": 4, "fsdp": 1, "tensor": 1}
     assert report["hbm_bytes_per_device"] == 16 * 2**30 and report["fits"] is True
     assert (report["global_batch_size"], report["max_seq_length"]) == (16, 64)
-    assert report["total_bytes"] == (report["argument_bytes"] + report["output_bytes"] - report["alias_bytes"]
-                                     + report["temp_bytes"] + report["code_bytes"])
+    assert report["total_bytes"] == (
+        report["argument_bytes"]
+        + report["output_bytes"]
+        - report["alias_bytes"]
+        + report["temp_bytes"]
+        + report["code_bytes"]
+    )
     # Data parallelism replicates the state: every device holds all of it (params, Adam's mu and nu).
     job = JobConfig.from_configdict(runpy.run_path(TINY)["get_config"]()).replace(data={"max_seq_length": 64})
     assert report["state_bytes"] == _state_bytes_unsharded(job)
@@ -51,16 +67,29 @@ def test_the_cli_compiles_the_job_for_a_topology_and_writes_the_report(tmp_path)
     assert "fits" in done.stderr and "GiB" in done.stderr
 
 
-@pytest.mark.parametrize("topology, mesh, packing, dtype", [
-    ("v4:2x2x1", (1, 2, 2), True, "bfloat16"),
-    ("v5e:2x2", (1, 4, 1), False, "float32"),
-    ("v6e:2x4", (2, 2, 2), True, "float32"),
-])
+@pytest.mark.parametrize(
+    "topology, mesh, packing, dtype",
+    [
+        ("v4:2x2x1", (1, 2, 2), True, "bfloat16"),
+        ("v5e:2x2", (1, 4, 1), False, "float32"),
+        ("v6e:2x4", (2, 2, 2), True, "float32"),
+    ],
+)
 def test_a_4_layer_model_with_splash_compiles_on_fsdp_and_tensor_meshes(tmp_path, topology, mesh, packing, dtype):
-    job = JobConfig.from_configdict(train_setup.small_config(
-        **{"model.num_hidden_layers": 4, "model.scan_layers": True, "model.attention": "splash",
-           "model.attention_probs_dropout_prob": 0.0, "data.packing": packing, "mesh.shape": mesh,
-           "train.global_batch_size": 16, "model.dtype": dtype}))
+    job = JobConfig.from_configdict(
+        train_setup.small_config(
+            **{
+                "model.num_hidden_layers": 4,
+                "model.scan_layers": True,
+                "model.attention": "splash",
+                "model.attention_probs_dropout_prob": 0.0,
+                "data.packing": packing,
+                "mesh.shape": mesh,
+                "train.global_batch_size": 16,
+                "model.dtype": dtype,
+            }
+        )
+    )
     report = aot.compile_for_topology(job, str(tmp_path), topology)
     assert report["num_devices"] == math.prod(mesh) and report["mesh"] == dict(zip(("data", "fsdp", "tensor"), mesh))
     assert report["attention"] == "splash" and report["packing"] == packing and report["fits"]
@@ -76,9 +105,16 @@ def test_a_4_layer_model_with_splash_compiles_on_fsdp_and_tensor_meshes(tmp_path
 def test_flops_per_step_count_every_micro_batch(tmp_path):
     reports = []
     for micro in (1, 2):
-        job = JobConfig.from_configdict(train_setup.small_config(
-            **{"model.num_hidden_layers": 2, "model.scan_layers": True, "train.global_batch_size": 16,
-               "train.micro_batches": micro}))
+        job = JobConfig.from_configdict(
+            train_setup.small_config(
+                **{
+                    "model.num_hidden_layers": 2,
+                    "model.scan_layers": True,
+                    "train.global_batch_size": 16,
+                    "train.micro_batches": micro,
+                }
+            )
+        )
         reports.append(aot.compile_for_topology(job, str(tmp_path / str(micro)), "v5e:2x2"))
     one, two = (r["model_flops_share"] for r in reports)
     # Above 1 by a little: the standard count includes the whole last layer, of which the train step
@@ -88,8 +124,11 @@ def test_flops_per_step_count_every_micro_batch(tmp_path):
 
 def test_a_step_that_cannot_fit_is_refused_with_the_bytes_and_the_knobs(tmp_path):
     # A 2M-token vocab at width 1024: 2G parameters, 23 GiB of state with Adam, on a 16 GiB chip.
-    job = JobConfig.from_configdict(train_setup.small_config(
-        **{"model.vocab_size": 2_000_000, "model.hidden_size": 1024, "train.global_batch_size": 4}))
+    job = JobConfig.from_configdict(
+        train_setup.small_config(
+            **{"model.vocab_size": 2_000_000, "model.hidden_size": 1024, "train.global_batch_size": 4}
+        )
+    )
     with pytest.raises(aot.DoesNotFit) as error:
         aot.compile_for_topology(job, str(tmp_path), "v5e:2x2")
     message = str(error.value)
@@ -101,14 +140,21 @@ def test_a_step_that_cannot_fit_is_refused_with_the_bytes_and_the_knobs(tmp_path
     assert report["state_bytes"] > 20 * 2**30 and f"{report['total_bytes'] / 2**30:.2f} GiB" in message
 
 
-@pytest.mark.parametrize("topology, mesh, expected", [
-    ("v9:2x2", (-1, 1, 1), "is not a TPU topology bertjax knows; use CHIP:SHAPE with CHIP one of v4, v5e"),
-    ("v5e", (-1, 1, 1), "e.g. v4:2x2x1, v4:4x4x4, v5e:2x2"),
-    ("v5e:3x3", (-1, 1, 1), "libtpu cannot lay it out"),
-    ("v5e:2x2", (3, 1, 1), "make the product 4, or set one axis to -1 and the others to sizes whose product "
-                           "divides 4 (its divisors: 1, 2, 4)"),
-    ("v5e:2x2", (-1, 3, 1), "choose sizes whose product divides 4 (its divisors: 1, 2, 4)"),
-])
+@pytest.mark.parametrize(
+    "topology, mesh, expected",
+    [
+        ("v9:2x2", (-1, 1, 1), "is not a TPU topology bertjax knows; use CHIP:SHAPE with CHIP one of v4, v5e"),
+        ("v5e", (-1, 1, 1), "e.g. v4:2x2x1, v4:4x4x4, v5e:2x2"),
+        ("v5e:3x3", (-1, 1, 1), "libtpu cannot lay it out"),
+        (
+            "v5e:2x2",
+            (3, 1, 1),
+            "make the product 4, or set one axis to -1 and the others to sizes whose product "
+            "divides 4 (its divisors: 1, 2, 4)",
+        ),
+        ("v5e:2x2", (-1, 3, 1), "choose sizes whose product divides 4 (its divisors: 1, 2, 4)"),
+    ],
+)
 def test_a_bad_topology_or_mesh_is_one_sentence_saying_what_is_valid(tmp_path, topology, mesh, expected):
     job = JobConfig.from_configdict(train_setup.small_config(**{"mesh.shape": mesh}))
     with pytest.raises(ValueError) as error:

@@ -19,6 +19,7 @@ RULES = JobConfig().mesh.logical_axis_rules
 
 # --- Which implementation ----------------------------------------------------------------------------
 
+
 def test_auto_picks_the_backends_kernel_and_says_why(caplog):
     with caplog.at_level("INFO", logger="bertjax"):
         assert attention.choose("auto", 0.0, "cpu") == "xla"
@@ -31,8 +32,11 @@ def test_auto_picks_the_backends_kernel_and_says_why(caplog):
 
 @pytest.mark.parametrize("name", ["splash", "cudnn"])
 def test_a_fused_kernel_with_attention_dropout_names_both_ways_out(name):
-    with pytest.raises(ValueError, match=rf"attention={name} has no attention-probability dropout .*"
-                                         r"attention_probs_dropout_prob=0 .* or use --config.model.attention=xla"):
+    with pytest.raises(
+        ValueError,
+        match=rf"attention={name} has no attention-probability dropout .*"
+        r"attention_probs_dropout_prob=0 .* or use --config.model.attention=xla",
+    ):
         attention.choose(name, 0.1, "gpu")
 
 
@@ -40,8 +44,9 @@ def test_cudnn_off_a_gpu_and_unknown_names_are_one_sentence():
     with pytest.raises(ValueError, match="attention=cudnn needs an NVIDIA GPU, but the devices are cpu"):
         attention.choose("cudnn", 0.0, "cpu")
     with pytest.raises(ValueError, match=r"config.model.attention='flash' is not one of"):
-        JobConfig.from_configdict(dict(JobConfig().to_dict(), model=dict(JobConfig().to_dict()["model"],
-                                                                           attention="flash")))
+        JobConfig.from_configdict(
+            dict(JobConfig().to_dict(), model=dict(JobConfig().to_dict()["model"], attention="flash"))
+        )
 
 
 def test_splash_off_tpu_says_it_interprets(caplog):
@@ -51,6 +56,7 @@ def test_splash_off_tpu_says_it_interprets(caplog):
 
 
 # --- What cuDNN is given (its kernel needs a GPU; the arguments are checked here by jax's xla path) ----
+
 
 def _reference_attention(q, k, v, mask, window):
     """Softmax attention of each real query over the keys it may see: real, of its own instance (packed
@@ -71,8 +77,11 @@ def test_cudnn_arguments_mask_padding_instances_and_the_window_both_sides(packed
     # On an H200, jax 0.11's cuDNN path refused ModernBERT's window: "cuDNN doesn't support right window: 64
     # when causal mask is not used". The window now travels in the bias; no local_window_size is passed.
     q, k, v = (jax.random.normal(jax.random.PRNGKey(i), (2, 16, 2, 8)) for i in range(3))
-    mask = np.array([[1] * 12 + [0] * 4, [1] * 16]) if not packed else \
-        np.array([[1] * 5 + [2] * 7 + [0] * 4, [1] * 9 + [2] * 7])
+    mask = (
+        np.array([[1] * 12 + [0] * 4, [1] * 16])
+        if not packed
+        else np.array([[1] * 5 + [2] * 7 + [0] * 4, [1] * 9 + [2] * 7])
+    )
     arguments = attention.cudnn_arguments(jnp.asarray(mask), packed, window)
     assert "local_window_size" not in arguments
     assert ("bias" in arguments) == (packed or window is not None)
@@ -100,6 +109,7 @@ def test_cudnn_arguments_keep_padding_beyond_the_window_finite_in_half_precision
 
 # --- splash equals xla ---------------------------------------------------------------------------------
 
+
 def batch(packed: bool) -> dict[str, np.ndarray]:
     """4 rows: padded unpacked rows, or rows of 1–3 instances (input_mask numbers them) and padding."""
     rng = np.random.default_rng(0)
@@ -107,31 +117,47 @@ def batch(packed: bool) -> dict[str, np.ndarray]:
     for row, lengths in enumerate([[48], [30], [20, 15, 10], [12, 30]] if packed else [[48], [30], [40], [9]]):
         start = 0
         for i, n in enumerate(lengths):
-            input_mask[row, start:start + n] = i + 1
+            input_mask[row, start : start + n] = i + 1
             start += n
     input_ids = rng.integers(5, VOCAB, (4, SEQ)) * (input_mask > 0)
     positions = np.stack([rng.choice(np.flatnonzero(m), PRED, replace=False) for m in input_mask])
-    return dict(input_ids=input_ids.astype(np.int32), input_mask=input_mask,
-                segment_ids=(rng.random((4, SEQ)) < 0.5).astype(np.int32) * (input_mask > 0),
-                masked_lm_positions=positions.astype(np.int32),
-                masked_lm_ids=rng.integers(5, VOCAB, (4, PRED)).astype(np.int32),
-                masked_lm_weights=np.ones((4, PRED), np.float32),
-                next_sentence_labels=rng.integers(0, 2, (4,)).astype(np.int32))
+    return dict(
+        input_ids=input_ids.astype(np.int32),
+        input_mask=input_mask,
+        segment_ids=(rng.random((4, SEQ)) < 0.5).astype(np.int32) * (input_mask > 0),
+        masked_lm_positions=positions.astype(np.int32),
+        masked_lm_ids=rng.integers(5, VOCAB, (4, PRED)).astype(np.int32),
+        masked_lm_weights=np.ones((4, PRED), np.float32),
+        next_sentence_labels=rng.integers(0, 2, (4,)).astype(np.int32),
+    )
 
 
 def loss_grads_and_output(implementation: str, scan: bool, packed: bool, mesh_shape=None):
-    arch = model_lib.config_for_size("tiny", vocab_size=VOCAB, hidden_size=64, num_attention_heads=4,
-                                     intermediate_size=128, max_position_embeddings=64,
-                                     hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    arch = model_lib.config_for_size(
+        "tiny",
+        vocab_size=VOCAB,
+        hidden_size=64,
+        num_attention_heads=4,
+        intermediate_size=128,
+        max_position_embeddings=64,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+    )
     model = model_lib.BertForPreTraining(arch, scan_layers=scan, attention=implementation, packed=packed)
     params = model_lib.init_params(model, jax.random.PRNGKey(0))
     b = {k: jnp.asarray(v) for k, v in batch(packed).items()}
 
     def loss(params, b):
-        out = model.apply({"params": params}, b["input_ids"], b["segment_ids"], b["input_mask"],
-                          masked_lm_positions=b["masked_lm_positions"])
-        sums = metrics_lib.pretraining_metrics(out.mlm_logits, b["masked_lm_ids"], b["masked_lm_weights"],
-                                               out.nsp_logits, b["next_sentence_labels"])
+        out = model.apply(
+            {"params": params},
+            b["input_ids"],
+            b["segment_ids"],
+            b["input_mask"],
+            masked_lm_positions=b["masked_lm_positions"],
+        )
+        sums = metrics_lib.pretraining_metrics(
+            out.mlm_logits, b["masked_lm_ids"], b["masked_lm_weights"], out.nsp_logits, b["next_sentence_labels"]
+        )
         real = (b["input_mask"] > 0)[..., None]
         return metrics_lib.pretraining_loss(sums), jnp.where(real, out.sequence_output, 0.0)
 
@@ -155,8 +181,9 @@ def assert_same(reference, other, label: str):
     flat_b = jax.tree.leaves(grads_b)
     assert len(flat_a) == len(flat_b)
     for (path, a), b in zip(flat_a, flat_b):
-        np.testing.assert_allclose(np.asarray(b), np.asarray(a), atol=1e-5,
-                                   err_msg=f"{label}: d loss / d {jax.tree_util.keystr(path)}")
+        np.testing.assert_allclose(
+            np.asarray(b), np.asarray(a), atol=1e-5, err_msg=f"{label}: d loss / d {jax.tree_util.keystr(path)}"
+        )
 
 
 @pytest.mark.parametrize("scan,packed", [(False, False), (True, True)], ids=["loop-padded", "scan-packed"])
@@ -173,8 +200,9 @@ def test_splash_equals_xla_on_a_mesh_of_8_devices():
 
 def test_packed_instances_do_not_see_each_other():
     """A packed row computes each instance as if it stood alone in its own row (xla reference)."""
-    arch = model_lib.config_for_size("tiny", vocab_size=VOCAB, max_position_embeddings=64,
-                                     hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    arch = model_lib.config_for_size(
+        "tiny", vocab_size=VOCAB, max_position_embeddings=64, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0
+    )
     packed = model_lib.BertForPreTraining(arch, packed=True)
     alone = model_lib.BertForPreTraining(arch)
     params = model_lib.init_params(alone, jax.random.PRNGKey(1))
@@ -182,8 +210,9 @@ def test_packed_instances_do_not_see_each_other():
     mask = np.zeros((1, SEQ), np.int32)
     mask[0, :20], mask[0, 20:44] = 1, 2
     together = packed.apply({"params": params}, ids, np.zeros_like(ids), mask).sequence_output
-    first = alone.apply({"params": params}, ids[:, :20], np.zeros((1, 20), np.int32),
-                        np.ones((1, 20), np.int32)).sequence_output
+    first = alone.apply(
+        {"params": params}, ids[:, :20], np.zeros((1, 20), np.int32), np.ones((1, 20), np.int32)
+    ).sequence_output
     np.testing.assert_allclose(np.asarray(together[0, :20]), np.asarray(first[0]), atol=1e-5)
     other = ids.copy()
     other[0, 20:44] = 7  # the second instance's tokens change; the first instance's outputs must not

@@ -53,18 +53,24 @@ def gzip_cases(tmp_path: pathlib.Path) -> list[pathlib.Path]:
     """A plain-text file named .gz, a truncated gzip and one whose CRC is wrong."""
     text = "".join(f"sentence {i} of a document.\nand its second line {i}.\n\n" for i in range(2000)).encode()
     data = gzip.compress(text)
-    cases = {"plain.txt.gz": text[:200], "truncated.txt.gz": data[: len(data) // 2],
-             "bad_crc.txt.gz": data[:-8] + b"\0" * 8}
+    cases = {
+        "plain.txt.gz": text[:200],
+        "truncated.txt.gz": data[: len(data) // 2],
+        "bad_crc.txt.gz": data[:-8] + b"\0" * 8,
+    }
     for name, blob in cases.items():
         (tmp_path / name).write_bytes(blob)
     return [tmp_path / name for name in cases]
 
 
 def prepare_config(tmp_path: pathlib.Path, input_file, vocab_file, output_dir=None) -> shards_lib.PrepareConfig:
-    return shards_lib.PrepareConfig(input_file=str(input_file), output_dir=str(output_dir or tmp_path / "out"),
-                                    vocab_file=str(vocab_file), num_shards=1,
-                                    instance=instances.InstanceConfig(max_seq_length=32, max_predictions_per_seq=5,
-                                                                      dupe_factor=1))
+    return shards_lib.PrepareConfig(
+        input_file=str(input_file),
+        output_dir=str(output_dir or tmp_path / "out"),
+        vocab_file=str(vocab_file),
+        num_shards=1,
+        instance=instances.InstanceConfig(max_seq_length=32, max_predictions_per_seq=5, dupe_factor=1),
+    )
 
 
 def hf_dir(tmp_path: pathlib.Path, minilm_dir: pathlib.Path, **config_changes) -> pathlib.Path:
@@ -78,6 +84,7 @@ def hf_dir(tmp_path: pathlib.Path, minilm_dir: pathlib.Path, **config_changes) -
 
 
 # --- 1, 2, 3: vocab files -----------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("missing", tokenization.SPECIAL_TOKENS)
 def test_vocab_without_a_special_token(tmp_path, missing):
@@ -94,8 +101,11 @@ def test_empty_and_binary_vocab_files(tmp_path):
         tokenization.load(empty)
     sentence(e, empty, "is empty")
     good = "".join(f"{t}\n" for t in [*tokenization.SPECIAL_TOKENS, *WORDS]).encode()
-    for name, blob in [("random.txt", bytes(range(128, 256)) * 4), ("vocab.txt.gz", gzip.compress(good)),
-                       ("latin1.txt", good + "café\n".encode("latin-1"))]:
+    for name, blob in [
+        ("random.txt", bytes(range(128, 256)) * 4),
+        ("vocab.txt.gz", gzip.compress(good)),
+        ("latin1.txt", good + "café\n".encode("latin-1")),
+    ]:
         (tmp_path / name).write_bytes(blob)
         with pytest.raises(ValueError) as e:
             tokenization.load(tmp_path / name)
@@ -105,8 +115,12 @@ def test_empty_and_binary_vocab_files(tmp_path):
 def test_corrupt_sentencepiece_model(tmp_path):
     lines = [" ".join(WORDS[(i * k) % len(WORDS)] for k in range(1, 9)) for i in range(200)]
     model = vocab_training.train_sentencepiece(iter(lines), 25, tmp_path / "sp").path.read_bytes()
-    for name, blob in [("garbage.model", b"\x8f\x01not a model at all" * 10), ("empty.model", b""),
-                       ("truncated.model", model[:len(model) // 2]), ("cut_short.model", model[:-3])]:
+    for name, blob in [
+        ("garbage.model", b"\x8f\x01not a model at all" * 10),
+        ("empty.model", b""),
+        ("truncated.model", model[: len(model) // 2]),
+        ("cut_short.model", model[:-3]),
+    ]:
         (tmp_path / name).write_bytes(blob)
         with pytest.raises(ValueError) as e:
             tokenization.load(tmp_path / name)
@@ -117,9 +131,21 @@ def test_bad_vocab_through_the_prepare_cli(tmp_path):
     """python -m bertjax.prepare: the tokenizer's sentence on stderr, exit code 1, no traceback."""
     vocab = write_vocab(tmp_path / "nomask.txt", [*tokenization.SPECIAL_TOKENS[:-1], *WORDS])
     (tmp_path / "corpus.txt").write_text("the dog runs.\nthe cat sleeps.\n", encoding="utf-8")
-    done = subprocess.run([sys.executable, "-m", "bertjax.prepare", f"--input_file={tmp_path}/corpus.txt",
-                           f"--output_dir={tmp_path}/out", f"--vocab_file={vocab}", "--num_workers=1"],
-                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bertjax.prepare",
+            f"--input_file={tmp_path}/corpus.txt",
+            f"--output_dir={tmp_path}/out",
+            f"--vocab_file={vocab}",
+            "--num_workers=1",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
     error = [line for line in done.stderr.splitlines() if line.startswith("prepare: error:")]
     assert len(error) == 1 and f"{vocab} lacks the special token(s) [MASK];" in error[0], done.stderr
@@ -128,6 +154,7 @@ def test_bad_vocab_through_the_prepare_cli(tmp_path):
 
 # --- 4: corrupt .gz corpora ---------------------------------------------------------------------------------------
 
+
 def test_corrupt_gzip_corpus(tmp_path, minilm_dir):
     for path in gzip_cases(tmp_path):
         with pytest.raises(ValueError) as e:
@@ -135,22 +162,36 @@ def test_corrupt_gzip_corpus(tmp_path, minilm_dir):
         sentence(e, path, "is not a readable gzip file", "drop the .gz")
     truncated = tmp_path / "truncated.txt.gz"
     with pytest.raises(ValueError) as e:  # bertjax.prepare's own entry point
-        prepare_job.prepare(prepare_config(tmp_path, truncated, minilm_dir / "vocab.txt"),
-                           progress_stream=io.StringIO())
+        prepare_job.prepare(
+            prepare_config(tmp_path, truncated, minilm_dir / "vocab.txt"), progress_stream=io.StringIO()
+        )
     sentence(e, truncated, "is not a readable gzip file")
 
 
 def test_corrupt_gzip_through_the_tokenizer_cli(tmp_path):
     truncated = gzip_cases(tmp_path)[1]
-    done = subprocess.run([sys.executable, "-m", "bertjax.tokenizer", f"--input_file={truncated}",
-                           "--vocab_size=100", f"--output_dir={tmp_path}/vocab"],
-                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bertjax.tokenizer",
+            f"--input_file={truncated}",
+            "--vocab_size=100",
+            f"--output_dir={tmp_path}/vocab",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
-    assert done.stderr.strip().splitlines()[-1].startswith(f"tokenizer: error: {truncated} is not a readable gzip file ("), \
-        done.stderr
+    assert (
+        done.stderr.strip().splitlines()[-1].startswith(f"tokenizer: error: {truncated} is not a readable gzip file (")
+    ), done.stderr
 
 
 # --- 5: a directory where a file is expected, a file where a directory is -----------------------------------------
+
 
 def test_directory_given_as_a_file(tmp_path):
     corpus_dir = tmp_path / "corpus"
@@ -186,14 +227,21 @@ def test_file_given_as_a_directory(tmp_path, minilm_dir):
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("the dog runs.\nthe cat sleeps.\n", encoding="utf-8")
     with pytest.raises(NotADirectoryError) as e:
-        prepare_job.prepare(prepare_config(tmp_path, corpus, minilm_dir / "vocab.txt", output_dir=a_file),
-                           progress_stream=io.StringIO())
+        prepare_job.prepare(
+            prepare_config(tmp_path, corpus, minilm_dir / "vocab.txt", output_dir=a_file), progress_stream=io.StringIO()
+        )
     sentence(e, f"--output_dir={a_file} is a file")
     with pytest.raises(NotADirectoryError) as e:
         vocab_training.train_wordpiece(iter(["the dog runs"]), 50, a_file)
     sentence(e, a_file, "is a file; pass a directory")
-    config = model_lib.BertConfig(vocab_size=16, hidden_size=8, num_hidden_layers=1, num_attention_heads=2,
-                                  intermediate_size=8, max_position_embeddings=8)
+    config = model_lib.BertConfig(
+        vocab_size=16,
+        hidden_size=8,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=8,
+        max_position_embeddings=8,
+    )
     with pytest.raises(NotADirectoryError) as e:
         hf.save_pretrained(str(a_file), model_lib.BertForPreTraining(config), {})
     sentence(e, a_file, "is a file, not a directory")
@@ -201,14 +249,18 @@ def test_file_given_as_a_directory(tmp_path, minilm_dir):
 
 # --- 6, 7, 8: config fields ---------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("shape, says", [
-    ((3, 1, 1), "config.mesh.shape=(3, 1, 1) needs 3 devices but 8 are available; make the product 8"),
-    ((2, 2, 1), "config.mesh.shape=(2, 2, 1) needs 4 devices but 8 are available"),
-    ((-1, -1, 1), "config.mesh.shape=(-1, -1, 1): sizes must be positive, with at most one -1"),
-    ((3, -1, 1), "config.mesh.shape=(3, -1, 1): 8 devices do not divide by 3"),
-    ((0, -1, 1), "config.mesh.shape=(0, -1, 1): sizes must be positive"),
-    ((-1, 1), "config.mesh.shape=(-1, 1) must have 3 entries"),
-])
+
+@pytest.mark.parametrize(
+    "shape, says",
+    [
+        ((3, 1, 1), "config.mesh.shape=(3, 1, 1) needs 3 devices but 8 are available; make the product 8"),
+        ((2, 2, 1), "config.mesh.shape=(2, 2, 1) needs 4 devices but 8 are available"),
+        ((-1, -1, 1), "config.mesh.shape=(-1, -1, 1): sizes must be positive, with at most one -1"),
+        ((3, -1, 1), "config.mesh.shape=(3, -1, 1): 8 devices do not divide by 3"),
+        ((0, -1, 1), "config.mesh.shape=(0, -1, 1): sizes must be positive"),
+        ((-1, 1), "config.mesh.shape=(-1, 1) must have 3 entries"),
+    ],
+)
 def test_mesh_that_does_not_match_the_devices(shape, says):
     assert len(jax.devices()) == 8  # tests/conftest.py
     with pytest.raises(ValueError) as e:
@@ -223,8 +275,11 @@ def test_heads_that_do_not_divide_hidden_size(tmp_path, minilm_dir):
     path = hf_dir(tmp_path, minilm_dir, num_attention_heads=5)
     with pytest.raises(ValueError) as e:
         bertjax.from_pretrained(str(path))
-    sentence(e, f"{path / 'config.json'}: hidden_size=384 is not divisible by num_attention_heads=5",
-             "choose a head count that divides it")
+    sentence(
+        e,
+        f"{path / 'config.json'}: hidden_size=384 is not divisible by num_attention_heads=5",
+        "choose a head count that divides it",
+    )
 
 
 def test_config_json_with_wrongly_typed_fields(tmp_path, minilm_dir):
@@ -242,6 +297,7 @@ def test_max_seq_length_over_max_position_embeddings():
 
 # --- 9, 10: Hugging Face directories ------------------------------------------------------------------------------
 
+
 def test_truncated_safetensors(tmp_path, minilm_dir):
     path = tmp_path / "hf"
     path.mkdir()
@@ -258,10 +314,15 @@ def test_truncated_safetensors(tmp_path, minilm_dir):
         sentence(e, path / "model.safetensors", "is not a readable safetensors file")
 
 
-@pytest.mark.parametrize("field, value", [
-    ("position_embedding_type", "relative_key"), ("position_embedding_type", "relative_key_query"),
-    ("is_decoder", True), ("add_cross_attention", True),
-])
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("position_embedding_type", "relative_key"),
+        ("position_embedding_type", "relative_key_query"),
+        ("is_decoder", True),
+        ("add_cross_attention", True),
+    ],
+)
 def test_unsupported_config_json_fields(tmp_path, minilm_dir, field, value):
     path = hf_dir(tmp_path, minilm_dir, **{field: value})
     with pytest.raises(ValueError) as e:
@@ -283,36 +344,67 @@ def test_config_json_that_is_not_bert(tmp_path, minilm_dir):
 
 # --- The job's command line ---------------------------------------------------------------------------------------
 
+
 def test_the_job_ends_a_bad_input_in_its_one_sentence(tmp_path):
     """python -m bertjax.main: a user's mistake is the error's sentence on stderr, exit 1, no traceback."""
-    command = [sys.executable, "-m", "bertjax.main", "--config=configs/tiny.py:runlocal", f"--workdir={tmp_path}/w",
-               f"--config.data.train_files={tmp_path}/records/*.tfrecord"]
+    command = [
+        sys.executable,
+        "-m",
+        "bertjax.main",
+        "--config=configs/tiny.py:runlocal",
+        f"--workdir={tmp_path}/w",
+        f"--config.data.train_files={tmp_path}/records/*.tfrecord",
+    ]
     env = dict(os.environ, JAX_PLATFORMS="cpu", BERTJAX_NO_TCMALLOC="1")
     done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300, env=env)
     last = done.stderr.strip().splitlines()[-1]
     assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-3000:]
-    assert last.startswith(f"bertjax: config.data.train_files pattern '{tmp_path}/records/*.tfrecord' matches no files"), last
+    assert last.startswith(
+        f"bertjax: config.data.train_files pattern '{tmp_path}/records/*.tfrecord' matches no files"
+    ), last
     assert last.endswith("(BERTJAX_TRACEBACK=1 shows where it was raised)")
-    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300,
-                          env=dict(env, BERTJAX_TRACEBACK="1"))
+    done = subprocess.run(
+        command, cwd=REPO, capture_output=True, text=True, timeout=300, env=dict(env, BERTJAX_TRACEBACK="1")
+    )
     assert done.returncode == 1 and "Traceback" in done.stderr
 
 
 # --- Absurd sizes: refused before anything is allocated -----------------------------------------------------------
 
-@pytest.mark.parametrize("field, value, says", [
-    ("vocab_size", 10**9, "says vocab_size=1,000,000,000, hidden_size=8, but the weights' word_embeddings.weight "
-                          "is 16 × 8"),
-    ("intermediate_size", 10**9, "says intermediate_size=1,000,000,000, hidden_size=8, but the weights' "
-                                 "intermediate.dense.weight is 8 × 8"),
-    ("max_position_embeddings", 10**9, "says max_position_embeddings=1,000,000,000, hidden_size=8, but the "
-                                       "weights' position_embeddings.weight is 8 × 8"),
-    ("num_hidden_layers", 10**6, "says num_hidden_layers=1,000,000, but the weights hold 1 layers"),
-])
-def test_a_config_json_that_does_not_belong_to_its_weights_is_refused_before_any_allocation(tmp_path, field, value,
-                                                                                              says):
-    config = model_lib.BertConfig(vocab_size=16, hidden_size=8, num_hidden_layers=1, num_attention_heads=2,
-                                  intermediate_size=8, max_position_embeddings=8)
+
+@pytest.mark.parametrize(
+    "field, value, says",
+    [
+        (
+            "vocab_size",
+            10**9,
+            "says vocab_size=1,000,000,000, hidden_size=8, but the weights' word_embeddings.weight is 16 × 8",
+        ),
+        (
+            "intermediate_size",
+            10**9,
+            "says intermediate_size=1,000,000,000, hidden_size=8, but the weights' intermediate.dense.weight is 8 × 8",
+        ),
+        (
+            "max_position_embeddings",
+            10**9,
+            "says max_position_embeddings=1,000,000,000, hidden_size=8, but the "
+            "weights' position_embeddings.weight is 8 × 8",
+        ),
+        ("num_hidden_layers", 10**6, "says num_hidden_layers=1,000,000, but the weights hold 1 layers"),
+    ],
+)
+def test_a_config_json_that_does_not_belong_to_its_weights_is_refused_before_any_allocation(
+    tmp_path, field, value, says
+):
+    config = model_lib.BertConfig(
+        vocab_size=16,
+        hidden_size=8,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=8,
+        max_position_embeddings=8,
+    )
     model = model_lib.BertForPreTraining(config)
     hf.save_pretrained(str(tmp_path), model, model_lib.init_params(model, jax.random.PRNGKey(0)))
     saved = json.loads((tmp_path / "config.json").read_text())
@@ -323,12 +415,20 @@ def test_a_config_json_that_does_not_belong_to_its_weights_is_refused_before_any
     sentence(e, f"{tmp_path}/config.json {says}", "does not belong to these weights")
 
 
-@pytest.mark.parametrize("overrides, says", [
-    ({"data.max_seq_length": 10**9, "model.max_position_embeddings": 10**9},
-     "max_position_embeddings=1,000,000,000) has 64,0"),
-    ({"train.global_batch_size": 10**9}, "config.train.global_batch_size=1,000,000,000 rows of "
-                                          "config.data.max_seq_length=32 tokens are 357.6 GiB of input arrays"),
-])
+@pytest.mark.parametrize(
+    "overrides, says",
+    [
+        (
+            {"data.max_seq_length": 10**9, "model.max_position_embeddings": 10**9},
+            "max_position_embeddings=1,000,000,000) has 64,0",
+        ),
+        (
+            {"train.global_batch_size": 10**9},
+            "config.train.global_batch_size=1,000,000,000 rows of "
+            "config.data.max_seq_length=32 tokens are 357.6 GiB of input arrays",
+        ),
+    ],
+)
 def test_a_job_too_large_for_any_memory_here_is_refused_before_anything_is_written(tmp_path, overrides, says):
     c = train_setup.small_config(**{"data.corpus": "builtin:pydocs", **overrides})
     with pytest.raises(ValueError) as e:

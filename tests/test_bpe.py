@@ -18,8 +18,12 @@ from bertjax.data.vocab import tokenization, training as vocab_training
 transformers = pytest.importorskip("transformers")
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-HELD_OUT = ["The interpreter reads a file, then runs its code.", "Ünïcode naïve 東京 lists  and\ttabs",
-            "x = [1, 2, 3]  # a comment", "Return the HTTPResponse object's headers."]
+HELD_OUT = [
+    "The interpreter reads a file, then runs its code.",
+    "Ünïcode naïve 東京 lists  and\ttabs",
+    "x = [1, 2, 3]  # a comment",
+    "Return the HTTPResponse object's headers.",
+]
 
 
 def pydocs_lines(every: int = 1):
@@ -43,8 +47,14 @@ def test_bpe_is_reproducible_and_places_the_specials_first(bpe, tmp_path):
 
 
 def test_bpe_tokenizes_as_transformers_fast_tokenizer_does(bpe):
-    theirs = transformers.PreTrainedTokenizerFast(tokenizer_file=str(bpe.path), cls_token="[CLS]", sep_token="[SEP]",
-                                                  pad_token="[PAD]", unk_token="[UNK]", mask_token="[MASK]")
+    theirs = transformers.PreTrainedTokenizerFast(
+        tokenizer_file=str(bpe.path),
+        cls_token="[CLS]",
+        sep_token="[SEP]",
+        pad_token="[PAD]",
+        unk_token="[UNK]",
+        mask_token="[MASK]",
+    )
     for text in HELD_OUT:
         assert theirs(text)["input_ids"] == [bpe.cls_id, *bpe.encode(text), bpe.sep_id], text
     pair = theirs(HELD_OUT[0], HELD_OUT[1])
@@ -53,13 +63,31 @@ def test_bpe_tokenizes_as_transformers_fast_tokenizer_does(bpe):
 
 
 def test_the_cli_trains_a_cased_bpe_unless_told_and_its_mask_takes_the_space_before_it(tmp_path):
-    (tmp_path / "corpus.txt").write_text("\n\n".join(f"The module {w} installs packages from the index.\nThen it "
-                                                      f"builds the {w} wheel." for w in ("pip", "venv", "Tk")) * 20)
+    (tmp_path / "corpus.txt").write_text(
+        "\n\n".join(
+            f"The module {w} installs packages from the index.\nThen it builds the {w} wheel."
+            for w in ("pip", "venv", "Tk")
+        )
+        * 20
+    )
     casing = {}
     for name, flags in (("default", []), ("lower", ["--do_lower_case"])):
-        done = subprocess.run([sys.executable, "-m", "bertjax.tokenizer", f"--input_file={tmp_path / 'corpus.txt'}",
-                               "--vocab_size=300", "--model_type=bpe", f"--output_dir={tmp_path / name}", *flags],
-                              cwd=ROOT, capture_output=True, text=True, timeout=300)
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "bertjax.tokenizer",
+                f"--input_file={tmp_path / 'corpus.txt'}",
+                "--vocab_size=300",
+                "--model_type=bpe",
+                f"--output_dir={tmp_path / name}",
+                *flags,
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert done.returncode == 0, done.stderr[-2000:]
         tok = tokenization.load(tmp_path / name)
         casing[name] = tok.encode("The Module") == tok.encode("the module")
@@ -83,8 +111,12 @@ def roberta_tokenizer(path: pathlib.Path) -> tokenizers.Tokenizer:
     (<s> a </s></s> b </s>, one segment), saved at path."""
     tok = tokenizers.Tokenizer(tokenizers.models.BPE(unk_token="<unk>"))
     tok.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=True)
-    tok.train_from_iterator(HELD_OUT * 50, tokenizers.trainers.BpeTrainer(
-        vocab_size=300, special_tokens=["<s>", "<pad>", "</s>", "<unk>", "<mask>"], show_progress=False))
+    tok.train_from_iterator(
+        HELD_OUT * 50,
+        tokenizers.trainers.BpeTrainer(
+            vocab_size=300, special_tokens=["<s>", "<pad>", "</s>", "<unk>", "<mask>"], show_progress=False
+        ),
+    )
     tok.post_processor = tokenizers.processors.RobertaProcessing(("</s>", 2), ("<s>", 0))
     tok.save(str(path))
     return tok
@@ -98,8 +130,11 @@ def test_roberta_named_specials_and_a_file_without_them(tmp_path):
     bare = tokenizers.Tokenizer(tokenizers.models.BPE())
     bare.train_from_iterator(HELD_OUT, tokenizers.trainers.BpeTrainer(vocab_size=100, show_progress=False))
     bare.save(str(tmp_path / "bare.json"))
-    with pytest.raises(ValueError, match=r"bare\.json lacks the special token\(s\) \[PAD\] \[UNK\] \[CLS\] \[SEP\] "
-                                         r"\[MASK\] \(or RoBERTa's"):
+    with pytest.raises(
+        ValueError,
+        match=r"bare\.json lacks the special token\(s\) \[PAD\] \[UNK\] \[CLS\] \[SEP\] "
+        r"\[MASK\] \(or RoBERTa's",
+    ):
         tokenization.load(tmp_path / "bare.json")
     (tmp_path / "broken.json").write_text("{not json")
     with pytest.raises(ValueError, match=r"broken\.json cannot be read by `tokenizers`"):
@@ -109,10 +144,25 @@ def test_roberta_named_specials_and_a_file_without_them(tmp_path):
 def test_a_modernbert_run_on_bpe_exports_a_tokenizer_that_tokenizes_as_it_did(bpe, tmp_path):
     run = tmp_path / "run"
     done = subprocess.run(
-        [sys.executable, "-m", "bertjax.main", "--config=configs/modernbert.py:size=tiny,runlocal", f"--workdir={run}",
-         "--config.data.corpus=builtin:pydocs", "--config.data.dupe_factor=1", f"--config.data.vocab_file={bpe.path}",
-         "--config.train.num_train_steps=6", "--config.eval.every_steps=6", "--config.checkpoint.export_hf=true"],
-        cwd=ROOT, capture_output=True, text=True, timeout=900, env=dict(os.environ, JAX_PLATFORMS="cpu"))
+        [
+            sys.executable,
+            "-m",
+            "bertjax.main",
+            "--config=configs/modernbert.py:size=tiny,runlocal",
+            f"--workdir={run}",
+            "--config.data.corpus=builtin:pydocs",
+            "--config.data.dupe_factor=1",
+            f"--config.data.vocab_file={bpe.path}",
+            "--config.train.num_train_steps=6",
+            "--config.eval.every_steps=6",
+            "--config.checkpoint.export_hf=true",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=dict(os.environ, JAX_PLATFORMS="cpu"),
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     metadata = json.loads((run / "data" / "train" / "metadata.json").read_text())
     assert metadata["vocab_size"] == 1200
@@ -138,8 +188,14 @@ def test_a_bert_export_with_a_roberta_style_tokenizer_pads_with_its_pad_token(tm
     from bertjax.models.bert import hf as bert_hf
 
     tok = roberta_tokenizer(tmp_path / "roberta.json")
-    config = model_lib.BertConfig(vocab_size=tok.get_vocab_size(), hidden_size=8, num_hidden_layers=1,
-                                  num_attention_heads=2, intermediate_size=8, max_position_embeddings=16)
+    config = model_lib.BertConfig(
+        vocab_size=tok.get_vocab_size(),
+        hidden_size=8,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=8,
+        max_position_embeddings=16,
+    )
     model = model_lib.BertForPreTraining(config)
     ids = np.zeros((1, 4), np.int32)
     params = nn.meta.unbox(model.init(jax.random.key(0), ids, np.zeros_like(ids), np.ones_like(ids))["params"])
@@ -161,4 +217,4 @@ def test_a_bert_export_with_a_roberta_style_tokenizer_pads_with_its_pad_token(tm
     report = finetuning.finetune(c, str(tmp_path / "finetuned"))
     assert 0.0 <= report["accuracy"] <= 1.0, report
     framed = hf_tokenizer(HELD_OUT[0], HELD_OUT[2])["input_ids"]
-    assert framed[0] == 0 and framed[-1] == 2 and [2, 2] in [framed[i:i + 2] for i in range(len(framed))]
+    assert framed[0] == 0 and framed[-1] == 2 and [2, 2] in [framed[i : i + 2] for i in range(len(framed))]

@@ -51,9 +51,15 @@ def venv_kernel(tmp_path: pathlib.Path) -> AsyncKernelManager:
     machine (a system `python3` one, say) can substitute another Python."""
     spec_dir = tmp_path / "kernels" / "python3"
     spec_dir.mkdir(parents=True)
-    (spec_dir / "kernel.json").write_text(json.dumps({
-        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-        "display_name": "bertjax test venv", "language": "python"}))
+    (spec_dir / "kernel.json").write_text(
+        json.dumps(
+            {
+                "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+                "display_name": "bertjax test venv",
+                "language": "python",
+            }
+        )
+    )
     specs = KernelSpecManager(kernel_dirs=[str(tmp_path / "kernels")])
     return AsyncKernelManager(kernel_name="python3", kernel_spec_manager=specs)
 
@@ -64,23 +70,39 @@ def test_notebook_pretrains_plots_predicts_and_exports_to_transformers(tmp_path)
     overrides = {
         "STEPS": 30,
         "WORKDIR": str(workdir),
-        "EXTRA_FLAGS": ["--config.data.dupe_factor=1", "--config.data.heldout_dupe_factor=1",
-                        "--config.train.log_every_steps=10", "--config.eval.every_steps=20",
-                        "--config.checkpoint.every_steps=20"],
+        "EXTRA_FLAGS": [
+            "--config.data.dupe_factor=1",
+            "--config.data.heldout_dupe_factor=1",
+            "--config.train.log_every_steps=10",
+            "--config.eval.every_steps=20",
+            "--config.checkpoint.every_steps=20",
+        ],
     }
     source = "# Parameters injected by tests/test_colab.py\n" + "".join(
-        f"{name} = {value!r}\n" for name, value in overrides.items())
+        f"{name} = {value!r}\n" for name, value in overrides.items()
+    )
     source += "import sys\nprint('kernel python:', sys.executable, sys.prefix)\n"
     injected = nbformat.v4.new_code_cell(source, metadata={"tags": ["injected-parameters"]})
     nb.cells.insert(parameters_index(nb) + 1, injected)
 
-    env = dict(os.environ, JAX_PLATFORMS="cpu", BERTJAX_NO_TCMALLOC="1",
-               XLA_FLAGS="--xla_force_host_platform_device_count=1 --xla_backend_optimization_level=0",
-               IPYTHONDIR=str(tmp_path / "ipython"),
-               PYDEVD_DISABLE_FILE_VALIDATION="1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    env = dict(
+        os.environ,
+        JAX_PLATFORMS="cpu",
+        BERTJAX_NO_TCMALLOC="1",
+        XLA_FLAGS="--xla_force_host_platform_device_count=1 --xla_backend_optimization_level=0",
+        IPYTHONDIR=str(tmp_path / "ipython"),
+        PYDEVD_DISABLE_FILE_VALIDATION="1",
+        HF_HUB_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+    )
     env.pop("MPLBACKEND", None)  # the kernel's inline backend, so that plt.show() makes an image output
-    client = NotebookClient(nb, timeout=600, km=venv_kernel(tmp_path), allow_errors=False,
-                            resources={"metadata": {"path": str(NOTEBOOK.parent)}})  # Jupyter's cwd: launch/
+    client = NotebookClient(
+        nb,
+        timeout=600,
+        km=venv_kernel(tmp_path),
+        allow_errors=False,
+        resources={"metadata": {"path": str(NOTEBOOK.parent)}},
+    )  # Jupyter's cwd: launch/
     # Raises CellExecutionError, naming the cell, when any cell fails; the kernel is shut down either way.
     client.execute(env=env, cleanup_kc=True)
 
@@ -98,8 +120,9 @@ def test_notebook_pretrains_plots_predicts_and_exports_to_transformers(tmp_path)
     assert all(0 < r["mlm_accuracy_baseline"] < 0.5 and 0.5 <= r["nsp_accuracy_baseline"] < 1 for r in evals)
     assert "train step 30/30" in everything and "done: 30 steps" in everything
 
-    plots = [i for i, cell in enumerate(nb.cells) for out in cell.get("outputs", [])
-             if "image/png" in out.get("data", {})]
+    plots = [
+        i for i, cell in enumerate(nb.cells) for out in cell.get("outputs", []) if "image/png" in out.get("data", {})
+    ]
     assert len(plots) == 1 and (workdir / "curves.png").stat().st_size > 10_000
     assert "held-out after 30 steps: MLM accuracy" in text[plots[0]]
 
@@ -107,6 +130,11 @@ def test_notebook_pretrains_plots_predicts_and_exports_to_transformers(tmp_path)
     assert everything.count("truth") >= 4
     assert "tokenizers agree on" in everything and ": True (" in everything
     assert "max |bertjax − transformers| on " in everything
-    assert sorted(os.listdir(workdir / "hf")) == [".bertjax.json", "config.json", "model.safetensors",
-                                                  "tokenizer_config.json", "vocab.txt"]
+    assert sorted(os.listdir(workdir / "hf")) == [
+        ".bertjax.json",
+        "config.json",
+        "model.safetensors",
+        "tokenizer_config.json",
+        "vocab.txt",
+    ]
     assert "transformers fills " in everything

@@ -11,7 +11,8 @@ from ml_collections import config_flags
 
 from bertjax.models.bert import model as model_lib
 from bertjax.config import schema as config_lib
-from bertjax.config.schema import FinetuneConfig, JobConfig
+from bertjax.config.finetune import FinetuneConfig
+from bertjax.config.schema import JobConfig
 
 CONFIGS = pathlib.Path(__file__).resolve().parents[1] / "configs"
 
@@ -57,21 +58,34 @@ def test_bad_model_fields_are_named():
 def uncommented_fields(source: str, classes: tuple[str, ...]) -> list[str]:
     """Fields of the named dataclasses with no comment on their line(s) or the line above."""
     lines = source.splitlines()
-    return [f"{cls.name}.{node.target.id}" for cls in ast.parse(source).body
-            if isinstance(cls, ast.ClassDef) and cls.name in classes for node in cls.body
-            if isinstance(node, ast.AnnAssign) and not node.target.id.startswith("_")
-            and not any("#" in line for line in lines[node.lineno - 2:node.end_lineno])]
+    return [
+        f"{cls.name}.{node.target.id}"
+        for cls in ast.parse(source).body
+        if isinstance(cls, ast.ClassDef) and cls.name in classes
+        for node in cls.body
+        if isinstance(node, ast.AnnAssign)
+        and not node.target.id.startswith("_")
+        and not any("#" in line for line in lines[node.lineno - 2 : node.end_lineno])
+    ]
 
 
 def test_every_pre_training_setting_is_commented_once_in_the_schema():
     """config/schema.py says what each setting does, on its field; configs/default.py writes no value of its
     own beyond a size's model, the phase's and runlocal's changes (its ConfigDict is the schema's defaults)."""
-    sections = ("ModelConfig", "DataConfig", "TrainConfig", "OptimConfig", "MeshConfig", "CheckpointConfig",
-                "EvalConfig")
+    sections = (
+        "ModelConfig",
+        "DataConfig",
+        "TrainConfig",
+        "OptimConfig",
+        "MeshConfig",
+        "CheckpointConfig",
+        "EvalConfig",
+    )
     source = pathlib.Path(config_lib.__file__).read_text()
     assert uncommented_fields(source, sections) == []
     assert uncommented_fields("class ModelConfig:\n    dtype: str = 'float32'\n", sections) == [  # planted
-        "ModelConfig.dtype"]
+        "ModelConfig.dtype"
+    ]
     assert load("default").to_dict() == JobConfig().to_dict()
 
 
@@ -80,29 +94,41 @@ def test_every_default_field_is_commented(name):
     """Each `c.section.field = value` line in finetune.py carries a comment saying what it does."""
     source = (CONFIGS / f"{name}.py").read_text()
     lines = source.splitlines()
-    assignments = [node for node in ast.walk(ast.parse(source)) if isinstance(node, ast.Assign)
-                   and isinstance(node.targets[0], ast.Attribute)]
+    assignments = [
+        node
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Attribute)
+    ]
     assert len(assignments) > 25
     for node in assignments:
         if re.search(r"ConfigDict\(\)$", lines[node.lineno - 1]) or node.col_offset > 4:
             continue  # section headers, and the phase/runlocal overrides of fields commented above
-        span = lines[node.lineno - 1: node.end_lineno]
+        span = lines[node.lineno - 1 : node.end_lineno]
         assert any("#" in line for line in span), f"{name}.py:{node.lineno} has no comment: {span[0].strip()}"
 
 
 def test_summary_cli_reports_the_model():
-    out = subprocess.run([sys.executable, "-m", "bertjax.summary", f"--config={CONFIGS / 'tiny.py'}"],
-                         capture_output=True, text=True, timeout=300, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "bertjax.summary", f"--config={CONFIGS / 'tiny.py'}"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    ).stdout
     total = int(re.search(r"total\s+([\d,]+)", out).group(1).replace(",", ""))
     import jax
 
-    shapes = jax.eval_shape(lambda: model_lib.init_params(model_lib.from_config(JobConfig.from_configdict(load("tiny")).model),
-                                                          jax.random.PRNGKey(0)))
+    shapes = jax.eval_shape(
+        lambda: model_lib.init_params(
+            model_lib.from_config(JobConfig.from_configdict(load("tiny")).model), jax.random.PRNGKey(0)
+        )
+    )
     assert total == model_lib.param_count(shapes)
     assert "mlm_logits       (2, 20, 30522)" in out
 
 
 # --- The schema (bertjax/config/schema.py) and strict arguments --------------------------------------------
+
 
 def test_schema_defaults_are_default_py():
     """JobConfig() is configs/default.py converted: the two cannot drift apart."""
@@ -121,13 +147,16 @@ def test_boolean_arguments_mean_what_they_say():
     assert load("demo", "quick").train.num_train_steps == load("demo").train.num_train_steps // 10
 
 
-@pytest.mark.parametrize("name,arg,pattern", [
-    ("demo", "quikc", r"config argument 'quikc' is not known; this config file takes quick=False"),
-    ("base", "size=large", r"config argument 'size' is not known"),
-    ("large", "phase=two", r"config argument phase='two' must be of type int"),
-    ("large", "runlocal=maybe", r"config argument runlocal='maybe' must be true or false"),
-    ("default", "size=huge", r"model size 'huge' is not one of"),
-])
+@pytest.mark.parametrize(
+    "name,arg,pattern",
+    [
+        ("demo", "quikc", r"config argument 'quikc' is not known; this config file takes quick=False"),
+        ("base", "size=large", r"config argument 'size' is not known"),
+        ("large", "phase=two", r"config argument phase='two' must be of type int"),
+        ("large", "runlocal=maybe", r"config argument runlocal='maybe' must be true or false"),
+        ("default", "size=huge", r"model size 'huge' is not one of"),
+    ],
+)
 def test_bad_arguments_are_refused(name, arg, pattern):
     with pytest.raises(ValueError, match=pattern):
         load(name, arg)
@@ -136,8 +165,11 @@ def test_bad_arguments_are_refused(name, arg, pattern):
 def test_misspelled_missing_and_ill_typed_keys_are_named():
     config = load("tiny")
     config.train.num_train_step = 5
-    with pytest.raises(ValueError, match=r"config\.train\.num_train_step is not a setting; did you mean "
-                                         r"config\.train\.num_train_steps\?"):
+    with pytest.raises(
+        ValueError,
+        match=r"config\.train\.num_train_step is not a setting; did you mean "
+        r"config\.train\.num_train_steps\?",
+    ):
         JobConfig.from_configdict(config)
     config = load("tiny")
     del config.eval["every_steps"]
@@ -158,17 +190,27 @@ def test_the_job_cli_names_a_misspelled_argument_and_key(tmp_path):
     its warmup does not fit, is one sentence from `python -m bertjax.main` and exit status 2, before any work;
     the warmup's names the value to pass."""
     own = tmp_path / "my_config.py"
-    own.write_text("import runpy\n\n\ndef get_config():\n"
-                   f"    c = runpy.run_path({str(CONFIGS / 'demo.py')!r})['get_config']()\n"
-                   "    c.train.num_train_step = 5\n    return c\n")
+    own.write_text(
+        "import runpy\n\n\ndef get_config():\n"
+        f"    c = runpy.run_path({str(CONFIGS / 'demo.py')!r})['get_config']()\n"
+        "    c.train.num_train_step = 5\n    return c\n"
+    )
     shortened = f"--config={CONFIGS / 'demo.py'} --config.train.num_train_steps=40"  # its warmup is 300 steps
     for flags_given, pattern in (
-            (f"--config={CONFIGS / 'demo.py'}:quikc", "config argument 'quikc' is not known"),
-            (f"--config={own}", "config.train.num_train_step is not a setting; did you mean"),
-            (shortened, "config.optim.warmup_steps=300 exceeds config.train.num_train_steps=40; warmup must end "
-                        "within the run: pass --config.optim.warmup_steps=4 (a tenth of it) or fewer.")):
-        done = subprocess.run([sys.executable, "-m", "bertjax.main", *flags_given.split(),
-                               f"--workdir={tmp_path / 'work'}"], capture_output=True, text=True, timeout=300)
+        (f"--config={CONFIGS / 'demo.py'}:quikc", "config argument 'quikc' is not known"),
+        (f"--config={own}", "config.train.num_train_step is not a setting; did you mean"),
+        (
+            shortened,
+            "config.optim.warmup_steps=300 exceeds config.train.num_train_steps=40; warmup must end "
+            "within the run: pass --config.optim.warmup_steps=4 (a tenth of it) or fewer.",
+        ),
+    ):
+        done = subprocess.run(
+            [sys.executable, "-m", "bertjax.main", *flags_given.split(), f"--workdir={tmp_path / 'work'}"],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert done.returncode == 2 and pattern in done.stderr.strip().splitlines()[-1], done.stderr[-2000:]
         assert not (tmp_path / "work").exists()  # refused before anything was written
 

@@ -12,8 +12,7 @@ from bertjax.data.corpus import sources as corpus
 from bertjax.data.corpus.sources import CorpusStats, open_source, shard_units
 
 TWO_DOCS = "First sentence.\nSecond sentence.\n\n\n  \nOther doc line one.\nOther doc line two.\n"
-TWO_DOCS_EXPECTED = [["First sentence.", "Second sentence."],
-                     ["Other doc line one.", "Other doc line two."]]
+TWO_DOCS_EXPECTED = [["First sentence.", "Second sentence."], ["Other doc line one.", "Other doc line two."]]
 
 
 def _write(path: pathlib.Path, data: str | bytes) -> str:
@@ -59,8 +58,13 @@ def test_non_utf8_bytes_are_replaced_and_counted(tmp_path):
 
 
 def test_empty_files_are_counted_and_skipped(tmp_path):
-    spec = ",".join([_write(tmp_path / "zero.txt", b""), _write(tmp_path / "blank.txt", "\n \n"),
-                     _write(tmp_path / "full.txt", TWO_DOCS)])
+    spec = ",".join(
+        [
+            _write(tmp_path / "zero.txt", b""),
+            _write(tmp_path / "blank.txt", "\n \n"),
+            _write(tmp_path / "full.txt", TWO_DOCS),
+        ]
+    )
     source = open_source(spec)
     assert list(source.documents()) == TWO_DOCS_EXPECTED
     assert (source.stats.units, source.stats.empty_files) == (3, 2)
@@ -138,7 +142,10 @@ def test_unknown_builtin_is_an_error():
 def test_split_sentences_on_abbreviations_and_paragraphs():
     text = "Dr. Smith paid $3.50 for e.g. coffee. He left!\n\nA heading without stop\nwraps here."
     assert corpus.split_sentences(text) == [
-        "Dr. Smith paid $3.50 for e.g. coffee.", "He left!", "A heading without stop wraps here."]
+        "Dr. Smith paid $3.50 for e.g. coffee.",
+        "He left!",
+        "A heading without stop wraps here.",
+    ]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -166,8 +173,9 @@ def tfds_data_dir(tmp_path_factory) -> str:
 
         def _info(self):
             return tfds.core.DatasetInfo(
-                builder=self, features=tfds.features.FeaturesDict(
-                    {"text": tfds.features.Text(), "title": tfds.features.Text()}))
+                builder=self,
+                features=tfds.features.FeaturesDict({"text": tfds.features.Text(), "title": tfds.features.Text()}),
+            )
 
         def _split_generators(self, dl_manager):
             return {"train": self._generate_examples()}
@@ -178,7 +186,8 @@ def tfds_data_dir(tmp_path_factory) -> str:
 
     data_dir = str(tmp_path_factory.mktemp("tfds"))
     BertjaxCorpusTestSet(data_dir=data_dir).download_and_prepare(
-        download_config=tfds.download.DownloadConfig(num_shards=4))
+        download_config=tfds.download.DownloadConfig(num_shards=4)
+    )
     return data_dir
 
 
@@ -187,8 +196,7 @@ def test_tfds_reads_all_documents_split_into_sentences(tfds_data_dir):
     docs = list(source.documents())
     assert len(docs) == NUM_EXAMPLES
     assert sorted(docs) == sorted(_expected_doc(i) for i in range(NUM_EXAMPLES))
-    assert (source.stats.units, source.stats.documents, source.stats.sentences) == (
-        4, NUM_EXAMPLES, 3 * NUM_EXAMPLES)
+    assert (source.stats.units, source.stats.documents, source.stats.sentences) == (4, NUM_EXAMPLES, 3 * NUM_EXAMPLES)
 
 
 def test_tfds_units_reproduce_the_whole_split(tfds_data_dir):
@@ -203,8 +211,7 @@ def test_tfds_units_reproduce_the_whole_split(tfds_data_dir):
 
 
 def test_tfds_other_text_feature(tfds_data_dir):
-    source = open_source("tfds:bertjax_corpus_test_set:train[:5]", data_dir=tfds_data_dir,
-                         text_feature="title")
+    source = open_source("tfds:bertjax_corpus_test_set:train[:5]", data_dir=tfds_data_dir, text_feature="title")
     assert source.list_units() == ["train[:5]"]
     assert all(len(doc) == 1 and doc[0].startswith("Title ") for doc in source.documents())
     with pytest.raises(ValueError, match="no feature 'body'.*'text', 'title'"):
@@ -215,8 +222,7 @@ def test_tfds_missing_dataset_error_names_data_dir_and_fix(tfds_data_dir, tmp_pa
     with pytest.raises(FileNotFoundError, match=r"not_a_dataset_zz.*data_dir.*tfds build"):
         open_source("tfds:not_a_dataset_zz:train", data_dir=tfds_data_dir)
     empty = str(tmp_path)
-    with pytest.raises(FileNotFoundError,
-                       match=rf"not prepared in data_dir '{empty}'.*tfds_data_dir"):
+    with pytest.raises(FileNotFoundError, match=rf"not prepared in data_dir '{empty}'.*tfds_data_dir"):
         open_source("tfds:bertjax_corpus_test_set:train", data_dir=empty)
 
 
@@ -251,8 +257,9 @@ def test_pydocs_documents_are_prose():
 
 
 def test_clean_docstring_drops_doctests_literal_blocks_and_code():
-    doc = ("Frobnicate the widget.\n\n>>> frob(1)\n2\n\nUse it like this::\n\n"
-           "    x = frob(y)[0]\n\n.. versionadded:: 3.2\n   Extra.\n\n"
-           "x = {'a': 1, 'b': [2, 3]}\n=====  =====\nThe end.")
-    assert corpus.clean_docstring(doc).split() == (
-        "Frobnicate the widget. Use it like this: The end.").split()
+    doc = (
+        "Frobnicate the widget.\n\n>>> frob(1)\n2\n\nUse it like this::\n\n"
+        "    x = frob(y)[0]\n\n.. versionadded:: 3.2\n   Extra.\n\n"
+        "x = {'a': 1, 'b': [2, 3]}\n=====  =====\nThe end."
+    )
+    assert corpus.clean_docstring(doc).split() == ("Frobnicate the widget. Use it like this: The end.").split()

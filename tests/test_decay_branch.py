@@ -16,8 +16,15 @@ WARMUP, PEAK = 2, 1e-3
 
 
 def config(pydocs_data: str, steps: int, **optim):
-    c = train_setup.small_config(pydocs_data, **{"train.num_train_steps": steps, "checkpoint.every_steps": 1,
-                                                 "optim.warmup_steps": WARMUP, "optim.learning_rate": PEAK})
+    c = train_setup.small_config(
+        pydocs_data,
+        **{
+            "train.num_train_steps": steps,
+            "checkpoint.every_steps": 1,
+            "optim.warmup_steps": WARMUP,
+            "optim.learning_rate": PEAK,
+        },
+    )
     c.eval.every_steps = 1000
     c.optim.update(optim)
     return c
@@ -38,8 +45,9 @@ def stable(pydocs_data, tmp_path_factory):
 def test_a_branch_ends_where_one_run_that_decayed_there_ends(stable, pydocs_data, tmp_path, caplog):
     decay = dict(schedule="wsd", decay_shape="1-sqrt", decay_steps=3)
     with caplog.at_level("INFO", logger="bertjax"):
-        train.train_and_evaluate(dict_config(config(pydocs_data, 7, **decay), branch_from=f"{stable}/4"),
-                                 str(tmp_path / "branch"))
+        train.train_and_evaluate(
+            dict_config(config(pydocs_data, 7, **decay), branch_from=f"{stable}/4"), str(tmp_path / "branch")
+        )
     assert f"branched from {stable}/4 at step 4" in caplog.text
     # One run with the decay over steps 4..7 from the start: the same learning rates at every step, the same data.
     train.train_and_evaluate(config(pydocs_data, 7, **decay), str(tmp_path / "straight"))
@@ -55,8 +63,9 @@ def test_a_branch_ends_where_one_run_that_decayed_there_ends(stable, pydocs_data
         shutil.rmtree(tmp_path / "cut" / "checkpoints" / str(step))
     caplog.clear()
     with caplog.at_level("INFO", logger="bertjax"):
-        train.train_and_evaluate(dict_config(config(pydocs_data, 7, **decay), branch_from=f"{stable}/4"),
-                                 str(tmp_path / "cut"))
+        train.train_and_evaluate(
+            dict_config(config(pydocs_data, 7, **decay), branch_from=f"{stable}/4"), str(tmp_path / "cut")
+        )
     assert "resumed from" in caplog.text and "branched from" not in caplog.text
     for a, b in zip(params_of(tmp_path / "branch"), params_of(tmp_path / "cut")):
         np.testing.assert_array_equal(a, b)
@@ -67,15 +76,20 @@ def dict_config(c, **train):
     return c
 
 
-@pytest.mark.parametrize("branch_from,steps,pattern", [
-    ("{stable}/5", 6, r"starts at step 5, inside the decay \(steps 3–6\); set config\.train\.num_train_steps=8"),
-    ("{stable}/9", 12, r"has no step 9, only \[1, 2, 3, 4, 5, 6\]"),
-    ("{stable}/6", 6, r"starts at step 6, at or after config\.train\.num_train_steps=6"),
-    ("{tmp}/nothing", 6, r"is not a bertjax workdir \(no checkpoints/ in it\)"),
-])
+@pytest.mark.parametrize(
+    "branch_from,steps,pattern",
+    [
+        ("{stable}/5", 6, r"starts at step 5, inside the decay \(steps 3–6\); set config\.train\.num_train_steps=8"),
+        ("{stable}/9", 12, r"has no step 9, only \[1, 2, 3, 4, 5, 6\]"),
+        ("{stable}/6", 6, r"starts at step 6, at or after config\.train\.num_train_steps=6"),
+        ("{tmp}/nothing", 6, r"is not a bertjax workdir \(no checkpoints/ in it\)"),
+    ],
+)
 def test_a_branch_that_cannot_be_taken_is_one_sentence(stable, pydocs_data, tmp_path, branch_from, steps, pattern):
-    c = dict_config(config(pydocs_data, steps, schedule="wsd", decay_steps=3),
-                    branch_from=branch_from.format(stable=stable, tmp=tmp_path))
+    c = dict_config(
+        config(pydocs_data, steps, schedule="wsd", decay_steps=3),
+        branch_from=branch_from.format(stable=stable, tmp=tmp_path),
+    )
     with pytest.raises((ValueError, FileNotFoundError), match=pattern):
         train.train_and_evaluate(c, str(tmp_path / "branch"))
 

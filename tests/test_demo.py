@@ -14,20 +14,41 @@ import train_setup
 
 
 def run(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=1 --xla_backend_optimization_level=0")
-    proc = subprocess.run([sys.executable, "-m", *args], cwd=train_setup.ROOT, env=env, capture_output=True,
-                          text=True, timeout=600)
+    env = dict(
+        os.environ,
+        JAX_PLATFORMS="cpu",
+        XLA_FLAGS="--xla_force_host_platform_device_count=1 --xla_backend_optimization_level=0",
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", *args], cwd=train_setup.ROOT, env=env, capture_output=True, text=True, timeout=600
+    )
     if check:
         assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     return proc
 
 
-DEMO_FLAGS = ("--config=configs/demo.py:quick", "--config.train.num_train_steps=30",
-              "--config.train.log_every_steps=10", "--config.eval.every_steps=20", "--config.checkpoint.every_steps=20",
-              "--config.data.dupe_factor=1")
+DEMO_FLAGS = (
+    "--config=configs/demo.py:quick",
+    "--config.train.num_train_steps=30",
+    "--config.train.log_every_steps=10",
+    "--config.eval.every_steps=20",
+    "--config.checkpoint.every_steps=20",
+    "--config.data.dupe_factor=1",
+)
 # What a run's metrics.jsonl holds that comes from the data and the computation, not from the clock.
-COMPUTED = ("loss", "mlm_loss", "nsp_loss", "mlm_accuracy", "nsp_accuracy", "grad_norm", "learning_rate",
-            "real_tokens_per_row", "padding_fraction", "mlm_accuracy_baseline", "nsp_accuracy_baseline")
+COMPUTED = (
+    "loss",
+    "mlm_loss",
+    "nsp_loss",
+    "mlm_accuracy",
+    "nsp_accuracy",
+    "grad_norm",
+    "learning_rate",
+    "real_tokens_per_row",
+    "padding_fraction",
+    "mlm_accuracy_baseline",
+    "nsp_accuracy_baseline",
+)
 
 
 @pytest.fixture(scope="module")
@@ -74,8 +95,13 @@ def test_demo_job_prepares_trains_evaluates_exports_and_predicts(demo):
     stage = json.loads((workdir / "data" / "stage.json").read_text())
     assert stage["vocab_size"] == 4096 and stage["heldout_documents"] > 0 and stage["train_documents"] > 400
     assert "Top-5 predictions" in proc.stdout and proc.stdout.count("truth") >= 4
-    assert sorted(os.listdir(workdir / "hf")) == [".bertjax.json", "config.json", "model.safetensors",
-                                                  "tokenizer_config.json", "vocab.txt"]
+    assert sorted(os.listdir(workdir / "hf")) == [
+        ".bertjax.json",
+        "config.json",
+        "model.safetensors",
+        "tokenizer_config.json",
+        "vocab.txt",
+    ]
     import transformers
 
     model = transformers.BertForPreTraining.from_pretrained(str(workdir / "hf"))
@@ -107,8 +133,12 @@ def test_demo_finetune_builds_the_task_from_held_out_modules_and_fine_tunes_both
 
     pretrained, _ = demo
     out = tmp_path / "finetune"
-    proc = run("bertjax.demo_finetune", "--config=configs/demo_finetune.py:quick", f"--pretrained={pretrained}",
-               f"--workdir={out}")
+    proc = run(
+        "bertjax.demo_finetune",
+        "--config=configs/demo_finetune.py:quick",
+        f"--pretrained={pretrained}",
+        f"--workdir={out}",
+    )
     task = json.loads((out / "task" / "task.json").read_text())
     splits = {}
     for name in ("train", "dev"):

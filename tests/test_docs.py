@@ -83,6 +83,7 @@ def _is_placeholder(name: str) -> bool:
 
 # --- links ----------------------------------------------------------------------------------------------
 
+
 def test_there_are_docs_pages_and_the_readme_links_every_one():
     pages = sorted((ROOT / "docs").glob("*.md"))
     assert pages, "docs/ has no pages"
@@ -131,6 +132,7 @@ def test_the_readme_stays_short():
 
 # --- the Layout -----------------------------------------------------------------------------------------
 
+
 def _layout() -> dict[str, str]:
     """{path relative to the root: its description} from the first code block of docs/layout.md.
 
@@ -167,7 +169,7 @@ def _layout() -> dict[str, str]:
 def _tree_files(folder: str, pattern: str, recursive: bool) -> set[str]:
     base = ROOT / folder
     found = set()
-    for path in (base.rglob(pattern) if recursive else base.glob(pattern)):
+    for path in base.rglob(pattern) if recursive else base.glob(pattern):
         rel = path.relative_to(ROOT)
         if path.is_file() and not SKIPPED_DIRS & set(rel.parts) and not path.name.startswith("."):
             found.add(str(rel))
@@ -187,10 +189,16 @@ def test_what_the_layout_calls_a_symlink_is_one():
     assert not wrong, f"docs/layout.md calls these symlinks, but they are not: {wrong}"
 
 
-@pytest.mark.parametrize("folder, pattern, recursive", [
-    ("bertjax", "*.py", True), ("benchmarks", "*.py", False), ("launch", "*", True), ("tests", "*.py", False),
-    ("docs", "*.md", False),
-])
+@pytest.mark.parametrize(
+    "folder, pattern, recursive",
+    [
+        ("bertjax", "*.py", True),
+        ("benchmarks", "*.py", False),
+        ("launch", "*", True),
+        ("tests", "*.py", False),
+        ("docs", "*.md", False),
+    ],
+)
 def test_every_file_in_the_tree_is_in_the_layout(folder, pattern, recursive):
     named = set(_layout())
     missing = sorted(_tree_files(folder, pattern, recursive) - named)
@@ -198,6 +206,7 @@ def test_every_file_in_the_tree_is_in_the_layout(folder, pattern, recursive):
 
 
 # --- commands, scripts, configs and files the pages name -----------------------------------------------
+
 
 def _mentions(regex: str) -> list[tuple[str, re.Match]]:
     return [(_rel(page), m) for page in PAGES for m in re.finditer(regex, _all_text(page))]
@@ -215,8 +224,11 @@ def test_every_python_m_command_is_a_module_of_the_package():
 
 
 def test_every_benchmark_script_named_exists():
-    bad = {f"{page}: {m.group(0)}" for page, m in _mentions(r"(?<![\w/.-])benchmarks/(\w+)\.py")
-           if not _is_placeholder(m.group(1)) and not (ROOT / m.group(0)).is_file()}
+    bad = {
+        f"{page}: {m.group(0)}"
+        for page, m in _mentions(r"(?<![\w/.-])benchmarks/(\w+)\.py")
+        if not _is_placeholder(m.group(1)) and not (ROOT / m.group(0)).is_file()
+    }
     assert not bad, sorted(bad)
 
 
@@ -226,18 +238,23 @@ def test_every_config_file_named_exists():
         for name in m.group(1).strip("{}").split(","):
             if not _is_placeholder(name):
                 names.append((page, name))
-    bad = {f"{page}: configs/{name}.py" for page, name in names
-           if not (ROOT / "bertjax" / "configs" / f"{name}.py").is_file()
-           and not (ROOT / "configs" / f"{name}.py").is_file()}
+    bad = {
+        f"{page}: configs/{name}.py"
+        for page, name in names
+        if not (ROOT / "bertjax" / "configs" / f"{name}.py").is_file()
+        and not (ROOT / "configs" / f"{name}.py").is_file()
+    }
     assert not bad, sorted(bad)
 
 
 def test_every_repository_file_named_exists():
     regex = r"(?<![\w/.-])((?:bertjax|tests|launch|benchmarks|docs|\.ci)/[\w/.-]*?\.(?:py|ipynb|sbatch|md|jsonl))\b"
     generated = {"benchmarks/results/gpu_table.jsonl"}  # written by benchmarks/gpu_table.py when it runs
-    bad = {f"{page}: {m.group(1)}" for page, m in _mentions(regex)
-           if m.group(1) not in generated and not _is_placeholder(m.group(1))
-           and not (ROOT / m.group(1)).is_file()}
+    bad = {
+        f"{page}: {m.group(1)}"
+        for page, m in _mentions(regex)
+        if m.group(1) not in generated and not _is_placeholder(m.group(1)) and not (ROOT / m.group(1)).is_file()
+    }
     assert not bad, sorted(bad)
 
 
@@ -245,8 +262,10 @@ def test_the_checks_above_would_catch_drift():
     """The parsers find what they must: a test that matched nothing would pass on any text."""
     assert "bertjax/main.py" in _layout() and "bertjax/data/pretraining/packing.py" in _layout()
     assert len(_mentions(r"python3? -m (bertjax(?:\.\w+)+)")) > 10
-    assert _slug("Will it fit? TPU slices, compiled before you rent them") == \
-        "will-it-fit-tpu-slices-compiled-before-you-rent-them"
+    assert (
+        _slug("Will it fit? TPU slices, compiled before you rent them")
+        == "will-it-fit-tpu-slices-compiled-before-you-rent-them"
+    )
     assert _slug("What `make demo` does, and what it measured") == "what-make-demo-does-and-what-it-measured"
     assert _slug("Starting from Google's TF1 BERT checkpoints") == "starting-from-googles-tf1-bert-checkpoints"
     assert "docs/demo.md" in _links(README)

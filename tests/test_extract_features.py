@@ -16,8 +16,14 @@ from bertjax.data.vocab import tokenization
 
 import reference
 
-CONFIG = model_lib.BertConfig(vocab_size=40, hidden_size=32, num_hidden_layers=3, num_attention_heads=2,
-                              intermediate_size=64, max_position_embeddings=64)
+CONFIG = model_lib.BertConfig(
+    vocab_size=40,
+    hidden_size=32,
+    num_hidden_layers=3,
+    num_attention_heads=2,
+    intermediate_size=64,
+    max_position_embeddings=64,
+)
 HIDDEN_ATOL = 1e-4
 WORDS = ["the", "cat", "sat", "on", "mat", "dog", "ran", "a", "big", "house", "##s", "##ing", "sun", "red", "."]
 VOCAB = [*tokenization.SPECIAL_TOKENS, *WORDS]
@@ -29,10 +35,12 @@ def test_hidden_states_match_hf(remat, tmp_path):
     hf_model.save_pretrained(tmp_path)
     inputs = reference.batch(CONFIG)
     with torch.no_grad():
-        expected = hf_model.bert(input_ids=torch.tensor(inputs["input_ids"]).long(),
-                                 token_type_ids=torch.tensor(inputs["segment_ids"]).long(),
-                                 attention_mask=torch.tensor(inputs["input_mask"]).long(),
-                                 output_hidden_states=True).hidden_states
+        expected = hf_model.bert(
+            input_ids=torch.tensor(inputs["input_ids"]).long(),
+            token_type_ids=torch.tensor(inputs["segment_ids"]).long(),
+            attention_mask=torch.tensor(inputs["input_mask"]).long(),
+            output_hidden_states=True,
+        ).hidden_states
     assert len(expected) == CONFIG.num_hidden_layers + 1
     plain = {k: v for k, v in inputs.items() if k != "masked_lm_positions"}
     for scan in (False, True):
@@ -72,12 +80,23 @@ def run_cli(capsys, *args: str) -> tuple[int, str]:
 
 def test_cli_writes_tokens_and_last_layer(exported, capsys, caplog):
     root, model, params = exported
-    lines = ["The cat sat on the mat.", "a big red houses ||| the dog sating",  # a pair
-             "", "the sun " * 40]  # a blank line still gets [CLS] [SEP]; the last is truncated
+    lines = [
+        "The cat sat on the mat.",
+        "a big red houses ||| the dog sating",  # a pair
+        "",
+        "the sun " * 40,
+    ]  # a blank line still gets [CLS] [SEP]; the last is truncated
     (root / "input.txt").write_text("\n".join(lines) + "\n")
     out_file = root / "out" / "features.jsonl"
-    code, err = run_cli(capsys, f"--init_from={root / 'model'}", f"--input_file={root / 'input.txt'}",
-                        f"--output_file={out_file}", "--layers=-1,0", "--max_seq_length=16", "--batch_size=3")
+    code, err = run_cli(
+        capsys,
+        f"--init_from={root / 'model'}",
+        f"--input_file={root / 'input.txt'}",
+        f"--output_file={out_file}",
+        "--layers=-1,0",
+        "--max_seq_length=16",
+        "--batch_size=3",
+    )
     assert code == 0, err
     assert "truncated 1 of 4 lines" in caplog.text
     rows = [json.loads(line) for line in out_file.read_text().splitlines()]
@@ -85,10 +104,26 @@ def test_cli_writes_tokens_and_last_layer(exported, capsys, caplog):
 
     tokenizer = tokenization.load(root / "model" / "vocab.txt", True)
     a, b = (tokenizer.tokenize(t) for t in lines[1].split(" ||| "))
-    expected_tokens = [["[CLS]", *tokenizer.tokenize(lines[0]), "[SEP]"], ["[CLS]", *a, "[SEP]", *b, "[SEP]"],
-                       ["[CLS]", "[SEP]"], ["[CLS]", *tokenizer.tokenize(lines[3])[:14], "[SEP]"]]
-    assert expected_tokens[1] == ["[CLS]", "a", "big", "red", "house", "##s", "[SEP]", "the", "dog", "sat", "##ing",
-                                  "[SEP]"]
+    expected_tokens = [
+        ["[CLS]", *tokenizer.tokenize(lines[0]), "[SEP]"],
+        ["[CLS]", *a, "[SEP]", *b, "[SEP]"],
+        ["[CLS]", "[SEP]"],
+        ["[CLS]", *tokenizer.tokenize(lines[3])[:14], "[SEP]"],
+    ]
+    assert expected_tokens[1] == [
+        "[CLS]",
+        "a",
+        "big",
+        "red",
+        "house",
+        "##s",
+        "[SEP]",
+        "the",
+        "dog",
+        "sat",
+        "##ing",
+        "[SEP]",
+    ]
     for row, tokens in zip(rows, expected_tokens):
         assert [f["token"] for f in row["features"]] == tokens
         assert all([layer["index"] for layer in f["layers"]] == [-1, 0] for f in row["features"])
@@ -114,8 +149,11 @@ def test_cli_errors_are_one_line(exported, capsys, tmp_path):
         "empty": (f"--input_file={tmp_path / 'empty.txt'}",),
         "no vocab": (f"--input_file={tmp_path / 'one.txt'}",),
     }
-    expected = {"--layers=-4": "pass indices from -3 to 2", "empty": "empty.txt is empty",
-                "no vocab": "pass the one the model was trained with as --vocab_file"}
+    expected = {
+        "--layers=-4": "pass indices from -3 to 2",
+        "empty": "empty.txt is empty",
+        "no vocab": "pass the one the model was trained with as --vocab_file",
+    }
     for name, args in cases.items():
         init_from = model_dir
         if name == "no vocab":  # the same model without its vocab.txt

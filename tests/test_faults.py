@@ -33,8 +33,9 @@ STEPS = 8
 
 
 def config(pydocs_data: str, steps: int = STEPS, **overrides):
-    return train_setup.small_config(pydocs_data, **{"train.num_train_steps": steps, "checkpoint.every_steps": 2,
-                                                    "checkpoint.keep": 10, **overrides})
+    return train_setup.small_config(
+        pydocs_data, **{"train.num_train_steps": steps, "checkpoint.every_steps": 2, "checkpoint.keep": 10, **overrides}
+    )
 
 
 def final_params(workdir) -> list[np.ndarray]:
@@ -76,8 +77,10 @@ DAMAGES = {
     "opt_state array file truncated to 5,000 bytes": (6, _truncate_largest_opt_state_file),
     "params item deleted": (6, lambda d: shutil.rmtree(os.path.join(d, "params"))),
     "an empty step directory": (8, lambda d: os.makedirs(d)),
-    "pipeline index truncated to 0 bytes": (6, lambda d: open(os.path.join(d, "pipeline", "process_0.index"),
-                                                               "w").close()),
+    "pipeline index truncated to 0 bytes": (
+        6,
+        lambda d: open(os.path.join(d, "pipeline", "process_0.index"), "w").close(),
+    ),
     "bytes flipped in a params array file": (6, _flip_bytes_in_largest_params_file),
 }
 
@@ -94,8 +97,9 @@ def test_weights_only_loads_check_the_checksums_too(runs, tmp_path):
 
 
 @pytest.mark.parametrize("damage", list(DAMAGES))
-def test_a_damaged_newest_step_is_moved_aside_and_the_one_before_resumes_exactly(runs, pydocs_data, tmp_path,
-                                                                                damage, caplog):
+def test_a_damaged_newest_step_is_moved_aside_and_the_one_before_resumes_exactly(
+    runs, pydocs_data, tmp_path, damage, caplog
+):
     expected, stopped = runs
     workdir = tmp_path / "work"
     shutil.copytree(stopped, workdir)
@@ -109,8 +113,9 @@ def test_a_damaged_newest_step_is_moved_aside_and_the_one_before_resumes_exactly
         assert any("DamagedCheckpoint: 1 array(s) differ from the checksums saved with them" in w for w in warnings)
     assert any(f"moved the damaged step {step} aside" in w for w in warnings), warnings
     resumed = 4 if step == 6 else 6
-    assert any(f"resumed from {workdir / checkpoint_lib.CHECKPOINTS}/{resumed}" in r.getMessage()
-               for r in caplog.records)
+    assert any(
+        f"resumed from {workdir / checkpoint_lib.CHECKPOINTS}/{resumed}" in r.getMessage() for r in caplog.records
+    )
     assert f"damaged-{step}" in step_dirs(workdir)  # kept for the user, under a name orbax ignores
     for a, b in zip(expected, final_params(workdir)):
         np.testing.assert_array_equal(a, b)
@@ -124,17 +129,21 @@ def test_the_command_past_a_truncated_array_file_logs_its_warning_and_no_traceba
     shutil.copytree(runs[1], workdir)
     _truncate_largest_opt_state_file(os.path.join(workdir, checkpoint_lib.CHECKPOINTS, "6"))
     config_file = train_setup.write_config(config(pydocs_data), tmp_path / "config.py")
-    done = subprocess.run([sys.executable, "-m", "bertjax.main", f"--config={config_file}", f"--workdir={workdir}"],
-                          cwd=train_setup.ROOT, capture_output=True, text=True, timeout=600,
-                          env=dict(os.environ, JAX_PLATFORMS="cpu"))
+    done = subprocess.run(
+        [sys.executable, "-m", "bertjax.main", f"--config={config_file}", f"--workdir={workdir}"],
+        cwd=train_setup.ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=dict(os.environ, JAX_PLATFORMS="cpu"),
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "checkpoints/6 does not restore (" in done.stderr and "resumed from" in done.stderr, done.stderr[-3000:]
     for noise in ("Traceback", "Exception ignored", "Event loop is closed"):
         assert noise not in done.stderr, done.stderr[:3000]
 
 
-def test_when_no_step_restores_the_job_stops_and_changes_nothing_unless_told_to_start_over(
-        runs, pydocs_data, tmp_path):
+def test_when_no_step_restores_the_job_stops_and_changes_nothing_unless_told_to_start_over(runs, pydocs_data, tmp_path):
     expected, _ = runs
     workdir = tmp_path / "work"
     shutil.copytree(runs[1], workdir)  # keep only step 2, and damage it
@@ -155,12 +164,16 @@ def test_when_no_step_restores_the_job_stops_and_changes_nothing_unless_told_to_
         np.testing.assert_array_equal(a, b)
 
 
-@pytest.mark.parametrize("change, refusal", [
-    ({"model.intermediate_size": 96}, "different model config"),
-    ({"optim.max_grad_norm": 0.0}, "optimizer state of another layout than config.optim makes"),
-])
-def test_a_checkpoint_of_another_model_or_optimizer_is_refused_not_moved_aside(runs, pydocs_data, tmp_path, change,
-                                                                              refusal):
+@pytest.mark.parametrize(
+    "change, refusal",
+    [
+        ({"model.intermediate_size": 96}, "different model config"),
+        ({"optim.max_grad_norm": 0.0}, "optimizer state of another layout than config.optim makes"),
+    ],
+)
+def test_a_checkpoint_of_another_model_or_optimizer_is_refused_not_moved_aside(
+    runs, pydocs_data, tmp_path, change, refusal
+):
     _, stopped = runs
     workdir = tmp_path / "work"
     shutil.copytree(stopped, workdir)
@@ -185,9 +198,16 @@ def test_sigterm_before_training_starts_exits_0_saying_nothing_was_lost(tmp_path
         f"sys.argv = ['bertjax.main', '--config={config_file}', '--workdir={tmp_path / 'work'}']\n"
         "from bertjax import cli, main\n"
         "main.define_flags()\n"
-        "cli.run(main.main)\n")
-    done = subprocess.run([sys.executable, "-c", program], cwd=train_setup.ROOT, capture_output=True, text=True,
-                          env=dict(os.environ, JAX_PLATFORMS="cpu"), timeout=300)
+        "cli.run(main.main)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", program],
+        cwd=train_setup.ROOT,
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, JAX_PLATFORMS="cpu"),
+        timeout=300,
+    )
     out = done.stdout + done.stderr
     assert done.returncode == 0, out[-3000:]
     assert "stopped on request before training started" in out and "nothing was lost" in out
@@ -199,15 +219,26 @@ def test_sigterm_while_fine_tuning_compiles_exits_0_and_the_rerun_trains(tmp_pat
     """`python -m bertjax.finetune` sent SIGTERM while it compiles (a preemptible VM's signal): it used to log
     that nothing was lost and then die in the interpreter's shutdown (rc 139, 3 of 3 tries on the 2-core AMD
     EPYC, 2-4 s after its setup line); the same command then trains."""
-    rows = "".join(f"the film was {w}\t{'pos' if w in ('good', 'great') else 'neg'}\n"
-                   for w in ["good", "bad", "great", "awful"] * 16)
+    rows = "".join(
+        f"the film was {w}\t{'pos' if w in ('good', 'great') else 'neg'}\n"
+        for w in ["good", "bad", "great", "awful"] * 16
+    )
     (tmp_path / "train.tsv").write_text("text\tlabel\n" + rows)
-    command = [sys.executable, "-m", "bertjax.finetune", "--config=configs/finetune.py", f"--workdir={tmp_path / 'w'}",
-               f"--config.train.init_from={minilm_dir}", f"--config.data.train_file={tmp_path / 'train.tsv'}",
-               "--config.train.num_train_steps=3", "--config.data.max_seq_length=16",
-               "--config.train.global_batch_size=8"]
-    job = subprocess.Popen(command, cwd=train_setup.ROOT, stderr=subprocess.PIPE, text=True,
-                           env=dict(os.environ, JAX_PLATFORMS="cpu"))
+    command = [
+        sys.executable,
+        "-m",
+        "bertjax.finetune",
+        "--config=configs/finetune.py",
+        f"--workdir={tmp_path / 'w'}",
+        f"--config.train.init_from={minilm_dir}",
+        f"--config.data.train_file={tmp_path / 'train.tsv'}",
+        "--config.train.num_train_steps=3",
+        "--config.data.max_seq_length=16",
+        "--config.train.global_batch_size=8",
+    ]
+    job = subprocess.Popen(
+        command, cwd=train_setup.ROOT, stderr=subprocess.PIPE, text=True, env=dict(os.environ, JAX_PLATFORMS="cpu")
+    )
     lines = []
     for line in job.stderr:
         lines.append(line)
@@ -220,17 +251,31 @@ def test_sigterm_while_fine_tuning_compiles_exits_0_and_the_rerun_trains(tmp_pat
     assert job.wait(timeout=300) == 0, out[-3000:]
     assert "Fatal Python error" not in out and "Traceback" not in out, out[-3000:]
     assert "received signal 15" in out, out[-3000:]
-    done = subprocess.run(command, cwd=train_setup.ROOT, capture_output=True, text=True, timeout=600,
-                          env=dict(os.environ, JAX_PLATFORMS="cpu"))
+    done = subprocess.run(
+        command,
+        cwd=train_setup.ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=dict(os.environ, JAX_PLATFORMS="cpu"),
+    )
     assert done.returncode == 0 and "3 steps in" in done.stderr, done.stderr[-3000:]
 
 
-def test_a_second_job_in_a_busy_workdir_is_refused_and_a_dead_jobs_lock_is_taken_over(pydocs_data, tmp_path,
-                                                                                      caplog):
+def test_a_second_job_in_a_busy_workdir_is_refused_and_a_dead_jobs_lock_is_taken_over(pydocs_data, tmp_path, caplog):
     workdir = tmp_path / "work"
-    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from bertjax.runtime import lock; "
-                               f"lock.WorkdirLock({str(workdir)!r}).acquire(); print('held', flush=True); "
-                               "time.sleep(600)"], cwd=train_setup.ROOT, stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from bertjax.runtime import lock; "
+            f"lock.WorkdirLock({str(workdir)!r}).acquire(); print('held', flush=True); "
+            "time.sleep(600)",
+        ],
+        cwd=train_setup.ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "held"
         with pytest.raises(ValueError) as error:
@@ -263,6 +308,7 @@ def test_a_lock_from_another_host_is_respected_until_it_goes_stale(tmp_path):
 
 # --- Non-finite steps --------------------------------------------------------------------------------
 
+
 def _poison(batch: dict, value: float) -> dict:
     """A batch whose MLM loss (and so every gradient) is `value`: NaN or Inf."""
     return dict(batch, masked_lm_weights=batch["masked_lm_weights"] * np.float32(value))
@@ -272,9 +318,15 @@ def _poison(batch: dict, value: float) -> dict:
 def test_a_nonfinite_step_changes_nothing_but_the_step_count(pydocs_data, value):
     job = JobConfig.from_configdict(config(pydocs_data)).replace(mesh={"shape": (1, 1, 1)})
     trainer = trainer_lib.setup(job, jax.devices()[:1])
-    pipe = pipeline_lib.InputPipeline(pipeline_lib.PipelineConfig(
-        files=job.data.train_files, batch_size=16, max_seq_length=job.data.max_seq_length,
-        max_predictions_per_seq=job.data.max_predictions_per_seq, shuffle_buffer=100))
+    pipe = pipeline_lib.InputPipeline(
+        pipeline_lib.PipelineConfig(
+            files=job.data.train_files,
+            batch_size=16,
+            max_seq_length=job.data.max_seq_length,
+            max_predictions_per_seq=job.data.max_predictions_per_seq,
+            shuffle_buffer=100,
+        )
+    )
     state = trainer.init_state()
     for _ in range(2):  # real steps first: the Adam moments are not zero
         state, _ = trainer.train_step(state, trainer.global_batch(next(pipe)))
@@ -282,14 +334,18 @@ def test_a_nonfinite_step_changes_nothing_but_the_step_count(pydocs_data, value)
     state, metrics = trainer.train_step(state, trainer.global_batch(_poison(next(pipe), value)))
     after = jax.device_get(state)
     assert int(after.step) == int(before.step) + 1
-    for a, b in zip(jax.tree.leaves((before.params, before.opt_state)), jax.tree.leaves((after.params, after.opt_state))):
+    for a, b in zip(
+        jax.tree.leaves((before.params, before.opt_state)), jax.tree.leaves((after.params, after.opt_state))
+    ):
         np.testing.assert_array_equal(a, b)
     assert float(metrics["nonfinite"][0]) == 1.0
     assert float(metrics["loss"][1]) == 0.0 and float(metrics["mlm_accuracy"][1]) == 0.0  # out of the logged means
     state, metrics = trainer.train_step(state, trainer.global_batch(next(pipe)))  # the next finite step trains
     assert float(metrics["nonfinite"][0]) == 0.0 and np.isfinite(float(metrics["loss"][0]))
-    assert not all(np.array_equal(a, b) for a, b in zip(jax.tree.leaves(jax.device_get(state.params)),
-                                                        jax.tree.leaves(after.params)))
+    assert not all(
+        np.array_equal(a, b)
+        for a, b in zip(jax.tree.leaves(jax.device_get(state.params)), jax.tree.leaves(after.params))
+    )
 
 
 def _poison_training_batches(monkeypatch, steps: set[int]) -> None:
@@ -321,8 +377,10 @@ def test_skip_counts_nonfinite_steps_and_stops_after_too_many_in_a_row(pydocs_da
     rows = _rows(workdir)
     assert [s for s, r in sorted(rows.items()) if r["skipped_steps"]] == [3, 5, 6]
     assert rows[3]["loss"] is None and all(np.isfinite(rows[s]["loss"]) for s in (1, 2, 4, 7, 8))
-    assert sum("its update was not applied (2 such steps in a row, 3 in all)" in r.getMessage()
-               for r in caplog.records) == 1
+    assert (
+        sum("its update was not applied (2 such steps in a row, 3 in all)" in r.getMessage() for r in caplog.records)
+        == 1
+    )
     assert step_dirs(workdir)[-1] == str(STEPS) and all(np.isfinite(p).all() for p in final_params(workdir))
 
     _poison_training_batches(monkeypatch, {3, 5, 6})
@@ -330,8 +388,13 @@ def test_skip_counts_nonfinite_steps_and_stops_after_too_many_in_a_row(pydocs_da
     with pytest.raises(FloatingPointError) as error:
         train.train_and_evaluate(config(pydocs_data, **{"train.max_consecutive_nonfinite": 2}), str(workdir))
     message = str(error.value)
-    assert message.startswith("the loss or gradients of step 6 are not finite (2 steps in a row, "
-                              "config.train.max_consecutive_nonfinite=2)") and "\n" not in message
+    assert (
+        message.startswith(
+            "the loss or gradients of step 6 are not finite (2 steps in a row, "
+            "config.train.max_consecutive_nonfinite=2)"
+        )
+        and "\n" not in message
+    )
     assert f"{workdir / checkpoint_lib.CHECKPOINTS}/4, holds finite weights" in message
     assert step_dirs(workdir) == ["2", "4"]  # nothing after the stopping step was saved
 
@@ -355,6 +418,7 @@ def test_an_absurd_learning_rate_stops_the_job_and_its_last_checkpoint_resumes_e
 
 # --- Damaged records ---------------------------------------------------------------------------------
 
+
 def _damaged_copy(pydocs_data: str, tmp_path, damage: str) -> tuple[str, str, int]:
     """The train records copied, one shard damaged: (directory, damaged file, records left readable)."""
     directory = tmp_path / "train"
@@ -363,9 +427,11 @@ def _damaged_copy(pydocs_data: str, tmp_path, damage: str) -> tuple[str, str, in
     data = bytearray(open(shard, "rb").read())
     offsets = [0]  # where each record's frame starts
     while offsets[-1] < len(data):
-        offsets.append(offsets[-1] + records_lib.FRAME_BYTES + int.from_bytes(data[offsets[-1]:offsets[-1] + 8], "little"))
+        offsets.append(
+            offsets[-1] + records_lib.FRAME_BYTES + int.from_bytes(data[offsets[-1] : offsets[-1] + 8], "little")
+        )
     if damage == "truncated":
-        data = data[:offsets[-2] + 30]  # the last record cut short
+        data = data[: offsets[-2] + 30]  # the last record cut short
         good = len(offsets) - 2
     elif damage == "flipped byte":
         data[offsets[3] + 12 + 7] ^= 0xFF  # a byte of record 3's data: its CRC fails
@@ -377,9 +443,16 @@ def _damaged_copy(pydocs_data: str, tmp_path, damage: str) -> tuple[str, str, in
 
 
 def _pipeline(files: str, **overrides) -> pipeline_lib.InputPipeline:
-    return pipeline_lib.InputPipeline(pipeline_lib.PipelineConfig(
-        files=files, batch_size=16, max_seq_length=train_setup.SEQ, max_predictions_per_seq=train_setup.PRED,
-        shuffle_buffer=100, **overrides))
+    return pipeline_lib.InputPipeline(
+        pipeline_lib.PipelineConfig(
+            files=files,
+            batch_size=16,
+            max_seq_length=train_setup.SEQ,
+            max_predictions_per_seq=train_setup.PRED,
+            shuffle_buffer=100,
+            **overrides,
+        )
+    )
 
 
 @pytest.mark.parametrize("damage", ["truncated", "flipped byte", "not a record file"])
@@ -392,8 +465,11 @@ def test_a_damaged_record_file_is_named_with_the_byte_or_read_up_to_its_damage(p
             next(pipe)
     message = str(error.value)
     assert shard in message and "\n" not in message and "config.data.skip_damaged_records=true" in message
-    expected_problem = {"truncated": "a truncated record at byte", "flipped byte": "a record whose data fails its CRC",
-                        "not a record file": "no TFRecord header (it is not a record file)"}[damage]
+    expected_problem = {
+        "truncated": "a truncated record at byte",
+        "flipped byte": "a record whose data fails its CRC",
+        "not a record file": "no TFRecord header (it is not a record file)",
+    }[damage]
     assert expected_problem in message
 
     # Told to skip: every file is read up to its first damage, and the loss is counted.
@@ -410,8 +486,11 @@ def test_a_damaged_record_file_is_named_with_the_byte_or_read_up_to_its_damage(p
 def test_a_glob_that_also_matches_metadata_json_means_the_shards_and_metadata_json_named_says_so(pydocs_data):
     files = _pipeline(os.path.join(pydocs_data, "train", "*")).files
     assert files and all(f.endswith(".tfrecord") for f in files)
-    with pytest.raises(ValueError, match=r"metadata.json has no TFRecord header .* \(it describes the record set: "
-                                         "name the shards, or their directory\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"metadata.json has no TFRecord header .* \(it describes the record set: "
+        "name the shards, or their directory\)",
+    ):
         _pipeline(os.path.join(pydocs_data, "train", "metadata.json"))
 
 
@@ -423,8 +502,9 @@ def test_the_job_stops_on_a_damaged_record_file_or_skips_what_it_is_told_to(pydo
     job.data.skip_damaged_records = True
     with caplog.at_level("WARNING", logger="bertjax"):
         train.train_and_evaluate(job, str(tmp_path / "skipping"))
-    assert any("skipping the rest of a damaged file" in r.getMessage() and shard in r.getMessage()
-               for r in caplog.records)
+    assert any(
+        "skipping the rest of a damaged file" in r.getMessage() and shard in r.getMessage() for r in caplog.records
+    )
     rows = [json.loads(line) for line in (tmp_path / "skipping" / "metrics.jsonl").read_text().splitlines()]
     data_row = next(r for r in rows if r["kind"] == "data")
     assert data_row["train_damaged_files"] == 1 and data_row["eval_damaged_files"] == 0
@@ -435,8 +515,10 @@ def test_the_job_stops_on_a_damaged_record_file_or_skips_what_it_is_told_to(pydo
 
 # --- A full disk -------------------------------------------------------------------------------------
 
-def test_a_save_with_no_room_is_refused_before_writing_and_the_run_resumes_exactly(runs, pydocs_data, tmp_path,
-                                                                                   monkeypatch):
+
+def test_a_save_with_no_room_is_refused_before_writing_and_the_run_resumes_exactly(
+    runs, pydocs_data, tmp_path, monkeypatch
+):
     expected, _ = runs
     workdir = tmp_path / "work"
     real = shutil.disk_usage
@@ -449,8 +531,13 @@ def test_a_save_with_no_room_is_refused_before_writing_and_the_run_resumes_exact
     with pytest.raises(checkpoint_lib.DiskFull) as error:
         train.train_and_evaluate(config(pydocs_data), str(workdir))
     message = str(error.value)
-    assert message.startswith(f"no space left on device for saving step 6 in {workdir / checkpoint_lib.CHECKPOINTS}: "
-                              "a checkpoint needs about ") and "MiB and 0.1 MiB are free" in message
+    assert (
+        message.startswith(
+            f"no space left on device for saving step 6 in {workdir / checkpoint_lib.CHECKPOINTS}: "
+            "a checkpoint needs about "
+        )
+        and "MiB and 0.1 MiB are free" in message
+    )
     assert "the newest committed checkpoint, step 4, is intact and resumes." in message and "\n" not in message
     assert step_dirs(workdir) == ["2", "4"]  # nothing half-written
     monkeypatch.undo()
@@ -471,8 +558,9 @@ def small_disk(tmp_path):
     subprocess.run(["umount", str(mount)], check=True)
 
 
-def test_a_write_that_runs_out_of_space_is_one_sentence_and_the_run_resumes_exactly(runs, pydocs_data, tmp_path,
-                                                                                    small_disk, monkeypatch):
+def test_a_write_that_runs_out_of_space_is_one_sentence_and_the_run_resumes_exactly(
+    runs, pydocs_data, tmp_path, small_disk, monkeypatch
+):
     expected, _ = runs
     monkeypatch.setattr(checkpoint_lib.Checkpointer, "_check_room", lambda self, step: None)  # write into a full disk
     with pytest.raises(checkpoint_lib.DiskFull) as error:

@@ -12,8 +12,21 @@ import train_setup
 
 
 def test_every_fault_is_survived_bitwise_with_nothing_lost(tmp_path):
-    done = subprocess.run([sys.executable, "benchmarks/faults.py", "--trials=5", "--steps=15", "--prepare_trials=2",
-                           "--compile_stop_trials=2", f"--workdir={tmp_path}"], cwd=train_setup.ROOT, capture_output=True, text=True, timeout=1200)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "benchmarks/faults.py",
+            "--trials=5",
+            "--steps=15",
+            "--prepare_trials=2",
+            "--compile_stop_trials=2",
+            f"--workdir={tmp_path}",
+        ],
+        cwd=train_setup.ROOT,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert set(result["by_fault"]) == {"kill", "damage", "disk_full", "sigterm", "moved"}, result

@@ -16,10 +16,37 @@ import bertjax
 from bertjax.training import checkpoint as checkpoint_lib
 from bertjax.jobs import export as exporting, finetune as finetuning, predict as prediction
 from bertjax.models.bert import model as model_lib
+from bertjax.models.bert import heads as bert_heads
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-WORDS = ["good", "bad", "film", "plot", "the", "a", "was", "very", "not", "actor", "paris", "london", "john",
-         "mary", "lives", "in", "works", "at", "acme", "globex", "where", "does", "who", "?", ".", ","]
+WORDS = [
+    "good",
+    "bad",
+    "film",
+    "plot",
+    "the",
+    "a",
+    "was",
+    "very",
+    "not",
+    "actor",
+    "paris",
+    "london",
+    "john",
+    "mary",
+    "lives",
+    "in",
+    "works",
+    "at",
+    "acme",
+    "globex",
+    "where",
+    "does",
+    "who",
+    "?",
+    ".",
+    ",",
+]
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 VOCAB = SPECIALS + WORDS + ["##s", "##ing", "##ed"]
 
@@ -29,11 +56,18 @@ def pretrained_dir(tmp_path_factory) -> str:
     """A tiny BERT with random weights, as a Hugging Face directory with its vocab."""
     path = tmp_path_factory.mktemp("tiny_bert")
     (path / "vocab.txt").write_text("\n".join(VOCAB) + "\n")
-    config = model_lib.BertConfig(vocab_size=len(VOCAB), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                                  intermediate_size=64, max_position_embeddings=64)
+    config = model_lib.BertConfig(
+        vocab_size=len(VOCAB),
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=64,
+    )
     model = model_lib.BertForPreTraining(config)
-    bertjax.save_pretrained(str(path), model, model_lib.init_params(model, jax.random.PRNGKey(0)),
-                            vocab_file=str(path / "vocab.txt"))
+    bertjax.save_pretrained(
+        str(path), model, model_lib.init_params(model, jax.random.PRNGKey(0)), vocab_file=str(path / "vocab.txt")
+    )
     return str(path)
 
 
@@ -79,20 +113,28 @@ def assert_export_matches(workdir: pathlib.Path, hf_class: str) -> None:
     labels = fingerprint["labels"]
     if labels:
         assert hf_model.config.id2label == dict(enumerate(labels))
-    model = model_lib.BertForFinetuning(model_lib.BertConfig(**fingerprint["model"]), fingerprint["task"],
-                                    1 if fingerprint["regression"] else len(labels or [0, 0]))
+    model = bert_heads.BertForFinetuning(
+        model_lib.BertConfig(**fingerprint["model"]),
+        fingerprint["task"],
+        1 if fingerprint["regression"] else len(labels or [0, 0]),
+    )
     rng = np.random.default_rng(0)
     ids = rng.integers(5, len(VOCAB), (2, 16))
     types, mask = np.zeros_like(ids), np.ones_like(ids)
     types[:, 8:], mask[1, 12:] = 1, 0
     ours = np.asarray(model.apply({"params": params}, ids, types, mask))
     with torch.no_grad():
-        theirs = hf_model.eval()(input_ids=torch.tensor(ids), token_type_ids=torch.tensor(types),
-                                 attention_mask=torch.tensor(mask))
-    theirs = (np.stack([theirs.start_logits.numpy(), theirs.end_logits.numpy()], -1) if hf_class.endswith("Answering")
-              else theirs.logits.numpy())
-    np.testing.assert_allclose(ours[mask > 0] if ours.ndim == 3 else ours, theirs[mask > 0] if ours.ndim == 3 else theirs,
-                               atol=1e-4)
+        theirs = hf_model.eval()(
+            input_ids=torch.tensor(ids), token_type_ids=torch.tensor(types), attention_mask=torch.tensor(mask)
+        )
+    theirs = (
+        np.stack([theirs.start_logits.numpy(), theirs.end_logits.numpy()], -1)
+        if hf_class.endswith("Answering")
+        else theirs.logits.numpy()
+    )
+    np.testing.assert_allclose(
+        ours[mask > 0] if ours.ndim == 3 else ours, theirs[mask > 0] if ours.ndim == 3 else theirs, atol=1e-4
+    )
 
 
 def eval_rows(workdir: pathlib.Path) -> list[dict]:
@@ -104,8 +146,10 @@ def test_sequence_classification_learns_and_exports(pretrained_dir, tmp_path):
     dev = sentiment(tmp_path / "dev.tsv", 40, seed=1)
     workdir = tmp_path / "run"
     # 4 epochs: at 2 this random tiny model stays at chance for 2 seeds in 4, padded or packed alike.
-    result = finetuning.finetune(config(pretrained_dir, **{"data.train_file": train, "data.eval_file": dev,
-                                                           "train.num_epochs": 4.0}), str(workdir))
+    result = finetuning.finetune(
+        config(pretrained_dir, **{"data.train_file": train, "data.eval_file": dev, "train.num_epochs": 4.0}),
+        str(workdir),
+    )
     assert result["accuracy"] >= 0.9, result  # chance is ~0.5
     assert {"macro_f1", "matthews_corrcoef"} <= result.keys()
     rows = eval_rows(workdir)
@@ -151,13 +195,21 @@ def test_resume_continues_exactly(pretrained_dir, tmp_path):
 
 def test_regression_pairs_and_sweep(pretrained_dir, tmp_path):
     rng = random.Random(0)
-    rows = ["text_a,text_b,label"] + [f"the film,{' '.join(['good'] * k)},{k / 4:.2f}"
-                                      for k in (rng.randrange(1, 5) for _ in range(64))]
+    rows = ["text_a,text_b,label"] + [
+        f"the film,{' '.join(['good'] * k)},{k / 4:.2f}" for k in (rng.randrange(1, 5) for _ in range(64))
+    ]
     (tmp_path / "sts.csv").write_text("\n".join(rows) + "\n")
     workdir = tmp_path / "sweep"
-    c = config(pretrained_dir, **{"data.train_file": str(tmp_path / "sts.csv"), "data.eval_file": str(tmp_path / "sts.csv"),
-                                  "data.regression": True, "train.num_epochs": 3.0,
-                                  "model.scan_layers": True})  # the pre-trained body stacked for nn.scan
+    c = config(
+        pretrained_dir,
+        **{
+            "data.train_file": str(tmp_path / "sts.csv"),
+            "data.eval_file": str(tmp_path / "sts.csv"),
+            "data.regression": True,
+            "train.num_epochs": 3.0,
+            "model.scan_layers": True,
+        },
+    )  # the pre-trained body stacked for nn.scan
     c.sweep.update(learning_rate="1e-3,3e-4", seeds="0,1")
     report = finetuning.finetune(c, str(workdir))
     assert report["metric"] == "pearson" and len(report["runs"]) == 4
@@ -176,31 +228,58 @@ def test_token_classification_and_question_answering(pretrained_dir, tmp_path):
         sentences.append(f"{name} B-PER\nlives O\nin O\n{place} B-LOC\n. O\n")
     (tmp_path / "train.conll").write_text("-DOCSTART- O\n\n" + "\n".join(sentences))
     ner = tmp_path / "ner"
-    result = finetuning.finetune(config(pretrained_dir, "token_classification",
-                                      **{"data.train_file": str(tmp_path / "train.conll"),
-                                         "data.eval_file": str(tmp_path / "train.conll"), "train.num_epochs": 6.0}),
-                               str(ner))
+    result = finetuning.finetune(
+        config(
+            pretrained_dir,
+            "token_classification",
+            **{
+                "data.train_file": str(tmp_path / "train.conll"),
+                "data.eval_file": str(tmp_path / "train.conll"),
+                "train.num_epochs": 6.0,
+            },
+        ),
+        str(ner),
+    )
     assert {"precision", "recall", "f1"} <= result.keys() and result["f1"] > 0.5, result
     assert_export_matches(ner, "BertForTokenClassification")
     (tmp_path / "new.txt").write_text("mary lives in london .\n")
     prediction.predict_file(str(ner), str(tmp_path / "new.txt"), str(tmp_path / "ner.jsonl"))
     (tagged,) = [json.loads(line) for line in (tmp_path / "ner.jsonl").read_text().splitlines()]
     assert tagged["words"] == ["mary", "lives", "in", "london", "."] and len(tagged["prediction"]) == 5
-    assert all(e["text"] == " ".join(tagged["words"][e["start"]:e["end"]]) for e in tagged["entities"])
+    assert all(e["text"] == " ".join(tagged["words"][e["start"] : e["end"]]) for e in tagged["entities"])
 
     contexts = []
     for i in range(24):
         name, company = rng.choice(["john", "mary"]), rng.choice(["acme", "globex"])
         context = f"{name} works at {company}."
-        contexts.append({"context": context, "qas": [{"id": f"q{i}", "question": f"where does {name} work?",
-                                                      "answers": [{"text": company,
-                                                                   "answer_start": context.index(company)}]}]})
+        contexts.append(
+            {
+                "context": context,
+                "qas": [
+                    {
+                        "id": f"q{i}",
+                        "question": f"where does {name} work?",
+                        "answers": [{"text": company, "answer_start": context.index(company)}],
+                    }
+                ],
+            }
+        )
     (tmp_path / "squad.json").write_text(json.dumps({"data": [{"title": "t", "paragraphs": contexts}]}))
     qa = tmp_path / "qa"
-    result = finetuning.finetune(config(pretrained_dir, "question_answering",
-                                      **{"data.train_file": str(tmp_path / "squad.json"),
-                                         "data.eval_file": str(tmp_path / "squad.json"), "data.doc_stride": 8,
-                                         "data.max_query_length": 8, "train.num_epochs": 8.0}), str(qa))
+    result = finetuning.finetune(
+        config(
+            pretrained_dir,
+            "question_answering",
+            **{
+                "data.train_file": str(tmp_path / "squad.json"),
+                "data.eval_file": str(tmp_path / "squad.json"),
+                "data.doc_stride": 8,
+                "data.max_query_length": 8,
+                "train.num_epochs": 8.0,
+            },
+        ),
+        str(qa),
+    )
     assert {"exact_match", "f1"} <= result.keys() and result["f1"] > 50, result
     answers = [json.loads(line) for line in (qa / finetuning.PREDICTIONS_FILE).read_text().splitlines()]
     assert {a["prediction"] for a in answers} & {"acme", "globex"}  # spans cut from the original context
@@ -214,21 +293,30 @@ def test_bad_inputs_are_one_sentence(pretrained_dir, tmp_path):
     train = sentiment(tmp_path / "train.tsv", 16, seed=0)
     (tmp_path / "dev.tsv").write_text("text\tlabel\nthe film\tneutral\n")
     with pytest.raises(ValueError, match=r"dev\.tsv.*2.*neutral"):
-        finetuning.finetune(config(pretrained_dir, **{"data.train_file": train,
-                                                     "data.eval_file": str(tmp_path / "dev.tsv")}), str(tmp_path / "a"))
+        finetuning.finetune(
+            config(pretrained_dir, **{"data.train_file": train, "data.eval_file": str(tmp_path / "dev.tsv")}),
+            str(tmp_path / "a"),
+        )
     other = tmp_path / "vocab.txt"
     other.write_text("\n".join(VOCAB[:-1]) + "\n")
     with pytest.raises(ValueError, match=r"vocab.txt has 33 tokens but the model's vocab_size is 34"):
-        finetuning.finetune(config(pretrained_dir, **{"data.train_file": train, "data.vocab_file": str(other)}),
-                          str(tmp_path / "b"))
+        finetuning.finetune(
+            config(pretrained_dir, **{"data.train_file": train, "data.vocab_file": str(other)}), str(tmp_path / "b")
+        )
     # A workdir fine-tuned on other labels is refused, not taken for damage.
-    finetuning.finetune(config(pretrained_dir, **{"data.train_file": train, "train.num_train_steps": 1}),
-                      str(tmp_path / "d"))
+    finetuning.finetune(
+        config(pretrained_dir, **{"data.train_file": train, "train.num_train_steps": 1}), str(tmp_path / "d")
+    )
     (tmp_path / "three.tsv").write_text(pathlib.Path(train).read_text() + "the film\tneutral\n")
-    with pytest.raises(checkpoint_lib.IncompatibleCheckpoint, match=r"labels=\['neg', 'pos'\], but this run has "
-                       r"labels=\['neg', 'neutral', 'pos'\]; use a new --workdir"):
-        finetuning.finetune(config(pretrained_dir, **{"data.train_file": str(tmp_path / "three.tsv"),
-                                                     "train.num_train_steps": 1}), str(tmp_path / "d"))
+    with pytest.raises(
+        checkpoint_lib.IncompatibleCheckpoint,
+        match=r"labels=\['neg', 'pos'\], but this run has "
+        r"labels=\['neg', 'neutral', 'pos'\]; use a new --workdir",
+    ):
+        finetuning.finetune(
+            config(pretrained_dir, **{"data.train_file": str(tmp_path / "three.tsv"), "train.num_train_steps": 1}),
+            str(tmp_path / "d"),
+        )
     with pytest.raises(ValueError, match="config.task='ner' is not one of"):
         finetuning.finetune(config(pretrained_dir, "ner", **{"data.train_file": train}), str(tmp_path / "c"))
 
@@ -239,10 +327,19 @@ def test_the_command_line(pretrained_dir, tmp_path):
     import sys
 
     train = sentiment(tmp_path / "train.tsv", 32, seed=0)
-    command = [sys.executable, "-m", "bertjax.finetune", "--config=configs/finetune.py:size=tiny",
-               f"--workdir={tmp_path / 'run'}", f"--config.train.init_from={pretrained_dir}",
-               f"--config.data.train_file={train}", f"--config.data.eval_file={train}",
-               "--config.train.num_train_steps=2", "--config.data.max_seq_length=16", "--config.model.scan_layers=false"]
+    command = [
+        sys.executable,
+        "-m",
+        "bertjax.finetune",
+        "--config=configs/finetune.py:size=tiny",
+        f"--workdir={tmp_path / 'run'}",
+        f"--config.train.init_from={pretrained_dir}",
+        f"--config.data.train_file={train}",
+        f"--config.data.eval_file={train}",
+        "--config.train.num_train_steps=2",
+        "--config.data.max_seq_length=16",
+        "--config.model.scan_layers=false",
+    ]
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert eval_rows(tmp_path / "run")[-1]["step"] == 2

@@ -45,12 +45,56 @@ N_TRAIN, N_DEV = 192, 96
 FLOOR = 5 / N_DEV
 MARGIN_OVER_MAJORITY = 0.15  # "learned the task": each framework's mean is this far above the majority
 
-SUBJECTS = ["the film", "the soup", "the hotel", "the service", "the concert", "the book", "our guide",
-            "the new phone", "the match", "the lecture", "the museum", "the pasta", "the staff", "the show"]
-POSITIVE = ["excellent", "wonderful", "delightful", "charming", "superb", "brilliant", "enjoyable",
-            "fantastic", "pleasant", "lovely", "tasty", "friendly", "great", "impressive", "marvelous"]
-NEGATIVE = ["awful", "dreadful", "boring", "terrible", "dull", "disappointing", "tedious", "horrible",
-            "mediocre", "bland", "rude", "noisy", "poor", "annoying", "miserable"]
+SUBJECTS = [
+    "the film",
+    "the soup",
+    "the hotel",
+    "the service",
+    "the concert",
+    "the book",
+    "our guide",
+    "the new phone",
+    "the match",
+    "the lecture",
+    "the museum",
+    "the pasta",
+    "the staff",
+    "the show",
+]
+POSITIVE = [
+    "excellent",
+    "wonderful",
+    "delightful",
+    "charming",
+    "superb",
+    "brilliant",
+    "enjoyable",
+    "fantastic",
+    "pleasant",
+    "lovely",
+    "tasty",
+    "friendly",
+    "great",
+    "impressive",
+    "marvelous",
+]
+NEGATIVE = [
+    "awful",
+    "dreadful",
+    "boring",
+    "terrible",
+    "dull",
+    "disappointing",
+    "tedious",
+    "horrible",
+    "mediocre",
+    "bland",
+    "rude",
+    "noisy",
+    "poor",
+    "annoying",
+    "miserable",
+]
 ADVERBS = ["", "", "", "very ", "really ", "quite ", "truly ", "rather "]
 # Adjectives seen only in dev: the last third of each list.
 UNSEEN = set(POSITIVE[10:] + NEGATIVE[10:])
@@ -65,11 +109,21 @@ def _sentence(rng: random.Random, adjectives: dict[str, list[str]]) -> tuple[str
     adjective = rng.choice(adjectives[polarity])
     subject = rng.choice(SUBJECTS)
     if negated:
-        clause = rng.choice([f"{subject} was not {adjective}", f"{subject} wasn't {adjective} at all",
-                             f"i would not call {subject} {adjective}"])
+        clause = rng.choice(
+            [
+                f"{subject} was not {adjective}",
+                f"{subject} wasn't {adjective} at all",
+                f"i would not call {subject} {adjective}",
+            ]
+        )
     else:
-        clause = rng.choice([f"{subject} was {rng.choice(ADVERBS)}{adjective}", f"i found {subject} {adjective}",
-                             f"honestly, {subject} felt {rng.choice(ADVERBS)}{adjective}"])
+        clause = rng.choice(
+            [
+                f"{subject} was {rng.choice(ADVERBS)}{adjective}",
+                f"i found {subject} {adjective}",
+                f"honestly, {subject} felt {rng.choice(ADVERBS)}{adjective}",
+            ]
+        )
     if rng.random() < 0.3:  # a contrast: the first clause says the opposite, the second decides
         other = rng.choice(adjectives["neg" if label == "pos" else "pos"])
         clause = f"{rng.choice(SUBJECTS)} was {other}, but {clause}"
@@ -92,17 +146,30 @@ def make_task(tmp_path: pathlib.Path) -> tuple[str, str, list[tuple[str, str]], 
 
 # --- bertjax ----------------------------------------------------------------------------------------
 
+
 def start_bertjax(minilm_dir: pathlib.Path, train_file: str, dev_file: str, workdir: pathlib.Path) -> subprocess.Popen:
     """`python -m bertjax.finetune` sweeping the seeds, as a user runs it, on one CPU device (the tests'
     eight virtual devices would triple MiniLM's step time); it runs beside the transformers side."""
-    command = [sys.executable, "-m", "bertjax.finetune", "--config=configs/finetune.py", f"--workdir={workdir}",
-               f"--config.train.init_from={minilm_dir}", f"--config.train.global_batch_size={BATCH}",
-               f"--config.train.num_epochs={EPOCHS}", f"--config.train.warmup_proportion={WARMUP_PROPORTION}",
-               "--config.train.log_every_steps=100", f"--config.data.train_file={train_file}",
-               f"--config.data.eval_file={dev_file}", f"--config.data.max_seq_length={MAX_SEQ_LENGTH}",
-               f"--config.optim.learning_rate={LEARNING_RATE}", f"--config.optim.weight_decay={WEIGHT_DECAY}",
-               f"--config.optim.eps={EPS}", "--config.optim.max_grad_norm=1.0",
-               f"--config.sweep.seeds={','.join(str(s) for s in SEEDS)}"]
+    command = [
+        sys.executable,
+        "-m",
+        "bertjax.finetune",
+        "--config=configs/finetune.py",
+        f"--workdir={workdir}",
+        f"--config.train.init_from={minilm_dir}",
+        f"--config.train.global_batch_size={BATCH}",
+        f"--config.train.num_epochs={EPOCHS}",
+        f"--config.train.warmup_proportion={WARMUP_PROPORTION}",
+        "--config.train.log_every_steps=100",
+        f"--config.data.train_file={train_file}",
+        f"--config.data.eval_file={dev_file}",
+        f"--config.data.max_seq_length={MAX_SEQ_LENGTH}",
+        f"--config.optim.learning_rate={LEARNING_RATE}",
+        f"--config.optim.weight_decay={WEIGHT_DECAY}",
+        f"--config.optim.eps={EPS}",
+        "--config.optim.max_grad_norm=1.0",
+        f"--config.sweep.seeds={','.join(str(s) for s in SEEDS)}",
+    ]
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=1 --xla_backend_optimization_level=0")
     return subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
@@ -117,6 +184,7 @@ def bertjax_accuracies(job: subprocess.Popen, workdir: pathlib.Path) -> list[flo
 
 # --- transformers -----------------------------------------------------------------------------------
 
+
 def transformers_accuracies(minilm_dir: pathlib.Path, train: list, dev: list) -> list[float]:
     """A transformers fine-tune with the same settings: BertForSequenceClassification.from_pretrained,
     AdamW (the same decay groups), linear warmup and decay, clipping at 1.0, shuffled epochs; rows of the
@@ -128,8 +196,13 @@ def transformers_accuracies(minilm_dir: pathlib.Path, train: list, dev: list) ->
     tokenizer = transformers.BertTokenizer(str(minilm_dir / "vocab.txt"), do_lower_case=True)
 
     def encode(rows):
-        enc = tokenizer([text for text, _ in rows], padding="max_length", truncation=True, max_length=MAX_SEQ_LENGTH,
-                        return_tensors="pt")
+        enc = tokenizer(
+            [text for text, _ in rows],
+            padding="max_length",
+            truncation=True,
+            max_length=MAX_SEQ_LENGTH,
+            return_tensors="pt",
+        )
         return enc, torch.tensor([labels.index(label) for _, label in rows])
 
     (train_x, train_y), (dev_x, dev_y) = encode(train), encode(dev)
@@ -142,13 +215,14 @@ def transformers_accuracies(minilm_dir: pathlib.Path, train: list, dev: list) ->
         accuracies = []
         for seed in SEEDS:
             torch.manual_seed(seed)  # the new classifier's initialisation, dropout
-            model = transformers.BertForSequenceClassification.from_pretrained(str(minilm_dir),
-                                                                               num_labels=len(labels))
+            model = transformers.BertForSequenceClassification.from_pretrained(str(minilm_dir), num_labels=len(labels))
             model.train()
             no_decay = lambda name: name.endswith("bias") or "LayerNorm" in name  # noqa: E731
             named = list(model.named_parameters())
-            groups = [dict(params=[p for n, p in named if not no_decay(n)], weight_decay=WEIGHT_DECAY),
-                      dict(params=[p for n, p in named if no_decay(n)], weight_decay=0.0)]
+            groups = [
+                dict(params=[p for n, p in named if not no_decay(n)], weight_decay=WEIGHT_DECAY),
+                dict(params=[p for n, p in named if no_decay(n)], weight_decay=0.0),
+            ]
             optimizer = torch.optim.AdamW(groups, lr=LEARNING_RATE, eps=EPS)
             scheduler = transformers.get_linear_schedule_with_warmup(optimizer, int(WARMUP_PROPORTION * steps), steps)
             order = np.random.default_rng(seed)
@@ -174,6 +248,7 @@ def transformers_accuracies(minilm_dir: pathlib.Path, train: list, dev: list) ->
 
 # --- The test ---------------------------------------------------------------------------------------
 
+
 def test_dev_accuracy_agrees_with_transformers(tmp_path, minilm_dir):
     train_file, dev_file, train, dev = make_task(tmp_path)
     dev_labels = [label for _, label in dev]
@@ -191,9 +266,11 @@ def test_dev_accuracy_agrees_with_transformers(tmp_path, minilm_dir):
 
     spread = max(max(jax_acc) - min(jax_acc), max(torch_acc) - min(torch_acc))
     gap = abs(statistics.mean(jax_acc) - statistics.mean(torch_acc))
-    summary = (f"bertjax {jax_acc} (mean {statistics.mean(jax_acc):.3f}), transformers {torch_acc} "
-               f"(mean {statistics.mean(torch_acc):.3f}); majority {majority:.3f}; gap {gap:.3f}, larger seed spread "
-               f"{spread:.3f} ({seconds})")
+    summary = (
+        f"bertjax {jax_acc} (mean {statistics.mean(jax_acc):.3f}), transformers {torch_acc} "
+        f"(mean {statistics.mean(torch_acc):.3f}); majority {majority:.3f}; gap {gap:.3f}, larger seed spread "
+        f"{spread:.3f} ({seconds})"
+    )
     print(summary)
     for name, acc in (("bertjax", jax_acc), ("transformers", torch_acc)):
         assert statistics.mean(acc) >= majority + MARGIN_OVER_MAJORITY, f"{name} did not learn the task: {summary}"

@@ -19,13 +19,20 @@ import pytest
 from bertjax.jobs import finetune as finetuning, predict as prediction
 from bertjax.finetuning import heads
 from bertjax.models.bert import model as model_lib
+from bertjax.models.bert import heads as bert_heads
 from bertjax.finetuning import arrays as arrays_lib
 from bertjax.finetuning import example_packing
 from bertjax.data.pretraining.pipeline import EXAMPLE_WEIGHT
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-CONFIG = model_lib.BertConfig(vocab_size=50, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                              intermediate_size=64, max_position_embeddings=32)
+CONFIG = model_lib.BertConfig(
+    vocab_size=50,
+    hidden_size=32,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    intermediate_size=64,
+    max_position_embeddings=32,
+)
 
 
 def padded_examples(n: int, seq: int, task: str, seed: int = 0, regression: bool = False) -> dict[str, np.ndarray]:
@@ -33,32 +40,40 @@ def padded_examples(n: int, seq: int, task: str, seed: int = 0, regression: bool
     rng = np.random.default_rng(seed)
     lengths = rng.integers(3, seq + 1, n)
     lengths[: n // 4] = rng.integers(3, 8, n // 4)  # many short ones, as real short-text tasks have
-    arrays = {"input_ids": np.zeros((n, seq), np.int32), "segment_ids": np.zeros((n, seq), np.int32),
-              "input_mask": np.zeros((n, seq), np.int32)}
+    arrays = {
+        "input_ids": np.zeros((n, seq), np.int32),
+        "segment_ids": np.zeros((n, seq), np.int32),
+        "input_mask": np.zeros((n, seq), np.int32),
+    }
     for i, length in enumerate(lengths):
         arrays["input_ids"][i, :length] = np.concatenate([[2], rng.integers(5, 50, length - 2), [3]])
-        arrays["segment_ids"][i, length // 2:length] = 1
+        arrays["segment_ids"][i, length // 2 : length] = 1
         arrays["input_mask"][i, :length] = 1
     if task == "sequence_classification":
-        arrays["label"] = rng.normal(size=n).astype(np.float32) if regression else rng.integers(0, 3, n).astype(np.int32)
+        arrays["label"] = (
+            rng.normal(size=n).astype(np.float32) if regression else rng.integers(0, 3, n).astype(np.int32)
+        )
     else:
         arrays["label_ids"] = rng.integers(0, 3, (n, seq)).astype(np.int32)
         arrays["label_weights"] = ((rng.random((n, seq)) < 0.6) & (arrays["input_mask"] > 0)).astype(np.float32)
     return arrays
 
 
-@pytest.mark.parametrize("task,regression", [("sequence_classification", False), ("sequence_classification", True),
-                                             ("token_classification", False)])
+@pytest.mark.parametrize(
+    "task,regression",
+    [("sequence_classification", False), ("sequence_classification", True), ("token_classification", False)],
+)
 def test_a_packed_batch_gives_each_example_its_padded_loss_and_gradients(task, regression):
     """The test pre-training's packing has: per-example outputs, the batch loss and every gradient of packed
     rows equal those of the padded rows (dropout off), on examples that never see each other."""
     seq, n = 32, 12
     arrays = padded_examples(n, seq, task, regression=regression)
     labels = 1 if regression else 3
-    padded_model = model_lib.BertForFinetuning(CONFIG, task, labels)
-    packed_model = model_lib.BertForFinetuning(CONFIG, task, labels, packed=True)
-    params = padded_model.init(jax.random.PRNGKey(0), arrays["input_ids"][:1], arrays["segment_ids"][:1],
-                               arrays["input_mask"][:1])["params"]
+    padded_model = bert_heads.BertForFinetuning(CONFIG, task, labels)
+    packed_model = bert_heads.BertForFinetuning(CONFIG, task, labels, packed=True)
+    params = padded_model.init(
+        jax.random.PRNGKey(0), arrays["input_ids"][:1], arrays["segment_ids"][:1], arrays["input_mask"][:1]
+    )["params"]
     params = nn.meta.unbox(params)
     padded = dict(arrays, **{EXAMPLE_WEIGHT: np.ones(n, np.float32)})
     lengths = example_packing.example_lengths(arrays)
@@ -67,27 +82,38 @@ def test_a_packed_batch_gives_each_example_its_padded_loss_and_gradients(task, r
     layout = example_packing.Layout(len(groups) + 1, max(map(len, groups)), seq)  # one empty row too
     packed = example_packing.pack(arrays, np.arange(n), groups, layout, lengths)
 
-    expected, got = (jax.value_and_grad(_loss, argnums=1, has_aux=True)(model, params, batch, regression, seq)
-                     for model, batch in ((padded_model, padded), (packed_model, packed)))
+    expected, got = (
+        jax.value_and_grad(_loss, argnums=1, has_aux=True)(model, params, batch, regression, seq)
+        for model, batch in ((padded_model, padded), (packed_model, packed))
+    )
     (expected_loss, expected_sums), expected_grads = expected
     (got_loss, got_sums), got_grads = got
     np.testing.assert_allclose(got_loss, expected_loss, rtol=1e-5)
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6), got_grads, expected_grads)
     assert float(got_sums["instances_per_row"][0]) == float(expected_sums["instances_per_row"][0]) == n
     # per-example outputs, unpacked, equal the padded rows'
-    out_padded = np.asarray(padded_model.apply({"params": params}, arrays["input_ids"], arrays["segment_ids"],
-                                               arrays["input_mask"]))
-    out_packed = np.asarray(packed_model.apply({"params": params}, packed["input_ids"], packed["segment_ids"],
-                                               packed["input_mask"], position_ids=packed["position_ids"],
-                                               cls_positions=packed["cls_positions"]))
+    out_padded = np.asarray(
+        padded_model.apply({"params": params}, arrays["input_ids"], arrays["segment_ids"], arrays["input_mask"])
+    )
+    out_packed = np.asarray(
+        packed_model.apply(
+            {"params": params},
+            packed["input_ids"],
+            packed["segment_ids"],
+            packed["input_mask"],
+            position_ids=packed["position_ids"],
+            cls_positions=packed["cls_positions"],
+        )
+    )
     for r, group in enumerate(groups):
         start = 0
         for slot, i in enumerate(group):
             if task == "sequence_classification":
                 np.testing.assert_allclose(out_packed[r, slot], out_padded[i], rtol=1e-4, atol=1e-5)
             else:
-                np.testing.assert_allclose(out_packed[r, start:start + lengths[i]], out_padded[i, :lengths[i]],
-                                           rtol=1e-4, atol=1e-5)
+                np.testing.assert_allclose(
+                    out_packed[r, start : start + lengths[i]], out_padded[i, : lengths[i]], rtol=1e-4, atol=1e-5
+                )
             start += lengths[i]
 
 
@@ -122,11 +148,14 @@ def test_eval_batches_unpack_to_input_order_across_processes():
     one row per example in input order, per slot and per token."""
     arrays = padded_examples(45, 24, "token_classification", seed=2)
     arrays["label"] = np.arange(45, dtype=np.int32)  # per slot: the example's own index
-    per_process = [example_packing.PackedBatches(arrays, 8, False, process_index=p, process_count=2)
-                   for p in range(2)]
-    layout = example_packing.Layout(max(b.layout.rows for b in per_process), max(b.layout.slots for b in per_process), 24)
-    per_process = [example_packing.PackedBatches(arrays, 8, False, process_index=p, process_count=2, layout=layout)
-                   for p in range(2)]
+    per_process = [example_packing.PackedBatches(arrays, 8, False, process_index=p, process_count=2) for p in range(2)]
+    layout = example_packing.Layout(
+        max(b.layout.rows for b in per_process), max(b.layout.slots for b in per_process), 24
+    )
+    per_process = [
+        example_packing.PackedBatches(arrays, 8, False, process_index=p, process_count=2, layout=layout)
+        for p in range(2)
+    ]
     slots, tokens = [], []
     for local in zip(*per_process):
         slots.append(np.concatenate([b["label"] for b in local]))
@@ -136,6 +165,7 @@ def test_eval_batches_unpack_to_input_order_across_processes():
 
 
 # --- The job ---------------------------------------------------------------------------------------------
+
 
 def sentiment(path: pathlib.Path, n: int, seed: int) -> str:
     rng = random.Random(seed)
@@ -152,13 +182,37 @@ def sentiment(path: pathlib.Path, n: int, seed: int) -> str:
 def job_config(tmp_path: pathlib.Path, packing: bool):
     vocab = tmp_path / "vocab.txt"
     if not vocab.exists():
-        vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "good", "bad", "the", "a", "film",
-                                    "plot", "was", "very", "actor"]) + "\n")
+        vocab.write_text(
+            "\n".join(
+                [
+                    "[PAD]",
+                    "[UNK]",
+                    "[CLS]",
+                    "[SEP]",
+                    "[MASK]",
+                    "good",
+                    "bad",
+                    "the",
+                    "a",
+                    "film",
+                    "plot",
+                    "was",
+                    "very",
+                    "actor",
+                ]
+            )
+            + "\n"
+        )
     c = runpy.run_path(str(ROOT / "configs" / "finetune.py"))["get_config"]("size=tiny")
     c.model.update(scan_layers=False, vocab_size=14, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
     c.train.update(global_batch_size=32, num_epochs=3.0, log_every_steps=3)  # 8 devices: rows a multiple of 8
-    c.data.update(max_seq_length=24, vocab_file=str(vocab), packing=packing,
-                  train_file=sentiment(tmp_path / "train.tsv", 96, 0), eval_file=sentiment(tmp_path / "dev.tsv", 40, 1))
+    c.data.update(
+        max_seq_length=24,
+        vocab_file=str(vocab),
+        packing=packing,
+        train_file=sentiment(tmp_path / "train.tsv", 96, 0),
+        eval_file=sentiment(tmp_path / "dev.tsv", 40, 1),
+    )
     c.optim.learning_rate = 1e-3
     return c
 
@@ -179,8 +233,9 @@ def test_a_packed_job_trains_to_the_padded_jobs_results(tmp_path):
     assert results[True]["accuracy"] == results[False]["accuracy"]
     assert results[True]["cross_entropy"] == pytest.approx(results[False]["cross_entropy"], rel=1e-3)
     predictions = {p: (tmp_path / f"packing_{p}" / finetuning.PREDICTIONS_FILE).read_text().splitlines() for p in rows}
-    assert [json.loads(x)["prediction"] for x in predictions[True]] == \
-        [json.loads(x)["prediction"] for x in predictions[False]]
+    assert [json.loads(x)["prediction"] for x in predictions[True]] == [
+        json.loads(x)["prediction"] for x in predictions[False]
+    ]
     assert train[True][-1]["padding_fraction"] < 0.5 * train[False][-1]["padding_fraction"]
     # python -m bertjax.predict packs as the run did: the padded run's labels and probabilities, in input order
     texts = [line.split("\t")[0] for line in (tmp_path / "dev.tsv").read_text().splitlines()[1:]]
@@ -191,5 +246,4 @@ def test_a_packed_job_trains_to_the_padded_jobs_results(tmp_path):
         out[p] = [json.loads(line) for line in (tmp_path / f"{p}.jsonl").read_text().splitlines()]
     assert [o["text"] for o in out[True]] == texts
     assert [o["prediction"] for o in out[True]] == [o["prediction"] for o in out[False]]
-    np.testing.assert_allclose([o["probability"] for o in out[True]], [o["probability"] for o in out[False]],
-                               rtol=1e-3)
+    np.testing.assert_allclose([o["probability"] for o in out[True]], [o["probability"] for o in out[False]], rtol=1e-3)

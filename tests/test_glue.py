@@ -21,8 +21,7 @@ from bertjax.finetuning import glue_data
 from test_finetune import pretrained_dir  # noqa: F401  (a fixture: a tiny BERT as a Hugging Face directory)
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-POSITIVE = {"cola": "1", "sst2": "1", "mrpc": "1", "qqp": "1", "wnli": "1", "qnli": "entailment",
-            "rte": "entailment"}
+POSITIVE = {"cola": "1", "sst2": "1", "mrpc": "1", "qqp": "1", "wnli": "1", "qnli": "entailment", "rte": "entailment"}
 
 
 @pytest.fixture(scope="module")
@@ -50,6 +49,7 @@ def suite_config(init_from: str, data_dir: pathlib.Path, **overrides):
 
 # --- Reading -----------------------------------------------------------------------------------------------
 
+
 def test_every_official_layout_is_read_by_its_columns(glue_dir):
     for name, task in glue_data.TASKS.items():
         data = glue_data.read_task(task, str(glue_dir), with_test=True)
@@ -66,8 +66,9 @@ def test_every_official_layout_is_read_by_its_columns(glue_dir):
             else:  # the label came from the label column, the text from the text column
                 assert (example.label == POSITIVE[name]) == ("good" in text.split()), (name, example)
         for stem, split in data.test.items():
-            assert split.ids == [str(i) for i in range(len(split.examples))] and all(e.label is None
-                                                                                    for e in split.examples)
+            assert split.ids == [str(i) for i in range(len(split.examples))] and all(
+                e.label is None for e in split.examples
+            )
     mnli = glue_data.read_task(glue_data.TASKS["mnli"], str(glue_dir), with_test=True)
     assert list(mnli.test) == ["MNLI-m", "MNLI-mm"] and len(mnli.test["MNLI-mm"].examples) == 8
     ax = glue_data.read_task(glue_data.AX, str(glue_dir), with_test=True)
@@ -86,8 +87,9 @@ def test_tfds_glue_reads_what_the_official_files_hold(glue_dir, tmp_path):
         tfds = glue_data.read_task(task, f"tfds:{tmp_path / 'tfds'}", with_test=True)
         assert rows(tfds.train) == rows(official.train), task.name  # CoLA's 0/1 from TFDS's class names too
         assert {k: rows(v) for k, v in tfds.dev.items()} == {k: rows(v) for k, v in official.dev.items()}
-        assert {k: (rows(v), v.ids) for k, v in tfds.test.items()} == {k: (rows(v), v.ids)
-                                                                      for k, v in official.test.items()}
+        assert {k: (rows(v), v.ids) for k, v in tfds.test.items()} == {
+            k: (rows(v), v.ids) for k, v in official.test.items()
+        }
     with pytest.raises(FileNotFoundError, match=r"glue/rte is not prepared in data_dir .*tfds build glue/rte"):
         glue_data.read_task(glue_data.TASKS["rte"], f"tfds:{tmp_path / 'tfds'}", with_test=True)
 
@@ -107,7 +109,9 @@ def test_metrics_equal_scikit_learn_and_scipy():
     assert cola == {"matthews_corrcoef": pytest.approx(100 * metrics.matthews_corrcoef(gold, predicted))}
     labels = np.array(glue_data.TASKS["mnli"].labels)
     three = rng.integers(0, 3, 90)
-    mnli = glue_suite.glue_metrics(glue_data.TASKS["mnli"], list(labels[three]), list(labels[(three + (three > 1)) % 3]))
+    mnli = glue_suite.glue_metrics(
+        glue_data.TASKS["mnli"], list(labels[three]), list(labels[(three + (three > 1)) % 3])
+    )
     assert mnli["accuracy"] == pytest.approx(100 * metrics.accuracy_score(three, (three + (three > 1)) % 3))
     x = rng.uniform(0, 5, 50)
     y = x + rng.normal(0, 1, 50)
@@ -119,12 +123,19 @@ def test_metrics_equal_scikit_learn_and_scipy():
 
 # --- The suite ---------------------------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def suite(pretrained_dir, glue_dir, tmp_path_factory):  # noqa: F811
     """SST-2, STS-B, MNLI, and RTE from the MNLI run with two restarts: five runs."""
     workdir = tmp_path_factory.mktemp("suite") / "glue"
-    config = suite_config(pretrained_dir, glue_dir, tasks="sst2,stsb,rte,mnli", from_mnli="rte",
-                          small_task_seeds="0,1", per_task="stsb.sweep.seeds=0")
+    config = suite_config(
+        pretrained_dir,
+        glue_dir,
+        tasks="sst2,stsb,rte,mnli",
+        from_mnli="rte",
+        small_task_seeds="0,1",
+        per_task="stsb.sweep.seeds=0",
+    )
     report = glue_suite.run_suite(config, str(workdir))
     return workdir, config, report
 
@@ -140,8 +151,10 @@ def test_the_suite_chooses_the_best_run_on_dev_and_reports_the_papers_metrics(su
         best = max(task["runs"], key=lambda r: r["score"])
         assert (task["learning_rate"], task["seed"], task["dev"]) == (best["learning_rate"], best["seed"], best["dev"])
         assert set(task["dev"]) == {n for n, _ in glue_data.TASKS[name].dev}
-    assert set(tasks["mnli"]["dev"]) == {"mnli_m", "mnli_mm"} and set(tasks["stsb"]["dev"]["dev"]) == {"pearson",
-                                                                                                     "spearman"}
+    assert set(tasks["mnli"]["dev"]) == {"mnli_m", "mnli_mm"} and set(tasks["stsb"]["dev"]["dev"]) == {
+        "pearson",
+        "spearman",
+    }
     spread = tasks["rte"]["spread_over_seeds"]["accuracy"]
     runs = [r["dev"]["dev"]["accuracy"] for r in tasks["rte"]["runs"]]
     assert spread["n"] == 2 and spread["mean"] == pytest.approx(np.mean(runs))
@@ -150,7 +163,8 @@ def test_the_suite_chooses_the_best_run_on_dev_and_reports_the_papers_metrics(su
     run = pathlib.Path(tasks["sst2"]["run"])
     predictions = [json.loads(line) for line in (run / finetuning.PREDICTIONS_FILE).read_text().splitlines()]
     assert tasks["sst2"]["dev"]["dev"]["accuracy"] == pytest.approx(
-        100 * np.mean([p["prediction"] == p["label"] for p in predictions]))
+        100 * np.mean([p["prediction"] == p["label"] for p in predictions])
+    )
     entries = report["score_entries"]
     assert set(entries) == {"MNLI-m", "MNLI-mm", "SST-2", "STS-B", "RTE"} and not report["score_complete"]
     assert entries["STS-B"] == tasks["stsb"]["dev"]["dev"]["spearman"]
@@ -164,11 +178,21 @@ def test_submission_files_are_what_the_glue_server_takes(suite, glue_dir):
     workdir, _, _ = suite
     files = sorted(p.name for p in (workdir / "submission").iterdir())
     assert files == ["AX.tsv", "MNLI-m.tsv", "MNLI-mm.tsv", "RTE.tsv", "SST-2.tsv", "STS-B.tsv"]
-    vocab = {"SST-2": {"0", "1"}, "RTE": {"entailment", "not_entailment"},
-             "MNLI-m": {"entailment", "neutral", "contradiction"}, "MNLI-mm": {"entailment", "neutral", "contradiction"},
-             "AX": {"entailment", "neutral", "contradiction"}}
-    tests = {"SST-2": "SST-2/test.tsv", "RTE": "RTE/test.tsv", "MNLI-m": "MNLI/test_matched.tsv",
-             "MNLI-mm": "MNLI/test_mismatched.tsv", "AX": "diagnostic/diagnostic.tsv", "STS-B": "STS-B/test.tsv"}
+    vocab = {
+        "SST-2": {"0", "1"},
+        "RTE": {"entailment", "not_entailment"},
+        "MNLI-m": {"entailment", "neutral", "contradiction"},
+        "MNLI-mm": {"entailment", "neutral", "contradiction"},
+        "AX": {"entailment", "neutral", "contradiction"},
+    }
+    tests = {
+        "SST-2": "SST-2/test.tsv",
+        "RTE": "RTE/test.tsv",
+        "MNLI-m": "MNLI/test_matched.tsv",
+        "MNLI-mm": "MNLI/test_mismatched.tsv",
+        "AX": "diagnostic/diagnostic.tsv",
+        "STS-B": "STS-B/test.tsv",
+    }
     for stem, source in tests.items():
         lines = (workdir / "submission" / f"{stem}.tsv").read_text().splitlines()
         test_rows = (glue_dir / source).read_text().splitlines()[1:]
@@ -209,15 +233,27 @@ def test_a_killed_suite_reruns_finished_runs_never_and_resumes_the_unfinished_on
 
 
 def test_the_choice_is_the_best_run_over_every_learning_rate_and_seed():
-    runs = [{"learning_rate": lr, "seed": seed, "run": f"{lr}/{seed}", "score": score,
-             "dev": {"dev": {"f1": score + 1, "accuracy": score - 1}}}
-            for lr, seed, score in [(5e-5, 0, 80.0), (5e-5, 1, 70.0), (3e-5, 0, 78.0), (3e-5, 1, 79.0)]]
+    runs = [
+        {
+            "learning_rate": lr,
+            "seed": seed,
+            "run": f"{lr}/{seed}",
+            "score": score,
+            "dev": {"dev": {"f1": score + 1, "accuracy": score - 1}},
+        }
+        for lr, seed, score in [(5e-5, 0, 80.0), (5e-5, 1, 70.0), (3e-5, 0, 78.0), (3e-5, 1, 79.0)]
+    ]
     choice = glue_suite._choose(glue_data.TASKS["mrpc"], runs)
     # The paper keeps the best run on dev, even where its learning rate's mean over seeds is lower.
     assert (choice["learning_rate"], choice["seed"], choice["score"]) == (5e-5, 0, 80.0)
     assert choice["by_learning_rate"]["5e-05"]["mean"] == 75.0 and choice["by_learning_rate"]["3e-05"]["mean"] == 78.5
-    assert choice["spread_over_seeds"]["f1"] == {"mean": 76.0, "std": pytest.approx(np.std([81, 71], ddof=1)),
-                                                 "min": 71.0, "max": 81.0, "n": 2}
+    assert choice["spread_over_seeds"]["f1"] == {
+        "mean": 76.0,
+        "std": pytest.approx(np.std([81, 71], ddof=1)),
+        "min": 71.0,
+        "max": 81.0,
+        "n": 2,
+    }
 
 
 def test_a_stopped_run_stops_the_suite_and_changed_settings_are_refused(suite, tmp_path, monkeypatch):
@@ -227,19 +263,33 @@ def test_a_stopped_run_stops_the_suite_and_changed_settings_are_refused(suite, t
     (copy / "glue.json").unlink()
     shutil.rmtree(copy / "stsb")
     started = []
-    monkeypatch.setattr(finetuning, "run", lambda job, run_dir, given=None: started.append(run_dir) or
-                        finetuning.Outcome({}, finished=False))  # SIGTERM in the first run it starts
+    monkeypatch.setattr(
+        finetuning,
+        "run",
+        lambda job, run_dir, given=None: started.append(run_dir) or finetuning.Outcome({}, finished=False),
+    )  # SIGTERM in the first run it starts
     assert glue_suite.run_suite(config, str(copy)) == {}
     assert started == [str(copy / "stsb" / "lr=0.001,seed=0")] and not (copy / "glue.json").exists()
     monkeypatch.undo()
-    changed = suite_config(config.init_from, config.data_dir, tasks=config.tasks, from_mnli="rte",
-                           small_task_seeds="0,1", per_task=config.per_task, **{"train.num_epochs": 3.0})
-    with pytest.raises(ValueError, match=r"mnli/lr=0.001,seed=0 is a finished run of other settings \(config.train"
-                                         r".num_epochs was 2.0 there and is 3.0 now\).*new --workdir"):
+    changed = suite_config(
+        config.init_from,
+        config.data_dir,
+        tasks=config.tasks,
+        from_mnli="rte",
+        small_task_seeds="0,1",
+        per_task=config.per_task,
+        **{"train.num_epochs": 3.0},
+    )
+    with pytest.raises(
+        ValueError,
+        match=r"mnli/lr=0.001,seed=0 is a finished run of other settings \(config.train"
+        r".num_epochs was 2.0 there and is 3.0 now\).*new --workdir",
+    ):
         glue_suite.run_suite(changed, str(workdir))
 
 
 # --- Bad input is one sentence -----------------------------------------------------------------------------
+
 
 def _copy(glue_dir: pathlib.Path, tmp_path: pathlib.Path) -> pathlib.Path:
     shutil.copytree(glue_dir, tmp_path / "glue")
@@ -319,15 +369,27 @@ def test_suite_settings_that_cannot_run_are_one_sentence(glue_dir, pretrained_di
         assert "\n" not in str(e.value)
         return str(e.value)
 
-    assert "'sst' is not a GLUE task; choose among cola,sst2,mrpc,stsb,qqp,mnli,qnli,rte,wnli" in refused(tasks="sst,rte")
+    assert "'sst' is not a GLUE task; choose among cola,sst2,mrpc,stsb,qqp,mnli,qnli,rte,wnli" in refused(
+        tasks="sst,rte"
+    )
     assert "leaves out mnli; add mnli to config.tasks" in refused(tasks="rte", from_mnli="rte")
     assert "is not TASK.SECTION.FIELD=VALUE" in refused(per_task="rte.num_epochs=4")
     assert "config.data_dir is empty" in refused(data_dir="")
-    assert "config.per_task sets rte's settings: config.train.num_epoch is not a setting; did you mean " \
-           "config.train.num_epochs?" in refused(per_task="rte.train.num_epoch=4")
+    assert (
+        "config.per_task sets rte's settings: config.train.num_epoch is not a setting; did you mean "
+        "config.train.num_epochs?" in refused(per_task="rte.train.num_epoch=4")
+    )
     assert "config.per_task sets rte's settings: config.train.num_epochs='four' must be a number" in refused(
-        per_task="rte.train.num_epochs=four")
-    settings, _ = glue_suite.parse(suite_config(pretrained_dir, glue_dir, tasks="rte,mnli", from_mnli="rte",
-                                                per_task="rte.train.num_epochs=4; rte.sweep.seeds=3,4"))
+        per_task="rte.train.num_epochs=four"
+    )
+    settings, _ = glue_suite.parse(
+        suite_config(
+            pretrained_dir,
+            glue_dir,
+            tasks="rte,mnli",
+            from_mnli="rte",
+            per_task="rte.train.num_epochs=4; rte.sweep.seeds=3,4",
+        )
+    )
     assert [t.name for t in settings.tasks] == ["mnli", "rte"]
     assert settings.per_task == {"rte": {"train": {"num_epochs": 4}, "sweep": {"seeds": "3,4"}}}

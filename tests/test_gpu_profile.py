@@ -49,11 +49,15 @@ ENTRY %main (a: bf16[8,16], b: bf16[16,4]) -> bf16[8,4] {
 def test_hlo_instructions_are_categorised_and_phased():
     instructions, bodies = profile_summary.parse_hlo(HLO)
     assert instructions["custom-call.2"]["shape"].startswith("(bf16[8,4]")  # a tuple shape, parentheses matched
-    expected = {"gemm_fusion_dot.7": ("matmul", "forward"), "custom-call.2": ("matmul", "backward"),
-                "custom-call.5": ("attention (cuDNN)", "forward"),
-                "input_scatter_fusion.1": ("scatter (embedding and gather gradients)", "backward"),
-                "loop_xor_fusion": ("dropout hash (integer)", "forward"),
-                "loop_add_fusion.4": ("optimizer", "optimizer"), "copy.9": ("copy/transpose", "other")}
+    expected = {
+        "gemm_fusion_dot.7": ("matmul", "forward"),
+        "custom-call.2": ("matmul", "backward"),
+        "custom-call.5": ("attention (cuDNN)", "forward"),
+        "input_scatter_fusion.1": ("scatter (embedding and gather gradients)", "backward"),
+        "loop_xor_fusion": ("dropout hash (integer)", "forward"),
+        "loop_add_fusion.4": ("optimizer", "optimizer"),
+        "copy.9": ("copy/transpose", "other"),
+    }
     for name, (category, phase) in expected.items():
         assert profile_summary.category(instructions[name], bodies) == category, name
         assert profile_summary.phase(instructions[name]) == phase, name
@@ -75,25 +79,41 @@ def test_kernels_inside_cuda_graphs_are_matched_by_their_own_names():
 
 
 def test_combined_takes_only_same_numerics_changes_that_beat_the_noise():
-    rows = {"baseline": dict(step_s=1.0), "loop_layers": dict(step_s=0.8),  # wins
-            "cublas_gemm": dict(step_s=0.99),  # within the noise
-            "no_dropout": dict(step_s=0.5),  # faster, but another model: attribution only
-            "no_command_buffers": dict(error="boom")}
+    rows = {
+        "baseline": dict(step_s=1.0),
+        "loop_layers": dict(step_s=0.8),  # wins
+        "cublas_gemm": dict(step_s=0.99),  # within the noise
+        "no_dropout": dict(step_s=0.5),  # faster, but another model: attribution only
+        "no_command_buffers": dict(error="boom"),
+    }
     flags, xla, winners = gpu_profile.combined_variant(rows, rows["baseline"])
     assert winners == ["loop_layers"] and flags == ["--override", "model.scan_layers=false"] and xla == ""
     rows["no_command_buffers"] = dict(step_s=0.9)
     flags, xla, winners = gpu_profile.combined_variant(rows, rows["baseline"])
     assert winners == ["loop_layers", "no_command_buffers"] and xla == "--xla_gpu_enable_command_buffer="
-    assert gpu_profile.combined_variant({"baseline": dict(step_s=1.0), "cublas_gemm": dict(step_s=1.0)},
-                                        dict(step_s=1.0)) is None
+    assert (
+        gpu_profile.combined_variant({"baseline": dict(step_s=1.0), "cublas_gemm": dict(step_s=1.0)}, dict(step_s=1.0))
+        is None
+    )
 
 
 def test_dry_run_takes_each_kind_of_variant_through_the_trace_and_its_summary(tmp_path):
     out = tmp_path / "results"
-    done = subprocess.run([sys.executable, "benchmarks/gpu_profile.py", f"--out={out}", "--dry_run",
-                           "--variants=baseline,no_dropout,no_command_buffers,cudnn", "--variant_s=100"],
-                          cwd=ROOT, env=dict(os.environ, BERTJAX_NO_TCMALLOC="1"), capture_output=True, text=True,
-                          timeout=600)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "benchmarks/gpu_profile.py",
+            f"--out={out}",
+            "--dry_run",
+            "--variants=baseline,no_dropout,no_command_buffers,cudnn",
+            "--variant_s=100",
+        ],
+        cwd=ROOT,
+        env=dict(os.environ, BERTJAX_NO_TCMALLOC="1"),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     rows = {r["variant"]: r for r in map(json.loads, (out / "variants.jsonl").read_text().splitlines())}
     assert set(rows) == {"baseline", "no_dropout", "no_command_buffers", "cudnn"}
@@ -121,7 +141,19 @@ def test_dry_run_takes_each_kind_of_variant_through_the_trace_and_its_summary(tm
     assert summary["dry_run"] and summary["baseline_step_s"] == rows["baseline"]["step_s"]
     assert "| baseline |" in done.stdout and "| cudnn | needs a GPU (dry run) |" in done.stdout
     # A mistyped override is one sentence naming it, not a KeyError.
-    bad = subprocess.run([sys.executable, "benchmarks/train_step.py", "--sizes=tiny", "--frameworks=jax",
-                          "--override", "model.scan_layer=false"], cwd=ROOT, capture_output=True, text=True,
-                         env=dict(os.environ, BERTJAX_NO_TCMALLOC="1", JAX_PLATFORMS="cpu"), timeout=120)
+    bad = subprocess.run(
+        [
+            sys.executable,
+            "benchmarks/train_step.py",
+            "--sizes=tiny",
+            "--frameworks=jax",
+            "--override",
+            "model.scan_layer=false",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, BERTJAX_NO_TCMALLOC="1", JAX_PLATFORMS="cpu"),
+        timeout=120,
+    )
     assert bad.returncode != 0 and "--override 'model.scan_layer=false'" in bad.stderr

@@ -22,10 +22,25 @@ def test_gpu_table_runs_without_tensorflow(tmp_path):
     assert "hidden by the test" in probe.stderr  # the hiding works, so the run below cannot use TensorFlow
 
     results = tmp_path / "gpu_table.jsonl"
-    done = subprocess.run([sys.executable, "benchmarks/gpu_table.py", "--sizes=tiny", "--seqs=128",
-                           "--attentions=xla,cudnn", "--batches=tiny:128:8", "--steps=1", "--warmup=1",
-                           "--extra=--no_peak", f"--results={results}"],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "benchmarks/gpu_table.py",
+            "--sizes=tiny",
+            "--seqs=128",
+            "--attentions=xla,cudnn",
+            "--batches=tiny:128:8",
+            "--steps=1",
+            "--warmup=1",
+            "--extra=--no_peak",
+            f"--results={results}",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     rows = [json.loads(line) for line in results.read_text().splitlines()]
     assert [r["attention"] for r in rows] == ["xla", "cudnn"]
@@ -42,17 +57,34 @@ def test_gpu_table_runs_without_tensorflow(tmp_path):
     assert instances_per_row > 1.2
     assert xla["torch_real_tokens_per_s"] / xla["torch_tokens_per_s"] == pytest.approx(padded)  # same rows
     assert "needs an NVIDIA GPU" in cudnn["error"]
-    table = done.stdout[done.stdout.index("| model |"):]
+    table = done.stdout[done.stdout.index("| model |") :]
     assert "| tiny | 128 | 8 | float32 | xla |" in table and "| cudnn | failed: ValueError" in table
 
 
 def test_gpu_table_runs_modernbert_at_1024_and_logs_each_case(tmp_path):
     results, log = tmp_path / "gpu_table.jsonl", tmp_path / "cases.log"
-    done = subprocess.run([sys.executable, "benchmarks/gpu_table.py", "--family=modernbert", "--sizes=tiny",
-                           "--seqs=1024", "--attentions=xla", "--frameworks=jax", "--batches=tiny:1024:2",
-                           "--steps=1", "--warmup=1", "--extra=--no_peak", f"--results={results}", f"--log={log}"],
-                          cwd=ROOT, env=dict(os.environ, BERTJAX_NO_TCMALLOC="1"), capture_output=True, text=True,
-                          timeout=600)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "benchmarks/gpu_table.py",
+            "--family=modernbert",
+            "--sizes=tiny",
+            "--seqs=1024",
+            "--attentions=xla",
+            "--frameworks=jax",
+            "--batches=tiny:1024:2",
+            "--steps=1",
+            "--warmup=1",
+            "--extra=--no_peak",
+            f"--results={results}",
+            f"--log={log}",
+        ],
+        cwd=ROOT,
+        env=dict(os.environ, BERTJAX_NO_TCMALLOC="1"),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     [row] = [json.loads(line) for line in results.read_text().splitlines()]
     assert (row["family"], row["seq"], row["predictions"], row["vocab"]) == ("modernbert", 1024, 160, 50368), row
@@ -60,6 +92,11 @@ def test_gpu_table_runs_modernbert_at_1024_and_logs_each_case(tmp_path):
     assert "| modernbert-tiny | 1024 | 2 | float32 | xla |" in done.stdout
     assert "train_step.py --family=modernbert --sizes=tiny --seq=1024" in log.read_text()
     # BERT has 512 positions: a longer --seq is one sentence, not a shape error deep in the model.
-    bert = subprocess.run([sys.executable, "benchmarks/train_step.py", "--seq=1024"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)
+    bert = subprocess.run(
+        [sys.executable, "benchmarks/train_step.py", "--seq=1024"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert bert.returncode != 0 and "BERT has 512 positions" in bert.stderr

@@ -35,8 +35,11 @@ def vocab_file(minilm_dir) -> pathlib.Path:
 @pytest.fixture(scope="module")
 def texts(vocab_file) -> list[str]:
     """80 documents of 2-9 sentences of random vocab words."""
-    words = [w for w in vocab_file.read_text(encoding="utf-8").splitlines()
-             if w.isascii() and w.isalpha() and w.islower() and len(w) >= 3]
+    words = [
+        w
+        for w in vocab_file.read_text(encoding="utf-8").splitlines()
+        if w.isascii() and w.isalpha() and w.islower() and len(w) >= 3
+    ]
     rng = random.Random(1)
     sentence = lambda: " ".join(rng.choice(words) for _ in range(rng.randint(4, 12))).capitalize() + "."  # noqa: E731
     return [" ".join(sentence() for _ in range(rng.randint(2, 9))) for _ in range(80)]
@@ -49,18 +52,33 @@ def write_parquet(path: pathlib.Path, rows: list, row_group_size: int = 1_000_00
 
 
 def jsonl_bytes(rows: list, blank_every: int = 0) -> bytes:
-    return "".join(json.dumps(r) + "\n" + ("\n" if blank_every and i % blank_every == 0 else "")
-                   for i, r in enumerate(rows)).encode("utf-8")
+    return "".join(
+        json.dumps(r) + "\n" + ("\n" if blank_every and i % blank_every == 0 else "") for i, r in enumerate(rows)
+    ).encode("utf-8")
 
 
-def prepare(input_file, out: pathlib.Path, vocab_file, num_shards: int = 1, num_workers: int = 1,
-            runner: str = "local", beam_args: tuple = (), **kw) -> dict:
-    cfg = shards_lib.PrepareConfig(input_file=str(input_file), output_dir=str(out), vocab_file=str(vocab_file),
-                                   num_shards=num_shards, block_chars=2_000, **kw,
-                                   instance=instances.InstanceConfig(max_seq_length=64, max_predictions_per_seq=10,
-                                                                     dupe_factor=2))
-    return prepare_job.prepare(cfg, num_workers=num_workers, runner=runner, beam_args=tuple(beam_args),
-                              progress_stream=io.StringIO())
+def prepare(
+    input_file,
+    out: pathlib.Path,
+    vocab_file,
+    num_shards: int = 1,
+    num_workers: int = 1,
+    runner: str = "local",
+    beam_args: tuple = (),
+    **kw,
+) -> dict:
+    cfg = shards_lib.PrepareConfig(
+        input_file=str(input_file),
+        output_dir=str(out),
+        vocab_file=str(vocab_file),
+        num_shards=num_shards,
+        block_chars=2_000,
+        **kw,
+        instance=instances.InstanceConfig(max_seq_length=64, max_predictions_per_seq=10, dupe_factor=2),
+    )
+    return prepare_job.prepare(
+        cfg, num_workers=num_workers, runner=runner, beam_args=tuple(beam_args), progress_stream=io.StringIO()
+    )
 
 
 def shard_bytes(out: pathlib.Path) -> list[bytes]:
@@ -71,8 +89,9 @@ def hub_layout(root: pathlib.Path, texts: list[str]) -> pathlib.Path:
     """A dataset repository as the Hub lays it out: data/train-0000K-of-00003.parquet plus a validation file."""
     third = len(texts) // 3 + 1
     for k in range(3):
-        write_parquet(root / "data" / f"train-{k:05d}-of-00003.parquet", texts[k * third:(k + 1) * third],
-                      row_group_size=5)
+        write_parquet(
+            root / "data" / f"train-{k:05d}-of-00003.parquet", texts[k * third : (k + 1) * third], row_group_size=5
+        )
     write_parquet(root / "data" / "validation-00000-of-00001.parquet", texts[:3])
     return root
 
@@ -83,14 +102,22 @@ def test_every_container_gives_byte_identical_records_over_several_shards(tmp_pa
     write_parquet(tmp_path / "one.parquet", texts)
     write_parquet(tmp_path / "groups.parquet", texts, row_group_size=7)
     (tmp_path / "c.jsonl").write_bytes(jsonl_bytes([{"text": t} for t in texts], blank_every=17))
-    (tmp_path / "c.jsonl.zst").write_bytes(zstandard.ZstdCompressor().compress(jsonl_bytes([{"text": t} for t in texts])))
+    (tmp_path / "c.jsonl.zst").write_bytes(
+        zstandard.ZstdCompressor().compress(jsonl_bytes([{"text": t} for t in texts]))
+    )
     dataset = datasets.Dataset.from_dict({"id": list(range(len(texts))), "text": texts})
     dataset.save_to_disk(str(tmp_path / "saved"), max_shard_size="2KB")  # several .arrow files
     datasets.DatasetDict({"train": dataset, "test": dataset.select(range(5))}).save_to_disk(str(tmp_path / "dict"))
     hub_layout(tmp_path / "hub", texts)
-    specs = {"parquet": tmp_path / "one.parquet", "row_groups": tmp_path / "groups.parquet",
-             "jsonl": tmp_path / "c.jsonl", "zst": tmp_path / "c.jsonl.zst", "save_to_disk": f"hf:{tmp_path}/saved",
-             "dataset_dict": f"hf:{tmp_path}/dict:train", "hub": f"hf:{tmp_path}/hub"}
+    specs = {
+        "parquet": tmp_path / "one.parquet",
+        "row_groups": tmp_path / "groups.parquet",
+        "jsonl": tmp_path / "c.jsonl",
+        "zst": tmp_path / "c.jsonl.zst",
+        "save_to_disk": f"hf:{tmp_path}/saved",
+        "dataset_dict": f"hf:{tmp_path}/dict:train",
+        "hub": f"hf:{tmp_path}/hub",
+    }
     assert len(list((tmp_path / "saved").glob("*.arrow"))) > 3
     made = {}
     for kind, spec in specs.items():
@@ -105,8 +132,9 @@ def test_row_spans_tile_every_unit(tmp_path, texts):
     """Over any number of shards, the shards' documents in order are the corpus's, and every counter adds
     up to a whole read's: each row, blank line, file and row group is read and counted once."""
     write_parquet(tmp_path / "a.parquet", texts[:20] + [None, ""], row_group_size=3)
-    (tmp_path / "b.jsonl").write_bytes(b"\n" + jsonl_bytes([{"text": t} for t in texts[20:50]] + [{"x": 1}],
-                                                           blank_every=4) + b"\n\n")
+    (tmp_path / "b.jsonl").write_bytes(
+        b"\n" + jsonl_bytes([{"text": t} for t in texts[20:50]] + [{"x": 1}], blank_every=4) + b"\n\n"
+    )
     (tmp_path / "c.jsonl").write_bytes(b"")
     datasets.Dataset.from_dict({"text": texts[50:]}).save_to_disk(str(tmp_path / "saved"), max_shard_size="1KB")
     spec = f"{tmp_path}/*.parquet,{tmp_path}/*.jsonl,{tmp_path}/saved/*.arrow"
@@ -153,8 +181,14 @@ def test_records_do_not_depend_on_the_workers_or_the_runner_for_an_hf_directory(
     datasets.Dataset.from_dict({"text": texts}).save_to_disk(str(tmp_path / "saved"), max_shard_size="3KB")
     one = prepare(f"hf:{tmp_path}/saved", tmp_path / "w1", vocab_file, num_shards=3, num_workers=1)
     two = prepare(f"hf:{tmp_path}/saved", tmp_path / "w2", vocab_file, num_shards=3, num_workers=2)
-    beam = prepare(f"hf:{tmp_path}/saved", tmp_path / "beam", vocab_file, num_shards=3, runner="beam",
-                   beam_args=("--runner=FnApiRunner",))
+    beam = prepare(
+        f"hf:{tmp_path}/saved",
+        tmp_path / "beam",
+        vocab_file,
+        num_shards=3,
+        runner="beam",
+        beam_args=("--runner=FnApiRunner",),
+    )
     assert one["files"] == two["files"] == beam["files"] and all(f["records"] > 0 for f in one["files"])
     assert shard_bytes(tmp_path / "w1") == shard_bytes(tmp_path / "w2") == shard_bytes(tmp_path / "beam")
     assert beam["runner"] == "beam" and beam["corpus"]["rows"] == len(texts)
@@ -164,7 +198,8 @@ def test_records_do_not_depend_on_the_workers_or_the_runner_for_an_hf_directory(
 def test_save_to_disk_directories_and_their_splits(tmp_path, texts):
     dataset = datasets.Dataset.from_dict({"text": texts[:10]})
     datasets.DatasetDict({"train": dataset, "test": datasets.Dataset.from_dict({"text": texts[10:14]})}).save_to_disk(
-        str(tmp_path / "dict"))
+        str(tmp_path / "dict")
+    )
     assert len(list(corpus_lib.open_source(f"hf:{tmp_path}/dict").documents())) == 10  # train by default
     assert len(list(corpus_lib.open_source(f"hf:{tmp_path}/dict:test").documents())) == 4
     with pytest.raises(ValueError, match=r"has no split 'validation'; its splits: \['train', 'test'\]"):
@@ -183,14 +218,17 @@ def test_hub_layout_splits_by_directory_and_file_name(tmp_path, texts):
     write_parquet(root / ".cache" / "huggingface" / "train-00009-of-00010.parquet", ["hidden"])
     files, split = hf_datasets.resolve(f"hf:{root}")
     assert split == "train" and [pathlib.Path(f).name for f in files] == [
-        f"train-{k:05d}-of-00003.parquet" for k in range(3)]
+        f"train-{k:05d}-of-00003.parquet" for k in range(3)
+    ]
     assert hf_datasets.resolve(f"hf:{root}:validation")[0] == [str(root / "data" / "validation-00000-of-00001.parquet")]
     with pytest.raises(ValueError, match=r"no split 'test'; its splits: \['train', 'validation'\]"):
         hf_datasets.resolve(f"hf:{root}:test")
     # split directories, JSON Lines inside
     (tmp_path / "dirs" / "dev").mkdir(parents=True)
     (tmp_path / "dirs" / "train").mkdir()
-    (tmp_path / "dirs" / "train" / "part-1.jsonl.zst").write_bytes(zstandard.ZstdCompressor().compress(b'{"text": "A."}\n'))
+    (tmp_path / "dirs" / "train" / "part-1.jsonl.zst").write_bytes(
+        zstandard.ZstdCompressor().compress(b'{"text": "A."}\n')
+    )
     (tmp_path / "dirs" / "dev" / "part-1.jsonl").write_bytes(b'{"text": "B."}\n')
     assert hf_datasets.resolve(f"hf:{tmp_path}/dirs:validation")[1] == "validation"
     # no split named anywhere: every data file is train
@@ -209,13 +247,17 @@ def test_hub_readme_configs_choose_the_files(tmp_path, texts):
         "---\nlicense: odc-by\nconfigs:\n- config_name: default\n  data_files:\n  - split: train\n    path: data/*/*\n"
         "- config_name: sample-10BT\n  data_files:\n  - split: train\n    path: sample/10BT/*\n"
         "- config_name: sample-100BT\n  data_files:\n  - split: train\n    path: sample/100BT/*\n---\n# FineWeb-Edu\n",
-        encoding="utf-8")
+        encoding="utf-8",
+    )
     assert len(list(corpus_lib.open_source(f"hf:{root}").documents())) == 30  # the default config: data/*/*
     assert len(list(corpus_lib.open_source(f"hf:{root}:sample-10BT").documents())) == 50
     assert len(list(corpus_lib.open_source(f"hf:{root}:sample-10BT/train").documents())) == 50
-    with pytest.raises(FileNotFoundError, match=r"config 'sample-100BT' lists \['sample/100BT/\*'\] for split "
-                                                r"'train', which match no data file here; configs with files here: "
-                                                r"\['default', 'sample-10BT'\]"):
+    with pytest.raises(
+        FileNotFoundError,
+        match=r"config 'sample-100BT' lists \['sample/100BT/\*'\] for split "
+        r"'train', which match no data file here; configs with files here: "
+        r"\['default', 'sample-10BT'\]",
+    ):
         corpus_lib.open_source(f"hf:{root}:sample-100BT/train")
     with pytest.raises(ValueError, match=r"names no config 'nope'; its configs: \['default', 'sample-10BT', "):
         corpus_lib.open_source(f"hf:{root}:nope/train")
@@ -228,22 +270,39 @@ def test_bad_hf_directories_are_one_sentence(tmp_path):
     (tmp_path / "empty" / "README.md").write_text("# nothing here\n")
     with pytest.raises(FileNotFoundError, match=r"holds no data files \(Parquet, JSON Lines .*\): download"):
         corpus_lib.open_source(f"hf:{tmp_path}/empty")
-    with pytest.raises(ValueError, match=r"hf: reads local directories only; name the data files of a remote "
-                                         r"dataset directly, e.g. gs://bucket/fw/data/\*\.parquet"):
+    with pytest.raises(
+        ValueError,
+        match=r"hf: reads local directories only; name the data files of a remote "
+        r"dataset directly, e.g. gs://bucket/fw/data/\*\.parquet",
+    ):
         corpus_lib.open_source("hf:gs://bucket/fw")
     datasets.Dataset.from_dict({"text": ["One. Two."] * 50}).save_to_disk(str(tmp_path / "saved"))
     arrow = next((tmp_path / "saved").glob("*.arrow"))
     arrow.write_bytes(arrow.read_bytes()[:300])
-    with pytest.raises(ValueError, match=r"data-00000-of-00001\.arrow is not a readable Arrow file .*: it is "
-                                         r"damaged or truncated; write or download it again\."):
+    with pytest.raises(
+        ValueError,
+        match=r"data-00000-of-00001\.arrow is not a readable Arrow file .*: it is "
+        r"damaged or truncated; write or download it again\.",
+    ):
         list(corpus_lib.open_source(f"hf:{tmp_path}/saved").documents())
 
 
 def test_the_prepare_command_names_the_splits_an_hf_directory_has(tmp_path, vocab_file):
     datasets.DatasetDict({"train": datasets.Dataset.from_dict({"text": ["A. B."]})}).save_to_disk(str(tmp_path / "d"))
-    done = subprocess.run([sys.executable, "-m", "bertjax.prepare", f"--input_file=hf:{tmp_path}/d:dev",
-                           f"--output_dir={tmp_path}/out", f"--vocab_file={vocab_file}"],
-                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bertjax.prepare",
+            f"--input_file=hf:{tmp_path}/d:dev",
+            f"--output_dir={tmp_path}/out",
+            f"--vocab_file={vocab_file}",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode != 0
     assert f"--input_file='hf:{tmp_path}/d:dev': the dataset has no split 'dev'; its splits: ['train']." in done.stderr
     assert "Traceback" not in done.stderr
@@ -251,23 +310,30 @@ def test_the_prepare_command_names_the_splits_an_hf_directory_has(tmp_path, voca
 
 # --- Counts per file ----------------------------------------------------------------------------------
 def test_skipped_rows_are_counted_per_file(tmp_path, texts, vocab_file):
-    (tmp_path / "a.jsonl").write_text("\n".join([json.dumps({"text": texts[0]}), json.dumps({"text": None}),
-                                                 "{oops", json.dumps({"text": texts[1]})]) + "\n")
-    (tmp_path / "b.jsonl").write_text("\n".join([json.dumps({"text": 7}), json.dumps({"text": texts[2]}),
-                                                 json.dumps({"body": "x"})]) + "\n")
+    (tmp_path / "a.jsonl").write_text(
+        "\n".join([json.dumps({"text": texts[0]}), json.dumps({"text": None}), "{oops", json.dumps({"text": texts[1]})])
+        + "\n"
+    )
+    (tmp_path / "b.jsonl").write_text(
+        "\n".join([json.dumps({"text": 7}), json.dumps({"text": texts[2]}), json.dumps({"body": "x"})]) + "\n"
+    )
     write_parquet(tmp_path / "c.parquet", texts[3:30] + [None, "  "], row_group_size=4)
     write_parquet(tmp_path / "d.parquet", texts[30:40])
-    expected = {str(tmp_path / "a.jsonl"): {"empty_texts": 1, "bad_json_lines": 1},
-                str(tmp_path / "b.jsonl"): {"non_string_texts": 1, "missing_texts": 1},
-                str(tmp_path / "c.parquet"): {"empty_texts": 2}}
+    expected = {
+        str(tmp_path / "a.jsonl"): {"empty_texts": 1, "bad_json_lines": 1},
+        str(tmp_path / "b.jsonl"): {"non_string_texts": 1, "missing_texts": 1},
+        str(tmp_path / "c.parquet"): {"empty_texts": 2},
+    }
     spec = f"{tmp_path}/*.jsonl,{tmp_path}/*.parquet"
     one = prepare(spec, tmp_path / "one", vocab_file, skip_bad_json_lines=True)
     three = prepare(spec, tmp_path / "three", vocab_file, num_shards=3, num_workers=2, skip_bad_json_lines=True)
     assert one["corpus"]["skipped_by_file"] == three["corpus"]["skipped_by_file"] == expected
     assert one["skipped"]["empty_texts"] == 3 and one["text_field"] == "text"
     summary = prepare_job.summary(three)
-    assert f"rows skipped by file: {tmp_path}/a.jsonl: 1 bad json lines, 1 empty texts; {tmp_path}/b.jsonl: " \
-           "1 missing texts, 1 non string texts;" in summary
+    assert (
+        f"rows skipped by file: {tmp_path}/a.jsonl: 1 bad json lines, 1 empty texts; {tmp_path}/b.jsonl: "
+        "1 missing texts, 1 non string texts;" in summary
+    )
 
 
 # --- The job ---------------------------------------------------------------------------------------------
@@ -278,13 +344,25 @@ def test_the_job_trains_from_an_hf_directory(tmp_path, texts):
     import train_setup
     from bertjax.jobs import main as train
 
-    datasets.DatasetDict({"train": datasets.Dataset.from_dict({"text": texts[:60]}),
-                          "validation": datasets.Dataset.from_dict({"text": texts[60:]})}).save_to_disk(
-        str(tmp_path / "corpus"))
-    config = train_setup.small_config(**{
-        "data.corpus": f"hf:{tmp_path}/corpus:train", "data.corpus_vocab_size": 600,
-        "data.heldout_every": 4, "data.dupe_factor": 2, "data.num_shards": 2, "data.num_workers": 1,
-        "train.num_train_steps": 2, "eval.every_steps": 2, "checkpoint.every_steps": 2})
+    datasets.DatasetDict(
+        {
+            "train": datasets.Dataset.from_dict({"text": texts[:60]}),
+            "validation": datasets.Dataset.from_dict({"text": texts[60:]}),
+        }
+    ).save_to_disk(str(tmp_path / "corpus"))
+    config = train_setup.small_config(
+        **{
+            "data.corpus": f"hf:{tmp_path}/corpus:train",
+            "data.corpus_vocab_size": 600,
+            "data.heldout_every": 4,
+            "data.dupe_factor": 2,
+            "data.num_shards": 2,
+            "data.num_workers": 1,
+            "train.num_train_steps": 2,
+            "eval.every_steps": 2,
+            "checkpoint.every_steps": 2,
+        }
+    )
     result = train.train_and_evaluate(config, str(tmp_path / "work"))
     stage = json.loads((tmp_path / "work" / "data" / "stage.json").read_text())
     assert (stage["train_documents"], stage["heldout_documents"]) == (45, 15)

@@ -62,8 +62,14 @@ def jax_leaves(params):
 
 @pytest.fixture
 def saved(tmp_path):
-    config = model_lib.BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                                  intermediate_size=64, max_position_embeddings=32)
+    config = model_lib.BertConfig(
+        vocab_size=100,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=32,
+    )
     model = model_lib.BertForPreTraining(config)
     bertjax.save_pretrained(str(tmp_path), model, reference.random_params(model))
     return tmp_path
@@ -102,8 +108,11 @@ def test_shapes_disagreeing_with_config(saved):
     config["intermediate_size"] = 48
     (saved / "config.json").write_text(json.dumps(config))
     # Found in the safetensors header, before any tensor is read or head initialised (hf_files.check_header).
-    with pytest.raises(ValueError, match=r"config\.json says intermediate_size=48, hidden_size=32, but the weights' "
-                                         r"intermediate\.dense\.weight is 64 × 32: the config\.json does not belong"):
+    with pytest.raises(
+        ValueError,
+        match=r"config\.json says intermediate_size=48, hidden_size=32, but the weights' "
+        r"intermediate\.dense\.weight is 64 × 32: the config\.json does not belong",
+    ):
         bertjax.from_pretrained(str(saved))
 
 
@@ -118,8 +127,10 @@ def test_sharded_checkpoint_and_legacy_names(saved, caplog):
     """Sharded safetensors with an index, old LayerNorm gamma/beta names and an extra classifier."""
     tensors = load_file(saved / "model.safetensors")
     _, expected = bertjax.from_pretrained(str(saved))
-    renamed = {k.replace("LayerNorm.weight", "LayerNorm.gamma").replace("LayerNorm.bias", "LayerNorm.beta"): v
-               for k, v in tensors.items()}
+    renamed = {
+        k.replace("LayerNorm.weight", "LayerNorm.gamma").replace("LayerNorm.bias", "LayerNorm.beta"): v
+        for k, v in tensors.items()
+    }
     renamed["classifier.weight"] = np.zeros((3, 32), np.float32)
     names = sorted(renamed)
     halves = {"model-00001-of-00002.safetensors": names[::2], "model-00002-of-00002.safetensors": names[1::2]}
@@ -130,8 +141,7 @@ def test_sharded_checkpoint_and_legacy_names(saved, caplog):
     (saved / "model.safetensors.index.json").write_text(json.dumps(index))
     with caplog.at_level(logging.WARNING, logger="bertjax.models.bert.hf"):
         _, params = bertjax.from_pretrained(str(saved))
-    assert any("ignored 1 tensor" in r.getMessage() and "classifier.weight" in r.getMessage()
-               for r in caplog.records)
+    assert any("ignored 1 tensor" in r.getMessage() and "classifier.weight" in r.getMessage() for r in caplog.records)
     for a, b in zip(jax_leaves(expected), jax_leaves(params)):
         np.testing.assert_array_equal(a, b)
 

@@ -1,6 +1,6 @@
 """The house: commands are thin and no library imports one; only commands, cli.py and __init__.py at the top,
-every library in a role folder, each command's library named as the command in jobs/; one exit path; the family
-and task contracts, and no family or task names outside their registries; the modules' imports form no circle;
+every library in a role folder, each command's library named as the command in jobs/; one exit path (the
+contracts and registries: test_contracts.py); the modules' imports form no circle;
 record preparation never imports JAX or Flax; an installed wheel runs the README's commands from any directory;
 a command-line mistake ends in one sentence and exit 2, on every command that takes --config; an older
 jax is refused at import with one sentence."""
@@ -22,12 +22,20 @@ import train_setup
 ROOT = train_setup.ROOT
 PACKAGE = ROOT / "bertjax"
 # `python -m bertjax.NAME`: flags and one call. Every other module is a library, which imports none of these.
-COMMANDS = {"main", "finetune", "predict", "export", "extract_features", "summary", "prepare", "tokenizer",
-            "demo_finetune", "glue"}
+COMMANDS = {
+    "main",
+    "finetune",
+    "predict",
+    "export",
+    "extract_features",
+    "summary",
+    "prepare",
+    "tokenizer",
+    "demo_finetune",
+    "glue",
+}
 # Every library lives in a folder named for its role (configs/ holds the config files, which are data).
 ROLES = {"jobs", "training", "runtime", "config", "models", "finetuning", "data", "configs"}
-FAMILIES = ("bert", "modernbert")
-TASKS = ("sequence_classification", "token_classification", "question_answering")
 
 
 def _modules() -> dict[str, pathlib.Path]:
@@ -93,8 +101,9 @@ def circles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 
 def test_commands_are_the_modules_that_run_as_programs():
-    runnable = {name.split(".")[-1] for name, path in _modules().items() if 'if __name__ == "__main__":' in
-                path.read_text()}
+    runnable = {
+        name.split(".")[-1] for name, path in _modules().items() if 'if __name__ == "__main__":' in path.read_text()
+    }
     assert runnable == COMMANDS
 
 
@@ -102,8 +111,11 @@ def test_no_library_imports_a_command_and_the_imports_form_no_circle():
     graph = import_graph()
     commands = {f"bertjax.{name}" for name in COMMANDS}
     assert len(graph) > 40 and "bertjax.jobs.finetune" in graph["bertjax.finetune"]  # the walk sees real imports
-    wrong = {library: sorted(targets & commands) for library, targets in graph.items()
-             if library not in commands and targets & commands}
+    wrong = {
+        library: sorted(targets & commands)
+        for library, targets in graph.items()
+        if library not in commands and targets & commands
+    }
     assert wrong == {}, f"libraries importing commands: {wrong}"
     assert circles(graph) == []
     # A circle would be found: the walk is not vacuous.
@@ -122,7 +134,9 @@ def test_only_commands_cli_and_init_at_the_top_and_libraries_in_role_folders():
     assert "jobs/main.py" in paths and "models/bert/model.py" in paths
     assert misplaced(paths) == []
     assert misplaced(["trainer.py", "main.py", "cli.py", "misc/util.py", "training/loop.py"]) == [  # planted
-        "misc/util.py", "trainer.py"]
+        "misc/util.py",
+        "trainer.py",
+    ]
 
 
 def test_each_command_runs_the_library_of_its_name_and_ends_through_cli_run_job():
@@ -133,8 +147,10 @@ def test_each_command_runs_the_library_of_its_name_and_ends_through_cli_run_job(
         assert f"bertjax.jobs.{name}" in modules, f"bertjax/jobs/{name}.py: the library of python -m bertjax.{name}"
         assert f"bertjax.jobs.{name}" in graph[f"bertjax.{name}"], f"bertjax/{name}.py does not run its library"
         assert own_exits(modules[f"bertjax.{name}"].read_text()) == [], f"bertjax/{name}.py"
-    planted = 'def main(argv):\n    try:\n        go()\n    except ValueError as e:\n' \
-              '        sys.stderr.write(f"x: {e}")\n        return 1\n'
+    planted = (
+        "def main(argv):\n    try:\n        go()\n    except ValueError as e:\n"
+        '        sys.stderr.write(f"x: {e}")\n        return 1\n'
+    )
     assert own_exits(planted) == ["main does not call cli.run_job", "line 5 writes to stderr"]
 
 
@@ -153,116 +169,16 @@ def own_exits(source: str) -> list[str]:
     return found
 
 
-def named_outside(names: tuple[str, ...], allowed: tuple[str, ...]) -> dict[str, list[int]]:
-    """String constants equal to one of `names` in bertjax's modules outside the `allowed` folders (a
-    comparison, a default, a table): where a registry's name is used instead of the registry."""
-    found = {}
-    for path in PACKAGE.rglob("*.py"):
-        rel = str(path.relative_to(PACKAGE))
-        if rel.startswith(allowed):
-            continue
-        lines = literal_lines(path.read_text(), names)
-        if lines:
-            found[rel] = lines
-    return found
-
-
-def literal_lines(source: str, names: tuple[str, ...]) -> list[int]:
-    return sorted(node.lineno for node in ast.walk(ast.parse(source))
-                  if isinstance(node, ast.Constant) and node.value in names)
-
-
-def test_no_family_is_named_or_imported_outside_models():
-    """Code outside models/ asks the registry (models.get / of / of_fingerprint) and the family contract; it
-    neither imports a family's modules nor writes a family's name."""
-    import bertjax.models as models
-
-    assert models.FAMILIES == FAMILIES
-    graph = import_graph()
-    imports = {module: sorted(t for t in targets if t.startswith(tuple(f"bertjax.models.{f}" for f in FAMILIES)))
-               for module, targets in graph.items() if not module.startswith("bertjax.models")}
-    assert {m: t for m, t in imports.items() if t} == {}
-    assert named_outside(FAMILIES, ("models/", "configs/")) == {}
-    assert literal_lines('if arch.model_type == "bert":\n    pass\n', FAMILIES) == [1]  # planted
-
-
-def test_task_names_are_compared_nowhere_outside_the_task_registry():
-    """The job, predict, the GLUE suite, the heads and the schema ask finetuning.tasks.get(config.task); the
-    families' head tables (models/) name the tasks they have heads for."""
-    from bertjax.finetuning import tasks
-
-    assert tasks.NAMES == TASKS
-    assert named_outside(TASKS, ("finetuning/tasks/", "models/", "configs/")) == {}
-    assert literal_lines('if job.task != "question_answering":\n    pass\n', TASKS) == [1]  # planted
-
-
-def contract_breaches(module_names: dict[str, object], contract: dict[str, tuple[str, ...]]) -> list[str]:
-    return [f"{part}.{name}" for part, names in contract.items() for name in names
-            if not hasattr(module_names[part], name)]
-
-
-def test_every_family_keeps_the_family_contract():
-    import types
-
-    import bertjax.models as models
-
-    for name in models.FAMILIES:
-        family = models.get(name)
-        modules = {"config": family.config, "model": family.model, "hf": family.hf}
-        assert contract_breaches(modules, models.CONTRACT) == [], name
-        assert family.model.FINETUNING_TASKS and set(family.model.FINETUNING_TASKS) <= set(TASKS), name
-    broken = dict(modules, model=types.SimpleNamespace(from_config=None))  # planted: a family missing the rest
-    assert "model.stack_layers" in contract_breaches(broken, models.CONTRACT)
-
-
-def test_every_task_keeps_the_task_contract():
-    from bertjax.finetuning import tasks
-    from bertjax.finetuning.tasks.base import TaskKind
-
-    for name in tasks.NAMES:
-        assert isinstance(tasks.get(name), TaskKind) and tasks.get(name).name == name
-    with pytest.raises(TypeError, match="abstract"):  # planted: a task kind without its scores
-
-        class NoScores(TaskKind):
-            def primary_metric(self, regression): return "f1"
-
-        NoScores()
-    with pytest.raises(ValueError, match="config.task='ner' is not one of"):
-        tasks.get("ner")
-
-
-def test_every_corpus_source_keeps_the_source_contract():
-    """data/corpus/base.Source (list_units, _read_unit; the rest is shared): each source module's classes
-    implement it, so open_source can hand any of them to prepare, the tokenizer and the main job."""
-    import inspect
-
-    from bertjax.data.corpus import base, sources, table
-
-    found = {cls.__name__ for module in (sources, table) for _, cls in inspect.getmembers(module, inspect.isclass)
-             if issubclass(cls, base.Source) and cls is not base.Source}
-    assert {"TextSource", "TfdsSource", "PyDocsSource", "TableSource"} <= found
-    assert all(not inspect.isabstract(getattr(sources, n, None) or getattr(table, n)) for n in found)
-
-    class NoReader(base.Source):  # planted: a source that cannot read its units
-        def list_units(self):
-            return []
-
-    assert inspect.isabstract(NoReader)
-
-
-def test_every_package_says_what_its_folder_is_for():
-    """DESIGN notes live in the packages' docstrings."""
-    bare = [str(p.relative_to(ROOT)) for p in PACKAGE.rglob("__init__.py") if "configs" not in p.parts
-            and not ast.get_docstring(ast.parse(p.read_text()))]
-    assert bare == []
-
-
 def remote_path_tests(source: str) -> list[int]:
     """Lines that decide local-or-remote for themselves (`"://" in path`) instead of asking data/files.py."""
     found = []
     for node in ast.walk(ast.parse(source)):
-        if (isinstance(node, ast.Compare) and isinstance(node.left, ast.Constant) and node.left.value == "://"
-                and any(isinstance(op, (ast.In, ast.NotIn)) for op in node.ops)):
+        if (
+            isinstance(node, ast.Compare)
+            and isinstance(node.left, ast.Constant)
+            and node.left.value == "://"
+            and any(isinstance(op, (ast.In, ast.NotIn)) for op in node.ops)
+        ):
             found.append(node.lineno)
     return found
 
@@ -272,8 +188,13 @@ def test_one_file_layer_decides_what_is_remote():
     bucket work lands there, not in a dozen inline checks."""
     layer = PACKAGE / "data" / "files.py"
     assert remote_path_tests(layer.read_text()), "the file layer's own check is found"
-    inline = {str(path.relative_to(ROOT)): lines for path in _modules().values() if path != layer
-              for lines in [remote_path_tests(path.read_text())] if lines}
+    inline = {
+        str(path.relative_to(ROOT)): lines
+        for path in _modules().values()
+        if path != layer
+        for lines in [remote_path_tests(path.read_text())]
+        if lines
+    }
     assert inline == {}, f"ask bertjax.data.files.is_remote instead: {inline}"
     assert remote_path_tests('def f(path):\n    return "://" not in path\n') == [2]  # a planted one is found
 
@@ -284,9 +205,17 @@ def test_ruff_finds_nothing_in_the_tree(tmp_path):
     ruff = [sys.executable, "-m", "ruff", "check", "--no-cache", "--output-format", "concise"]
     done = subprocess.run([*ruff, "bertjax", "tests", "benchmarks"], cwd=ROOT, capture_output=True, text=True)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-1000:]
+    layout = subprocess.run(
+        [sys.executable, "-m", "ruff", "format", "--check", "--no-cache", "bertjax", "tests", "benchmarks"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert layout.returncode == 0, "run `ruff format bertjax tests benchmarks`: " + layout.stdout[-3000:]
     (tmp_path / "planted.py").write_text("import os\n")
-    planted = subprocess.run([*ruff, "--config", str(ROOT / "pyproject.toml"), str(tmp_path / "planted.py")],
-                             capture_output=True, text=True)
+    planted = subprocess.run(
+        [*ruff, "--config", str(ROOT / "pyproject.toml"), str(tmp_path / "planted.py")], capture_output=True, text=True
+    )
     assert planted.returncode == 1 and "F401" in planted.stdout, planted.stdout
 
 
@@ -307,9 +236,16 @@ def test_every_library_imports_with_the_commands_blocked():
         "try:\n"
         "    importlib.import_module('bertjax.main')\n"
         "except ImportError as e:\n"
-        "    print('blocked:', e)\n")
-    done = subprocess.run([sys.executable, "-c", program], cwd=ROOT, capture_output=True, text=True, timeout=300,
-                          env=dict(os.environ, BERTJAX_NO_TCMALLOC="1"))
+        "    print('blocked:', e)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", program],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ, BERTJAX_NO_TCMALLOC="1"),
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "blocked: a library imported the command bertjax.main" in done.stdout  # the block works
 
@@ -326,27 +262,78 @@ def test_prepare_and_the_config_schema_import_no_jax_or_flax(tmp_path):
     assert "hidden by the test" in probe.stderr
 
     corpus = tmp_path / "corpus.txt"
-    corpus.write_text("".join(f"sentence {i} of document {d} is here.\nand another one {i}.\n\n"
-                              for d in range(20) for i in range(3)))
+    corpus.write_text(
+        "".join(f"sentence {i} of document {d} is here.\nand another one {i}.\n\n" for d in range(20) for i in range(3))
+    )
     vocab = tmp_path / "vocab.txt"
-    vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "sentence", "of", "document", "is",
-                                "here", "and", "another", "one", "."] + [str(i) for i in range(20)]) + "\n")
-    done = subprocess.run([sys.executable, "-m", "bertjax.prepare", f"--input_file={corpus}",
-                           f"--output_dir={tmp_path / 'records'}", f"--vocab_file={vocab}", "--num_shards=2",
-                           "--num_workers=2", "--max_seq_length=16", "--max_predictions_per_seq=2"],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    vocab.write_text(
+        "\n".join(
+            [
+                "[PAD]",
+                "[UNK]",
+                "[CLS]",
+                "[SEP]",
+                "[MASK]",
+                "sentence",
+                "of",
+                "document",
+                "is",
+                "here",
+                "and",
+                "another",
+                "one",
+                ".",
+            ]
+            + [str(i) for i in range(20)]
+        )
+        + "\n"
+    )
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bertjax.prepare",
+            f"--input_file={corpus}",
+            f"--output_dir={tmp_path / 'records'}",
+            f"--vocab_file={vocab}",
+            "--num_shards=2",
+            "--num_workers=2",
+            "--max_seq_length=16",
+            "--max_predictions_per_seq=2",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "wrote" in done.stdout and len(list((tmp_path / "records").glob("*.tfrecord"))) == 2
-    schema = subprocess.run([sys.executable, "-c", "import runpy, bertjax.config.schema as c\n"
-                             f"c.JobConfig.from_configdict(runpy.run_path({str(PACKAGE / 'configs' / 'large.py')!r})"
-                             "['get_config']()).validate()"], env=env, capture_output=True, text=True, timeout=120)
+    schema = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import runpy, bertjax.config.schema as c\n"
+            f"c.JobConfig.from_configdict(runpy.run_path({str(PACKAGE / 'configs' / 'large.py')!r})"
+            "['get_config']()).validate()",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert schema.returncode == 0, schema.stderr[-3000:]
 
 
 def _command(tmp_path: pathlib.Path, module: str, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", f"bertjax.{module}", *args], cwd=tmp_path, capture_output=True,
-                          text=True, timeout=300, env=dict(os.environ, BERTJAX_NO_TCMALLOC="1",
-                                                           PYTHONPATH=str(ROOT)))
+    return subprocess.run(
+        [sys.executable, "-m", f"bertjax.{module}", *args],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ, BERTJAX_NO_TCMALLOC="1", PYTHONPATH=str(ROOT)),
+    )
 
 
 def _one_sentence(done: subprocess.CompletedProcess) -> str:
@@ -356,13 +343,16 @@ def _one_sentence(done: subprocess.CompletedProcess) -> str:
     return lines[0]
 
 
-@pytest.mark.parametrize("args, expected", [
-    (["--config.train.num_train_stepz=5"], "did you mean --config.train.num_train_steps?"),
-    (["--config.trian.num_train_steps=5"], "did you mean --config.train?"),
-    (["--config.train.num_train_steps=abc"], "config.train.num_train_steps takes an int"),
-    (["--config.optim.learning_rate=fast"], "config.optim.learning_rate takes a float"),
-    (["--workdr=x"], "unknown flag --workdr; did you mean --workdir?"),
-])
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        (["--config.train.num_train_stepz=5"], "did you mean --config.train.num_train_steps?"),
+        (["--config.trian.num_train_steps=5"], "did you mean --config.train?"),
+        (["--config.train.num_train_steps=abc"], "config.train.num_train_steps takes an int"),
+        (["--config.optim.learning_rate=fast"], "config.optim.learning_rate takes a float"),
+        (["--workdr=x"], "unknown flag --workdr; did you mean --workdir?"),
+    ],
+)
 def test_a_mistyped_override_or_flag_is_one_sentence(tmp_path, args, expected):
     """From a directory without configs/: the packaged config is found, then the mistake named."""
     done = _command(tmp_path, "main", "--config=configs/tiny.py", f"--workdir={tmp_path / 'w'}", *args)
@@ -370,24 +360,31 @@ def test_a_mistyped_override_or_flag_is_one_sentence(tmp_path, args, expected):
 
 
 def test_config_files_that_do_not_exist_or_take_no_such_argument_are_one_sentence(tmp_path):
-    assert "did you mean configs/tiny.py?" in _one_sentence(_command(tmp_path, "main", "--config=configs/tini.py",
-                                                                     "--workdir=w"))
+    assert "did you mean configs/tiny.py?" in _one_sentence(
+        _command(tmp_path, "main", "--config=configs/tini.py", "--workdir=w")
+    )
     line = _one_sentence(_command(tmp_path, "main", "--config=configs/demo.py:quikc", "--workdir=w"))
     assert "configs/demo.py:quikc: config argument 'quikc' is not known; this config file takes quick=False" in line
     (tmp_path / "broken.py").write_text("def get_config(:\n")
     assert "broken.py: invalid syntax" in _one_sentence(_command(tmp_path, "summary", "--config=broken.py"))
     (tmp_path / "mine.py").write_text("def get_config():\n    raise ValueError('mine needs a corpus')\n")
-    assert "mine.py: mine needs a corpus" in _one_sentence(_command(tmp_path, "main", "--config=mine.py",
-                                                                    "--workdir=w"))
+    assert "mine.py: mine needs a corpus" in _one_sentence(
+        _command(tmp_path, "main", "--config=mine.py", "--workdir=w")
+    )
 
 
-@pytest.mark.parametrize("module, args", [
-    ("finetune", ["--config=configs/finetune.py:size=tiny", "--workdir=w", "--config.train.num_epoch=1"]),
-    ("summary", ["--config=configs/tiny.py", "--config.model.hiden_size=1"]),
-    ("glue", ["--config=configs/glue.py", "--workdir=w", "--config.small_task_seed=0"]),
-    ("demo_finetune", ["--config=configs/demo_finetune.py", "--pretrained=p", "--workdir=w",
-                       "--config.demo.max_word=3"]),
-])
+@pytest.mark.parametrize(
+    "module, args",
+    [
+        ("finetune", ["--config=configs/finetune.py:size=tiny", "--workdir=w", "--config.train.num_epoch=1"]),
+        ("summary", ["--config=configs/tiny.py", "--config.model.hiden_size=1"]),
+        ("glue", ["--config=configs/glue.py", "--workdir=w", "--config.small_task_seed=0"]),
+        (
+            "demo_finetune",
+            ["--config=configs/demo_finetune.py", "--pretrained=p", "--workdir=w", "--config.demo.max_word=3"],
+        ),
+    ],
+)
 def test_every_command_with_a_config_names_the_nearest_field(tmp_path, module, args):
     line = _one_sentence(_command(tmp_path, module, *args))
     assert "did you mean --config." in line and "has no field" in line
@@ -397,12 +394,22 @@ def test_a_wheel_installed_in_a_fresh_venv_runs_from_an_empty_directory(tmp_path
     """The package as users install it (a wheel, configs inside), in a venv of its own; its dependencies
     come from this test's environment through a path file, bertjax only from the wheel."""
     source = tmp_path / "source"
-    shutil.copytree(ROOT, source, symlinks=True, ignore=shutil.ignore_patterns(
-        ".venv", ".git", ".pytest_cache", "workdir*", "build", "dist", "*.egg-info", "__pycache__"))
+    shutil.copytree(
+        ROOT,
+        source,
+        symlinks=True,
+        ignore=shutil.ignore_patterns(
+            ".venv", ".git", ".pytest_cache", "workdir*", "build", "dist", "*.egg-info", "__pycache__"
+        ),
+    )
     dist = tmp_path / "dist"
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
-                    str(dist), str(source)], check=True, capture_output=True, timeout=300)
-    wheel, = dist.glob("bertjax-*.whl")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(dist), str(source)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    (wheel,) = dist.glob("bertjax-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     assert "bertjax/configs/tiny.py" in names and "bertjax/configs/default.py" in names
     assert not any(name.startswith(("tests/", "configs/", "benchmarks/")) for name in names)
@@ -410,10 +417,18 @@ def test_a_wheel_installed_in_a_fresh_venv_runs_from_an_empty_directory(tmp_path
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
     python = venv / "bin" / "python"
-    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "--no-index", "-q",
-                    str(wheel)], check=True, capture_output=True, timeout=300)
-    site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                          check=True, capture_output=True, text=True).stdout.strip()
+    subprocess.run(
+        [sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "--no-index", "-q", str(wheel)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    site = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
     deps = [p for p in sys.path if p.endswith("site-packages")]
     pathlib.Path(site, "test_dependencies.pth").write_text("\n".join(deps) + "\n")
 
@@ -421,11 +436,23 @@ def test_a_wheel_installed_in_a_fresh_venv_runs_from_an_empty_directory(tmp_path
     empty.mkdir()
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     env.update(BERTJAX_NO_TCMALLOC="1", JAX_PLATFORMS="cpu")
-    where = subprocess.run([str(python), "-c", "import bertjax; print(bertjax.__file__)"], cwd=empty, env=env,
-                           capture_output=True, text=True, timeout=120)
+    where = subprocess.run(
+        [str(python), "-c", "import bertjax; print(bertjax.__file__)"],
+        cwd=empty,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert where.stdout.strip().startswith(str(venv)), where.stdout + where.stderr
-    done = subprocess.run([str(python), "-m", "bertjax.summary", "--config=configs/tiny.py"], cwd=empty, env=env,
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [str(python), "-m", "bertjax.summary", "--config=configs/tiny.py"],
+        cwd=empty,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "total" in done.stdout and "4,433,468" in done.stdout and "forward pass on cpu" in done.stdout
     assert list(empty.iterdir()) == []
@@ -444,13 +471,19 @@ def test_an_older_jax_is_refused_at_import_with_one_sentence(tmp_path):
     imported = subprocess.run([sys.executable, "-c", "import bertjax"], env=env, capture_output=True, text=True)
     assert imported.returncode == 1
     assert f"ImportError: bertjax needs jax>={wanted} but jax 0.4.30 is installed" in imported.stderr
-    command = subprocess.run([sys.executable, "-m", "bertjax.summary", "--config=configs/tiny.py"], env=env,
-                             cwd=tmp_path, capture_output=True, text=True)
+    command = subprocess.run(
+        [sys.executable, "-m", "bertjax.summary", "--config=configs/tiny.py"],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
     assert command.returncode == 1
     assert command.stderr.strip().splitlines() == [
         f"bertjax: bertjax needs jax>={wanted} but jax 0.4.30 is installed; upgrade it with pip install -U "
         f"'jax>={wanted}' (on TPUs 'jax[tpu]>={wanted}', on NVIDIA GPUs 'jax[cuda12]>={wanted}'), then restart "
-        "the Python process."]
+        "the Python process."
+    ]
     assert bertjax._release("0.10.2") >= bertjax.MIN_JAX > bertjax._release("0.4.30")
 
 
@@ -466,7 +499,13 @@ print(type(tf.keras.layers.Dense(2)).__name__, "keras" in sys.modules)  # tf.ker
 
 
 def test_commands_import_tensorflow_without_keras_and_keras_still_loads_after():
-    done = subprocess.run([sys.executable, "-c", TF_WITHOUT_KERAS], cwd=train_setup.ROOT, capture_output=True,
-                          text=True, timeout=300, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+    done = subprocess.run(
+        [sys.executable, "-c", TF_WITHOUT_KERAS],
+        cwd=train_setup.ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"),
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.split("\n")[:3] == ["False False", "[2, 3] True", "Dense True"], done.stdout

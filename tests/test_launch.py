@@ -18,8 +18,14 @@ DOCUMENTED = {
     ("tpu-vm", "scp"): {"--zone", "--project", "--worker", "--recurse"},
     ("tpu-vm", "delete"): {"--zone", "--project", "--quiet"},
     ("tpu-vm", "describe"): {"--zone", "--project", "--format"},
-    ("queued-resources", "create"): {"--zone", "--project", "--node-id", "--accelerator-type", "--runtime-version",
-                                     "--spot"},
+    ("queued-resources", "create"): {
+        "--zone",
+        "--project",
+        "--node-id",
+        "--accelerator-type",
+        "--runtime-version",
+        "--spot",
+    },
     ("queued-resources", "delete"): {"--zone", "--project", "--force", "--quiet"},
 }
 
@@ -42,13 +48,17 @@ def check_documented(command: list[str]) -> None:
     assert "--zone=us-west4-a" in command
 
 
-@pytest.mark.parametrize("accelerator, extra, group", [
-    ("v5litepod-16", ["--spot"], "tpu-vm"),
-    ("v4-32", ["--queued", "--spot"], "queued-resources"),
-])
+@pytest.mark.parametrize(
+    "accelerator, extra, group",
+    [
+        ("v5litepod-16", ["--spot"], "tpu-vm"),
+        ("v4-32", ["--queued", "--spot"], "queued-resources"),
+    ],
+)
 def test_create_composes_documented_gcloud_commands(accelerator, extra, group):
-    done = launch("create", "--name=bert", "--zone=us-west4-a", f"--accelerator_type={accelerator}", *extra,
-                  "--dry_run")
+    done = launch(
+        "create", "--name=bert", "--zone=us-west4-a", f"--accelerator_type={accelerator}", *extra, "--dry_run"
+    )
     assert done.returncode == 0, done.stderr
     (command,) = gcloud_lines(done.stdout)
     check_documented(command)
@@ -62,20 +72,37 @@ def test_create_composes_documented_gcloud_commands(accelerator, extra, group):
 
 @pytest.mark.parametrize("accelerator", ["v5litepod-16", "v4-32"])
 def test_run_starts_the_same_job_on_every_worker_with_quoting_that_survives(accelerator):
-    job = ["--config=configs/large.py", "--config.mesh.shape=(-1,2,1)", "--config.data.corpus=my corpus/*.txt",
-           "--config.data.vocab_file=it's.txt"]
-    done = launch("run", "--name=bert", "--zone=us-west4-a", f"--accelerator_type={accelerator}",
-                  "--workdir=gs://bucket/runs/large", "--dry_run", "--", *job)
+    job = [
+        "--config=configs/large.py",
+        "--config.mesh.shape=(-1,2,1)",
+        "--config.data.corpus=my corpus/*.txt",
+        "--config.data.vocab_file=it's.txt",
+    ]
+    done = launch(
+        "run",
+        "--name=bert",
+        "--zone=us-west4-a",
+        f"--accelerator_type={accelerator}",
+        "--workdir=gs://bucket/runs/large",
+        "--dry_run",
+        "--",
+        *job,
+    )
     assert done.returncode == 0, done.stderr
     (command,) = gcloud_lines(done.stdout)  # one ssh for all workers: the same command on each
     check_documented(command)
     assert command[4:6] == ["ssh", "bert"] and "--worker=all" in command
-    remote = next(a for a in command if a.startswith("--command="))[len("--command="):]
+    remote = next(a for a in command if a.startswith("--command="))[len("--command=") :]
     # What each worker's shell sees: the job's arguments exactly as given, and its output in a log.
     words = shlex.split(remote)
     start = words.index("python3")
-    assert words[start:start + 4 + len(job)] == ["python3", "-m", "bertjax.main", "--workdir=gs://bucket/runs/large",
-                                                  *job]
+    assert words[start : start + 4 + len(job)] == [
+        "python3",
+        "-m",
+        "bertjax.main",
+        "--workdir=gs://bucket/runs/large",
+        *job,
+    ]
     assert "nohup" in words and "~/bertjax.log" in remote
 
 
@@ -101,14 +128,29 @@ def test_stop_logs_and_delete():
     assert "--worker=0" in logs and delete[4:6] == ["delete", "bert"]
 
 
-@pytest.mark.parametrize("args, expected", [
-    (["create", "--name=b", "--zone=us-west4-a", "--accelerator_type=v5e-16"],
-     "--accelerator_type='v5e-16' is not a Cloud TPU type this script knows"),
-    (["run", "--name=b", "--zone=us-west4-a", "--accelerator_type=v4-32", "--workdir=/tmp/run", "--",
-      "--config=configs/large.py"], "--workdir='/tmp/run' is not on GCS, but v4-32 has 4 hosts"),
-    (["create", "--name=b", "--accelerator_type=v4-8"], "--zone is missing"),
-    (["run", "--name=b", "--zone=us-west4-a", "--workdir=gs://b/r"], "run needs the job's flags after --"),
-])
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        (
+            ["create", "--name=b", "--zone=us-west4-a", "--accelerator_type=v5e-16"],
+            "--accelerator_type='v5e-16' is not a Cloud TPU type this script knows",
+        ),
+        (
+            [
+                "run",
+                "--name=b",
+                "--zone=us-west4-a",
+                "--accelerator_type=v4-32",
+                "--workdir=/tmp/run",
+                "--",
+                "--config=configs/large.py",
+            ],
+            "--workdir='/tmp/run' is not on GCS, but v4-32 has 4 hosts",
+        ),
+        (["create", "--name=b", "--accelerator_type=v4-8"], "--zone is missing"),
+        (["run", "--name=b", "--zone=us-west4-a", "--workdir=gs://b/r"], "run needs the job's flags after --"),
+    ],
+)
 def test_bad_input_is_one_sentence_and_a_non_zero_exit(args, expected):
     done = launch(*args, "--dry_run")
     assert done.returncode == 2 and not done.stdout

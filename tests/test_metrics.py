@@ -22,11 +22,13 @@ def _log_softmax(x):
 
 
 def _batch(rng, b=4, p=3, v=7, padded_slots=True):
-    batch = dict(mlm_logits=rng.normal(size=(b, p, v)).astype(np.float32),
-                 masked_lm_ids=rng.integers(0, v, (b, p)),
-                 masked_lm_weights=np.ones((b, p), np.float32),
-                 nsp_logits=rng.normal(size=(b, 2)).astype(np.float32),
-                 next_sentence_labels=rng.integers(0, 2, (b, 1)))
+    batch = dict(
+        mlm_logits=rng.normal(size=(b, p, v)).astype(np.float32),
+        masked_lm_ids=rng.integers(0, v, (b, p)),
+        masked_lm_weights=np.ones((b, p), np.float32),
+        nsp_logits=rng.normal(size=(b, 2)).astype(np.float32),
+        next_sentence_labels=rng.integers(0, 2, (b, 1)),
+    )
     if padded_slots:
         batch["masked_lm_weights"][:, -1] = 0.0  # fewer predictions than slots
     return batch
@@ -44,10 +46,15 @@ def _numpy_reference(batch, example_weight=None):
     nce = -nlp[np.arange(len(labels)), labels]
     ncorrect = (nlp.argmax(-1) == labels).astype(float)
     predicted = set(lp.argmax(-1)[w > 0].tolist())
-    return dict(mlm_loss=(ce * w).sum() / w.sum(), mlm_accuracy=(correct * w).sum() / w.sum(),
-                mlm_constant_prediction=predicted.pop() if len(predicted) == 1 else -1,
-                nsp_loss=(nce * ew).sum() / ew.sum(), nsp_accuracy=(ncorrect * ew).sum() / ew.sum(),
-                loss=(ce * w).sum() / (w.sum() + 1e-5) + (nce * ew).sum() / ew.sum(), mlm_count=w.sum())
+    return dict(
+        mlm_loss=(ce * w).sum() / w.sum(),
+        mlm_accuracy=(correct * w).sum() / w.sum(),
+        mlm_constant_prediction=predicted.pop() if len(predicted) == 1 else -1,
+        nsp_loss=(nce * ew).sum() / ew.sum(),
+        nsp_accuracy=(ncorrect * ew).sum() / ew.sum(),
+        loss=(ce * w).sum() / (w.sum() + 1e-5) + (nce * ew).sum() / ew.sum(),
+        mlm_count=w.sum(),
+    )
 
 
 def test_metrics_and_loss_match_numpy():
@@ -128,10 +135,17 @@ def test_normalize_zero_count_is_nan():
 
 def test_baselines_hand_computed():
     batches = [
-        dict(masked_lm_ids=np.array([[5, 5, 2], [3, 5, 0]]), masked_lm_weights=np.array([[1, 1, 1], [1, 1, 0]]),
-             next_sentence_labels=np.array([[0], [1]])),
-        dict(masked_lm_ids=np.array([[2, 2, 2], [9, 9, 9]]), masked_lm_weights=np.array([[1, 1, 0], [1, 1, 1]]),
-             next_sentence_labels=np.array([[0], [0]]), example_weight=np.array([1, 0])),  # row 2 is padding
+        dict(
+            masked_lm_ids=np.array([[5, 5, 2], [3, 5, 0]]),
+            masked_lm_weights=np.array([[1, 1, 1], [1, 1, 0]]),
+            next_sentence_labels=np.array([[0], [1]]),
+        ),
+        dict(
+            masked_lm_ids=np.array([[2, 2, 2], [9, 9, 9]]),
+            masked_lm_weights=np.array([[1, 1, 0], [1, 1, 1]]),
+            next_sentence_labels=np.array([[0], [0]]),
+            example_weight=np.array([1, 0]),
+        ),  # row 2 is padding
     ]
     # counted targets: 5,5,2 | 3,5 | 2,2  → 5 occurs 3 times out of 7; NSP labels counted: 0,1,0 → 2/3
     got = metrics.baselines(batches)
@@ -142,8 +156,9 @@ def test_baselines_hand_computed():
 
 
 def test_flops_per_sequence_hand_count():
-    cfg = model_lib.BertConfig(vocab_size=10, hidden_size=4, num_hidden_layers=2, num_attention_heads=2,
-                               intermediate_size=8)
+    cfg = model_lib.BertConfig(
+        vocab_size=10, hidden_size=4, num_hidden_layers=2, num_attention_heads=2, intermediate_size=8
+    )
     # per layer, L=3, H=4, I=8: QKV+out 4·2·3·4·4 = 384; scores+context 2·2·3·3·4 = 144; FFN 2·2·3·4·8 = 384
     per_layer = 384 + 144 + 384
     # pooler 2·4·4 = 32, NSP 2·4·2 = 16, MLM transform on P=2: 2·2·4·4 = 64, vocab 2·2·4·10 = 160
@@ -159,14 +174,15 @@ def test_flops_close_to_6nd_for_base():
     cfg = model_lib.config_for_size("base")
     # the standard estimate: 6 × non-embedding params × tokens + attention; ours must be the same order
     n_dense = 12 * (4 * 768 * 768 + 2 * 768 * 3072)
-    estimate = 6 * n_dense * 128 + 12 * 12 * 768 * 128 ** 2
+    estimate = 6 * n_dense * 128 + 12 * 12 * 768 * 128**2
     got = metrics.flops_per_sequence(cfg, 128, 20)
     assert estimate < got < 1.1 * estimate  # plus the MLM head on 20 positions
 
 
 def test_throughput_and_peak_table():
-    t = metrics.throughput(step_time_s=0.5, global_batch_size=32, seq_len=128, flops_per_seq=1e9,
-                           peak_flops=1e12, num_devices=2)
+    t = metrics.throughput(
+        step_time_s=0.5, global_batch_size=32, seq_len=128, flops_per_seq=1e9, peak_flops=1e12, num_devices=2
+    )
     assert t == pytest.approx({"seq_per_s": 64.0, "tokens_per_s": 8192.0, "mfu": 0.032})
     assert "mfu" not in metrics.throughput(0.5, 32, 128, flops_per_seq=1e9, peak_flops=None)
     assert metrics.peak_flops_per_device("TPU v4") == 275e12
@@ -197,11 +213,33 @@ def test_throughput_tracker_excludes_first_step_and_pauses():
 
 
 def test_log_line():
-    line = metrics.format_log_line(dict(step=100, num_train_steps=1000, loss=2.5, mlm_accuracy=0.12345,
-                                        nsp_accuracy=0.5, learning_rate=1e-4, grad_norm=1.25, seq_per_s=123.4,
-                                        tokens_per_s=15795.2, mfu=0.456, eta_s=3661))
-    for part in ("step 100/1000", "loss 2.5000", "mlm_acc 12.35%", "nsp_acc 50.00%", "lr 1.000e-04",
-                 "grad_norm 1.250", "123.4 seq/s", "15,795 tok/s", "MFU 45.6%", "ETA 1:01:01"):
+    line = metrics.format_log_line(
+        dict(
+            step=100,
+            num_train_steps=1000,
+            loss=2.5,
+            mlm_accuracy=0.12345,
+            nsp_accuracy=0.5,
+            learning_rate=1e-4,
+            grad_norm=1.25,
+            seq_per_s=123.4,
+            tokens_per_s=15795.2,
+            mfu=0.456,
+            eta_s=3661,
+        )
+    )
+    for part in (
+        "step 100/1000",
+        "loss 2.5000",
+        "mlm_acc 12.35%",
+        "nsp_acc 50.00%",
+        "lr 1.000e-04",
+        "grad_norm 1.250",
+        "123.4 seq/s",
+        "15,795 tok/s",
+        "MFU 45.6%",
+        "ETA 1:01:01",
+    ):
         assert part in line, (part, line)
     short = metrics.format_log_line(dict(step=7, loss=1.0))
     assert short == "step 7 | loss 1.0000"
@@ -224,23 +262,30 @@ def test_metric_writer_jsonl_and_tensorboard(tmp_path):
     workdir = str(tmp_path / "run")
     with metrics.MetricWriter(workdir, is_primary=True) as writer:
         writer.write(10, {"loss": np.float32(2.5), "mlm_accuracy": jnp.float32(0.25)})
-        writer.write(20, {"mlm_accuracy": 0.5, "mlm_accuracy_baseline": 0.1, "nsp_loss": float("nan")},
-                     kind="eval")
+        writer.write(20, {"mlm_accuracy": 0.5, "mlm_accuracy_baseline": 0.1, "nsp_loss": float("nan")}, kind="eval")
         # flushed after each write: readable while the writer is still open
         lines = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
         assert len(lines) == 2
     records = [json.loads(line) for line in lines]
     assert records[0] == {"step": 10, "kind": "train", "loss": 2.5, "mlm_accuracy": 0.25}
-    assert records[1] == {"step": 20, "kind": "eval", "mlm_accuracy": 0.5, "mlm_accuracy_baseline": 0.1,
-                          "nsp_loss": None}
+    assert records[1] == {
+        "step": 20,
+        "kind": "eval",
+        "mlm_accuracy": 0.5,
+        "mlm_accuracy_baseline": 0.1,
+        "nsp_loss": None,
+    }
     events = _read_events(workdir)
     assert events[("train/loss", 10)] == pytest.approx(2.5)
     assert events[("eval/mlm_accuracy_baseline", 20)] == pytest.approx(0.1)
     # a resumed run appends
     with metrics.MetricWriter(workdir, is_primary=True, tensorboard=False) as writer:
         writer.write(30, {"loss": 1.0})
-    assert [json.loads(x)["step"] for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()] == \
-        [10, 20, 30]
+    assert [json.loads(x)["step"] for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()] == [
+        10,
+        20,
+        30,
+    ]
 
 
 def test_metric_writer_is_a_noop_off_process_zero(tmp_path):
@@ -264,7 +309,6 @@ def test_accuracy_argmax_is_jnp_argmax_with_ties_and_nan():
     assert metrics._argmax(jnp.asarray(logits))[0] == 50  # NaN logits: no class is right
 
 
-
 @pytest.mark.parametrize("rewrite", [False, True])
 def test_metrics_file_continues_across_runs_appended_or_rewritten_whole(tmp_path, rewrite):
     """metrics.jsonl: a resumed run continues it, appending locally; on an object store (gs://, no appends)
@@ -286,6 +330,7 @@ def test_metrics_file_continues_across_runs_appended_or_rewritten_whole(tmp_path
 
 # --- A run that is not learning ---------------------------------------------------------------------------
 
+
 def _collapsed(rng, token, b=3, p=4, v=40):
     """A batch whose every MLM prediction is `token` (its logit far above the rest)."""
     batch = _batch(rng, b=b, p=p, v=v)
@@ -300,34 +345,47 @@ def test_constant_prediction_is_exact_across_batches_and_ignores_padding():
     merged = metrics.merge(pretraining_metrics(**a), pretraining_metrics(**b))
     assert metrics.normalize(merged)["mlm_constant_prediction"] == 37
     b["mlm_logits"][0, 0, 5] += 1000.0  # one real prediction of another id among 18
-    assert metrics.normalize(metrics.merge(pretraining_metrics(**a), pretraining_metrics(**b))
-                             )["mlm_constant_prediction"] == -1
+    assert (
+        metrics.normalize(metrics.merge(pretraining_metrics(**a), pretraining_metrics(**b)))["mlm_constant_prediction"]
+        == -1
+    )
     # each batch constant, but not on one token: not a constant prediction (a per-batch mode would say it is)
     c = _collapsed(rng, 36)
     assert metrics.normalize(pretraining_metrics(**c))["mlm_constant_prediction"] == 36
-    assert metrics.normalize(metrics.merge(pretraining_metrics(**a), pretraining_metrics(**c))
-                             )["mlm_constant_prediction"] == -1
+    assert (
+        metrics.normalize(metrics.merge(pretraining_metrics(**a), pretraining_metrics(**c)))["mlm_constant_prediction"]
+        == -1
+    )
     assert metrics.normalize(pretraining_metrics(**_batch(rng, v=40)))["mlm_constant_prediction"] == -1
 
 
 # baseline 0.1 over 900 targets: standard error sqrt(0.1 * 0.9 / 900) = 0.01
-FLAT = dict(mlm_accuracy=0.105, mlm_accuracy_baseline=0.1, mlm_targets=900.0, mlm_constant_prediction=-1.0,
-            nsp_accuracy=0.6, nsp_accuracy_baseline=0.55)
+FLAT = dict(
+    mlm_accuracy=0.105,
+    mlm_accuracy_baseline=0.1,
+    mlm_targets=900.0,
+    mlm_constant_prediction=-1.0,
+    nsp_accuracy=0.6,
+    nsp_accuracy_baseline=0.55,
+)
 
 
 def test_not_learning_within_a_standard_error_of_the_baseline_after_the_share():
     assert metrics.not_learning(FLAT, step=24, num_train_steps=100, after=0.25) is None  # too early to judge
     assert metrics.not_learning(FLAT, step=100, num_train_steps=100, after=0.0) is None  # check off
     why = metrics.not_learning(FLAT, step=25, num_train_steps=100, after=0.25)
-    assert why == ("held-out MLM accuracy 10.50% has not left its unigram baseline 10.00% (standard error 1.00% "
-                   "over 900 masked targets)")
+    assert why == (
+        "held-out MLM accuracy 10.50% has not left its unigram baseline 10.00% (standard error 1.00% "
+        "over 900 masked targets)"
+    )
     assert metrics.not_learning(dict(FLAT, mlm_accuracy=0.05), 50, 100, 0.25).startswith("held-out MLM accuracy 5.00%")
     # two standard errors above: learning
     assert metrics.not_learning(dict(FLAT, mlm_accuracy=0.12), 50, 100, 0.25) is None
     # the same gap over 100 targets (standard error 3%) is within the noise
     assert metrics.not_learning(dict(FLAT, mlm_accuracy=0.12, mlm_targets=100.0), 50, 100, 0.25) is not None
     assert metrics.not_learning(dict(FLAT, nsp_accuracy=0.5), 50, 100, 0.25).endswith(
-        "and NSP accuracy 50.00% is not above its majority class 55.00%")
+        "and NSP accuracy 50.00% is not above its majority class 55.00%"
+    )
 
 
 def test_not_learning_when_every_prediction_is_one_token_whatever_the_accuracy():
@@ -341,7 +399,11 @@ def test_metric_writer_keeps_notes_in_jsonl_only(tmp_path):
     with metrics.MetricWriter(str(tmp_path), is_primary=True, tensorboard=False) as writer:
         writer.write(5, {"not_learning": 1.0}, kind="eval", notes={"warning": "step 5: this run is not learning"})
     assert json.loads((tmp_path / "metrics.jsonl").read_text()) == {
-        "step": 5, "kind": "eval", "not_learning": 1.0, "warning": "step 5: this run is not learning"}
+        "step": 5,
+        "kind": "eval",
+        "not_learning": 1.0,
+        "warning": "step 5: this run is not learning",
+    }
 
 
 def test_event_file_records_are_what_tensorflow_serializes():
@@ -359,8 +421,9 @@ def test_event_file_records_are_what_tensorflow_serializes():
         v.tensor.CopyFrom(tf.make_tensor_proto(value, tf.float32))
         v.metadata.plugin_data.plugin_name = "scalars"
         v.metadata.data_class = summary_pb2.DATA_CLASS_SCALAR
-    ours = event_file.event(1234, b"".join(event_file.scalar_value(t, v) for t, v in values.items()),
-                            wall_time=1700000000.25)
+    ours = event_file.event(
+        1234, b"".join(event_file.scalar_value(t, v) for t, v in values.items()), wall_time=1700000000.25
+    )
     assert ours == expected.SerializeToString()
     header = tf.compat.v1.Event(wall_time=5.0, file_version="brain.Event:2")
     assert event_file.event(0, wall_time=5.0, file_version=b"brain.Event:2") == header.SerializeToString()

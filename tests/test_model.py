@@ -8,17 +8,24 @@ import optax
 import pytest
 
 from bertjax.models.bert import model as model_lib
+from bertjax.models.bert import heads as bert_heads
 
 import reference
 
-CONFIG = model_lib.BertConfig(vocab_size=500, hidden_size=64, num_hidden_layers=3, num_attention_heads=4,
-                              intermediate_size=128, max_position_embeddings=64)
+CONFIG = model_lib.BertConfig(
+    vocab_size=500,
+    hidden_size=64,
+    num_hidden_layers=3,
+    num_attention_heads=4,
+    intermediate_size=128,
+    max_position_embeddings=64,
+)
 
 
 def loss_and_grads(model, params, inputs):
     def loss_fn(p):
         out = model.apply({"params": p}, **inputs)
-        return jnp.mean(out.mlm_logits ** 2) + jnp.mean(out.nsp_logits ** 2)
+        return jnp.mean(out.mlm_logits**2) + jnp.mean(out.nsp_logits**2)
 
     return jax.jit(jax.value_and_grad(loss_fn))(params)
 
@@ -40,9 +47,16 @@ def test_loop_scan_and_remat_are_numerically_identical():
 
 
 def _pooled(model, params, inputs, pooled_only, rng=None, **extra):
-    return model.apply({"params": params}, inputs["input_ids"], inputs["segment_ids"], inputs["input_mask"],
-                       deterministic=rng is None, rngs={} if rng is None else {"dropout": rng},
-                       pooled_only=pooled_only, **extra)[1]
+    return model.apply(
+        {"params": params},
+        inputs["input_ids"],
+        inputs["segment_ids"],
+        inputs["input_mask"],
+        deterministic=rng is None,
+        rngs={} if rng is None else {"dropout": rng},
+        pooled_only=pooled_only,
+        **extra,
+    )[1]
 
 
 @pytest.mark.parametrize("packed", [False, True])
@@ -54,8 +68,10 @@ def test_pooled_only_computes_the_same_pooled_output_with_less_work(packed):
     if packed:  # two instances per row: tokens 0..15 and 16..31, each starting with its [CLS]
         half = np.arange(32) >= 16
         inputs["input_mask"] = (1 + half[None, :] * np.ones((3, 1), int)).astype(np.int32)
-        extra = dict(position_ids=jnp.asarray(np.tile(np.arange(32) % 16, (3, 1)), jnp.int32),
-                     cls_positions=jnp.asarray(np.tile([0, 16], (3, 1)), jnp.int32))
+        extra = dict(
+            position_ids=jnp.asarray(np.tile(np.arange(32) % 16, (3, 1)), jnp.int32),
+            cls_positions=jnp.asarray(np.tile([0, 16], (3, 1)), jnp.int32),
+        )
     loop = model_lib.BertModel(CONFIG, packed=packed)
     params = reference.random_params(model_lib.BertForPreTraining(CONFIG))["bert"]
     full = _pooled(loop, params, inputs, False, **extra)
@@ -65,8 +81,9 @@ def test_pooled_only_computes_the_same_pooled_output_with_less_work(packed):
         for policy in ("none", "full"):
             model = model_lib.BertModel(CONFIG, scan_layers=scan, remat_policy=policy, packed=packed)
             p = model_lib.stack_layers({"bert": params}, CONFIG.num_hidden_layers)["bert"] if scan else params
-            np.testing.assert_allclose(_pooled(model, p, inputs, True, **extra), full, atol=2e-6,
-                                       err_msg=f"scan={scan} remat={policy}")
+            np.testing.assert_allclose(
+                _pooled(model, p, inputs, True, **extra), full, atol=2e-6, err_msg=f"scan={scan} remat={policy}"
+            )
             grads = jax.grad(lambda q: jnp.sum(_pooled(model, q, inputs, True, **extra) ** 2))(p)
             if scan:
                 grads = model_lib.unstack_layers({"bert": grads})["bert"]
@@ -76,8 +93,13 @@ def test_pooled_only_computes_the_same_pooled_output_with_less_work(packed):
             dropped = _pooled(model, p, inputs, True, key, **extra)
             np.testing.assert_array_equal(dropped, _pooled(model, p, inputs, True, key, **extra))
             assert not np.allclose(dropped, full, atol=1e-3)
-    flops = {only: jax.jit(lambda q, only=only: _pooled(loop, q, inputs, only, **extra)).lower(params).compile()
-             .cost_analysis()["flops"] for only in (False, True)}
+    flops = {
+        only: jax.jit(lambda q, only=only: _pooled(loop, q, inputs, only, **extra))
+        .lower(params)
+        .compile()
+        .cost_analysis()["flops"]
+        for only in (False, True)
+    }
     # The last layer's queries, output projection and feed-forward run on 1 (or 2) rows of 32: 1 of the 3
     # layers is ~10/12 skipped.
     assert flops[True] < 0.8 * flops[False], flops
@@ -98,8 +120,13 @@ def test_predictions_only_gives_the_same_pretraining_logits_and_gradients():
         for g, h in zip(jax.tree.leaves(grads), jax.tree.leaves(base_grads)):
             np.testing.assert_allclose(g, h, atol=2e-6, rtol=1e-5, err_msg=f"scan={scan}")
     model = model_lib.BertForPreTraining(CONFIG)
-    flops = {only: jax.jit(lambda q, only=only: model.apply({"params": q}, **inputs, predictions_only=only).mlm_logits)
-             .lower(params).compile().cost_analysis()["flops"] for only in (False, True)}
+    flops = {
+        only: jax.jit(lambda q, only=only: model.apply({"params": q}, **inputs, predictions_only=only).mlm_logits)
+        .lower(params)
+        .compile()
+        .cost_analysis()["flops"]
+        for only in (False, True)
+    }
     assert flops[True] < 0.9 * flops[False], flops  # 6 of 24 rows in the last of 3 layers
 
 
@@ -133,8 +160,9 @@ def test_dropout_is_active_only_when_not_deterministic():
     inputs = {k: v for k, v in reference.batch(CONFIG).items() if k != "masked_lm_positions"}
 
     def run(seed, deterministic):
-        return model.apply({"params": params}, **inputs, deterministic=deterministic,
-                           rngs={"dropout": jax.random.PRNGKey(seed)}).sequence_output
+        return model.apply(
+            {"params": params}, **inputs, deterministic=deterministic, rngs={"dropout": jax.random.PRNGKey(seed)}
+        ).sequence_output
 
     np.testing.assert_array_equal(run(0, True), run(1, True))
     np.testing.assert_array_equal(run(0, False), run(0, False))
@@ -159,14 +187,13 @@ def test_dropout_rate_scaling_and_independence():
     for m in (a, b, c):
         assert abs(m.mean() - rate) < 5 * sigma
     flat = a.reshape(-1)
-    assert abs((flat[1:] & flat[:-1]).mean() - rate ** 2) < 5 * np.sqrt(rate ** 2 / n)  # neighbours
-    assert abs((a & b).mean() - rate ** 2) < 5 * np.sqrt(rate ** 2 / n)  # two keys
-    assert abs((a.reshape(-1)[: n // 2] & a.reshape(-1)[n // 2:]).mean() - rate ** 2) < 10 * np.sqrt(rate ** 2 / n)
+    assert abs((flat[1:] & flat[:-1]).mean() - rate**2) < 5 * np.sqrt(rate**2 / n)  # neighbours
+    assert abs((a & b).mean() - rate**2) < 5 * np.sqrt(rate**2 / n)  # two keys
+    assert abs((a.reshape(-1)[: n // 2] & a.reshape(-1)[n // 2 :]).mean() - rate**2) < 10 * np.sqrt(rate**2 / n)
     # Each row of the attention-probs tensor drops its own positions.
     rows = a.reshape(-1, shape[-1])
     assert len({r.tobytes() for r in rows[:1000]}) == 1000
-    out = model_lib.Dropout(rate).apply({}, jnp.full((1000,), 3.0), deterministic=False,
-                                        rngs={"dropout": keys[0]})
+    out = model_lib.Dropout(rate).apply({}, jnp.full((1000,), 3.0), deterministic=False, rngs={"dropout": keys[0]})
     out = np.asarray(out)
     np.testing.assert_allclose(out[out != 0], 3.0 / 0.9, rtol=1e-6)  # inverted dropout keeps E[x]
     for edge, expected in ((0.0, 0.0), (1.0, 1.0)):
@@ -180,8 +207,9 @@ def test_dropout_bits_do_not_depend_on_sharding():
     key, shape = jax.random.PRNGKey(3), (8, 12, 16, 16)
     single = jax.jit(lambda k: model_lib.hash_bits(k, shape))(key)
     mesh = Mesh(np.array(jax.devices()[:8]).reshape(2, 4), ("data", "tensor"))
-    sharded = jax.jit(lambda k: model_lib.hash_bits(k, shape),
-                      out_shardings=NamedSharding(mesh, P("data", "tensor")))(key)
+    sharded = jax.jit(lambda k: model_lib.hash_bits(k, shape), out_shardings=NamedSharding(mesh, P("data", "tensor")))(
+        key
+    )
     assert len(sharded.sharding.device_set) == 8
     np.testing.assert_array_equal(np.asarray(sharded), np.asarray(single))
 
@@ -299,12 +327,15 @@ def test_mlm_decoder_is_tied_to_word_embeddings():
     assert not any("decoder" in "/".join(map(str, path)) for path, _ in jax.tree_util.tree_leaves_with_path(params))
 
 
-@pytest.mark.parametrize("field, value, message", [
-    ("num_attention_heads", 5, "hidden_size=64 is not divisible by num_attention_heads=5"),
-    ("hidden_act", "gelu_fast", "hidden_act='gelu_fast' is not one of"),
-    ("hidden_dropout_prob", 1.5, r"hidden_dropout_prob=1.5 must be in \[0, 1\)"),
-    ("vocab_size", 0, "vocab_size=0 must be a positive integer"),
-])
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("num_attention_heads", 5, "hidden_size=64 is not divisible by num_attention_heads=5"),
+        ("hidden_act", "gelu_fast", "hidden_act='gelu_fast' is not one of"),
+        ("hidden_dropout_prob", 1.5, r"hidden_dropout_prob=1.5 must be in \[0, 1\)"),
+        ("vocab_size", 0, "vocab_size=0 must be a positive integer"),
+    ],
+)
 def test_bad_architecture_is_one_clear_error(field, value, message):
     fields = {**CONFIG.to_dict(), field: value}
     with pytest.raises(ValueError, match=message):
@@ -325,7 +356,7 @@ def test_heads_initialised_alone_equal_a_full_init(scan_layers):
     assert set(alone) == set(full) - {"bert"}
     jax.tree.map(np.testing.assert_array_equal, alone, {k: full[k] for k in alone})
     for task in ("sequence_classification", "token_classification", "question_answering"):
-        head_model = model_lib.BertForFinetuning(CONFIG, task, 3, scan_layers=scan_layers)
+        head_model = bert_heads.BertForFinetuning(CONFIG, task, 3, scan_layers=scan_layers)
         full = nn.meta.unbox(head_model.init(rng, **model_lib.dummy_inputs(1, 8))["params"])
         alone = head_model.fresh_head(rng)
         assert set(alone) == set(full) - {"bert"} and alone

@@ -14,6 +14,7 @@ import pytest
 import bertjax
 from bertjax.models import attention as attention_lib
 from bertjax.models.modernbert import model as modernbert, config as modernbert_config, hf as modernbert_hf
+from bertjax.models.modernbert import heads as modernbert_heads
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -26,11 +27,28 @@ def hf_model(layers: int = 3, window: int = 4, every: int = 3, biases: bool = Fa
     """A random transformers ModernBertForMaskedLM; norms and the decoder bias moved off their init values so a
     mix-up between them shows."""
     config = transformers.ModernBertConfig(
-        vocab_size=VOCAB, hidden_size=32, intermediate_size=48, num_hidden_layers=layers, num_attention_heads=4,
-        local_attention=window, global_attn_every_n_layers=every, max_position_embeddings=64, pad_token_id=0,
-        bos_token_id=1, eos_token_id=2, cls_token_id=1, sep_token_id=2, global_rope_theta=1000.0,
-        local_rope_theta=50.0, norm_bias=biases, attention_bias=biases, mlp_bias=biases, classifier_bias=biases,
-        attn_implementation="eager", **extra)
+        vocab_size=VOCAB,
+        hidden_size=32,
+        intermediate_size=48,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        local_attention=window,
+        global_attn_every_n_layers=every,
+        max_position_embeddings=64,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+        cls_token_id=1,
+        sep_token_id=2,
+        global_rope_theta=1000.0,
+        local_rope_theta=50.0,
+        norm_bias=biases,
+        attention_bias=biases,
+        mlp_bias=biases,
+        classifier_bias=biases,
+        attn_implementation="eager",
+        **extra,
+    )
     torch.manual_seed(seed)
     model = transformers.ModernBertForMaskedLM(config).eval()
     with torch.no_grad():
@@ -44,7 +62,7 @@ def inputs(seq: int, rows: int = 2, pad: int = 5, seed: int = 0) -> tuple[np.nda
     rng = np.random.default_rng(seed)
     ids = rng.integers(3, VOCAB, (rows, seq))
     mask = np.ones_like(ids)
-    mask[-1, seq - pad:] = 0
+    mask[-1, seq - pad :] = 0
     return ids, mask
 
 
@@ -54,15 +72,21 @@ def hf_logits(model, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
 
 
 def our_logits(model, params, ids: np.ndarray, mask: np.ndarray, **kw) -> np.ndarray:
-    return np.asarray(model.apply({"params": params}, input_ids=jnp.asarray(ids), input_mask=jnp.asarray(mask),
-                                  deterministic=True, **kw).mlm_logits)
+    return np.asarray(
+        model.apply(
+            {"params": params}, input_ids=jnp.asarray(ids), input_mask=jnp.asarray(mask), deterministic=True, **kw
+        ).mlm_logits
+    )
 
 
-@pytest.mark.parametrize("layers, window, every, seq, biases", [
-    (3, 4, 3, 16, False),  # a multiple of global_attn_every_n_layers, the window a quarter of the sequence
-    (4, 6, 3, 20, False),  # not a multiple: the last layer is global again
-    (5, 8, 2, 24, True),  # every other layer global, every bias on
-])
+@pytest.mark.parametrize(
+    "layers, window, every, seq, biases",
+    [
+        (3, 4, 3, 16, False),  # a multiple of global_attn_every_n_layers, the window a quarter of the sequence
+        (4, 6, 3, 20, False),  # not a multiple: the last layer is global again
+        (5, 8, 2, 24, True),  # every other layer global, every bias on
+    ],
+)
 def test_both_directions_equal_transformers(tmp_path, layers, window, every, seq, biases):
     ref = hf_model(layers, window, every, biases)
     ref.save_pretrained(tmp_path / "hf")
@@ -74,34 +98,57 @@ def test_both_directions_equal_transformers(tmp_path, layers, window, every, seq
     np.testing.assert_allclose(our_logits(model, params, ids, mask)[mask > 0], theirs[mask > 0], atol=1e-4)
     # bertjax → transformers: a directory AutoModelForMaskedLM loads with no missing or unexpected keys.
     bertjax.save_pretrained(str(tmp_path / "out"), model, params)
-    back, info = transformers.AutoModelForMaskedLM.from_pretrained(str(tmp_path / "out"), output_loading_info=True,
-                                                                   attn_implementation="eager")
+    back, info = transformers.AutoModelForMaskedLM.from_pretrained(
+        str(tmp_path / "out"), output_loading_info=True, attn_implementation="eager"
+    )
     assert type(back).__name__ == "ModernBertForMaskedLM" and not any(info.values()), info
     np.testing.assert_allclose(hf_logits(back.eval(), ids, mask)[mask > 0], theirs[mask > 0], atol=1e-4)
 
 
 def test_random_bertjax_weights_equal_transformers_after_export(tmp_path):
-    config = modernbert_config.ModernBertConfig(**SPECIAL, vocab_size=VOCAB, hidden_size=32, intermediate_size=40,
-                                                num_hidden_layers=4, num_attention_heads=2, local_attention=6,
-                                                max_position_embeddings=64)
+    config = modernbert_config.ModernBertConfig(
+        **SPECIAL,
+        vocab_size=VOCAB,
+        hidden_size=32,
+        intermediate_size=40,
+        num_hidden_layers=4,
+        num_attention_heads=2,
+        local_attention=6,
+        max_position_embeddings=64,
+    )
     model = modernbert.ModernBertForMaskedLM(config)
     params = modernbert.init_params(model, jax.random.PRNGKey(3))
     params["decoder_bias"] = jax.random.normal(jax.random.PRNGKey(4), (VOCAB,)) * 0.1
     bertjax.save_pretrained(str(tmp_path), model, params)
     ref = transformers.AutoModelForMaskedLM.from_pretrained(str(tmp_path), attn_implementation="sdpa").eval()
     ids, mask = inputs(18, pad=7)
-    np.testing.assert_allclose(our_logits(model, params, ids, mask)[mask > 0], hf_logits(ref, ids, mask)[mask > 0],
-                               atol=1e-4)
+    np.testing.assert_allclose(
+        our_logits(model, params, ids, mask)[mask > 0], hf_logits(ref, ids, mask)[mask > 0], atol=1e-4
+    )
 
 
 def test_both_config_spellings_read_the_same(tmp_path):
-    legacy = {"model_type": "modernbert", **SPECIAL, "num_hidden_layers": 4, "hidden_size": 32, "intermediate_size": 48,
-              "num_attention_heads": 4, "vocab_size": VOCAB, "global_rope_theta": 1000.0, "local_rope_theta": 50.0,
-              "global_attn_every_n_layers": 2, "local_attention": 6}
+    legacy = {
+        "model_type": "modernbert",
+        **SPECIAL,
+        "num_hidden_layers": 4,
+        "hidden_size": 32,
+        "intermediate_size": 48,
+        "num_attention_heads": 4,
+        "vocab_size": VOCAB,
+        "global_rope_theta": 1000.0,
+        "local_rope_theta": 50.0,
+        "global_attn_every_n_layers": 2,
+        "local_attention": 6,
+    }
     current = {k: v for k, v in legacy.items() if "theta" not in k and k != "global_attn_every_n_layers"}
-    current.update(layer_types=["full_attention", "sliding_attention"] * 2,
-                   rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 1000.0},
-                                    "sliding_attention": {"rope_type": "default", "rope_theta": 50.0}})
+    current.update(
+        layer_types=["full_attention", "sliding_attention"] * 2,
+        rope_parameters={
+            "full_attention": {"rope_type": "default", "rope_theta": 1000.0},
+            "sliding_attention": {"rope_type": "default", "rope_theta": 50.0},
+        },
+    )
     a, b = (modernbert_config.from_hf_dict(d) for d in (legacy, current))
     assert a == b and a.layer_types[:2] == ("full_attention", "sliding_attention") and a.global_rope_theta == 1000.0
     # What we write, transformers reads back to the same layers and bases; and our reader reads it again.
@@ -117,18 +164,33 @@ def test_both_config_spellings_read_the_same(tmp_path):
     odd = dict(legacy, num_hidden_layers=5, global_attn_every_n_layers=3)
     theirs = transformers.ModernBertConfig(**{k: v for k, v in odd.items() if k != "model_type"})
     ours = modernbert_config.from_hf_dict(odd)
-    assert ours.layer_types == tuple(theirs.layer_types) == ("full_attention", "sliding_attention",
-                                                             "sliding_attention", "full_attention", "sliding_attention")
-    assert (ours.global_rope_theta, ours.local_rope_theta) == (theirs.rope_parameters["full_attention"]["rope_theta"],
-                                                               theirs.rope_parameters["sliding_attention"]["rope_theta"])
+    assert (
+        ours.layer_types
+        == tuple(theirs.layer_types)
+        == ("full_attention", "sliding_attention", "sliding_attention", "full_attention", "sliding_attention")
+    )
+    assert (ours.global_rope_theta, ours.local_rope_theta) == (
+        theirs.rope_parameters["full_attention"]["rope_theta"],
+        theirs.rope_parameters["sliding_attention"]["rope_theta"],
+    )
 
 
 # --- The traps -----------------------------------------------------------------------------------------
 
+
 def _one_layer(kind: str, window: int = 4, **overrides) -> modernbert_config.ModernBertConfig:
     return modernbert_config.ModernBertConfig(
-        **SPECIAL, vocab_size=VOCAB, hidden_size=16, intermediate_size=24, num_hidden_layers=2, num_attention_heads=2,
-        local_attention=window, layer_types=(kind, kind), max_position_embeddings=64, **overrides)
+        **SPECIAL,
+        vocab_size=VOCAB,
+        hidden_size=16,
+        intermediate_size=24,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        local_attention=window,
+        layer_types=(kind, kind),
+        max_position_embeddings=64,
+        **overrides,
+    )
 
 
 def test_the_window_is_half_of_local_attention_on_each_side():
@@ -170,8 +232,9 @@ def test_global_and_local_layers_rotate_with_their_own_bases():
     good = our_logits(modernbert.ModernBertForMaskedLM(config), params, ids, mask)
     import dataclasses
 
-    swapped = dataclasses.replace(config, global_rope_theta=config.local_rope_theta,
-                                  local_rope_theta=config.global_rope_theta)
+    swapped = dataclasses.replace(
+        config, global_rope_theta=config.local_rope_theta, local_rope_theta=config.global_rope_theta
+    )
     bad = our_logits(modernbert.ModernBertForMaskedLM(swapped), params, ids, mask)
     assert np.abs(good - bad).max() > 1e-2  # each base matters, and which layers use which
     np.testing.assert_allclose(good[mask > 0], hf_logits(ref, ids, mask)[mask > 0], atol=1e-4)
@@ -179,10 +242,18 @@ def test_global_and_local_layers_rotate_with_their_own_bases():
 
 # --- Packed rows ------------------------------------------------------------------------------------------
 
+
 def test_packed_rows_give_each_instance_its_unpacked_logits():
-    config = modernbert_config.ModernBertConfig(**SPECIAL, vocab_size=VOCAB, hidden_size=32, intermediate_size=48,
-                                                num_hidden_layers=3, num_attention_heads=4, local_attention=4,
-                                                max_position_embeddings=64)
+    config = modernbert_config.ModernBertConfig(
+        **SPECIAL,
+        vocab_size=VOCAB,
+        hidden_size=32,
+        intermediate_size=48,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        local_attention=4,
+        max_position_embeddings=64,
+    )
     model = modernbert.ModernBertForMaskedLM(config)
     params = modernbert.init_params(model, jax.random.PRNGKey(1))
     rng = np.random.default_rng(2)
@@ -199,6 +270,7 @@ def test_packed_rows_give_each_instance_its_unpacked_logits():
 
 # --- Bad inputs -------------------------------------------------------------------------------------------
 
+
 def test_bad_configs_and_directories_are_one_sentence(tmp_path):
     with pytest.raises(ValueError, match=r"local_attention=5 is not even; it is the whole sliding window"):
         modernbert_config.ModernBertConfig(local_attention=5)
@@ -213,10 +285,14 @@ def test_bad_configs_and_directories_are_one_sentence(tmp_path):
     ref = hf_model()
     ref.save_pretrained(tmp_path / "hf")
     config = json.loads((tmp_path / "hf" / "config.json").read_text())
-    (tmp_path / "hf" / "config.json").write_text(json.dumps(dict(config, num_hidden_layers=4,
-                                                                 layer_types=config["layer_types"] + ["full_attention"])))
-    with pytest.raises(ValueError, match=r"config\.json says num_hidden_layers=4, but the weights hold 3 layers: the "
-                                         r"config\.json does not belong to these weights"):
+    (tmp_path / "hf" / "config.json").write_text(
+        json.dumps(dict(config, num_hidden_layers=4, layer_types=config["layer_types"] + ["full_attention"]))
+    )
+    with pytest.raises(
+        ValueError,
+        match=r"config\.json says num_hidden_layers=4, but the weights hold 3 layers: the "
+        r"config\.json does not belong to these weights",
+    ):
         bertjax.from_pretrained(str(tmp_path / "hf"))
 
 
@@ -235,17 +311,25 @@ def test_a_bare_modernbert_model_directory_loads_with_a_fresh_head(tmp_path, cap
 
 # --- Kernels ----------------------------------------------------------------------------------------------
 
+
 def _loss_and_grads(attention: str, packed: bool, seq: int = 100, window: int = 16):
     """A masked-LM loss and its gradients, and the real tokens' outputs, by one attention kernel."""
-    config = modernbert_config.ModernBertConfig(**SPECIAL, vocab_size=VOCAB, hidden_size=32, intermediate_size=48,
-                                                num_hidden_layers=3, num_attention_heads=2, local_attention=window,
-                                                max_position_embeddings=512)
+    config = modernbert_config.ModernBertConfig(
+        **SPECIAL,
+        vocab_size=VOCAB,
+        hidden_size=32,
+        intermediate_size=48,
+        num_hidden_layers=3,
+        num_attention_heads=2,
+        local_attention=window,
+        max_position_embeddings=512,
+    )
     model = modernbert.ModernBertForMaskedLM(config, attention=attention, packed=packed)
     params = modernbert.init_params(modernbert.ModernBertForMaskedLM(config), jax.random.PRNGKey(0))
     rng = np.random.default_rng(0)
     ids = rng.integers(3, VOCAB, (2, seq))
     mask = np.ones_like(ids)
-    mask[1, seq * 7 // 10:] = 0
+    mask[1, seq * 7 // 10 :] = 0
     positions = np.broadcast_to(np.arange(seq), ids.shape).copy()
     if packed:  # row 0: three instances
         a, b = seq * 4 // 10, seq * 3 // 4
@@ -254,8 +338,9 @@ def _loss_and_grads(attention: str, packed: bool, seq: int = 100, window: int = 
     targets = rng.integers(3, VOCAB, ids.shape)
 
     def loss(p):
-        out = model.apply({"params": p}, input_ids=jnp.asarray(ids), input_mask=jnp.asarray(mask),
-                          position_ids=jnp.asarray(positions))
+        out = model.apply(
+            {"params": p}, input_ids=jnp.asarray(ids), input_mask=jnp.asarray(mask), position_ids=jnp.asarray(positions)
+        )
         logp = jax.nn.log_softmax(out.mlm_logits)
         picked = jnp.take_along_axis(logp, jnp.asarray(targets)[..., None], -1)[..., 0]
         return -jnp.sum(picked * (mask > 0)), jnp.where(jnp.asarray(mask > 0)[..., None], out.sequence_output, 0.0)
@@ -263,8 +348,11 @@ def _loss_and_grads(attention: str, packed: bool, seq: int = 100, window: int = 
     return jax.jit(jax.value_and_grad(loss, has_aux=True))(params)
 
 
-@pytest.mark.parametrize("packed, seq, window", [(False, 100, 16), (True, 100, 16), (True, 384, 8), (False, 384, 320)],
-                         ids=["padded", "packed", "3-blocks-narrow-window", "3-blocks-window-wider-than-a-block"])
+@pytest.mark.parametrize(
+    "packed, seq, window",
+    [(False, 100, 16), (True, 100, 16), (True, 384, 8), (False, 384, 320)],
+    ids=["padded", "packed", "3-blocks-narrow-window", "3-blocks-window-wider-than-a-block"],
+)
 def test_splash_with_its_local_mask_equals_xla(packed, seq, window):
     """Pallas's splash kernel (interpreted here) with LocalMask for the sliding layers, outputs and gradients.
     At seq 384 the kernel runs 3 × 3 blocks of 128: a window of 4 tokens a side skips the 2 blocks outside it,
@@ -281,24 +369,38 @@ def test_splash_with_its_local_mask_equals_xla(packed, seq, window):
 
 # --- Fine-tuning heads --------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("task, pooling, hf_class", [
-    ("sequence_classification", "cls", "ModernBertForSequenceClassification"),
-    ("sequence_classification", "mean", "ModernBertForSequenceClassification"),
-    ("token_classification", "cls", "ModernBertForTokenClassification"),
-])
+
+@pytest.mark.parametrize(
+    "task, pooling, hf_class",
+    [
+        ("sequence_classification", "cls", "ModernBertForSequenceClassification"),
+        ("sequence_classification", "mean", "ModernBertForSequenceClassification"),
+        ("token_classification", "cls", "ModernBertForTokenClassification"),
+    ],
+)
 def test_finetuning_heads_export_to_their_transformers_class(tmp_path, task, pooling, hf_class):
-    config = modernbert_config.ModernBertConfig(**SPECIAL, vocab_size=VOCAB, hidden_size=32, intermediate_size=48,
-                                                num_hidden_layers=3, num_attention_heads=4, local_attention=6,
-                                                max_position_embeddings=64, classifier_pooling=pooling)
-    model = modernbert.ModernBertForFinetuning(config, task, num_labels=3)
+    config = modernbert_config.ModernBertConfig(
+        **SPECIAL,
+        vocab_size=VOCAB,
+        hidden_size=32,
+        intermediate_size=48,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        local_attention=6,
+        max_position_embeddings=64,
+        classifier_pooling=pooling,
+    )
+    model = modernbert_heads.ModernBertForFinetuning(config, task, num_labels=3)
     ids, mask = inputs(16, pad=6)
     params = nn.meta.unbox(model.init(jax.random.PRNGKey(5), jnp.asarray(ids), jnp.asarray(mask))["params"])
-    params = jax.tree.map(lambda x: x + 0.05 * jax.random.normal(jax.random.PRNGKey(6), x.shape),
-                          jax.device_get(params))  # biases and norms off their init values
+    params = jax.tree.map(
+        lambda x: x + 0.05 * jax.random.normal(jax.random.PRNGKey(6), x.shape), jax.device_get(params)
+    )  # biases and norms off their init values
     labels = ["neg", "neu", "pos"]
     modernbert_hf.save_finetuned(str(tmp_path), config, params, task, labels)
-    ref, info = getattr(transformers, hf_class).from_pretrained(str(tmp_path), output_loading_info=True,
-                                                                attn_implementation="eager")
+    ref, info = getattr(transformers, hf_class).from_pretrained(
+        str(tmp_path), output_loading_info=True, attn_implementation="eager"
+    )
     assert not any(info.values()), info
     assert ref.config.id2label == dict(enumerate(labels)) and ref.config.classifier_pooling == pooling
     ours = np.asarray(model.apply({"params": params}, jnp.asarray(ids), jnp.asarray(mask)))
@@ -312,14 +414,22 @@ def test_finetuning_heads_export_to_their_transformers_class(tmp_path, task, poo
 def test_the_flops_formula_counts_what_xla_compiles():
     """Forward FLOPs of the xla kernel's program (which computes every score, masked or not) against the
     formula without window savings; a window saves exactly the keys it leaves out."""
-    config = modernbert_config.ModernBertConfig(**SPECIAL, vocab_size=VOCAB, hidden_size=64, intermediate_size=96,
-                                                num_hidden_layers=3, num_attention_heads=4, local_attention=16,
-                                                max_position_embeddings=256)
+    config = modernbert_config.ModernBertConfig(
+        **SPECIAL,
+        vocab_size=VOCAB,
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        local_attention=16,
+        max_position_embeddings=256,
+    )
     model = modernbert.ModernBertForMaskedLM(config)
     params = modernbert.init_params(model, jax.random.PRNGKey(0))
     ids = jnp.ones((1, 256), jnp.int32)
-    compiled = jax.jit(lambda p: model.apply({"params": p}, input_ids=ids, input_mask=ids).mlm_logits).lower(
-        params).compile()
+    compiled = (
+        jax.jit(lambda p: model.apply({"params": p}, input_ids=ids, input_mask=ids).mlm_logits).lower(params).compile()
+    )
     counted = compiled.cost_analysis()["flops"]
     formula = modernbert.flops_per_sequence(config, 256, training=False, window_saves=False)
     # XLA counts elementwise work too (softmax and masking of every score, norms, rotary, GELU): ~10% here.
@@ -345,9 +455,16 @@ def test_the_backward_fuses_nothing_across_layers():
     largest fusion of a 12-layer model's gradient takes 227 operands, with it 19."""
     import re
 
-    config = modernbert_config.ModernBertConfig(**SPECIAL, vocab_size=VOCAB, hidden_size=32, intermediate_size=48,
-                                                num_hidden_layers=12, num_attention_heads=4, local_attention=8,
-                                                max_position_embeddings=64)
+    config = modernbert_config.ModernBertConfig(
+        **SPECIAL,
+        vocab_size=VOCAB,
+        hidden_size=32,
+        intermediate_size=48,
+        num_hidden_layers=12,
+        num_attention_heads=4,
+        local_attention=8,
+        max_position_embeddings=64,
+    )
     model = modernbert.ModernBertModel(config)
     ids = jnp.ones((2, 16), jnp.int32)
     params = model.init(jax.random.PRNGKey(0), ids, ids)

@@ -10,15 +10,26 @@ from bertjax.jobs import main as train
 
 def test_a_run_that_cannot_learn_warns_once_in_the_log_and_in_metrics_jsonl(pydocs_data, tmp_path, caplog):
     # lr 1e-9: after 4 steps the model is its random init, below its unigram baseline on held-out MLM
-    config = train_setup.small_config(pydocs_data, **{"train.num_train_steps": 4, "eval.every_steps": 2,
-                                                      "optim.learning_rate": 1e-9, "checkpoint.every_steps": 100})
+    config = train_setup.small_config(
+        pydocs_data,
+        **{
+            "train.num_train_steps": 4,
+            "eval.every_steps": 2,
+            "optim.learning_rate": 1e-9,
+            "checkpoint.every_steps": 100,
+        },
+    )
     with caplog.at_level(logging.WARNING):
         train.train_and_evaluate(config, str(tmp_path))
     warnings = [r.getMessage() for r in caplog.records if "not learning" in r.getMessage()]
     assert len(warnings) == 1, warnings  # evals at steps 2 and 4: the first past a quarter of the run warns
     assert warnings[0].startswith("step 2: this run is not learning: held-out MLM accuracy ")
-    for setting in ("config.optim.learning_rate=1e-09", "config.optim.warmup_steps=2 of 4 steps",
-                    "config.train.global_batch_size=16", "config.eval.not_learning_after=0"):
+    for setting in (
+        "config.optim.learning_rate=1e-09",
+        "config.optim.warmup_steps=2 of 4 steps",
+        "config.train.global_batch_size=16",
+        "config.eval.not_learning_after=0",
+    ):
         assert setting in warnings[0], (setting, warnings[0])
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     evals = [r for r in rows if r["kind"] == "eval"]
@@ -29,9 +40,16 @@ def test_a_run_that_cannot_learn_warns_once_in_the_log_and_in_metrics_jsonl(pydo
 
 
 def test_the_same_run_with_the_check_off_does_not_warn(pydocs_data, tmp_path, caplog):
-    config = train_setup.small_config(pydocs_data, **{"train.num_train_steps": 2, "eval.every_steps": 1,
-                                                      "optim.learning_rate": 1e-9, "checkpoint.every_steps": 100,
-                                                      "eval.not_learning_after": 0.0})
+    config = train_setup.small_config(
+        pydocs_data,
+        **{
+            "train.num_train_steps": 2,
+            "eval.every_steps": 1,
+            "optim.learning_rate": 1e-9,
+            "checkpoint.every_steps": 100,
+            "eval.not_learning_after": 0.0,
+        },
+    )
     with caplog.at_level(logging.WARNING):
         train.train_and_evaluate(config, str(tmp_path))
     assert not [r for r in caplog.records if "not learning" in r.getMessage()]

@@ -22,8 +22,7 @@ def _cfg(**kw) -> OptimConfig:
 
 
 def _flat(tree) -> dict[str, object]:
-    return {"/".join(str(k.key) for k in path): leaf
-            for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]}
+    return {"/".join(str(k.key) for k in path): leaf for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]}
 
 
 def _init(scan_layers: bool):
@@ -46,17 +45,29 @@ def scan_params():
 
 # --- config ------------------------------------------------------------------------------------------
 
+
 def test_from_config_reads_default_section():
     cfg = convert(OptimConfig, default_config.get_config().optim, "config.optim")
-    assert cfg == OptimConfig(name="adamw", learning_rate=1e-4, warmup_steps=10_000, schedule="linear",
-                                    weight_decay=0.01, b1=0.9, b2=0.999, eps=1e-6, max_grad_norm=1.0)
+    assert cfg == OptimConfig(
+        name="adamw",
+        learning_rate=1e-4,
+        warmup_steps=10_000,
+        schedule="linear",
+        weight_decay=0.01,
+        b1=0.9,
+        b2=0.999,
+        eps=1e-6,
+        max_grad_norm=1.0,
+    )
     assert isinstance(cfg.warmup_steps, int) and isinstance(cfg.learning_rate, float)
     cfg.validate(1_000_000)
 
 
 def test_from_config_rejects_unknown_and_missing_keys():
     section = dict(dataclasses.asdict(OptimConfig()), warmup=5)
-    with pytest.raises(ValueError, match=r"config\.optim\.warmup is not a setting; did you mean config\.optim\.warmup_steps\?"):
+    with pytest.raises(
+        ValueError, match=r"config\.optim\.warmup is not a setting; did you mean config\.optim\.warmup_steps\?"
+    ):
         convert(OptimConfig, section, "config.optim")
     section = dataclasses.asdict(OptimConfig())
     del section["eps"]
@@ -64,21 +75,24 @@ def test_from_config_rejects_unknown_and_missing_keys():
         convert(OptimConfig, section, "config.optim")
 
 
-@pytest.mark.parametrize("field,value,pattern", [
-    ("name", "sgd", r"config\.optim\.name='sgd' is not one of"),
-    ("schedule", "exponential", r"config\.optim\.schedule='exponential' is not one of"),
-    ("decay_shape", "sqrt", r"config\.optim\.decay_shape='sqrt' is not one of"),
-    ("decay_steps", 100, r"config\.optim\.decay_steps=100 is wsd's setting, but config\.optim\.schedule='linear'"),
-    ("learning_rate", -1e-4, r"config\.optim\.learning_rate=-0\.0001 must be a positive"),
-    ("learning_rate", float("nan"), r"config\.optim\.learning_rate"),
-    ("warmup_steps", -1, r"config\.optim\.warmup_steps=-1 must be >= 0"),
-    ("warmup_steps", 2000, r"config\.optim\.warmup_steps=2000 exceeds config\.train\.num_train_steps=1000"),
-    ("weight_decay", -0.01, r"config\.optim\.weight_decay"),
-    ("b1", 1.0, r"config\.optim\.b1=1\.0 must be in \[0, 1\)"),
-    ("b2", -0.1, r"config\.optim\.b2"),
-    ("eps", 0.0, r"config\.optim\.eps=0\.0 must be > 0"),
-    ("max_grad_norm", -1.0, r"config\.optim\.max_grad_norm=-1\.0"),
-])
+@pytest.mark.parametrize(
+    "field,value,pattern",
+    [
+        ("name", "sgd", r"config\.optim\.name='sgd' is not one of"),
+        ("schedule", "exponential", r"config\.optim\.schedule='exponential' is not one of"),
+        ("decay_shape", "sqrt", r"config\.optim\.decay_shape='sqrt' is not one of"),
+        ("decay_steps", 100, r"config\.optim\.decay_steps=100 is wsd's setting, but config\.optim\.schedule='linear'"),
+        ("learning_rate", -1e-4, r"config\.optim\.learning_rate=-0\.0001 must be a positive"),
+        ("learning_rate", float("nan"), r"config\.optim\.learning_rate"),
+        ("warmup_steps", -1, r"config\.optim\.warmup_steps=-1 must be >= 0"),
+        ("warmup_steps", 2000, r"config\.optim\.warmup_steps=2000 exceeds config\.train\.num_train_steps=1000"),
+        ("weight_decay", -0.01, r"config\.optim\.weight_decay"),
+        ("b1", 1.0, r"config\.optim\.b1=1\.0 must be in \[0, 1\)"),
+        ("b2", -0.1, r"config\.optim\.b2"),
+        ("eps", 0.0, r"config\.optim\.eps=0\.0 must be > 0"),
+        ("max_grad_norm", -1.0, r"config\.optim\.max_grad_norm=-1\.0"),
+    ],
+)
 def test_validate_names_the_bad_field(field, value, pattern):
     with pytest.raises(ValueError, match=pattern):
         _cfg(**{field: value}).validate(1000)
@@ -93,6 +107,7 @@ def test_validate_num_train_steps():
 
 
 # --- schedule ----------------------------------------------------------------------------------------
+
 
 def test_linear_schedule_values():
     lr = optim.schedule(_cfg(learning_rate=1e-3, warmup_steps=100), 1000)
@@ -122,26 +137,47 @@ def test_cosine_and_constant_schedules():
     assert float(const(109)) == pytest.approx(1e-3)
 
 
-@pytest.mark.parametrize("shape,expected", [
-    # warmup 10 steps to 1e-3, the peak until step 60, then 40 decay steps to 0 at 100
-    ("linear", {0: 0.0, 5: 5e-4, 10: 1e-3, 59: 1e-3, 60: 1e-3, 70: 7.5e-4, 90: 2.5e-4, 100: 0.0, 150: 0.0}),
-    ("1-sqrt", {0: 0.0, 5: 5e-4, 10: 1e-3, 60: 1e-3, 70: 5e-4, 61: 1e-3 * (1 - 0.025 ** 0.5),
-                96: 1e-3 * (1 - 0.9 ** 0.5), 100: 0.0}),
-])
+@pytest.mark.parametrize(
+    "shape,expected",
+    [
+        # warmup 10 steps to 1e-3, the peak until step 60, then 40 decay steps to 0 at 100
+        ("linear", {0: 0.0, 5: 5e-4, 10: 1e-3, 59: 1e-3, 60: 1e-3, 70: 7.5e-4, 90: 2.5e-4, 100: 0.0, 150: 0.0}),
+        (
+            "1-sqrt",
+            {
+                0: 0.0,
+                5: 5e-4,
+                10: 1e-3,
+                60: 1e-3,
+                70: 5e-4,
+                61: 1e-3 * (1 - 0.025**0.5),
+                96: 1e-3 * (1 - 0.9**0.5),
+                100: 0.0,
+            },
+        ),
+    ],
+)
 def test_wsd_schedule_values(shape, expected):
-    lr = optim.schedule(_cfg(learning_rate=1e-3, warmup_steps=10, schedule="wsd", decay_shape=shape,
-                             decay_steps=40), 100)
+    lr = optim.schedule(
+        _cfg(learning_rate=1e-3, warmup_steps=10, schedule="wsd", decay_shape=shape, decay_steps=40), 100
+    )
     for step, value in expected.items():
         assert float(lr(step)) == pytest.approx(value, abs=1e-9), (shape, step)
     assert float(jax.jit(lr)(jnp.int32(70))) == pytest.approx(expected[70])
 
 
 def test_wsd_decay_phase_must_exist_and_fit_the_run():
-    with pytest.raises(ValueError, match=r"config\.optim\.decay_steps=0 leaves schedule=wsd no decay phase; "
-                                         r"set --config\.optim\.decay_steps=N"):
+    with pytest.raises(
+        ValueError,
+        match=r"config\.optim\.decay_steps=0 leaves schedule=wsd no decay phase; "
+        r"set --config\.optim\.decay_steps=N",
+    ):
         _cfg(schedule="wsd").validate(100)
-    with pytest.raises(ValueError, match=r"config\.optim\.decay_steps=95 and config\.optim\.warmup_steps=10 add up "
-                                         r"to more than config\.train\.num_train_steps=100"):
+    with pytest.raises(
+        ValueError,
+        match=r"config\.optim\.decay_steps=95 and config\.optim\.warmup_steps=10 add up "
+        r"to more than config\.train\.num_train_steps=100",
+    ):
         _cfg(schedule="wsd", warmup_steps=10, decay_steps=95).validate(100)
     with pytest.raises(ValueError, match=r"config\.optim\.decay_shape='1-sqrt' is wsd's setting"):
         _cfg(schedule="cosine", decay_shape="1-sqrt").validate(100)
@@ -196,6 +232,7 @@ def test_scan_mask_is_the_stacked_loop_mask(loop_params, scan_params):
 
 # --- BERT's AdamW -----------------------------------------------------------------------------------
 
+
 def _bert_adamw_reference(params, grads_per_step, lr_fn, wd, b1, b2, eps, clip_norm):
     """numpy re-implementation of google-research/bert optimization.py: clip_by_global_norm, then
     AdamWeightDecayOptimizer.apply_gradients (no bias correction), exclusion by name regex."""
@@ -204,7 +241,7 @@ def _bert_adamw_reference(params, grads_per_step, lr_fn, wd, b1, b2, eps, clip_n
     v = {k: np.zeros_like(p) for k, p in params.items()}
     for step, grads in enumerate(grads_per_step):
         grads = {k: np.asarray(g, np.float64) for k, g in grads.items()}
-        norm = np.sqrt(sum(np.sum(g ** 2) for g in grads.values()))
+        norm = np.sqrt(sum(np.sum(g**2) for g in grads.values()))
         grads = {k: g * clip_norm / max(norm, clip_norm) for k, g in grads.items()}
         lr = lr_fn(step)
         for k in params:
@@ -230,8 +267,14 @@ def _nest(flat: dict) -> dict:
 
 def test_adamw_matches_google_research_bert_for_three_steps():
     rng = np.random.default_rng(0)
-    shapes = {"dense/kernel": (3, 4), "dense/bias": (4,), "LayerNorm/scale": (4,), "LayerNorm/bias": (4,),
-              "word_embeddings/embedding": (5, 4), "mlm_bias": (5,)}
+    shapes = {
+        "dense/kernel": (3, 4),
+        "dense/bias": (4,),
+        "LayerNorm/scale": (4,),
+        "LayerNorm/bias": (4,),
+        "word_embeddings/embedding": (5, 4),
+        "mlm_bias": (5,),
+    }
     flat = {k: rng.normal(size=s).astype(np.float32) for k, s in shapes.items()}
     grads = [{k: (rng.normal(size=s) * 2).astype(np.float32) for k, s in shapes.items()} for _ in range(3)]
     cfg = _cfg(learning_rate=1e-2, warmup_steps=2, weight_decay=0.01, max_grad_norm=1.0)
@@ -249,9 +292,10 @@ def test_adamw_matches_google_research_bert_for_three_steps():
     for name in shapes:
         np.testing.assert_allclose(got[name], expected[name], rtol=1e-5, atol=1e-7, err_msg=name)
     # and it is *not* optax.adamw (which bias-corrects): the difference is visible after 3 steps
-    ref = optax.chain(optax.clip_by_global_norm(1.0),
-                      optax.adamw(optim.schedule(cfg, num_steps), 0.9, 0.999, 1e-6, weight_decay=0.01,
-                                  mask=optim.weight_decay_mask))
+    ref = optax.chain(
+        optax.clip_by_global_norm(1.0),
+        optax.adamw(optim.schedule(cfg, num_steps), 0.9, 0.999, 1e-6, weight_decay=0.01, mask=optim.weight_decay_mask),
+    )
     p2, s2 = jax.tree.map(jnp.asarray, _nest(flat)), None
     s2 = ref.init(p2)
     for g in grads:
@@ -274,8 +318,11 @@ def test_adamw_state_mirrors_params(loop_params):
 
 @pytest.mark.parametrize("name", ["adamw", "lamb"])
 def test_no_weight_decay_on_biases_and_layernorm(name):
-    params = {"dense": {"kernel": jnp.full((2, 3), 2.0), "bias": jnp.full((3,), 2.0)},
-              "LayerNorm": {"scale": jnp.full((3,), 2.0), "bias": jnp.full((3,), 2.0)}, "mlm_bias": jnp.ones(4)}
+    params = {
+        "dense": {"kernel": jnp.full((2, 3), 2.0), "bias": jnp.full((3,), 2.0)},
+        "LayerNorm": {"scale": jnp.full((3,), 2.0), "bias": jnp.full((3,), 2.0)},
+        "mlm_bias": jnp.ones(4),
+    }
     cfg = _cfg(name=name, learning_rate=0.1, warmup_steps=0, schedule="constant", weight_decay=0.01)
     tx = optim.make_optimizer(cfg, 10)
     state = tx.init(params)
@@ -292,9 +339,11 @@ def test_no_weight_decay_on_biases_and_layernorm(name):
 
 # --- LAMB --------------------------------------------------------------------------------------------
 
+
 def test_lamb_trust_ratio_per_layer_and_layout_independent(loop_params):
-    cfg = _cfg(name="lamb", learning_rate=1e-2, warmup_steps=0, schedule="constant", weight_decay=0.0,
-               max_grad_norm=0.0)
+    cfg = _cfg(
+        name="lamb", learning_rate=1e-2, warmup_steps=0, schedule="constant", weight_decay=0.0, max_grad_norm=0.0
+    )
     tx = optim.make_optimizer(cfg, 10)
     rng = np.random.default_rng(0)
     grads = jax.tree.map(lambda p: jnp.asarray(rng.normal(size=p.shape), jnp.float32), loop_params)
@@ -318,6 +367,7 @@ def test_lamb_trust_ratio_per_layer_and_layout_independent(loop_params):
 
 
 # --- clipping ----------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("name", ["adamw", "lamb"])
 def test_clipping_bounds_the_gradient_that_reaches_the_moments(name):
@@ -356,9 +406,14 @@ def test_state_shards_like_params(name):
     params = {"dense": {"kernel": jnp.ones((4, 4)), "bias": jnp.ones(4)}, "LayerNorm": {"scale": jnp.ones(4)}}
     specs = {"dense": {"kernel": P("fsdp", "tensor"), "bias": P("tensor")}, "LayerNorm": {"scale": P(None)}}
     tx = optim.make_optimizer(_cfg(name=name, warmup_steps=1), 10)
-    state_specs = optax.tree_map_params(tx, lambda _, spec: spec, jax.eval_shape(tx.init, params), specs,
-                                        transform_non_params=lambda _: P(),
-                                        is_leaf=lambda x: isinstance(x, P))
+    state_specs = optax.tree_map_params(
+        tx,
+        lambda _, spec: spec,
+        jax.eval_shape(tx.init, params),
+        specs,
+        transform_non_params=lambda _: P(),
+        is_leaf=lambda x: isinstance(x, P),
+    )
     assert optax.tree_utils.tree_get(state_specs, "mu") == specs
     assert optax.tree_utils.tree_get(state_specs, "nu") == specs
     leaves = jax.tree.leaves(state_specs, is_leaf=lambda x: isinstance(x, P))

@@ -31,10 +31,16 @@ def instances(seed: int = 0) -> dict[str, np.ndarray]:
     weights = np.zeros((N, PRED), np.float32)
     for i, n in enumerate(lengths):
         p = np.sort(rng.choice(np.arange(1, n), min(PRED, max(1, n // 6)), replace=False))
-        positions[i, :len(p)], weights[i, :len(p)] = p, 1.0
-    return dict(input_ids=input_ids, input_mask=input_mask, segment_ids=segment_ids,
-                masked_lm_positions=positions, masked_lm_ids=rng.integers(5, VOCAB, (N, PRED)) * (weights > 0),
-                masked_lm_weights=weights, next_sentence_labels=rng.integers(0, 2, (N, 1)))
+        positions[i, : len(p)], weights[i, : len(p)] = p, 1.0
+    return dict(
+        input_ids=input_ids,
+        input_mask=input_mask,
+        segment_ids=segment_ids,
+        masked_lm_positions=positions,
+        masked_lm_ids=rng.integers(5, VOCAB, (N, PRED)) * (weights > 0),
+        masked_lm_weights=weights,
+        next_sentence_labels=rng.integers(0, 2, (N, 1)),
+    )
 
 
 CFG = packing.PackingConfig(SEQ, max_instances_per_row=3, max_predictions_per_row=2 * PRED)
@@ -55,13 +61,14 @@ def test_every_instance_lands_once_within_the_row_limits():
     for r, row in enumerate(rows):  # each instance's tokens, positions, [CLS] and masks where they belong
         for j, i in enumerate(row):
             at = np.flatnonzero(packed["input_mask"][r] == j + 1)
-            np.testing.assert_array_equal(packed["input_ids"][r, at], arrays["input_ids"][i, :lengths[i]])
+            np.testing.assert_array_equal(packed["input_ids"][r, at], arrays["input_ids"][i, : lengths[i]])
             np.testing.assert_array_equal(packed["position_ids"][r, at], np.arange(lengths[i]))
             assert packed["next_sentence_positions"][r, j] == at[0] and packed["next_sentence_weights"][r, j] == 1
             assert packed["next_sentence_labels"][r, j] == arrays["next_sentence_labels"][i, 0]
             mine = np.isin(packed["masked_lm_positions"][r], at) & (packed["masked_lm_weights"][r] > 0)
-            np.testing.assert_array_equal(packed["masked_lm_ids"][r, mine],
-                                          arrays["masked_lm_ids"][i][arrays["masked_lm_weights"][i] > 0])
+            np.testing.assert_array_equal(
+                packed["masked_lm_ids"][r, mine], arrays["masked_lm_ids"][i][arrays["masked_lm_weights"][i] > 0]
+            )
 
 
 def test_an_instance_that_cannot_fit_is_refused():
@@ -72,14 +79,16 @@ def test_an_instance_that_cannot_fit_is_refused():
 def test_dynamic_masking_masks_each_packed_instance_as_if_alone():
     packed = packing.pack(instances(), CFG)
     mask = packed["input_mask"]
-    original = instances_lib.unmask(*(packed[k] for k in ("input_ids", "masked_lm_positions", "masked_lm_ids",
-                                                            "masked_lm_weights")))
+    original = instances_lib.unmask(
+        *(packed[k] for k in ("input_ids", "masked_lm_positions", "masked_lm_ids", "masked_lm_weights"))
+    )
     vocab = instances_lib.Vocab(VOCAB, pad_id=0, cls_id=2, sep_id=3, mask_id=4, is_continuation=np.zeros(VOCAB, bool))
     cfg = instances_lib.InstanceConfig(SEQ, PRED, masked_lm_prob=0.15)
     m = packing.mask_rows(original, mask, cfg, vocab, np.random.default_rng(0), CFG.max_predictions_per_row)
     positions, weights = m["masked_lm_positions"], m["masked_lm_weights"]
-    np.testing.assert_array_equal(instances_lib.unmask(m["input_ids"], positions, m["masked_lm_ids"], weights),
-                                  original)
+    np.testing.assert_array_equal(
+        instances_lib.unmask(m["input_ids"], positions, m["masked_lm_ids"], weights), original
+    )
     assert np.all(np.diff(weights, axis=1) <= 0)  # used slots first
     for r in range(len(mask)):
         chosen = set(positions[r, weights[r] > 0].tolist())
@@ -106,28 +115,43 @@ def test_dynamic_masking_fills_every_slot_of_a_batch_of_one_instance_rows():
     m = packing.mask_rows(original, mask, cfg, vocab, rng, PRED + 3)
     assert {m[k].shape for k in ("masked_lm_positions", "masked_lm_ids", "masked_lm_weights")} == {(4, PRED + 3)}
     assert np.all(m["masked_lm_weights"][:, PRED:] == 0)
-    np.testing.assert_array_equal(instances_lib.unmask(m["input_ids"], m["masked_lm_positions"], m["masked_lm_ids"],
-                                                       m["masked_lm_weights"]), original)
+    np.testing.assert_array_equal(
+        instances_lib.unmask(m["input_ids"], m["masked_lm_positions"], m["masked_lm_ids"], m["masked_lm_weights"]),
+        original,
+    )
 
 
 def per_instance_losses(implementation: str, packed: bool, arrays: dict):
     """Loss, gradients, and each instance's summed MLM cross-entropy and its NSP cross-entropy."""
-    arch = model_lib.config_for_size("tiny", vocab_size=VOCAB, max_position_embeddings=SEQ,
-                                     hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    arch = model_lib.config_for_size(
+        "tiny", vocab_size=VOCAB, max_position_embeddings=SEQ, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0
+    )
     model = model_lib.BertForPreTraining(arch, attention=implementation, packed=packed)
     params = model_lib.init_params(model_lib.BertForPreTraining(arch), jax.random.PRNGKey(0))
     b = {k: jnp.asarray(v) for k, v in arrays.items()}
     extra = dict(position_ids=b["position_ids"], cls_positions=b["next_sentence_positions"]) if packed else {}
 
     def loss(params):
-        out = model.apply({"params": params}, b["input_ids"], b["segment_ids"], b["input_mask"],
-                          masked_lm_positions=b["masked_lm_positions"], **extra)
-        sums = metrics_lib.pretraining_metrics(out.mlm_logits, b["masked_lm_ids"], b["masked_lm_weights"],
-                                               out.nsp_logits, b["next_sentence_labels"],
-                                               next_sentence_weights=b.get("next_sentence_weights"))
+        out = model.apply(
+            {"params": params},
+            b["input_ids"],
+            b["segment_ids"],
+            b["input_mask"],
+            masked_lm_positions=b["masked_lm_positions"],
+            **extra,
+        )
+        sums = metrics_lib.pretraining_metrics(
+            out.mlm_logits,
+            b["masked_lm_ids"],
+            b["masked_lm_weights"],
+            out.nsp_logits,
+            b["next_sentence_labels"],
+            next_sentence_weights=b.get("next_sentence_weights"),
+        )
         mlm_ce = optax.softmax_cross_entropy_with_integer_labels(out.mlm_logits, b["masked_lm_ids"])
         nsp_ce = optax.softmax_cross_entropy_with_integer_labels(
-            out.nsp_logits, b["next_sentence_labels"].reshape(out.nsp_logits.shape[:-1]))
+            out.nsp_logits, b["next_sentence_labels"].reshape(out.nsp_logits.shape[:-1])
+        )
         return metrics_lib.pretraining_loss(sums), (mlm_ce * b["masked_lm_weights"], nsp_ce)
 
     (value, (mlm_ce, nsp_ce)), grads = jax.jit(jax.value_and_grad(loss, has_aux=True))(params)
@@ -138,7 +162,9 @@ def per_instance_losses(implementation: str, packed: bool, arrays: dict):
     return float(value), grads, mlm, nsp
 
 
-def unpacked_sums(arrays: dict, mlm_ce: np.ndarray, nsp_ce: Optional[np.ndarray] = None) -> tuple[np.ndarray, np.ndarray]:
+def unpacked_sums(
+    arrays: dict, mlm_ce: np.ndarray, nsp_ce: Optional[np.ndarray] = None
+) -> tuple[np.ndarray, np.ndarray]:
     """Packed rows' per-slot MLM cross-entropy (and per-instance NSP) back to each original instance."""
     mlm, nsp = np.zeros(N), np.zeros(N)
     for r, members in enumerate(packing.assign_rows(arrays["_lengths"], arrays["_predictions"], CFG)):
@@ -156,8 +182,7 @@ def test_packed_and_unpacked_give_the_same_losses_and_gradients(implementation):
     packed = packing.pack(arrays, CFG)
     packed.update(_lengths=arrays["input_mask"].sum(1), _predictions=(arrays["masked_lm_weights"] > 0).sum(1))
     loss_u, grads_u, mlm_u, nsp_u = per_instance_losses("xla", False, arrays)
-    loss_p, grads_p, mlm_p, nsp_p = per_instance_losses(implementation, True,
-                                                        {k: v for k, v in packed.items()})
+    loss_p, grads_p, mlm_p, nsp_p = per_instance_losses(implementation, True, {k: v for k, v in packed.items()})
     np.testing.assert_allclose(mlm_p, mlm_u, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(nsp_p, nsp_u, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(loss_p, loss_u, rtol=1e-6)
@@ -169,17 +194,32 @@ def modernbert_per_instance_losses(implementation: str, packed: bool, arrays: di
     """ModernBERT (MLM only, a window of 8 tokens a side): loss and gradients as the trainer computes them
     (its `pretraining_inputs` hands a packed row's positions to rotary), and each instance's summed MLM
     cross-entropy."""
-    config = modernbert_config.ModernBertConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=48,
-                                                num_hidden_layers=3, num_attention_heads=2, local_attention=16,
-                                                max_position_embeddings=SEQ, pad_token_id=0, bos_token_id=2,
-                                                eos_token_id=3, cls_token_id=2, sep_token_id=3)
+    config = modernbert_config.ModernBertConfig(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        intermediate_size=48,
+        num_hidden_layers=3,
+        num_attention_heads=2,
+        local_attention=16,
+        max_position_embeddings=SEQ,
+        pad_token_id=0,
+        bos_token_id=2,
+        eos_token_id=3,
+        cls_token_id=2,
+        sep_token_id=3,
+    )
     model = modernbert.ModernBertForMaskedLM(config, attention=implementation, packed=packed)
     params = modernbert.init_params(modernbert.ModernBertForMaskedLM(config), jax.random.PRNGKey(0))
     b = {k: jnp.asarray(v) for k, v in arrays.items() if not k.startswith("_")}
 
     def loss(params):
-        out = model.apply({"params": params}, input_ids=b["input_ids"], input_mask=b["input_mask"],
-                          masked_lm_positions=b["masked_lm_positions"], **modernbert.pretraining_inputs(b))
+        out = model.apply(
+            {"params": params},
+            input_ids=b["input_ids"],
+            input_mask=b["input_mask"],
+            masked_lm_positions=b["masked_lm_positions"],
+            **modernbert.pretraining_inputs(b),
+        )
         sums = metrics_lib.pretraining_metrics(out.mlm_logits, b["masked_lm_ids"], b["masked_lm_weights"])
         mlm_ce = optax.softmax_cross_entropy_with_integer_labels(out.mlm_logits, b["masked_lm_ids"])
         return metrics_lib.pretraining_loss(sums), mlm_ce * b["masked_lm_weights"]
@@ -212,6 +252,7 @@ def test_modernbert_packed_and_unpacked_give_the_same_losses_and_gradients(imple
 
 # --- The job on packed records --------------------------------------------------------------------------
 
+
 def test_the_job_packs_its_corpus_and_trains_per_instance(tmp_path, capsys):
     import json
 
@@ -221,11 +262,14 @@ def test_the_job_packs_its_corpus_and_trains_per_instance(tmp_path, capsys):
     words = "the a model packs rows of short documents into one sequence so no compute is spent on pads".split()
     rng = np.random.default_rng(0)
     corpus = tmp_path / "short.txt"  # documents of two short sentences: instances of ~8–20 tokens
-    corpus.write_text("\n\n".join("\n".join(" ".join(rng.choice(words, rng.integers(3, 9))) + "."
-                                             for _ in range(2)) for _ in range(400)) + "\n")
+    corpus.write_text(
+        "\n\n".join(
+            "\n".join(" ".join(rng.choice(words, rng.integers(3, 9))) + "." for _ in range(2)) for _ in range(400)
+        )
+        + "\n"
+    )
     c = train_setup.small_config()
-    c.data.update(corpus=str(corpus), corpus_vocab_size=200, dupe_factor=2, num_shards=2, num_workers=1,
-                  packing=True)
+    c.data.update(corpus=str(corpus), corpus_vocab_size=200, dupe_factor=2, num_shards=2, num_workers=1, packing=True)
     c.train.num_train_steps = 4  # saves at steps 2 and 4
     c.eval.update(every_steps=1000, num_batches=2, show_predictions=1)
     result = train.train_and_evaluate(c, str(tmp_path / "work"))
@@ -256,15 +300,22 @@ def test_the_job_packs_its_corpus_and_trains_per_instance(tmp_path, capsys):
 
     data = tmp_path / "work" / "data"
     vocab = instances_lib.Vocab.from_tokenizer(tokenization.load(str(data / "vocab" / "vocab.txt"), True))
-    common = dict(files=str(data / "train" / "*.tfrecord"), batch_size=8, max_seq_length=train_setup.SEQ,
-                  max_predictions_per_seq=metadata["schema"]["max_predictions_per_seq"], max_instances_per_row=3,
-                  shuffle_buffer=1)
+    common = dict(
+        files=str(data / "train" / "*.tfrecord"),
+        batch_size=8,
+        max_seq_length=train_setup.SEQ,
+        max_predictions_per_seq=metadata["schema"]["max_predictions_per_seq"],
+        max_instances_per_row=3,
+        shuffle_buffer=1,
+    )
     stored = next(pipeline_lib.InputPipeline(pipeline_lib.PipelineConfig(**common)))
-    remasked = next(pipeline_lib.InputPipeline(pipeline_lib.PipelineConfig(**common, dynamic_masking=True,
-                                                                            vocab=vocab)))
+    remasked = next(
+        pipeline_lib.InputPipeline(pipeline_lib.PipelineConfig(**common, dynamic_masking=True, vocab=vocab))
+    )
     keys = ("input_ids", "masked_lm_positions", "masked_lm_ids", "masked_lm_weights")
-    np.testing.assert_array_equal(instances_lib.unmask(*(remasked[k] for k in keys)),
-                                  instances_lib.unmask(*(stored[k] for k in keys)))
+    np.testing.assert_array_equal(
+        instances_lib.unmask(*(remasked[k] for k in keys)), instances_lib.unmask(*(stored[k] for k in keys))
+    )
     assert not np.array_equal(remasked["masked_lm_positions"], stored["masked_lm_positions"])
     inside = np.take_along_axis(remasked["input_mask"], remasked["masked_lm_positions"], axis=1)
     assert np.all(inside[remasked["masked_lm_weights"] > 0] > 0)

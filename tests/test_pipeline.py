@@ -9,8 +9,9 @@ from bertjax.data.pretraining import instances, records
 from bertjax.data.pretraining.pipeline import EXAMPLE_WEIGHT, InputPipeline, PipelineConfig
 
 SEQ, PRED = 32, 5
-VOCAB = instances.Vocab(size=100, pad_id=0, cls_id=1, sep_id=2, mask_id=3,
-                        is_continuation=np.arange(100) >= 80)  # ids 80..99 are "##" pieces
+VOCAB = instances.Vocab(
+    size=100, pad_id=0, cls_id=1, sep_id=2, mask_id=3, is_continuation=np.arange(100) >= 80
+)  # ids 80..99 are "##" pieces
 MASKING = instances.InstanceConfig(SEQ, PRED, masked_lm_prob=0.15, do_whole_word_mask=True)
 
 
@@ -38,7 +39,7 @@ def write_shards(directory, counts: list[int], metadata: dict | None = None) -> 
     for k, n in enumerate(counts):
         with records.RecordWriter(str(directory / f"shard-{k:03d}.tfrecord")) as w:
             if n:
-                w.write_block({f: rows[f][start:start + n] for f in records.FEATURES})
+                w.write_block({f: rows[f][start : start + n] for f in records.FEATURES})
         start += n
     if metadata is not None:
         records.write_metadata(str(directory), records.RecordSchema(SEQ, PRED), **metadata)
@@ -46,8 +47,14 @@ def write_shards(directory, counts: list[int], metadata: dict | None = None) -> 
 
 
 def config(files: str, **kw) -> PipelineConfig:
-    kw = {"batch_size": 8, "max_seq_length": SEQ, "max_predictions_per_seq": PRED, "seed": 0,
-          "shuffle_buffer": 64, **kw}
+    kw = {
+        "batch_size": 8,
+        "max_seq_length": SEQ,
+        "max_predictions_per_seq": PRED,
+        "seed": 0,
+        "shuffle_buffer": 64,
+        **kw,
+    }
     return PipelineConfig(files=files, **kw)
 
 
@@ -71,10 +78,13 @@ def masking_stats(arrays: dict[str, np.ndarray], vocab: instances.Vocab) -> dict
     at = arrays["input_ids"][r, arrays["masked_lm_positions"][r, c]]
     label = arrays["masked_lm_ids"][r, c]
     total = max(len(at), 1)
-    return {"predictions": int(len(at)), "mask_share": float(np.mean(at == vocab.mask_id)) if len(at) else 0.0,
-            "kept_share": float(np.mean((at == label) & (at != vocab.mask_id))) if len(at) else 0.0,
-            "random_share": float(np.sum((at != label) & (at != vocab.mask_id)) / total),
-            "predictions_per_token": float(len(at) / max(arrays["input_mask"].sum(), 1))}
+    return {
+        "predictions": int(len(at)),
+        "mask_share": float(np.mean(at == vocab.mask_id)) if len(at) else 0.0,
+        "kept_share": float(np.mean((at == label) & (at != vocab.mask_id))) if len(at) else 0.0,
+        "random_share": float(np.sum((at != label) & (at != vocab.mask_id)) / total),
+        "predictions_per_token": float(len(at) / max(arrays["input_mask"].sum(), 1)),
+    }
 
 
 # --- Values, shapes, determinism -----------------------------------------------------------------
@@ -83,10 +93,15 @@ def test_values_equal_what_was_written(shards):
     batches = take(InputPipeline(config(files)), 20)
     b = batches[0]
     assert {k: (v.shape, v.dtype.name) for k, v in b.items()} == {
-        "input_ids": ((8, SEQ), "int32"), "input_mask": ((8, SEQ), "int32"), "segment_ids": ((8, SEQ), "int32"),
-        "masked_lm_positions": ((8, PRED), "int32"), "masked_lm_ids": ((8, PRED), "int32"),
-        "masked_lm_weights": ((8, PRED), "float32"), "next_sentence_labels": ((8,), "int32"),
-        EXAMPLE_WEIGHT: ((8,), "float32")}
+        "input_ids": ((8, SEQ), "int32"),
+        "input_mask": ((8, SEQ), "int32"),
+        "segment_ids": ((8, SEQ), "int32"),
+        "masked_lm_positions": ((8, PRED), "int32"),
+        "masked_lm_ids": ((8, PRED), "int32"),
+        "masked_lm_weights": ((8, PRED), "float32"),
+        "next_sentence_labels": ((8,), "int32"),
+        EXAMPLE_WEIGHT: ((8,), "float32"),
+    }
     for batch in batches:
         ids = batch["next_sentence_labels"]
         for name in records.FEATURES:
@@ -120,8 +135,9 @@ def test_num_epochs_ends_and_restarts(shards):
 
 
 # --- Splitting across processes ------------------------------------------------------------------
-@pytest.mark.parametrize("counts,processes,by_example", [([50, 40, 60, 30], 3, False), ([70, 41], 3, True),
-                                                         ([9], 4, True)])
+@pytest.mark.parametrize(
+    "counts,processes,by_example", [([50, 40, 60, 30], 3, False), ([70, 41], 3, True), ([9], 4, True)]
+)
 def test_split_covers_dataset_once(tmp_path, counts, processes, by_example):
     files, _ = write_shards(tmp_path, counts)
     train, evals = [], []
@@ -254,7 +270,9 @@ def test_corrupt_shard_is_a_clear_error(tmp_path):
     data = bytearray(path.read_bytes())
     data[len(data) // 2] ^= 0xFF
     path.write_bytes(bytes(data))
-    says = r"record file .*shard-000.tfrecord has a damaged record header at byte [\d,]+ after 10 good records .*prepare"
+    says = (
+        r"record file .*shard-000.tfrecord has a damaged record header at byte [\d,]+ after 10 good records .*prepare"
+    )
     with pytest.raises(ValueError, match=says):
         InputPipeline(config(files, training=False))  # eval counts its records up front
     with pytest.raises(ValueError, match=says):
@@ -277,8 +295,9 @@ def test_dynamic_masking_restores_originals_and_remasks(big_shards):
     stored_same = 0
     for b in batches:
         ids = b["next_sentence_labels"]
-        restored = instances.unmask(b["input_ids"], b["masked_lm_positions"], b["masked_lm_ids"],
-                                    b["masked_lm_weights"])
+        restored = instances.unmask(
+            b["input_ids"], b["masked_lm_positions"], b["masked_lm_ids"], b["masked_lm_weights"]
+        )
         np.testing.assert_array_equal(restored, rows["original"][ids])
         np.testing.assert_array_equal(b["input_mask"], rows["input_mask"][ids])
         stored_same += np.all(b["masked_lm_positions"] == rows["masked_lm_positions"][ids], axis=1).sum()
@@ -324,6 +343,7 @@ def test_dynamic_masking_statistics_and_whole_words(big_shards):
 
 # --- Masking rates other than 15% (ModernBERT trains at 30%) -------------------------------------------
 
+
 @pytest.mark.parametrize("rate", [0.3, 0.5])
 def test_masking_at_higher_rates_counts_and_splits_as_at_15(rate):
     rng = np.random.default_rng(1)
@@ -349,5 +369,7 @@ def test_dynamic_masking_takes_the_configs_rate_and_names_a_cap(tmp_path, caplog
     assert np.array_equal((batch["masked_lm_weights"] > 0).sum(1), np.maximum(1, np.rint(length * 0.1)))
     with caplog.at_level("WARNING", logger="bertjax"):
         InputPipeline(config(files, dynamic_masking=True, vocab=VOCAB, masked_lm_prob=0.3, batch_size=50))
-    assert ("max_predictions_per_seq=5 masks fewer than masked_lm_prob=0.3 of every sequence of 19 tokens or more "
-            "(a full 32-token one would get 10); set it to 10") in caplog.text
+    assert (
+        "max_predictions_per_seq=5 masks fewer than masked_lm_prob=0.3 of every sequence of 19 tokens or more "
+        "(a full 32-token one would get 10); set it to 10"
+    ) in caplog.text

@@ -32,13 +32,15 @@ PAD, CLS, SEP, MASK = 0, 101, 102, 103  # BERT's uncased vocab.txt
 
 def google_bert_spec(tf, pred: int = PRED) -> dict:
     """run_pretraining.py's name_to_features, written out here so that records.py cannot mark its own homework."""
-    return {"input_ids": tf.io.FixedLenFeature([SEQ], tf.int64),
-            "input_mask": tf.io.FixedLenFeature([SEQ], tf.int64),
-            "segment_ids": tf.io.FixedLenFeature([SEQ], tf.int64),
-            "masked_lm_positions": tf.io.FixedLenFeature([pred], tf.int64),
-            "masked_lm_ids": tf.io.FixedLenFeature([pred], tf.int64),
-            "masked_lm_weights": tf.io.FixedLenFeature([pred], tf.float32),
-            "next_sentence_labels": tf.io.FixedLenFeature([1], tf.int64)}
+    return {
+        "input_ids": tf.io.FixedLenFeature([SEQ], tf.int64),
+        "input_mask": tf.io.FixedLenFeature([SEQ], tf.int64),
+        "segment_ids": tf.io.FixedLenFeature([SEQ], tf.int64),
+        "masked_lm_positions": tf.io.FixedLenFeature([pred], tf.int64),
+        "masked_lm_ids": tf.io.FixedLenFeature([pred], tf.int64),
+        "masked_lm_weights": tf.io.FixedLenFeature([pred], tf.float32),
+        "next_sentence_labels": tf.io.FixedLenFeature([1], tf.int64),
+    }
 
 
 def shards(out: pathlib.Path) -> list[pathlib.Path]:
@@ -58,14 +60,30 @@ def read_records(out: pathlib.Path, pred: int = PRED) -> tuple[dict[str, np.ndar
     return {k: np.concatenate([r[k] for r in rows]) for k in spec}, counts
 
 
-def run(out: pathlib.Path, input_file, vocab_file, *, seed: int = 12345, num_shards: int = 3, num_workers: int = 1,
-        runner: str = "local", beam_args: tuple = (), **instance_kw) -> dict:
+def run(
+    out: pathlib.Path,
+    input_file,
+    vocab_file,
+    *,
+    seed: int = 12345,
+    num_shards: int = 3,
+    num_workers: int = 1,
+    runner: str = "local",
+    beam_args: tuple = (),
+    **instance_kw,
+) -> dict:
     instance_kw = {"max_seq_length": SEQ, "max_predictions_per_seq": PRED, "dupe_factor": 2, **instance_kw}
-    cfg = shards_lib.PrepareConfig(input_file=str(input_file), output_dir=str(out), vocab_file=str(vocab_file),
-                                random_seed=seed, num_shards=num_shards,
-                                instance=instances.InstanceConfig(**instance_kw))
-    return prepare_job.prepare(cfg, num_workers=num_workers, runner=runner, beam_args=beam_args,
-                           progress_stream=io.StringIO())
+    cfg = shards_lib.PrepareConfig(
+        input_file=str(input_file),
+        output_dir=str(out),
+        vocab_file=str(vocab_file),
+        random_seed=seed,
+        num_shards=num_shards,
+        instance=instances.InstanceConfig(**instance_kw),
+    )
+    return prepare_job.prepare(
+        cfg, num_workers=num_workers, runner=runner, beam_args=beam_args, progress_stream=io.StringIO()
+    )
 
 
 def restore(rows: dict[str, np.ndarray]) -> np.ndarray:
@@ -108,12 +126,17 @@ def vocab_file(minilm_dir) -> pathlib.Path:
 def corpus(tmp_path_factory, vocab_file):
     """200 documents of 2-30 sentences of 4-12 random vocab words; a fifth of the words are two glued together,
     which WordPiece cuts into pieces (for whole-word masking). Returns the file, the documents and their tokens."""
-    words = [w for w in vocab_file.read_text(encoding="utf-8").splitlines()
-             if w.isascii() and w.isalpha() and w.islower() and len(w) >= 3]
+    words = [
+        w
+        for w in vocab_file.read_text(encoding="utf-8").splitlines()
+        if w.isascii() and w.isalpha() and w.islower() and len(w) >= 3
+    ]
     rng = random.Random(0)
     word = lambda: rng.choice(words) + (rng.choice(words) if rng.random() < 0.2 else "")  # noqa: E731
-    docs = [[" ".join(word() for _ in range(rng.randint(4, 12))) + "." for _ in range(rng.randint(2, 30))]
-            for _ in range(200)]
+    docs = [
+        [" ".join(word() for _ in range(rng.randint(4, 12))) + "." for _ in range(rng.randint(2, 30))]
+        for _ in range(200)
+    ]
     path = tmp_path_factory.mktemp("corpus") / "corpus.txt"
     path.write_text("\n\n".join("\n".join(d) for d in docs) + "\n", encoding="utf-8")
     tok = tokenization.load(vocab_file)
@@ -148,10 +171,14 @@ def test_records_parse_with_google_bert_spec_and_metadata_describes_them(made, c
     assert counts == [f["instances"] for f in metadata["files"]] and sum(counts) == n == metadata["counts"]["instances"]
     assert metadata["schema"]["max_seq_length"] == SEQ and metadata["schema"]["max_predictions_per_seq"] == PRED
     assert metadata["schema"]["features"] == {
-        "input_ids": {"dtype": "int64", "shape": [SEQ]}, "input_mask": {"dtype": "int64", "shape": [SEQ]},
-        "segment_ids": {"dtype": "int64", "shape": [SEQ]}, "masked_lm_positions": {"dtype": "int64", "shape": [PRED]},
-        "masked_lm_ids": {"dtype": "int64", "shape": [PRED]}, "masked_lm_weights": {"dtype": "float32", "shape": [PRED]},
-        "next_sentence_labels": {"dtype": "int64", "shape": [1]}}
+        "input_ids": {"dtype": "int64", "shape": [SEQ]},
+        "input_mask": {"dtype": "int64", "shape": [SEQ]},
+        "segment_ids": {"dtype": "int64", "shape": [SEQ]},
+        "masked_lm_positions": {"dtype": "int64", "shape": [PRED]},
+        "masked_lm_ids": {"dtype": "int64", "shape": [PRED]},
+        "masked_lm_weights": {"dtype": "float32", "shape": [PRED]},
+        "next_sentence_labels": {"dtype": "int64", "shape": [1]},
+    }
     assert metadata["vocab_size"] == len(vocab_file.read_text(encoding="utf-8").splitlines()) == 30522
     assert metadata["vocab_hash"] == hashlib.sha256(vocab_file.read_bytes()).hexdigest()
     assert metadata["do_lower_case"] is True and metadata["random_seed"] == 12345
@@ -199,8 +226,15 @@ def test_masked_positions_and_number_of_predictions(made):
 def test_mlm_only_records_at_higher_rates_mask_that_share(rate, corpus, vocab_file, tmp_path, caplog):
     # ModernBERT's records: one segment, 30% (or more) of each sequence masked, 80/10/10 as at 15%.
     with caplog.at_level("WARNING", logger="bertjax"):
-        metadata = run(tmp_path, corpus[0], vocab_file, num_shards=1, masked_lm_prob=rate, next_sentence_prediction=False,
-                       max_predictions_per_seq=round(SEQ * rate))
+        metadata = run(
+            tmp_path,
+            corpus[0],
+            vocab_file,
+            num_shards=1,
+            masked_lm_prob=rate,
+            next_sentence_prediction=False,
+            max_predictions_per_seq=round(SEQ * rate),
+        )
     assert metadata["masked_lm_prob"] == rate and "masks fewer than" not in caplog.text
     rows = read_records(tmp_path, round(SEQ * rate))[0]
     length = rows["input_mask"].sum(1)
@@ -226,7 +260,7 @@ def check_segments_come_from_the_corpus(rows: dict, runs: TokenRuns, nsp: bool =
     length, sep1 = lengths_and_first_sep(original, rows)
     labels = rows["next_sentence_labels"][:, 0]
     for i, (n, s, label) in enumerate(zip(length.tolist(), sep1.tolist(), labels.tolist())):
-        segments = [original[i, 1:s], original[i, s + 1:n - 1]] if nsp else [original[i, 1:n - 1]]
+        segments = [original[i, 1:s], original[i, s + 1 : n - 1]] if nsp else [original[i, 1 : n - 1]]
         found = [runs.find(seg) for seg in segments]
         assert all(d >= 0 for d, _ in found), f"instance {i}: a segment is not a run of the corpus"
         if n < SEQ:  # not truncated: segments are whole sentences
@@ -322,8 +356,9 @@ def same_bytes(a: pathlib.Path, b: pathlib.Path) -> list[bool]:
     return [x.read_bytes() == y.read_bytes() for x, y in zip(shards(a), shards(b))]
 
 
-def test_same_seed_same_bytes_whatever_the_worker_count_another_seed_differs(made, corpus, vocab_file, tmp_path,
-                                                                             monkeypatch):
+def test_same_seed_same_bytes_whatever_the_worker_count_another_seed_differs(
+    made, corpus, vocab_file, tmp_path, monkeypatch
+):
     out = made[0]
     run(tmp_path / "again", corpus[0], vocab_file)
     assert all(same_bytes(out, tmp_path / "again"))
@@ -362,8 +397,9 @@ def test_beam_runner_writes_the_same_records_as_local(made, corpus, vocab_file, 
 # --- Bad inputs -----------------------------------------------------------------------------------
 def test_non_utf8_lines_and_empty_files_are_counted(vocab_file, tmp_path):
     (tmp_path / "in").mkdir()
-    (tmp_path / "in" / "a.txt").write_bytes(b"the quick brown fox.\njumps over caf\xe9 dogs.\n\n"
-                                            b"another document here.\nwith two lines \xff\xfe of text.\n")
+    (tmp_path / "in" / "a.txt").write_bytes(
+        b"the quick brown fox.\njumps over caf\xe9 dogs.\n\nanother document here.\nwith two lines \xff\xfe of text.\n"
+    )
     (tmp_path / "in" / "b.txt").write_bytes(b"")
     (tmp_path / "in" / "c.txt").write_bytes(b"\n  \n\n")
     metadata = run(tmp_path / "out", tmp_path / "in" / "*.txt", vocab_file, num_shards=2)
@@ -378,8 +414,14 @@ def test_non_utf8_lines_and_empty_files_are_counted(vocab_file, tmp_path):
 
 
 def test_one_sentence_documents_pair_with_a_random_next_sentence(vocab_file, tmp_path):
-    sentences = ["the quick brown fox jumps.", "a lazy dog sleeps all day.", "music plays in the hall.",
-                 "rain falls over the city.", "ships sail across the sea.", "birds sing at dawn."]
+    sentences = [
+        "the quick brown fox jumps.",
+        "a lazy dog sleeps all day.",
+        "music plays in the hall.",
+        "rain falls over the city.",
+        "ships sail across the sea.",
+        "birds sing at dawn.",
+    ]
     (tmp_path / "one.txt").write_text("\n\n".join(sentences) + "\n", encoding="utf-8")
     metadata = run(tmp_path / "out", tmp_path / "one.txt", vocab_file, num_shards=1)
     rows, _ = read_records(tmp_path / "out")
@@ -390,7 +432,7 @@ def test_one_sentence_documents_pair_with_a_random_next_sentence(vocab_file, tmp
     original, encoded = restore(rows), [tok.encode(s) for s in sentences]
     length, sep1 = lengths_and_first_sep(original, rows)
     for row, n, s in zip(original, length.tolist(), sep1.tolist()):
-        a, b = row[1:s].tolist(), row[s + 1:n - 1].tolist()
+        a, b = row[1:s].tolist(), row[s + 1 : n - 1].tolist()
         assert a in encoded and b in encoded and a != b
 
 
@@ -402,8 +444,13 @@ def test_bad_inputs_fail_in_one_sentence_before_any_work(vocab_file, tmp_path):
         (FileNotFoundError, r"nothing\*\.txt' matches no files", tmp_path / "nothing*.txt", vocab_file, {}),
         (FileNotFoundError, r"missing\.txt' does not exist", tmp_path / "missing.txt", vocab_file, {}),
         (ValueError, r"lacking\.txt lacks the special token\(s\) \[CLS\] \[SEP\] \[MASK\]", good, lacking, {}),
-        (ValueError, r"--max_predictions_per_seq=65 is larger than --max_seq_length=64", good, vocab_file,
-         {"max_predictions_per_seq": SEQ + 1}),
+        (
+            ValueError,
+            r"--max_predictions_per_seq=65 is larger than --max_seq_length=64",
+            good,
+            vocab_file,
+            {"max_predictions_per_seq": SEQ + 1},
+        ),
     ]
     for i, (error, message, input_file, vocab, kw) in enumerate(cases):
         with pytest.raises(error, match=message):
@@ -415,17 +462,28 @@ def test_bad_inputs_fail_in_one_sentence_before_any_work(vocab_file, tmp_path):
 def test_cli_end_to_end_and_one_line_error(corpus, vocab_file, tmp_path):
     small = tmp_path / "small.txt"
     small.write_text("\n\n".join("\n".join(d) for d in corpus[1][:20]) + "\n", encoding="utf-8")
-    args = [sys.executable, "-m", "bertjax.prepare", f"--vocab_file={vocab_file}", f"--output_dir={tmp_path}/out",
-            "--num_shards=2", "--num_workers=1", "--max_seq_length=32", "--max_predictions_per_seq=5",
-            "--dupe_factor=1", "--do_whole_word_mask"]
+    args = [
+        sys.executable,
+        "-m",
+        "bertjax.prepare",
+        f"--vocab_file={vocab_file}",
+        f"--output_dir={tmp_path}/out",
+        "--num_shards=2",
+        "--num_workers=1",
+        "--max_seq_length=32",
+        "--max_predictions_per_seq=5",
+        "--dupe_factor=1",
+        "--do_whole_word_mask",
+    ]
     done = subprocess.run(args + [f"--input_file={small}"], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     metadata = json.loads((tmp_path / "out" / "metadata.json").read_text())
     assert metadata["do_whole_word_mask"] and metadata["schema"]["max_seq_length"] == 32
     assert f"prepare: wrote {metadata['counts']['instances']:,} instances from 20 documents" in done.stdout
     assert "prepare: shards 2/2" in done.stderr  # progress goes to stderr
-    failed = subprocess.run(args + [f"--input_file={tmp_path}/missing.txt"], cwd=REPO, capture_output=True,
-                            text=True, timeout=120)
+    failed = subprocess.run(
+        args + [f"--input_file={tmp_path}/missing.txt"], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
     assert failed.returncode != 0 and "Traceback" not in failed.stderr
     lines = failed.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("prepare: error: --input_file") and "missing.txt" in lines[0], lines

@@ -44,23 +44,29 @@ def test_the_curve_counts_training_seconds_between_log_points(tmp_path):
     assert recipes.seconds_to_reach(points, 0.09) == 30.0  # the first eval at or above it
     assert recipes.seconds_to_reach(points, 0.10) == 60.0
     assert recipes.seconds_to_reach(points, 0.13) is None  # never reached: the JSON's null
-    assert (recipes.accuracy_at(points, 59.9), recipes.accuracy_at(points, 60.0), recipes.accuracy_at(points, 5)) == \
-        (0.09, 0.12, None)
+    assert (recipes.accuracy_at(points, 59.9), recipes.accuracy_at(points, 60.0), recipes.accuracy_at(points, 5)) == (
+        0.09,
+        0.12,
+        None,
+    )
 
 
 def test_a_real_jobs_curve_and_a_recount_of_its_final_eval(tmp_path, pydocs_data):
     # A tiny job that evaluates on the whole held-out set every 2 steps: the curve has a point per eval, and
     # mlm_accuracy (the benchmark's count of another recipe's rows) gives exactly the job's own final figure.
-    c = train_setup.small_config(pydocs_data, **{"train.num_train_steps": 6, "train.log_every_steps": 2,
-                                                 "eval.every_steps": 2, "eval.num_batches": 0})
+    c = train_setup.small_config(
+        pydocs_data,
+        **{"train.num_train_steps": 6, "train.log_every_steps": 2, "eval.every_steps": 2, "eval.num_batches": 0},
+    )
     train_lib.train_and_evaluate(c, str(tmp_path))
     rows = recipes.read_metrics(str(tmp_path))
     points = recipes.curve(rows)
     assert len(points) == 3 and all(a < b for (a, _), (b, _) in zip(points, points[1:]))
     final = [r for r in rows if r["kind"] == "eval"][-1]["mlm_accuracy"]
     assert points[-1][1] == final
-    recount = recipes.mlm_accuracy(str(tmp_path), str(pathlib.Path(pydocs_data) / "heldout" / "*.tfrecord"),
-                                   train_setup.SEQ, train_setup.PRED)
+    recount = recipes.mlm_accuracy(
+        str(tmp_path), str(pathlib.Path(pydocs_data) / "heldout" / "*.tfrecord"), train_setup.SEQ, train_setup.PRED
+    )
     assert recount == pytest.approx(final, abs=1e-6)
 
 
@@ -92,8 +98,12 @@ def test_the_modern_demo_config_is_the_modern_recipe_at_the_demos_size():
     assert abs(_params(modern) / _params(demo) - 1) < 0.02, (_params(modern), _params(demo))
     job = JobConfig.from_configdict(modern)
     assert job.model.family == "modernbert" and not job.data.next_sentence_prediction
-    assert (job.data.masked_lm_prob, job.data.eval_masked_lm_prob, job.data.dynamic_masking, job.data.packing) == \
-        (0.3, 0.15, True, True)
+    assert (job.data.masked_lm_prob, job.data.eval_masked_lm_prob, job.data.dynamic_masking, job.data.packing) == (
+        0.3,
+        0.15,
+        True,
+        True,
+    )
     arch = job.model.architecture  # transformers' ModernBertConfig names
     assert arch.embedding_dropout == arch.attention_dropout == arch.mlp_dropout == 0
     assert (job.optim.schedule, job.optim.decay_shape, job.optim.decay_steps) == ("wsd", "1-sqrt", 400)
@@ -101,8 +111,10 @@ def test_the_modern_demo_config_is_the_modern_recipe_at_the_demos_size():
     # The same corpus, split, vocab size, sequence, batch and peak rate as the demo: what the benchmark compares.
     for key in ("corpus", "corpus_vocab_size", "heldout_every", "max_seq_length"):
         assert modern.data[key] == demo.data[key], key
-    assert (modern.train.global_batch_size, modern.optim.learning_rate) == (demo.train.global_batch_size,
-                                                                           demo.optim.learning_rate)
+    assert (modern.train.global_batch_size, modern.optim.learning_rate) == (
+        demo.train.global_batch_size,
+        demo.optim.learning_rate,
+    )
     quick = runpy.run_path(str(ROOT / "configs" / "modernbert_demo.py"))["get_config"]("quick")
     assert quick.train.num_train_steps * 10 == modern.train.num_train_steps
 

@@ -55,10 +55,13 @@ def corpus(tmp_path_factory, vocab_file) -> pathlib.Path:
 
 
 def config(out, corpus, vocab_file, num_shards=4) -> shards_lib.PrepareConfig:
-    return shards_lib.PrepareConfig(input_file=str(corpus), output_dir=str(out), vocab_file=str(vocab_file),
-                                    num_shards=num_shards,
-                                    instance=instances.InstanceConfig(max_seq_length=SEQ, max_predictions_per_seq=PRED,
-                                                                      dupe_factor=1))
+    return shards_lib.PrepareConfig(
+        input_file=str(corpus),
+        output_dir=str(out),
+        vocab_file=str(vocab_file),
+        num_shards=num_shards,
+        instance=instances.InstanceConfig(max_seq_length=SEQ, max_predictions_per_seq=PRED, dupe_factor=1),
+    )
 
 
 def prepare(out, corpus, vocab_file, num_shards=4, **kw) -> dict:
@@ -66,8 +69,11 @@ def prepare(out, corpus, vocab_file, num_shards=4, **kw) -> dict:
 
 
 def pipeline(files) -> pipeline_lib.InputPipeline:
-    return pipeline_lib.InputPipeline(pipeline_lib.PipelineConfig(
-        files=str(files), batch_size=4, max_seq_length=SEQ, max_predictions_per_seq=PRED, shuffle_buffer=8))
+    return pipeline_lib.InputPipeline(
+        pipeline_lib.PipelineConfig(
+            files=str(files), batch_size=4, max_seq_length=SEQ, max_predictions_per_seq=PRED, shuffle_buffer=8
+        )
+    )
 
 
 @pytest.fixture(scope="module")
@@ -87,21 +93,29 @@ def copy_set(src: pathlib.Path, dst: pathlib.Path) -> pathlib.Path:
 # --- prepare ------------------------------------------------------------------------------------------
 def test_a_committed_set_is_its_shards_and_metadata_only(record_set):
     assert sorted(p.name for p in record_set.iterdir()) == ["metadata.json"] + [
-        f"records-0000{k}-of-00004.tfrecord" for k in range(4)]  # no staging folder, .tmp or .stats.json left
+        f"records-0000{k}-of-00004.tfrecord" for k in range(4)
+    ]  # no staging folder, .tmp or .stats.json left
     assert len(pipeline(record_set / "*.tfrecord").files) == 4
     assert len(pipeline(record_set).files) == 4  # a directory stands for the shards its metadata.json lists
 
 
-def test_a_directory_holding_a_set_is_refused_and_overwrite_replaces_the_whole_set(tmp_path, record_set, corpus,
-                                                                                   vocab_file):
+def test_a_directory_holding_a_set_is_refused_and_overwrite_replaces_the_whole_set(
+    tmp_path, record_set, corpus, vocab_file
+):
     out = copy_set(record_set, tmp_path / "out")
-    with pytest.raises(FileExistsError, match=r"already holds a record set \(4 \.tfrecord file\(s\) and "
-                                              r"metadata.json\); pass --overwrite"):
+    with pytest.raises(
+        FileExistsError,
+        match=r"already holds a record set \(4 \.tfrecord file\(s\) and "
+        r"metadata.json\); pass --overwrite",
+    ):
         prepare(out, corpus, vocab_file, num_shards=2)
     assert len(list(out.glob("*.tfrecord"))) == 4  # refused before touching anything
     prepare(out, corpus, vocab_file, num_shards=2, overwrite=True)
-    assert sorted(p.name for p in out.glob("*")) == ["metadata.json", "records-00000-of-00002.tfrecord",
-                                                     "records-00001-of-00002.tfrecord"]  # no stale -of-00004 shard
+    assert sorted(p.name for p in out.glob("*")) == [
+        "metadata.json",
+        "records-00000-of-00002.tfrecord",
+        "records-00001-of-00002.tfrecord",
+    ]  # no stale -of-00004 shard
     assert len(pipeline(out / "*.tfrecord").files) == 2
 
 
@@ -109,8 +123,11 @@ def test_a_stale_missing_or_changed_shard_is_refused_naming_it(tmp_path, record_
     stale = copy_set(record_set, tmp_path / "stale")
     first = (record_set / "records-00000-of-00004.tfrecord").read_bytes()
     (stale / "records-00007-of-00008.tfrecord").write_bytes(first)
-    with pytest.raises(ValueError, match=r"records-00007-of-00008.tfrecord is not in .*metadata.json: it is left from "
-                                         "another run"):
+    with pytest.raises(
+        ValueError,
+        match=r"records-00007-of-00008.tfrecord is not in .*metadata.json: it is left from "
+        "another run",
+    ):
         pipeline(stale / "*.tfrecord")
     missing = copy_set(record_set, tmp_path / "missing")
     (missing / "records-00002-of-00004.tfrecord").unlink()
@@ -120,8 +137,11 @@ def test_a_stale_missing_or_changed_shard_is_refused_naming_it(tmp_path, record_
     shard = changed / "records-00001-of-00004.tfrecord"
     shard.write_bytes((changed / "records-00000-of-00004.tfrecord").read_bytes())  # intact records, other size
     assert shard.stat().st_size != (record_set / shard.name).stat().st_size
-    with pytest.raises(ValueError, match=r"records-00001-of-00004.tfrecord has [\d,]+ bytes but .* lists [\d,]+: it "
-                                         "was changed or cut short since prepare wrote it"):
+    with pytest.raises(
+        ValueError,
+        match=r"records-00001-of-00004.tfrecord has [\d,]+ bytes but .* lists [\d,]+: it "
+        "was changed or cut short since prepare wrote it",
+    ):
         pipeline(changed / "*.tfrecord")
     shard.write_bytes((record_set / shard.name).read_bytes()[:-100])  # cut short: where, before compiling
     with pytest.raises(ValueError, match=r"records-00001-of-00004.tfrecord has a truncated record at byte"):
@@ -138,11 +158,20 @@ def test_verify_checksums_finds_a_flipped_byte_that_keeps_the_size(tmp_path, rec
     files = str(flipped / "*.tfrecord")
     pipeline(files)  # the size is the same: only a full read can tell
     with pytest.raises(ValueError, match=r"records-00003-of-00004.tfrecord fails its checksum \(crc32c \w+, .*lists"):
-        pipeline_lib.InputPipeline(pipeline_lib.PipelineConfig(files=files, batch_size=4, max_seq_length=SEQ,
-                                                               max_predictions_per_seq=PRED, verify_checksums=True))
-    pipeline_lib.InputPipeline(pipeline_lib.PipelineConfig(files=str(record_set / "*.tfrecord"), batch_size=4,
-                                                           max_seq_length=SEQ, max_predictions_per_seq=PRED,
-                                                           verify_checksums=True))
+        pipeline_lib.InputPipeline(
+            pipeline_lib.PipelineConfig(
+                files=files, batch_size=4, max_seq_length=SEQ, max_predictions_per_seq=PRED, verify_checksums=True
+            )
+        )
+    pipeline_lib.InputPipeline(
+        pipeline_lib.PipelineConfig(
+            files=str(record_set / "*.tfrecord"),
+            batch_size=4,
+            max_seq_length=SEQ,
+            max_predictions_per_seq=PRED,
+            verify_checksums=True,
+        )
+    )
 
 
 def test_records_without_metadata_train_with_a_warning(tmp_path, record_set, caplog):
@@ -156,19 +185,26 @@ def test_records_without_metadata_train_with_a_warning(tmp_path, record_set, cap
 def test_the_summary_warns_when_instances_keep_under_95_percent_of_the_tokens(tmp_path, corpus, vocab_file):
     words = corpus.read_text(encoding="utf-8").split()
     long = tmp_path / "long.txt"  # sentences of ~60 words for 64-token instances: most of each is truncated
-    long.write_text("\n\n".join("\n".join(" ".join(words[i:i + 60]) for i in range(d, d + 600, 60))
-                                for d in range(0, 6000, 600)) + "\n", encoding="utf-8")
+    long.write_text(
+        "\n\n".join("\n".join(" ".join(words[i : i + 60]) for i in range(d, d + 600, 60)) for d in range(0, 6000, 600))
+        + "\n",
+        encoding="utf-8",
+    )
     metadata = prepare(tmp_path / "out", long, vocab_file, num_shards=1)
     assert metadata["tokens_kept_share"] < 0.6
     warning = prepare_job.summary(metadata).splitlines()[-1]
-    assert warning.startswith(f"prepare: warning: the instances keep only {100 * metadata['tokens_kept_share']:.1f}% "
-                              f"of the corpus's {metadata['counts']['tokens']:,} tokens; sentences average")
+    assert warning.startswith(
+        f"prepare: warning: the instances keep only {100 * metadata['tokens_kept_share']:.1f}% "
+        f"of the corpus's {metadata['counts']['tokens']:,} tokens; sentences average"
+    )
     assert "more than half of max_seq_length=64" in warning
     # One-line sentences: one pass loses only what pairs overshoot, and five passes cut in different places.
     one_pass = prepare(tmp_path / "one", corpus, vocab_file, num_shards=1)
     assert 0.85 < one_pass["tokens_kept_share"] < 0.95 and "dupe_factor=1" in prepare_job.summary(one_pass)
-    cfg = dataclasses.replace(config(tmp_path / "five", corpus, vocab_file, 1), instance=instances.InstanceConfig(
-        max_seq_length=SEQ, max_predictions_per_seq=PRED, dupe_factor=5))
+    cfg = dataclasses.replace(
+        config(tmp_path / "five", corpus, vocab_file, 1),
+        instance=instances.InstanceConfig(max_seq_length=SEQ, max_predictions_per_seq=PRED, dupe_factor=5),
+    )
     five = prepare_job.prepare(cfg, progress_stream=io.StringIO())
     assert five["tokens_kept_share"] > 0.99 and "warning" not in prepare_job.summary(five)
 
@@ -192,11 +228,16 @@ class FullDisk(io.RawIOBase):
 def test_a_full_disk_is_one_sentence_and_leaves_nothing_a_glob_matches(tmp_path, corpus, vocab_file, monkeypatch):
     out = tmp_path / "out"
     real_open = records.open_for_write
-    monkeypatch.setattr(records, "open_for_write",
-                        lambda path: FullDisk(5_000) if path.endswith(".tfrecord.tmp") and "00002" in path
-                        else real_open(path))
-    with pytest.raises(OSError, match=r"no space left on the device writing \S+records-00002-of-00004.tfrecord "
-                                      r"\([\d,]+ bytes free\): free space there or choose another --output_dir"):
+    monkeypatch.setattr(
+        records,
+        "open_for_write",
+        lambda path: FullDisk(5_000) if path.endswith(".tfrecord.tmp") and "00002" in path else real_open(path),
+    )
+    with pytest.raises(
+        OSError,
+        match=r"no space left on the device writing \S+records-00002-of-00004.tfrecord "
+        r"\([\d,]+ bytes free\): free space there or choose another --output_dir",
+    ):
         prepare(out, corpus, vocab_file)
     assert os.listdir(out) == []  # shards 0 and 1 were complete, but never appear as a partial set
 
@@ -230,14 +271,28 @@ def test_kill_9_of_prepare_leaves_no_worker_and_no_partial_set(tmp_path, corpus,
     big = tmp_path / "big.txt"
     big.write_text(corpus.read_text(encoding="utf-8") * 60, encoding="utf-8")  # ~30 s of work
     out = tmp_path / "out"
-    proc = subprocess.Popen([sys.executable, "-m", "bertjax.prepare", f"--input_file={big}", f"--output_dir={out}",
-                             f"--vocab_file={vocab_file}", "--num_shards=8", "--num_workers=2", "--dupe_factor=10"],
-                            cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "bertjax.prepare",
+            f"--input_file={big}",
+            f"--output_dir={out}",
+            f"--vocab_file={vocab_file}",
+            "--num_shards=8",
+            "--num_workers=2",
+            "--dupe_factor=10",
+        ],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     workers: list[int] = []
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and not (workers and (out / records.STAGING_NAME).exists()):
-        workers = [c for c in faults.children(proc.pid)
-                   if "multiprocessing" in pathlib.Path(f"/proc/{c}/cmdline").read_text()]
+        workers = [
+            c for c in faults.children(proc.pid) if "multiprocessing" in pathlib.Path(f"/proc/{c}/cmdline").read_text()
+        ]
         time.sleep(0.1)
     time.sleep(0.5)
     assert workers and proc.poll() is None, "prepare finished (or never spawned a worker) before it could be killed"
@@ -254,9 +309,15 @@ def test_kill_9_of_prepare_leaves_no_worker_and_no_partial_set(tmp_path, corpus,
 
 # --- The job's vocabulary ---------------------------------------------------------------------------
 def job(record_set, vocab_file, vocab_size=0) -> JobConfig:
-    return JobConfig().replace(model={"vocab_size": vocab_size},
-                               data={"train_files": str(record_set / "*.tfrecord"), "vocab_file": str(vocab_file),
-                                     "max_seq_length": SEQ, "max_predictions_per_seq": PRED})
+    return JobConfig().replace(
+        model={"vocab_size": vocab_size},
+        data={
+            "train_files": str(record_set / "*.tfrecord"),
+            "vocab_file": str(vocab_file),
+            "max_seq_length": SEQ,
+            "max_predictions_per_seq": PRED,
+        },
+    )
 
 
 def test_vocab_size_comes_from_the_records_when_unset(record_set, vocab_file):
@@ -282,7 +343,10 @@ def test_the_job_refuses_a_mismatched_vocab_before_compiling(tmp_path, record_se
     short = tmp_path / "short.txt"
     short.write_text("\n".join(vocab_file.read_text(encoding="utf-8").splitlines()[:-1]) + "\n", encoding="utf-8")
     with pytest.raises(ValueError, match="has 30,521 tokens"):
-        train.train_and_evaluate(job(record_set, short).replace(model={"hidden_size": 32, "num_hidden_layers": 1,
-                                                                      "num_attention_heads": 2,
-                                                                      "intermediate_size": 64}), str(tmp_path / "w"))
+        train.train_and_evaluate(
+            job(record_set, short).replace(
+                model={"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 64}
+            ),
+            str(tmp_path / "w"),
+        )
     assert not (tmp_path / "w" / "checkpoints").exists()

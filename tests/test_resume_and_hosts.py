@@ -24,8 +24,10 @@ STEPS = 40
 
 
 def job_config(pydocs_data: str, **overrides):
-    c = train_setup.small_config(pydocs_data, **{"train.num_train_steps": STEPS, "checkpoint.every_steps": 2,
-                                                 "checkpoint.keep": 3, "eval.num_batches": 1})
+    c = train_setup.small_config(
+        pydocs_data,
+        **{"train.num_train_steps": STEPS, "checkpoint.every_steps": 2, "checkpoint.keep": 3, "eval.num_batches": 1},
+    )
     c.mesh.shape = (4, 2, 1)
     c.eval.every_steps = 1000
     for key, value in overrides.items():
@@ -35,11 +37,20 @@ def job_config(pydocs_data: str, **overrides):
 
 
 def start(config_file: str, workdir, devices: int = 8, args: tuple = ()) -> subprocess.Popen:
-    env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={devices} --xla_backend_optimization_level=0", JAX_PLATFORMS="cpu")
+    env = dict(
+        os.environ,
+        XLA_FLAGS=f"--xla_force_host_platform_device_count={devices} --xla_backend_optimization_level=0",
+        JAX_PLATFORMS="cpu",
+    )
     env.pop("TF_ENABLE_ONEDNN_OPTS", None)  # as a user's shell has it: the command quiets TensorFlow itself
-    return subprocess.Popen([sys.executable, "-m", "bertjax.main", f"--config={config_file}",
-                             f"--workdir={workdir}", *args], env=env, cwd=train_setup.ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "bertjax.main", f"--config={config_file}", f"--workdir={workdir}", *args],
+        env=env,
+        cwd=train_setup.ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
 
 
 def finish(proc: subprocess.Popen, timeout: float = 300) -> str:
@@ -119,9 +130,15 @@ def test_two_processes_train_like_one_with_the_same_global_batch(pydocs_data, tm
     config_file = train_setup.write_config(c, tmp_path / "config.py")
     finish(start(config_file, tmp_path / "one", devices=4))
     address = f"127.0.0.1:{free_port()}"
-    procs = [start(config_file, tmp_path / "two", devices=2,
-                   args=(f"--coordinator_address={address}", "--num_processes=2", f"--process_id={i}"))
-             for i in range(2)]
+    procs = [
+        start(
+            config_file,
+            tmp_path / "two",
+            devices=2,
+            args=(f"--coordinator_address={address}", "--num_processes=2", f"--process_id={i}"),
+        )
+        for i in range(2)
+    ]
     outputs = [finish(p) for p in procs]
     assert "2 process(es), 4 device(s)" in outputs[0]
     one, two = train_rows(tmp_path / "one"), train_rows(tmp_path / "two")
@@ -137,9 +154,15 @@ def test_sigterm_stops_every_process_at_one_step(pydocs_data, tmp_path):
     c.mesh.shape = (-1, 1, 1)
     config_file = train_setup.write_config(c, tmp_path / "config.py")
     address = f"127.0.0.1:{free_port()}"
-    procs = [start(config_file, tmp_path / "work", devices=2,
-                   args=(f"--coordinator_address={address}", "--num_processes=2", f"--process_id={i}"))
-             for i in range(2)]
+    procs = [
+        start(
+            config_file,
+            tmp_path / "work",
+            devices=2,
+            args=(f"--coordinator_address={address}", "--num_processes=2", f"--process_id={i}"),
+        )
+        for i in range(2)
+    ]
     wait_for_step(procs[0], tmp_path / "work", 3)
     procs[1].send_signal(signal.SIGTERM)  # one host is told; both must stop
     outputs = [finish(p) for p in procs]
@@ -151,6 +174,7 @@ def test_sigterm_stops_every_process_at_one_step(pydocs_data, tmp_path):
 
 def write_like_google_research_bert(records: list[dict], path: str) -> None:
     """create_pretraining_data.py's write_instance_to_example_files, feature by feature."""
+
     def int_feature(values):
         return tf.train.Feature(int64_list=tf.train.Int64List(value=list(values)))
 
@@ -159,18 +183,31 @@ def write_like_google_research_bert(records: list[dict], path: str) -> None:
             features = collections.OrderedDict()
             for name in ("input_ids", "input_mask", "segment_ids", "masked_lm_positions", "masked_lm_ids"):
                 features[name] = int_feature(r[name])
-            features["masked_lm_weights"] = tf.train.Feature(float_list=tf.train.FloatList(value=r["masked_lm_weights"]))
+            features["masked_lm_weights"] = tf.train.Feature(
+                float_list=tf.train.FloatList(value=r["masked_lm_weights"])
+            )
             features["next_sentence_labels"] = int_feature(r["next_sentence_labels"])
             writer.write(tf.train.Example(features=tf.train.Features(feature=features)).SerializeToString())
 
 
 def test_records_written_by_google_research_bert_train_unchanged(pydocs_data, tmp_path):
     ours = os.path.join(pydocs_data, "train", "records-00000-of-00004.tfrecord")
-    schema = {name: tf.io.VarLenFeature(tf.float32 if name == "masked_lm_weights" else tf.int64)
-              for name in ("input_ids", "input_mask", "segment_ids", "masked_lm_positions", "masked_lm_ids",
-                           "masked_lm_weights", "next_sentence_labels")}
-    records = [{k: tf.sparse.to_dense(v).numpy().tolist() for k, v in tf.io.parse_single_example(raw, schema).items()}
-               for raw in tf.data.TFRecordDataset(ours).take(200)]
+    schema = {
+        name: tf.io.VarLenFeature(tf.float32 if name == "masked_lm_weights" else tf.int64)
+        for name in (
+            "input_ids",
+            "input_mask",
+            "segment_ids",
+            "masked_lm_positions",
+            "masked_lm_ids",
+            "masked_lm_weights",
+            "next_sentence_labels",
+        )
+    }
+    records = [
+        {k: tf.sparse.to_dense(v).numpy().tolist() for k, v in tf.io.parse_single_example(raw, schema).items()}
+        for raw in tf.data.TFRecordDataset(ours).take(200)
+    ]
     (tmp_path / "theirs").mkdir()
     write_like_google_research_bert(records, str(tmp_path / "theirs" / "part-0.tfrecord"))
     assert not (tmp_path / "theirs" / "metadata.json").exists()  # the schema comes from the first record

@@ -27,13 +27,17 @@ def no_warnings():
 
 # --- Classification ----------------------------------------------------------------------------------
 
+
 def _sklearn_classification(labels, predictions, num_classes):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # sklearn's own warnings on degenerate inputs
-        return {"accuracy": sklearn.metrics.accuracy_score(labels, predictions),
-                "macro_f1": sklearn.metrics.f1_score(labels, predictions, labels=list(range(num_classes)),
-                                                     average="macro", zero_division=0),
-                "matthews_corrcoef": sklearn.metrics.matthews_corrcoef(labels, predictions)}
+        return {
+            "accuracy": sklearn.metrics.accuracy_score(labels, predictions),
+            "macro_f1": sklearn.metrics.f1_score(
+                labels, predictions, labels=list(range(num_classes)), average="macro", zero_division=0
+            ),
+            "matthews_corrcoef": sklearn.metrics.matthews_corrcoef(labels, predictions),
+        }
 
 
 @pytest.mark.parametrize("num_classes", [2, 3, 5])
@@ -77,7 +81,8 @@ def test_classification_mcc_multiclass_and_anticorrelated(no_warnings):
     y = np.array([0, 1, 2, 2, 1, 0, 2, 1])
     p = np.array([0, 2, 2, 1, 1, 0, 2, 0])
     assert scores.classification_scores(y, p, 3)["matthews_corrcoef"] == pytest.approx(
-        sklearn.metrics.matthews_corrcoef(y, p))
+        sklearn.metrics.matthews_corrcoef(y, p)
+    )
 
 
 def test_classification_large_counts_do_not_overflow(no_warnings):
@@ -85,23 +90,26 @@ def test_classification_large_counts_do_not_overflow(no_warnings):
     labels = rng.integers(0, 3, 300_000)
     predictions = np.where(rng.random(labels.size) < 0.7, labels, rng.integers(0, 3, labels.size))
     got = scores.classification_scores(labels.astype(np.int32), predictions.astype(np.int32), 3)
-    assert got["matthews_corrcoef"] == pytest.approx(
-        sklearn.metrics.matthews_corrcoef(labels, predictions), abs=1e-12)
+    assert got["matthews_corrcoef"] == pytest.approx(sklearn.metrics.matthews_corrcoef(labels, predictions), abs=1e-12)
 
 
-@pytest.mark.parametrize("labels, predictions, num_classes, match", [
-    ([0, 1], [0], 2, "same length"),
-    ([], [], 2, "no examples"),
-    ([0, 2], [0, 1], 2, "outside"),
-    ([0, -100], [0, 1], 2, "outside"),
-    ([0.0, 1.0], [0, 1], 2, "integer"),
-])
+@pytest.mark.parametrize(
+    "labels, predictions, num_classes, match",
+    [
+        ([0, 1], [0], 2, "same length"),
+        ([], [], 2, "no examples"),
+        ([0, 2], [0, 1], 2, "outside"),
+        ([0, -100], [0, 1], 2, "outside"),
+        ([0.0, 1.0], [0, 1], 2, "integer"),
+    ],
+)
 def test_classification_bad_inputs_say_what_to_do(labels, predictions, num_classes, match):
     with pytest.raises(ValueError, match=match):
         scores.classification_scores(np.array(labels), np.array(predictions), num_classes)
 
 
 # --- Regression --------------------------------------------------------------------------------------
+
 
 def test_regression_matches_scipy_on_random_inputs(no_warnings):
     rng = np.random.default_rng(1)
@@ -112,8 +120,7 @@ def test_regression_matches_scipy_on_random_inputs(no_warnings):
         got = scores.regression_scores(labels, predictions)
         assert got["pearson"] == pytest.approx(scipy.stats.pearsonr(labels, predictions)[0], abs=1e-12)
         assert got["spearman"] == pytest.approx(scipy.stats.spearmanr(labels, predictions)[0], abs=1e-12)
-        assert got["mse"] == pytest.approx(sklearn.metrics.mean_squared_error(labels, predictions),
-                                           rel=1e-12)
+        assert got["mse"] == pytest.approx(sklearn.metrics.mean_squared_error(labels, predictions), rel=1e-12)
 
 
 def test_spearman_ranks_ties_by_their_average(no_warnings):
@@ -127,8 +134,7 @@ def test_spearman_ranks_ties_by_their_average(no_warnings):
     # Ranking the ties in order of appearance instead would give another answer here.
     labels = np.array([1.0, 1.0, 1.0, 2.0, 3.0])
     predictions = np.array([3.0, 1.0, 2.0, 4.0, 5.0])
-    ordinal = scipy.stats.pearsonr(scipy.stats.rankdata(labels, method="ordinal"),
-                                   scipy.stats.rankdata(predictions))[0]
+    ordinal = scipy.stats.pearsonr(scipy.stats.rankdata(labels, method="ordinal"), scipy.stats.rankdata(predictions))[0]
     want = scipy.stats.spearmanr(labels, predictions)[0]
     assert abs(ordinal - want) > 0.05
     assert scores.regression_scores(labels, predictions)["spearman"] == pytest.approx(want, abs=1e-12)
@@ -152,7 +158,8 @@ def test_regression_edge_values(no_warnings):
     assert scores.regression_scores(x, -x)["spearman"] == pytest.approx(-1.0)
     big = np.array([1e200, 3e200, 2e200, -1e200])
     assert scores.regression_scores(big, big[::-1].copy())["pearson"] == pytest.approx(
-        scipy.stats.pearsonr(big, big[::-1])[0], abs=1e-12)
+        scipy.stats.pearsonr(big, big[::-1])[0], abs=1e-12
+    )
     got = scores.regression_scores([1.0, np.nan, 3.0], [1.0, 2.0, 3.0])
     assert math.isnan(got["pearson"]) and math.isnan(got["spearman"]) and math.isnan(got["mse"])
 
@@ -166,15 +173,19 @@ def test_regression_bad_inputs_say_what_to_do():
 
 # --- Entities ----------------------------------------------------------------------------------------
 
+
 def _seqeval(true_tags, pred_tags):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # seqeval's UndefinedMetricWarning on empty sets
-        want = {"precision": seqeval.metrics.precision_score(true_tags, pred_tags),
-                "recall": seqeval.metrics.recall_score(true_tags, pred_tags),
-                "f1": seqeval.metrics.f1_score(true_tags, pred_tags),
-                "accuracy": seqeval.metrics.accuracy_score(true_tags, pred_tags)}
-        types = sorted({t for tags in (true_tags, pred_tags)
-                        for t, _, _ in seqeval.metrics.sequence_labeling.get_entities(tags)})
+        want = {
+            "precision": seqeval.metrics.precision_score(true_tags, pred_tags),
+            "recall": seqeval.metrics.recall_score(true_tags, pred_tags),
+            "f1": seqeval.metrics.f1_score(true_tags, pred_tags),
+            "accuracy": seqeval.metrics.accuracy_score(true_tags, pred_tags),
+        }
+        types = sorted(
+            {t for tags in (true_tags, pred_tags) for t, _, _ in seqeval.metrics.sequence_labeling.get_entities(tags)}
+        )
         if types:
             per_type = seqeval.metrics.f1_score(true_tags, pred_tags, average=None)
             want.update({f"f1_{t}": f for t, f in zip(types, per_type)})
@@ -185,11 +196,14 @@ def _random_tags(rng, n_sentences, alphabet):
     return [list(rng.choice(alphabet, int(rng.integers(0, 9)))) for _ in range(n_sentences)]
 
 
-@pytest.mark.parametrize("alphabet", [
-    ["O", "O", "B-PER", "I-PER", "B-LOC", "I-LOC"],                        # IOB1/IOB2, stray I- starts
-    ["O", "B-PER", "I-PER", "E-PER", "S-PER", "B-ORG", "I-ORG", "S-ORG"],  # IOBES
-    ["O", "I-MISC", "I-MISC", "B-MISC", "I-LOC"],                          # IOB1-heavy, I- after another type
-])
+@pytest.mark.parametrize(
+    "alphabet",
+    [
+        ["O", "O", "B-PER", "I-PER", "B-LOC", "I-LOC"],  # IOB1/IOB2, stray I- starts
+        ["O", "B-PER", "I-PER", "E-PER", "S-PER", "B-ORG", "I-ORG", "S-ORG"],  # IOBES
+        ["O", "I-MISC", "I-MISC", "B-MISC", "I-LOC"],  # IOB1-heavy, I- after another type
+    ],
+)
 def test_entities_match_seqeval_on_random_tags(alphabet, no_warnings):
     rng = np.random.default_rng(len(alphabet))
     for trial in range(60):
@@ -197,8 +211,7 @@ def test_entities_match_seqeval_on_random_tags(alphabet, no_warnings):
         if not any(true_tags):
             true_tags.append(["O"])
         # The prediction flips some of the true tags, so chunks partly agree.
-        pred_tags = [[t if rng.random() < 0.7 else str(rng.choice(alphabet)) for t in tags]
-                     for tags in true_tags]
+        pred_tags = [[t if rng.random() < 0.7 else str(rng.choice(alphabet)) for t in tags] for tags in true_tags]
         got = scores.entity_scores(true_tags, pred_tags)
         want = _seqeval(true_tags, pred_tags)
         assert got.keys() == want.keys(), (true_tags, pred_tags)
@@ -253,20 +266,22 @@ def test_entities_bad_inputs_say_what_to_do():
 # v2.0"), with get_raw_scores' gold-answer filtering and make_eval_dict's percentages. Its one change: a
 # missing prediction scores 0 and is counted, as evaluate-v1.1.py does (v2.0 skips the question).
 
+
 def _ref_normalize_answer(s):
     def remove_articles(text):
-        regex = re.compile(r'\b(a|an|the)\b', re.UNICODE)
-        return re.sub(regex, ' ', text)
+        regex = re.compile(r"\b(a|an|the)\b", re.UNICODE)
+        return re.sub(regex, " ", text)
 
     def white_space_fix(text):
-        return ' '.join(text.split())
+        return " ".join(text.split())
 
     def remove_punc(text):
         exclude = set(string.punctuation)
-        return ''.join(ch for ch in text if ch not in exclude)
+        return "".join(ch for ch in text if ch not in exclude)
 
     def lower(text):
         return text.lower()
+
     return white_space_fix(remove_articles(remove_punc(lower(s))))
 
 
@@ -302,7 +317,7 @@ def _ref_squad(predictions, references):
         has_ans[qid] = bool([a for a in answers if a])
         gold_answers = [a for a in answers if _ref_normalize_answer(a)]
         if not gold_answers:
-            gold_answers = ['']  # For unanswerable questions, only correct answer is empty string
+            gold_answers = [""]  # For unanswerable questions, only correct answer is empty string
         if qid not in predictions:
             exact[qid], f1[qid] = 0, 0
             continue
@@ -312,25 +327,55 @@ def _ref_squad(predictions, references):
 
     def make_eval_dict(qid_list):
         total = len(qid_list)
-        return {'exact': 100.0 * sum(exact[k] for k in qid_list) / total,
-                'f1': 100.0 * sum(f1[k] for k in qid_list) / total, 'total': total}
+        return {
+            "exact": 100.0 * sum(exact[k] for k in qid_list) / total,
+            "f1": 100.0 * sum(f1[k] for k in qid_list) / total,
+            "total": total,
+        }
 
     out = make_eval_dict(list(references))
-    out = {"exact_match": out["exact"], "f1": out["f1"], "total": out["total"],
-           "missing": sum(q not in predictions for q in references)}
+    out = {
+        "exact_match": out["exact"],
+        "f1": out["f1"],
+        "total": out["total"],
+        "missing": sum(q not in predictions for q in references),
+    }
     has_ans_qids = [k for k, v in has_ans.items() if v]
     no_ans_qids = [k for k, v in has_ans.items() if not v]
     if no_ans_qids:
         for prefix, qids in (("HasAns", has_ans_qids), ("NoAns", no_ans_qids)):
             if qids:
                 sub = make_eval_dict(qids)
-                out.update({f"{prefix}_exact": sub["exact"], f"{prefix}_f1": sub["f1"],
-                            f"{prefix}_total": sub["total"]})
+                out.update(
+                    {f"{prefix}_exact": sub["exact"], f"{prefix}_f1": sub["f1"], f"{prefix}_total": sub["total"]}
+                )
     return out
 
 
-_WORDS = ["the", "The", "a", "an", "An", "cat", "Cat", "dog", "sat", "on", "mat", "1,000", "U.S.",
-          "Paris", "paris!", "(1879)", "anthem", "theory", "élan", "—", "...", "'s"]
+_WORDS = [
+    "the",
+    "The",
+    "a",
+    "an",
+    "An",
+    "cat",
+    "Cat",
+    "dog",
+    "sat",
+    "on",
+    "mat",
+    "1,000",
+    "U.S.",
+    "Paris",
+    "paris!",
+    "(1879)",
+    "anthem",
+    "theory",
+    "élan",
+    "—",
+    "...",
+    "'s",
+]
 
 
 def _random_answer(rng, max_words=5):
@@ -350,8 +395,7 @@ def test_squad_matches_the_official_script_on_random_answers(unanswerable_fracti
             else:
                 references[qid] = [_random_answer(rng) or "cat" for _ in range(int(rng.integers(1, 4)))]
             if rng.random() < 0.9:  # the rest are missing
-                predictions[qid] = (rng.choice(references[qid]) if rng.random() < 0.3
-                                    else _random_answer(rng))
+                predictions[qid] = rng.choice(references[qid]) if rng.random() < 0.3 else _random_answer(rng)
         predictions["not-a-question"] = "cat"
         got = scores.squad_scores(predictions, references)
         want = _ref_squad(predictions, references)
@@ -368,11 +412,13 @@ def test_squad_normalization_drops_case_punctuation_and_articles():
 
 
 def test_squad_hand_cases(no_warnings):
-    references = {"q1": ["The Eiffel Tower", "Eiffel tower."],   # exact after normalisation
-                  "q2": ["Denver Broncos"],                     # partial overlap
-                  "q3": [""],                                   # unanswerable, answered ""
-                  "q4": [""],                                   # unanswerable, answered anyway
-                  "q5": ["Santa Clara"]}                        # no prediction
+    references = {
+        "q1": ["The Eiffel Tower", "Eiffel tower."],  # exact after normalisation
+        "q2": ["Denver Broncos"],  # partial overlap
+        "q3": [""],  # unanswerable, answered ""
+        "q4": [""],  # unanswerable, answered anyway
+        "q5": ["Santa Clara"],
+    }  # no prediction
     predictions = {"q1": "eiffel Tower", "q2": "the Broncos won", "q3": "", "q4": "Paris"}
     got = scores.squad_scores(predictions, references)
     # q2: 1 common token of 2 predicted ("broncos won") and 2 gold: P = R = F1 = 1/2.
@@ -400,6 +446,7 @@ def test_squad_bad_inputs_say_what_to_do():
 
 
 # --- Sweeps ------------------------------------------------------------------------------------------
+
 
 def test_summary_of_a_sweep(no_warnings):
     values = [84.1, 85.3, 83.9, 86.0]

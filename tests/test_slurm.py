@@ -45,8 +45,9 @@ def losses(log: str) -> dict[int, str]:
 
 
 def test_two_processes_train_in_step_stop_together_on_sigterm_and_the_requeued_job_resumes(pydocs_data, tmp_path):
-    c = train_setup.small_config(pydocs_data, **{"train.num_train_steps": STEPS, "checkpoint.every_steps": 1000,
-                                                 "eval.every_steps": 1000})
+    c = train_setup.small_config(
+        pydocs_data, **{"train.num_train_steps": STEPS, "checkpoint.every_steps": 1000, "eval.every_steps": 1000}
+    )
     c.mesh.shape = (-1, 1, 1)
     config_file = train_setup.write_config(c, tmp_path / "config.py")
     bin_dir, state, workdir = tmp_path / "bin", tmp_path / "slurm", tmp_path / "work"
@@ -55,14 +56,25 @@ def test_two_processes_train_in_step_stop_together_on_sigterm_and_the_requeued_j
     for name, text in (("srun", SRUN), ("scancel", SCANCEL), ("scontrol", SCONTROL)):
         (bin_dir / name).write_text(text)
         (bin_dir / name).chmod(0o755)
-    env = dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}", FAKE_SLURM_DIR=str(state), WORKDIR=str(workdir),
-               PYTHON=sys.executable, SLURM_JOB_ID="4242", SLURM_NTASKS="2", SLURM_JOB_NODELIST="localhost",
-               JAX_COORDINATOR_PORT=str(free_port()), JAX_PLATFORMS="cpu", BERTJAX_NO_TCMALLOC="1",
-               XLA_FLAGS="--xla_force_host_platform_device_count=1 --xla_backend_optimization_level=0")
+    env = dict(
+        os.environ,
+        PATH=f"{bin_dir}:{os.environ['PATH']}",
+        FAKE_SLURM_DIR=str(state),
+        WORKDIR=str(workdir),
+        PYTHON=sys.executable,
+        SLURM_JOB_ID="4242",
+        SLURM_NTASKS="2",
+        SLURM_JOB_NODELIST="localhost",
+        JAX_COORDINATOR_PORT=str(free_port()),
+        JAX_PLATFORMS="cpu",
+        BERTJAX_NO_TCMALLOC="1",
+        XLA_FLAGS="--xla_force_host_platform_device_count=1 --xla_backend_optimization_level=0",
+    )
     command = ["bash", str(train_setup.ROOT / "launch" / "slurm.sbatch"), f"--config={config_file}"]
 
-    batch = subprocess.Popen(command, env=env, cwd=train_setup.ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                             text=True)
+    batch = subprocess.Popen(
+        command, env=env, cwd=train_setup.ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     deadline = time.time() + 300
     while len(losses((state / "task-0.log").read_text() if (state / "task-0.log").exists() else "")) < 3:
         assert batch.poll() is None and time.time() < deadline, batch.stdout.read()[-3000:]
@@ -78,8 +90,14 @@ def test_two_processes_train_in_step_stop_together_on_sigterm_and_the_requeued_j
     assert stopped[0] == stopped[1] < STEPS, stopped
     assert losses(logs[0]) == losses(logs[1]) and len(losses(logs[0])) == stopped[0]  # in step, all the way
 
-    requeued = subprocess.run(command, env=dict(env, SLURM_RESTART_COUNT="1"), cwd=train_setup.ROOT,
-                              capture_output=True, text=True, timeout=600)
+    requeued = subprocess.run(
+        command,
+        env=dict(env, SLURM_RESTART_COUNT="1"),
+        cwd=train_setup.ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     logs = [(state / f"task-{i}.log").read_text() for i in range(2)]
     assert requeued.returncode == 0, requeued.stdout + logs[0][-3000:]
     assert "(restart 1)" in requeued.stdout

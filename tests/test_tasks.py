@@ -14,8 +14,10 @@ from bertjax.data.vocab import tokenization, training as vocab_training
 from bertjax.finetuning.squad import QAExample
 from bertjax.finetuning.readers import LabelMap, Source, TextExample, TokenExample
 
-WORDS = ("the a cat sat on mat dog ran john lives in new york is big hello world good bad what team won when did they "
-         "who denver broncos super bowl 50 play un cafe filler , . ! ? ( ) - ##ed ##s ##aff ##able ##ing ##ly").split()
+WORDS = (
+    "the a cat sat on mat dog ran john lives in new york is big hello world good bad what team won when did they "
+    "who denver broncos super bowl 50 play un cafe filler , . ! ? ( ) - ##ed ##s ##aff ##able ##ing ##ly"
+).split()
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + list(WORDS)
 
 
@@ -42,20 +44,29 @@ def write(path, text):
 
 
 def test_tsv_csv_jsonl_single_and_pair(tmp_path):
-    tsv = write(tmp_path / "pair.tsv",
-                'text_a\ttext_b\tlabel\nThe "cat" sat.\tA dog ran.\tyes\n\nJohn lives.\tHe is.\tno\n')
+    tsv = write(
+        tmp_path / "pair.tsv", 'text_a\ttext_b\tlabel\nThe "cat" sat.\tA dog ran.\tyes\n\nJohn lives.\tHe is.\tno\n'
+    )
     csv_ = write(tmp_path / "single.csv", 'text,label\n"Hello, world",pos\nbad dog,neg\n')
-    jsonl = write(tmp_path / "mixed.jsonl", '{"text_a": "hello", "text_b": "world", "label": 1}\n\n'
-                                            '{"text_a": "good", "text_b": null, "label": 0}\n')
+    jsonl = write(
+        tmp_path / "mixed.jsonl",
+        '{"text_a": "hello", "text_b": "world", "label": 1}\n\n{"text_a": "good", "text_b": null, "label": 0}\n',
+    )
     pair = readers.read_text_examples(tsv)
-    assert pair == [TextExample('The "cat" sat.', "A dog ran.", "yes", Source(tsv, 2)),
-                    TextExample("John lives.", "He is.", "no", Source(tsv, 4))]
+    assert pair == [
+        TextExample('The "cat" sat.', "A dog ran.", "yes", Source(tsv, 2)),
+        TextExample("John lives.", "He is.", "no", Source(tsv, 4)),
+    ]
     single = readers.read_text_examples(csv_)
     assert [(e.text_a, e.text_b, e.label, e.source.line) for e in single] == [
-        ("Hello, world", None, "pos", 2), ("bad dog", None, "neg", 3)]
+        ("Hello, world", None, "pos", 2),
+        ("bad dog", None, "neg", 3),
+    ]
     js = readers.read_text_examples(jsonl)
-    assert [(e.text_a, e.text_b, e.label, e.source.line) for e in js] == [("hello", "world", "1", 1),
-                                                                          ("good", None, "0", 3)]
+    assert [(e.text_a, e.text_b, e.label, e.source.line) for e in js] == [
+        ("hello", "world", "1", 1),
+        ("good", None, "0", 3),
+    ]
     both = readers.read_text_examples(f"{tsv},{csv_}")
     assert len(both) == 4
     glob = readers.read_text_examples(str(tmp_path / "*.tsv"))
@@ -67,10 +78,13 @@ def test_glue_files_are_read_by_their_own_column_names(tmp_path):
     (index, question, sentence, label): no renaming needed."""
     sst2 = write(tmp_path / "sst2_train.tsv", "sentence\tlabel\nhide new secretions \t0\nit 's a charming trip \t1\n")
     assert [(e.text_a, e.text_b, e.label) for e in readers.read_text_examples(sst2)] == [
-        ("hide new secretions ", None, "0"), ("it 's a charming trip ", None, "1")]
+        ("hide new secretions ", None, "0"),
+        ("it 's a charming trip ", None, "1"),
+    ]
     qnli = write(tmp_path / "qnli_dev.tsv", "index\tquestion\tsentence\tlabel\n0\tWho?\tHe did.\tentailment\n")
     assert [(e.text_a, e.text_b, e.label) for e in readers.read_text_examples(qnli)] == [
-        ("Who?", "He did.", "entailment")]
+        ("Who?", "He did.", "entailment")
+    ]
 
 
 def test_regression_and_prediction_files(tmp_path):
@@ -93,22 +107,29 @@ def test_label_order_is_stable_regardless_of_file_order(tmp_path):
         LabelMap.from_json({"a": 0})
 
 
-@pytest.mark.parametrize("name, text, kwargs, message", [
-    ("empty.tsv", "", {}, r"empty\.tsv is empty"),
-    ("nocol.tsv", "review\tlabel\nx\ty\n", {}, r"nocol\.tsv:1: no column 'text' or 'text_a'"),
-    ("nolabel.csv", "text\nx\n", {}, r"nolabel\.csv:1: no column 'label'"),
-    ("fields.tsv", "text\tlabel\na\tb\nc\td\te\n", {}, r"fields\.tsv:3: 3 fields where the header has 2"),
-    ("emptylabel.tsv", "text\tlabel\na\t\n", {}, r"emptylabel\.tsv:2: field 'label' is empty"),
-    ("reg.tsv", "text\tlabel\na\t1.0\nb\tgood\n", {"regression": True},
-     r"reg\.tsv:3: field 'label' is 'good', not a finite number"),
-    ("reg.jsonl", '{"text": "a", "label": "nan"}\n', {"regression": True}, r"reg\.jsonl:1: field 'label'"),
-    ("badjson.jsonl", '{"text": "a", "label": 1}\n{"text": \n', {}, r"badjson\.jsonl:2: invalid JSON"),
-    ("nottext.jsonl", '{"text": 3, "label": 1}\n', {}, r"nottext\.jsonl:1: field 'text' is 3, not a string"),
-    ("header.csv", "text,label\n", {}, r"header but no examples"),
-    ("quote.csv", 'text,label\n"open quote,1\n', {}, r"quote\.csv:\d+: .*quoting"),
-    ("data.txt", "text\tlabel\n", {}, r"data\.txt is not \.tsv, \.csv or \.jsonl"),
-    ("latin.tsv", b"text\tlabel\ncaf\xe9\t1\n", {}, r"latin\.tsv:2: byte 0xe9 is not UTF-8"),
-])
+@pytest.mark.parametrize(
+    "name, text, kwargs, message",
+    [
+        ("empty.tsv", "", {}, r"empty\.tsv is empty"),
+        ("nocol.tsv", "review\tlabel\nx\ty\n", {}, r"nocol\.tsv:1: no column 'text' or 'text_a'"),
+        ("nolabel.csv", "text\nx\n", {}, r"nolabel\.csv:1: no column 'label'"),
+        ("fields.tsv", "text\tlabel\na\tb\nc\td\te\n", {}, r"fields\.tsv:3: 3 fields where the header has 2"),
+        ("emptylabel.tsv", "text\tlabel\na\t\n", {}, r"emptylabel\.tsv:2: field 'label' is empty"),
+        (
+            "reg.tsv",
+            "text\tlabel\na\t1.0\nb\tgood\n",
+            {"regression": True},
+            r"reg\.tsv:3: field 'label' is 'good', not a finite number",
+        ),
+        ("reg.jsonl", '{"text": "a", "label": "nan"}\n', {"regression": True}, r"reg\.jsonl:1: field 'label'"),
+        ("badjson.jsonl", '{"text": "a", "label": 1}\n{"text": \n', {}, r"badjson\.jsonl:2: invalid JSON"),
+        ("nottext.jsonl", '{"text": 3, "label": 1}\n', {}, r"nottext\.jsonl:1: field 'text' is 3, not a string"),
+        ("header.csv", "text,label\n", {}, r"header but no examples"),
+        ("quote.csv", 'text,label\n"open quote,1\n', {}, r"quote\.csv:\d+: .*quoting"),
+        ("data.txt", "text\tlabel\n", {}, r"data\.txt is not \.tsv, \.csv or \.jsonl"),
+        ("latin.tsv", b"text\tlabel\ncaf\xe9\t1\n", {}, r"latin\.tsv:2: byte 0xe9 is not UTF-8"),
+    ],
+)
 def test_bad_text_inputs_name_file_line_and_field(tmp_path, name, text, kwargs, message):
     path = tmp_path / name
     path.write_bytes(text if isinstance(text, bytes) else text.encode())
@@ -127,8 +148,11 @@ def test_unknown_label_names_file_line_label_and_known_ones(tmp_path, tok):
     train = LabelMap.from_labels(["neg", "pos"])
     dev = write(tmp_path / "dev.tsv", "text\tlabel\ngood\tpos\nbad\tneutral\n")
     examples = readers.read_text_examples(dev)
-    with pytest.raises(ValueError, match=r"dev\.tsv:3: label 'neutral' is not one of the 2 known labels "
-                                         r"\['neg', 'pos'\]"):
+    with pytest.raises(
+        ValueError,
+        match=r"dev\.tsv:3: label 'neutral' is not one of the 2 known labels "
+        r"\['neg', 'pos'\]",
+    ):
         readers.text_features(examples, tok, 8, train)
 
 
@@ -139,9 +163,11 @@ def test_unknown_label_names_file_line_label_and_known_ones(tmp_path, tok):
 
 def test_text_features_layout_labels_and_truncation(tok):
     src = Source("x.tsv", 2)
-    examples = [TextExample("the cat sat", None, "b", src),
-                TextExample("john lives in new york", "the dog ran on the mat", "a", src),
-                TextExample("hello", "world", "b", src)]
+    examples = [
+        TextExample("the cat sat", None, "b", src),
+        TextExample("john lives in new york", "the dog ran on the mat", "a", src),
+        TextExample("hello", "world", "b", src),
+    ]
     arrays, truncated = readers.text_features(examples, tok, 10, LabelMap.from_labels(["b", "a"]))
     ids = {t: i for i, t in enumerate(VOCAB)}
     assert arrays["input_ids"][0].tolist() == [2, ids["the"], ids["cat"], ids["sat"], 3, 0, 0, 0, 0, 0]
@@ -149,7 +175,8 @@ def test_text_features_layout_labels_and_truncation(tok):
     assert arrays["segment_ids"][0].tolist() == [0] * 10
     # 5 + 6 tokens into 7 by _truncate_seq_pair (pop the longer, b on ties): (5,6)->(5,5)->(5,4)->(4,4)->(4,3).
     assert tok.convert_ids_to_tokens(arrays["input_ids"][1]) == (
-        ["[CLS]", "john", "lives", "in", "new", "[SEP]", "the", "dog", "ran", "[SEP]"])
+        ["[CLS]", "john", "lives", "in", "new", "[SEP]", "the", "dog", "ran", "[SEP]"]
+    )
     assert arrays["segment_ids"][1].tolist() == [0] * 6 + [1] * 4
     assert arrays["label"].tolist() == [1, 0, 1] and arrays["label"].dtype == np.int32
     assert all(a.dtype == np.int32 and a.shape == (3, 10) for k, a in arrays.items() if k != "label")
@@ -160,14 +187,17 @@ def test_text_features_layout_labels_and_truncation(tok):
 
 def test_text_features_regression_and_unlabelled(tok):
     src = Source("x.tsv", 2)
-    arrays, _ = readers.text_features([TextExample("a", "b", 0.5, src), TextExample("a", None, 4.0, src)], tok, 6,
-                                    None)
+    arrays, _ = readers.text_features([TextExample("a", "b", 0.5, src), TextExample("a", None, 4.0, src)], tok, 6, None)
     assert arrays["label"].dtype == np.float32 and arrays["label"].tolist() == [0.5, 4.0]
     arrays, _ = readers.text_features([TextExample("a", None, None, src)], tok, 6, LabelMap(["x"]))
     assert "label" not in arrays
     with pytest.raises(ValueError, match=r"x\.tsv:7: this example has no label but others do"):
-        readers.text_features([TextExample("a", None, "x", src), TextExample("b", None, None, Source("x.tsv", 7))],
-                            tok, 6, LabelMap(["x"]))
+        readers.text_features(
+            [TextExample("a", None, "x", src), TextExample("b", None, None, Source("x.tsv", 7))],
+            tok,
+            6,
+            LabelMap(["x"]),
+        )
     with pytest.raises(ValueError, match=r"x\.tsv:2: label 'x' is not a number; pass a LabelMap"):
         readers.text_features([TextExample("a", None, "x", src)], tok, 6, None)
     with pytest.raises(ValueError, match="max_seq_length=2 leaves no room"):
@@ -193,18 +223,20 @@ def test_a_roberta_style_tokenizer_frames_inputs_as_transformers_does(tmp_path):
     cut, truncated = readers.text_features([TextExample(*cases[1], "x", src)], tok, 12, LabelMap(["x"]))
     ids = cut["input_ids"][0].tolist()
     assert truncated == 1 and ids[0] == 0 and ids[-1] == 2 and ids.count(2) == 3 and 1 not in ids  # framed, full
-    words, _, _ = readers.token_features([TokenExample(["The", "interpreter"], ["O", "O"], src)], tok, 16,
-                                       LabelMap(["O"]))
+    words, _, _ = readers.token_features(
+        [TokenExample(["The", "interpreter"], ["O", "O"], src)], tok, 16, LabelMap(["O"])
+    )
     row = words["input_ids"][0][words["input_mask"][0] == 1].tolist()
     assert row[0] == 0 and row[-1] == 2 and words["label_weights"][0][[0, len(row) - 1]].tolist() == [0, 0]
-    example = QAExample("q0", "Who reads it?", "The interpreter reads a file, then runs its code.",
-                        [("The interpreter", 0)], False, src)
+    example = QAExample(
+        "q0", "Who reads it?", "The interpreter reads a file, then runs its code.", [("The interpreter", 0)], False, src
+    )
     arrays, features = squad.qa_features([example], tok, 48, max_query_length=16, training=True)
     ref = hf("Who reads it?", example.context, max_length=48, padding="max_length")["input_ids"]
     assert arrays["input_ids"][0].tolist() == ref
     start, end = arrays["start_positions"][0], arrays["end_positions"][0]
     spans = features[0].token_to_char
-    assert example.context[spans[start][0]:spans[end][1]] == "The interpreter"
+    assert example.context[spans[start][0] : spans[end][1]] == "The interpreter"
 
 
 def test_text_features_match_transformers_bert_tokenizer(vocab_file, tok):
@@ -212,9 +244,11 @@ def test_text_features_match_transformers_bert_tokenizer(vocab_file, tok):
     hf = transformers.BertTokenizer(str(vocab_file), do_lower_case=True)
     src = Source("x.tsv", 1)
     cases = [("Hello, world!", None), ("The Cat sat on the mat.", "A dog ran."), ("Café au lait?", "who won")]
-    cases += [("the cat sat on the mat with a dog", "john lives in new york"),        # a longer: only a is cut
-              ("hello", "the big dog ran on the mat and the cat sat"),               # b longer: only b is cut
-              ("the cat sat on the big mat", "the dog ran on a mat")]                # both cut, even room
+    cases += [
+        ("the cat sat on the mat with a dog", "john lives in new york"),  # a longer: only a is cut
+        ("hello", "the big dog ran on the mat and the cat sat"),  # b longer: only b is cut
+        ("the cat sat on the big mat", "the dog ran on a mat"),
+    ]  # both cut, even room
     for max_len in (13, 16, 32):
         examples = [TextExample(a, b, "x", src) for a, b in cases]
         ours, _ = readers.text_features(examples, tok, max_len, LabelMap(["x"]))
@@ -228,7 +262,8 @@ def test_text_features_match_transformers_bert_tokenizer(vocab_file, tok):
     a, b = "the cat sat on the big mat", "the dog ran on a mat the cat"
     ours, _ = readers.text_features([TextExample(a, b, "x", src)], tok, 14, LabelMap(["x"]))
     assert tok.convert_ids_to_tokens(ours["input_ids"][0]) == (
-        ["[CLS]", "the", "cat", "sat", "on", "the", "big", "[SEP]", "the", "dog", "ran", "on", "a", "[SEP]"])
+        ["[CLS]", "the", "cat", "sat", "on", "the", "big", "[SEP]", "the", "dog", "ran", "on", "a", "[SEP]"]
+    )
     assert hf(a, b, truncation="longest_first", max_length=14)["input_ids"] != ours["input_ids"][0].tolist()
 
 
@@ -247,18 +282,35 @@ def tfds_dir(tmp_path_factory) -> str:
         VERSION = tfds.core.Version("1.0.0")
 
         def _info(self):
-            return tfds.core.DatasetInfo(builder=self, features=tfds.features.FeaturesDict({
-                "sentence1": tfds.features.Text(), "sentence2": tfds.features.Text(),
-                "label": tfds.features.ClassLabel(names=["not_equivalent", "equivalent"]), "idx": np.int32}))
+            return tfds.core.DatasetInfo(
+                builder=self,
+                features=tfds.features.FeaturesDict(
+                    {
+                        "sentence1": tfds.features.Text(),
+                        "sentence2": tfds.features.Text(),
+                        "label": tfds.features.ClassLabel(names=["not_equivalent", "equivalent"]),
+                        "idx": np.int32,
+                    }
+                ),
+            )
 
         def _split_generators(self, dl_manager):
-            return {"train": self._generate_examples(3, labelled=True),
-                    "test": self._generate_examples(2, labelled=False)}
+            return {
+                "train": self._generate_examples(3, labelled=True),
+                "test": self._generate_examples(2, labelled=False),
+            }
 
         def _generate_examples(self, n, labelled):
             for i in range(n):
-                yield i, {"sentence1": f"first {i}", "sentence2": f"second {i}", "label": i % 2 if labelled else -1,
-                          "idx": i}
+                yield (
+                    i,
+                    {
+                        "sentence1": f"first {i}",
+                        "sentence2": f"second {i}",
+                        "label": i % 2 if labelled else -1,
+                        "idx": i,
+                    },
+                )
 
     data_dir = str(tmp_path_factory.mktemp("tfds"))
     BertjaxTasksTestSet(data_dir=data_dir).download_and_prepare()
@@ -268,8 +320,10 @@ def tfds_dir(tmp_path_factory) -> str:
 def test_tfds_reader_maps_glue_features(tfds_dir):
     examples = readers.read_text_examples(f"tfds:bertjax_tasks_test_set:train:{tfds_dir}")
     assert sorted((e.text_a, e.text_b, e.label) for e in examples) == [
-        ("first 0", "second 0", "not_equivalent"), ("first 1", "second 1", "equivalent"),
-        ("first 2", "second 2", "not_equivalent")]
+        ("first 0", "second 0", "not_equivalent"),
+        ("first 1", "second 1", "equivalent"),
+        ("first 2", "second 2", "not_equivalent"),
+    ]
     assert str(examples[0].source) == "tfds:bertjax_tasks_test_set:train at example 0"
     sliced = readers.read_text_examples(f"tfds:bertjax_tasks_test_set:train[:2]:{tfds_dir}")
     assert len(sliced) == 2
@@ -311,10 +365,13 @@ def test_read_conll_sentences_docstart_and_columns(tmp_path):
     assert [(e.words, e.labels, e.source.line) for e in examples] == [
         (["John", "lives", "in", "New", "York", "."], ["B-PER", "O", "O", "B-LOC", "I-LOC", "O"], 3),
         (["unaffable", "john"], ["O", "B-PER"], 10),
-        (["the"], ["O"], 13)]
+        (["the"], ["O"], 13),
+    ]
     two = write(tmp_path / "two.txt", "EU\tB-ORG\nrejects\tO\n\n\nGerman B-MISC\n")
-    assert [(e.words, e.labels) for e in readers.read_conll(two)] == [(["EU", "rejects"], ["B-ORG", "O"]),
-                                                                      (["German"], ["B-MISC"])]
+    assert [(e.words, e.labels) for e in readers.read_conll(two)] == [
+        (["EU", "rejects"], ["B-ORG", "O"]),
+        (["German"], ["B-MISC"]),
+    ]
 
 
 def test_read_conll_malformed_and_empty(tmp_path):
@@ -357,8 +414,9 @@ def test_token_features_label_first_piece_only(tmp_path, tok):
 
 def test_token_features_empty_word_and_unknown_label(tmp_path, tok):
     src = Source("t.conll", 4)
-    arrays, starts, _ = readers.token_features([TokenExample(["the", "\u200b", "cat"], ["O", "X", "O"], src)], tok, 8,
-                                             LabelMap(["O", "X"]))
+    arrays, starts, _ = readers.token_features(
+        [TokenExample(["the", "\u200b", "cat"], ["O", "X", "O"], src)], tok, 8, LabelMap(["O", "X"])
+    )
     assert tok.convert_ids_to_tokens(arrays["input_ids"][0][:5]) == ["[CLS]", "the", "[UNK]", "cat", "[SEP]"]
     assert arrays["label_ids"][0][:5].tolist() == [0, 0, 1, 0, 0] and starts[0].tolist() == [1, 2, 3]
     with pytest.raises(ValueError, match=r"t\.conll:5: label 'B-ORG' is not one of the 1 known labels \['O'\]"):
@@ -384,10 +442,14 @@ def squad_file(tmp_path, qas, context=CONTEXT, name="train.json"):
 
 def test_read_squad_skips_and_counts_bad_offsets(tmp_path):
     start = CONTEXT.index("Denver")
-    path = squad_file(tmp_path, [
-        {"id": "q1", "question": QUESTION, "answers": [{"text": "Denver Broncos", "answer_start": start}]},
-        {"id": "q2", "question": QUESTION, "answers": [{"text": "Denver Broncos", "answer_start": start + 3}]},
-        {"id": "q3", "question": "?", "answers": [], "is_impossible": True}])
+    path = squad_file(
+        tmp_path,
+        [
+            {"id": "q1", "question": QUESTION, "answers": [{"text": "Denver Broncos", "answer_start": start}]},
+            {"id": "q2", "question": QUESTION, "answers": [{"text": "Denver Broncos", "answer_start": start + 3}]},
+            {"id": "q3", "question": "?", "answers": [], "is_impossible": True},
+        ],
+    )
     examples, stats = squad.read_squad(path)
     assert [e.qid for e in examples] == ["q1", "q3"]
     assert stats == {"examples": 2, "skipped_bad_offsets": 1, "impossible": 1}
@@ -397,14 +459,21 @@ def test_read_squad_skips_and_counts_bad_offsets(tmp_path):
     assert [e.qid for e in examples] == ["q1", "q2", "q3"] and stats["skipped_bad_offsets"] == 0
 
 
-@pytest.mark.parametrize("qas, message", [
-    ([{"question": "?", "answers": []}], r"train\.json: data\[0\]\.paragraphs\[0\]\.qas\[0\]\.id is missing"),
-    ([{"id": "a", "question": "?", "answers": [{"text": "x", "answer_start": "3"}]}],
-     r"qas\[0\]\.answers\[0\]\.answer_start is '3', not a int"),
-    ([{"id": "a", "question": "?", "answers": []}], r"qas\[0\]\.answers is empty but is_impossible is not true"),
-    ([{"id": "a", "question": "?", "is_impossible": True}, {"id": "a", "question": "?", "is_impossible": True}],
-     r"qas\[1\]\.id 'a' was used before"),
-])
+@pytest.mark.parametrize(
+    "qas, message",
+    [
+        ([{"question": "?", "answers": []}], r"train\.json: data\[0\]\.paragraphs\[0\]\.qas\[0\]\.id is missing"),
+        (
+            [{"id": "a", "question": "?", "answers": [{"text": "x", "answer_start": "3"}]}],
+            r"qas\[0\]\.answers\[0\]\.answer_start is '3', not a int",
+        ),
+        ([{"id": "a", "question": "?", "answers": []}], r"qas\[0\]\.answers is empty but is_impossible is not true"),
+        (
+            [{"id": "a", "question": "?", "is_impossible": True}, {"id": "a", "question": "?", "is_impossible": True}],
+            r"qas\[1\]\.id 'a' was used before",
+        ),
+    ],
+)
 def test_read_squad_errors_name_json_path(tmp_path, qas, message):
     with pytest.raises(ValueError, match=message):
         squad.read_squad(squad_file(tmp_path, qas))
@@ -424,8 +493,7 @@ def qa_example(answer="Denver Broncos", offset=None, impossible=False, qid="q1")
 
 def test_qa_features_strided_windows_find_the_answer(tok):
     # max_doc = 24 - 5 - 3 = 16 tokens per window, stride 8: windows start at 0, 8, 16, 24, 32 over 44 tokens.
-    arrays, features = squad.qa_features([qa_example()], tok, 24, doc_stride=8, max_query_length=16,
-                                              training=True)
+    arrays, features = squad.qa_features([qa_example()], tok, 24, doc_stride=8, max_query_length=16, training=True)
     assert len(features) == 5 and arrays["input_ids"].shape == (5, 24)
     assert arrays["start_positions"].tolist() == [0, 0, 25 - 16 + HEAD, 25 - 24 + HEAD, 0]
     assert arrays["end_positions"].tolist() == [0, 0, 26 - 16 + HEAD, 26 - 24 + HEAD, 0]
@@ -434,18 +502,32 @@ def test_qa_features_strided_windows_find_the_answer(tok):
     assert window2[16:19] == ["denver", "broncos", ","] and window2[-1] == "[SEP]"
     assert arrays["segment_ids"][2].tolist() == [0] * HEAD + [1] * 17 and arrays["input_mask"][:4].all()
     last = tok.convert_ids_to_tokens(arrays["input_ids"][4][arrays["input_mask"][4] == 1])
-    assert last[HEAD:] == ["50", ")", "when", "un", "##aff", "##able", "cafe", "play", "##ed", "the", "cat", ".",
-                           "[SEP]"]
+    assert last[HEAD:] == [
+        "50",
+        ")",
+        "when",
+        "un",
+        "##aff",
+        "##able",
+        "cafe",
+        "play",
+        "##ed",
+        "the",
+        "cat",
+        ".",
+        "[SEP]",
+    ]
     assert arrays["segment_ids"][4].tolist() == [0] * HEAD + [1] * 13 + [0] * 4
     # Token 25 has most context in window 2 (min(9, 6)) rather than window 3 (min(1, 14)).
     assert features[2].token_is_max_context[HEAD + 9] and not features[3].token_is_max_context[HEAD + 1]
     # Char spans point into the original context, word pieces and accents included.
     spans = features[3].token_to_char
-    assert [CONTEXT[b:e] for b, e in spans[HEAD + 1:HEAD + 5]] == ["Denver", "Broncos", ",", "won"]
-    assert [CONTEXT[b:e] for b, e in spans[HEAD + 11:HEAD + 16]] == ["Un", "aff", "able", "Café", "play"]
+    assert [CONTEXT[b:e] for b, e in spans[HEAD + 1 : HEAD + 5]] == ["Denver", "Broncos", ",", "won"]
+    assert [CONTEXT[b:e] for b, e in spans[HEAD + 11 : HEAD + 16]] == ["Un", "aff", "able", "Café", "play"]
     assert spans[:HEAD] == ((-1, -1),) * HEAD and spans[-1] == (-1, -1) and len(spans) == 24
-    impossible, _ = squad.qa_features([qa_example(impossible=True)], tok, 24, doc_stride=8, max_query_length=16,
-                                              training=True)
+    impossible, _ = squad.qa_features(
+        [qa_example(impossible=True)], tok, 24, doc_stride=8, max_query_length=16, training=True
+    )
     assert not impossible["start_positions"].any() and not impossible["end_positions"].any()
     predict, _ = squad.qa_features([qa_example()], tok, 24, doc_stride=8, max_query_length=16)
     assert "start_positions" not in predict
@@ -456,9 +538,9 @@ def test_improve_answer_span_finds_the_tight_span(tok):
     arrays, features = squad.qa_features([qa_example("Super Bowl 50")], tok, 96, training=True)
     tokens = tok.convert_ids_to_tokens(arrays["input_ids"][0])
     s, e = int(arrays["start_positions"][0]), int(arrays["end_positions"][0])
-    assert tokens[s:e + 1] == ["super", "bowl", "50"]
+    assert tokens[s : e + 1] == ["super", "bowl", "50"]
     spans = features[0].token_to_char
-    assert CONTEXT[spans[s][0]:spans[e][1]] == "Super Bowl 50"
+    assert CONTEXT[spans[s][0] : spans[e][1]] == "Super Bowl 50"
 
 
 def test_qa_predictions_recover_original_text(tok):
@@ -466,12 +548,12 @@ def test_qa_predictions_recover_original_text(tok):
     arrays, features = squad.qa_features(examples, tok, 24, doc_stride=8, max_query_length=16)
     assert [f.example_index for f in features] == [0] * 5 + [1] * 5
     start, end = np.zeros((10, 24)), np.zeros((10, 24))
-    start[2, HEAD + 9], end[2, HEAD + 10] = 5.0, 5.0     # window 2: "Denver Broncos" (max context for token 25)
-    start[3, HEAD + 1], end[3, HEAD + 2] = 9.0, 9.0      # window 3: the same start, not max context there
+    start[2, HEAD + 9], end[2, HEAD + 10] = 5.0, 5.0  # window 2: "Denver Broncos" (max context for token 25)
+    start[3, HEAD + 1], end[3, HEAD + 2] = 9.0, 9.0  # window 3: the same start, not max context there
     start[3, 0] = end[3, 0] = -1.0
-    start[1, 2], end[1, 3] = 20.0, 20.0                  # a span in the question is never an answer
-    start[1, 23], end[1, 23] = 30.0, 30.0                # nor the final [SEP]
-    start[8, HEAD + 11], end[8, HEAD + 14] = 3.0, 3.0    # q2, window 3: "Unaffable Café"
+    start[1, 2], end[1, 3] = 20.0, 20.0  # a span in the question is never an answer
+    start[1, 23], end[1, 23] = 30.0, 30.0  # nor the final [SEP]
+    start[8, HEAD + 11], end[8, HEAD + 14] = 3.0, 3.0  # q2, window 3: "Unaffable Café"
     predictions = squad.qa_predictions(examples, features, start, end)
     assert predictions == {"q1": "Denver Broncos", "q2": "Unaffable Café"}
     # The comma is its own token: a span ending on it keeps the context's own text.
@@ -482,8 +564,10 @@ def test_qa_predictions_recover_original_text(tok):
     start[5:, 0] = end[5:, 0] = 4.0
     v2 = squad.qa_predictions(examples, features, start, end, version_2=True)
     assert v2 == {"q1": "Denver Broncos,", "q2": ""}
-    assert squad.qa_predictions(examples, features, start, end, version_2=True,
-                                null_score_diff_threshold=3.0)["q2"] == "Unaffable Café"
+    assert (
+        squad.qa_predictions(examples, features, start, end, version_2=True, null_score_diff_threshold=3.0)["q2"]
+        == "Unaffable Café"
+    )
     with pytest.raises(ValueError, match=r"must both be \[10 features, max_seq_length\]"):
         squad.qa_predictions(examples, features, start[:3], end[:3])
 
@@ -500,8 +584,10 @@ def test_qa_features_bad_lengths_and_empty_context(tok):
 
 
 def test_char_spans_with_sentencepiece(tmp_path):
-    texts = ["The Denver Broncos won Super Bowl 50, beating the Carolina Panthers.",
-             "Unaffable cafés played the cat game (Super Bowl)."] * 100
+    texts = [
+        "The Denver Broncos won Super Bowl 50, beating the Carolina Panthers.",
+        "Unaffable cafés played the cat game (Super Bowl).",
+    ] * 100
     sp = vocab_training.train_sentencepiece(texts, 46, tmp_path, do_lower_case=True)
     context = "Who? The Denver Broncos, won (Super Bowl 50) at Café Ünaffable ｆｕｌｌ."
     example = QAExample("q", "who won?", context, [("Denver Broncos", context.index("Denver"))], False, Source("x"))

@@ -85,15 +85,31 @@ def test_the_head_check_threshold():
 def test_a_binary_through_prepare_and_its_command(tmp_path, minilm_dir):
     binary = tmp_path / "data.bin"
     binary.write_bytes(pathlib.Path(sys.executable).read_bytes())
-    cfg = shards_lib.PrepareConfig(input_file=str(binary), output_dir=str(tmp_path / "out"),
-                                   vocab_file=str(minilm_dir / "vocab.txt"), num_shards=3,
-                                   instance=instances.InstanceConfig(max_seq_length=64, dupe_factor=1))
+    cfg = shards_lib.PrepareConfig(
+        input_file=str(binary),
+        output_dir=str(tmp_path / "out"),
+        vocab_file=str(minilm_dir / "vocab.txt"),
+        num_shards=3,
+        instance=instances.InstanceConfig(max_seq_length=64, dupe_factor=1),
+    )
     with pytest.raises(NotTextError) as e:  # split into 3 byte ranges: the one at byte 0 checks the file
         prepare_job.prepare(cfg, progress_stream=io.StringIO())
     one_sentence(e, binary, "NUL bytes")
-    done = subprocess.run([sys.executable, "-m", "bertjax.prepare", f"--input_file={binary}",
-                           f"--output_dir={tmp_path}/cli", f"--vocab_file={minilm_dir / 'vocab.txt'}",
-                           "--num_shards=1"], cwd=REPO, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bertjax.prepare",
+            f"--input_file={binary}",
+            f"--output_dir={tmp_path}/cli",
+            f"--vocab_file={minilm_dir / 'vocab.txt'}",
+            "--num_shards=1",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
     errors = [line for line in done.stderr.splitlines() if line.startswith("prepare: error:")]
     assert len(errors) == 1 and errors[0].startswith(f"prepare: error: {binary} is not text"), done.stderr
@@ -145,9 +161,14 @@ def test_over_long_sentences_of_segmented_sources_are_cut_too():
 
 def _prepare(path: pathlib.Path, out: pathlib.Path, vocab: pathlib.Path) -> dict:
     cfg = shards_lib.PrepareConfig(
-        input_file=str(path), output_dir=str(out), vocab_file=str(vocab), num_shards=1,
-        instance=instances.InstanceConfig(max_seq_length=128, max_predictions_per_seq=20, dupe_factor=1,
-                                          next_sentence_prediction=False))
+        input_file=str(path),
+        output_dir=str(out),
+        vocab_file=str(vocab),
+        num_shards=1,
+        instance=instances.InstanceConfig(
+            max_seq_length=128, max_predictions_per_seq=20, dupe_factor=1, next_sentence_prediction=False
+        ),
+    )
     return prepare_job.prepare(cfg, progress_stream=io.StringIO())
 
 

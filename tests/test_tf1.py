@@ -25,8 +25,15 @@ import reference
 from test_bad_inputs import sentence
 from test_hf_parity import assert_matches
 
-CONFIG = model_lib.BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                              intermediate_size=64, max_position_embeddings=64, type_vocab_size=2)
+CONFIG = model_lib.BertConfig(
+    vocab_size=100,
+    hidden_size=32,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    intermediate_size=64,
+    max_position_embeddings=64,
+    type_vocab_size=2,
+)
 DIRNAME = "uncased_L-2_H-32_A-4"  # google's naming, which carries the casing
 
 
@@ -66,12 +73,17 @@ def google_variables(hf_model: transformers.BertForPreTraining) -> dict[str, np.
 
 def save_v2(prefix: pathlib.Path, variables: dict[str, np.ndarray]) -> None:
     names = sorted(variables)
-    tf.raw_ops.SaveV2(prefix=str(prefix), tensor_names=names, shape_and_slices=[""] * len(names),
-                      tensors=[tf.constant(variables[n]) for n in names])
+    tf.raw_ops.SaveV2(
+        prefix=str(prefix),
+        tensor_names=names,
+        shape_and_slices=[""] * len(names),
+        tensors=[tf.constant(variables[n]) for n in names],
+    )
 
 
-def write_tf1_dir(path: pathlib.Path, variables: dict[str, np.ndarray], name: str = "bert_model.ckpt",
-                  config: dict | None = None) -> pathlib.Path:
+def write_tf1_dir(
+    path: pathlib.Path, variables: dict[str, np.ndarray], name: str = "bert_model.ckpt", config: dict | None = None
+) -> pathlib.Path:
     """google's layout: bert_config.json (no layer_norm_eps, as google's have none), vocab.txt, checkpoint."""
     path.mkdir(parents=True)
     config = config or {k: v for k, v in CONFIG.to_dict().items() if k != "layer_norm_eps"}
@@ -118,8 +130,11 @@ def test_without_heads(tmp_path, reference_model, caplog):
 def test_optimizer_state_is_ignored(tmp_path, reference_model, caplog):
     _, variables, inputs, expected = reference_model
     rng = np.random.default_rng(0)
-    state = {f"{k}/{slot}": rng.normal(size=v.shape).astype(np.float32)
-             for k, v in variables.items() for slot in ("adam_m", "adam_v")}
+    state = {
+        f"{k}/{slot}": rng.normal(size=v.shape).astype(np.float32)
+        for k, v in variables.items()
+        for slot in ("adam_m", "adam_v")
+    }
     state["global_step"] = np.array(1000, np.int64)
     path = write_tf1_dir(tmp_path / DIRNAME, {**variables, **state}, name="model.ckpt-1000")
     with caplog.at_level(logging.INFO, logger="bertjax.models.bert.tf1"):
@@ -133,8 +148,9 @@ def test_export_to_transformers(tmp_path, reference_model):
     path = write_tf1_dir(tmp_path / DIRNAME, variables)
     out_dir = tmp_path / "hf"
     exporting.export(str(path), str(out_dir))
-    hf_model, info = transformers.BertForPreTraining.from_pretrained(out_dir, output_loading_info=True,
-                                                                     attn_implementation="eager")
+    hf_model, info = transformers.BertForPreTraining.from_pretrained(
+        out_dir, output_loading_info=True, attn_implementation="eager"
+    )
     assert not any(info.values()), f"transformers reported {info}"
     got = reference.hf_outputs(hf_model.eval(), inputs)
     for key in expected:
@@ -204,8 +220,12 @@ def test_not_a_tf1_dir(tmp_path):
     assert not tf1.is_tf1_dir(str(empty))
     with pytest.raises(FileNotFoundError) as e:
         tf1.load(str(empty))
-    sentence(e, empty, "has no bert_config.json", "a TF1 BERT directory holds bert_config.json, vocab.txt and "
-             "bert_model.ckpt.index + bert_model.ckpt.data-*")
+    sentence(
+        e,
+        empty,
+        "has no bert_config.json",
+        "a TF1 BERT directory holds bert_config.json, vocab.txt and bert_model.ckpt.index + bert_model.ckpt.data-*",
+    )
     (empty / "bert_config.json").write_text(json.dumps(CONFIG.to_dict()))
     assert tf1.is_tf1_dir(str(empty))
     with pytest.raises(FileNotFoundError) as e:  # from_pretrained speaks of the TF1 layout, not of HF's
@@ -249,11 +269,17 @@ def test_checkpoint_prefix(tmp_path):
     assert tf1.checkpoint_prefix(str(path)) == str(path / "model.ckpt-9")
 
 
-@pytest.mark.parametrize("name, config, lower", [
-    ("uncased_L-12_H-768_A-12", {}, True), ("cased_L-12_H-768_A-12", {}, False),
-    ("multi_cased_L-12_H-768_A-12", {}, False), ("chinese_L-12_H-768_A-12", {}, True),
-    ("cased_L-12_H-768_A-12", {"do_lower_case": True}, True), ("my_bert", {"do_lower_case": False}, False),
-])
+@pytest.mark.parametrize(
+    "name, config, lower",
+    [
+        ("uncased_L-12_H-768_A-12", {}, True),
+        ("cased_L-12_H-768_A-12", {}, False),
+        ("multi_cased_L-12_H-768_A-12", {}, False),
+        ("chinese_L-12_H-768_A-12", {}, True),
+        ("cased_L-12_H-768_A-12", {"do_lower_case": True}, True),
+        ("my_bert", {"do_lower_case": False}, False),
+    ],
+)
 def test_vocab_casing(tmp_path, name, config, lower):
     path = tmp_path / name
     path.mkdir()

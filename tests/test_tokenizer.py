@@ -15,8 +15,11 @@ import pytest
 from bertjax.data.vocab import tokenization, training as vocab_training
 
 try:  # transformers 5.x: BertTokenizer is tokenizers-backed; the pure-Python classes moved to the legacy module.
-    from transformers.models.bert.tokenization_bert_legacy import (BasicTokenizer, WordpieceTokenizer,
-                                                                    whitespace_tokenize)
+    from transformers.models.bert.tokenization_bert_legacy import (
+        BasicTokenizer,
+        WordpieceTokenizer,
+        whitespace_tokenize,
+    )
 except ImportError:  # transformers 4.x keeps them in tokenization_bert.
     from transformers.models.bert.tokenization_bert import BasicTokenizer, WordpieceTokenizer, whitespace_tokenize
 
@@ -70,8 +73,11 @@ def docstrings() -> list[str]:
             tree = ast.parse(path.read_text(encoding="utf-8"))
         except (SyntaxError, UnicodeDecodeError):
             continue
-        docs += [d for n in ast.walk(tree) if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef))
-                 and (d := ast.get_docstring(n, clean=False))]
+        docs += [
+            d
+            for n in ast.walk(tree)
+            if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef)) and (d := ast.get_docstring(n, clean=False))
+        ]
     assert len(docs) > 300
     return docs
 
@@ -86,7 +92,7 @@ def corpus_lines(docstrings: list[str]) -> list[str]:
 HARD_CASES = [
     "café naïve Ångström Café NAÏVE résumé Zürich façade",
     "cafe\u0301 (decomposed) and A\u030angstro\u0308m",
-    "中文字符 and 日本語のテキスト, 한국어 텍스트, 𠀀𪜀 \U0002B820\U0002B91F",
+    "中文字符 and 日本語のテキスト, 한국어 텍스트, 𠀀𪜀 \U0002b820\U0002b91f",
     "Wait!!! What?!... (really) [sic] {x} <y> --- ''quoted'' \"double\" `tick` ~^$%&*@#",
     "ctrl\x00chars\x01here\x07and\x1bthere\ufffd zero\u200bwidth soft\u00adhyphen bidi\u202eX",
     "a" * 200 + " short " + "é" * 101 + " " + "b" * 100,
@@ -130,8 +136,11 @@ def test_matches_bert_across_unicode(vocab_file, do_lower_case):
     cps = [*range(0x3000), *range(0x3000, sys.maxunicode + 1, 61), *range(0x2B810, 0x2B830)]
     texts = [f"a{c}b x{c}{c} {c}A" for c in map(chr, cps) if not 0xD800 <= ord(c) <= 0xDFFF]
     got = ours.encode_batch(texts)
-    bad = [(hex(ord(t[1])), ours.convert_ids_to_tokens(g), r) for t, g in zip(texts, got) if
-           ours.convert_ids_to_tokens(g) != (r := ref(t))]
+    bad = [
+        (hex(ord(t[1])), ours.convert_ids_to_tokens(g), r)
+        for t, g in zip(texts, got)
+        if ours.convert_ids_to_tokens(g) != (r := ref(t))
+    ]
     assert not bad, bad[:5]
 
 
@@ -142,8 +151,11 @@ def test_final_sigma_fuzz(vocab_file):
     alphabet = list("ΑΣσςΒaAb1'.-·\u0301\u0345\u00ad\u200b \u00a0İ中ʼ:") + ["ΣΣ"]
     rng = random.Random(0)
     texts = ["".join(rng.choice(alphabet) for _ in range(rng.randint(1, 10))) for _ in range(5000)]
-    bad = [(t, ours.convert_ids_to_tokens(g), ref(t)) for t, g in zip(texts, ours.encode_batch(texts))
-           if ours.convert_ids_to_tokens(g) != ref(t)]
+    bad = [
+        (t, ours.convert_ids_to_tokens(g), ref(t))
+        for t, g in zip(texts, ours.encode_batch(texts))
+        if ours.convert_ids_to_tokens(g) != ref(t)
+    ]
     assert not bad, bad[:5]
 
 
@@ -238,9 +250,21 @@ def test_cli(tmp_path, corpus_lines):
     (tmp_path / "a.txt").write_text("\n".join(corpus_lines[:1500]) + "\n\n", encoding="utf-8")
     with gzip.open(tmp_path / "b.txt.gz", "wt", encoding="utf-8") as f:
         f.write("\n".join(corpus_lines[1500:3000]))
-    out = subprocess.run([sys.executable, "-m", "bertjax.tokenizer", f"--input_file={tmp_path}/*.txt*",
-                          "--vocab_size=800", f"--output_dir={tmp_path}/out", "--nodo_lower_case"],
-                         cwd=REPO, capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bertjax.tokenizer",
+            f"--input_file={tmp_path}/*.txt*",
+            "--vocab_size=800",
+            f"--output_dir={tmp_path}/out",
+            "--nodo_lower_case",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert "vocab_size=800" in out and str(tmp_path / "out" / "vocab.txt") in out
     assert "Read 2 unit(s)" in out and "3,000 sentences" in out
     assert tokenization.load(tmp_path / "out", do_lower_case=False).vocab[:5] == SPECIALS
@@ -260,7 +284,9 @@ def test_errors(tmp_path):
         tokenization.load(missing)
     with pytest.raises(FileNotFoundError, match="does not exist"):
         tokenization.load(tmp_path / "nope.model")
-    with pytest.raises(FileNotFoundError, match=f"Directory {tmp_path} holds none of vocab.txt, spm.model or tokenizer.json"):
+    with pytest.raises(
+        FileNotFoundError, match=f"Directory {tmp_path} holds none of vocab.txt, spm.model or tokenizer.json"
+    ):
         tokenization.load(tmp_path)
     with pytest.raises(ValueError, match=r"empty\.txt is empty"):
         tokenization.load(_write(tmp_path / "empty.txt", []))
@@ -278,9 +304,19 @@ def test_errors(tmp_path):
     with pytest.raises(ValueError, match=r"bad\.model cannot be read"):
         tokenization.load(corrupt)
     (tmp_path / "a.txt").write_text("x\n", encoding="utf-8")
-    failed = subprocess.run([sys.executable, "-m", "bertjax.tokenizer", f"--input_file={tmp_path}/nothing*.txt",
-                             "--vocab_size=800", f"--output_dir={tmp_path}/out"], cwd=REPO, capture_output=True,
-                            text=True)
+    failed = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bertjax.tokenizer",
+            f"--input_file={tmp_path}/nothing*.txt",
+            "--vocab_size=800",
+            f"--output_dir={tmp_path}/out",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
     assert failed.returncode != 0 and "nothing*.txt" in failed.stderr and "Traceback" not in failed.stderr
     with pytest.raises(ValueError, match="vocab_size=5 leaves no room"):
         vocab_training.train_wordpiece(iter(["a b c"]), 5, tmp_path / "wp")
@@ -291,7 +327,11 @@ def test_errors(tmp_path):
 def test_sentencepiece_model_without_specials(tmp_path):
     import sentencepiece as spm
 
-    spm.SentencePieceTrainer.train(sentence_iterator=iter(["hello world foo bar"] * 50), model_prefix=str(
-        tmp_path / "plain"), vocab_size=15, minloglevel=2)
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(["hello world foo bar"] * 50),
+        model_prefix=str(tmp_path / "plain"),
+        vocab_size=15,
+        minloglevel=2,
+    )
     with pytest.raises(ValueError, match=r"plain\.model lacks the special token\(s\) \[PAD\] \[UNK\] \[CLS\]"):
         tokenization.load(tmp_path / "plain.model")

@@ -30,12 +30,32 @@ def stand_in_compiler(tpu_fit, monkeypatch, state_gib: float, activations_gib_pe
             compiled.append((batch, micro))
             rows = batch / 8 / micro
             total = (state_gib + rows * activations_gib_per_row) * GIB
-            report = dict(topology="v5e:2x4", num_devices=8, mesh={"data": 8, "fsdp": 1, "tensor": 1},
-                          remat_policy=remat, micro_batches=micro, total_bytes=total, temp_bytes=total - state_gib * GIB,
-                          argument_bytes=state_gib * GIB, code_bytes=0, hbm_bytes_per_device=hbm_gib * GIB,
-                          fits=total <= hbm_gib * GIB, flops_per_step=1.0)
-            done[key] = dict(key=key, model=model, seq=seq, global_batch_size=batch, slice=slice_name, mesh=mesh,
-                             remat=remat, micro_batches=micro, report=report, error=None)
+            report = dict(
+                topology="v5e:2x4",
+                num_devices=8,
+                mesh={"data": 8, "fsdp": 1, "tensor": 1},
+                remat_policy=remat,
+                micro_batches=micro,
+                total_bytes=total,
+                temp_bytes=total - state_gib * GIB,
+                argument_bytes=state_gib * GIB,
+                code_bytes=0,
+                hbm_bytes_per_device=hbm_gib * GIB,
+                fits=total <= hbm_gib * GIB,
+                flops_per_step=1.0,
+            )
+            done[key] = dict(
+                key=key,
+                model=model,
+                seq=seq,
+                global_batch_size=batch,
+                slice=slice_name,
+                mesh=mesh,
+                remat=remat,
+                micro_batches=micro,
+                report=report,
+                error=None,
+            )
         return done[key]
 
     monkeypatch.setattr(tpu_fit, "attempt", attempt)

@@ -27,9 +27,15 @@ from bertjax.data.pretraining import pipeline as pipeline_lib
 
 
 def batches(data_dir: str, n: int, batch_size: int = 16) -> list[dict]:
-    pipe = pipeline_lib.InputPipeline(pipeline_lib.PipelineConfig(
-        files=os.path.join(data_dir, "train", "*.tfrecord"), batch_size=batch_size,
-        max_seq_length=train_setup.SEQ, max_predictions_per_seq=train_setup.PRED, shuffle_buffer=100))
+    pipe = pipeline_lib.InputPipeline(
+        pipeline_lib.PipelineConfig(
+            files=os.path.join(data_dir, "train", "*.tfrecord"),
+            batch_size=batch_size,
+            max_seq_length=train_setup.SEQ,
+            max_predictions_per_seq=train_setup.PRED,
+            shuffle_buffer=100,
+        )
+    )
     return [next(pipe) for _ in range(n)]
 
 
@@ -57,8 +63,11 @@ def test_same_losses_on_every_mesh_and_params_really_sharded(pydocs_data, data):
         losses, state = run_steps(config, shape, jax.devices(), data)
         np.testing.assert_allclose(losses, reference, atol=1e-5, err_msg=f"mesh {shape}")
         if shape[1] * shape[2] > 1:  # fsdp or tensor: no large tensor may stay whole on every device
-            replicated = [jax.tree_util.keystr(p) for p, x in jax.tree_util.tree_leaves_with_path(state.params)
-                          if x.size >= 4096 and x.sharding.is_fully_replicated]
+            replicated = [
+                jax.tree_util.keystr(p)
+                for p, x in jax.tree_util.tree_leaves_with_path(state.params)
+                if x.size >= 4096 and x.sharding.is_fully_replicated
+            ]
             assert not replicated, f"mesh {shape}: replicated {replicated}"
             mu = jax.tree.leaves(state.opt_state)  # Adam moments sharded like the params
             assert any(not x.sharding.is_fully_replicated for x in mu if x.size >= 4096)
@@ -80,33 +89,48 @@ def test_checkpoint_saved_on_8_devices_restores_on_1(pydocs_data, data, tmp_path
     _, state = run_steps(config, (1, 4, 2), jax.devices(), data[:2])
     job = JobConfig.from_configdict(config)
     model = model_lib.from_config(job.model)
-    ckpt = checkpoint_lib.Checkpointer(str(tmp_path), CheckpointConfig(), checkpoint_lib.model_fingerprint(model.config, model.scan_layers))
+    ckpt = checkpoint_lib.Checkpointer(
+        str(tmp_path), CheckpointConfig(), checkpoint_lib.model_fingerprint(model.config, model.scan_layers)
+    )
     ckpt.save(2, state, force=True)
     ckpt.close()
     # Onto a single device, through the resume path...
     tx = optim_lib.make_optimizer(job.optim, job.train.num_train_steps)
     mesh1 = sharding_lib.make_mesh((1, 1, 1), jax.devices()[:1])
     abstract, _, _ = trainer_lib.sharded_state(model, tx, 0, train_setup.SEQ, mesh1, job.mesh.logical_axis_rules)
-    ckpt = checkpoint_lib.Checkpointer(str(tmp_path), CheckpointConfig(), checkpoint_lib.model_fingerprint(model.config, model.scan_layers))
+    ckpt = checkpoint_lib.Checkpointer(
+        str(tmp_path), CheckpointConfig(), checkpoint_lib.model_fingerprint(model.config, model.scan_layers)
+    )
     restored = ckpt.restore(2, abstract)
     ckpt.close()
     assert int(restored.step) == 2
-    for a, b in zip(jax.tree.leaves((state.params, state.opt_state)), jax.tree.leaves((restored.params, restored.opt_state))):
+    for a, b in zip(
+        jax.tree.leaves((state.params, state.opt_state)), jax.tree.leaves((restored.params, restored.opt_state))
+    ):
         assert b.sharding.device_set == {jax.devices()[0]}
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     # ...and as host arrays for export.
     _, host = checkpoint_lib.load_params(str(tmp_path))
-    np.testing.assert_array_equal(host["bert"]["embeddings"]["word_embeddings"]["embedding"],
-                                  np.asarray(state.params["bert"]["embeddings"]["word_embeddings"]["embedding"]))
+    np.testing.assert_array_equal(
+        host["bert"]["embeddings"]["word_embeddings"]["embedding"],
+        np.asarray(state.params["bert"]["embeddings"]["word_embeddings"]["embedding"]),
+    )
 
 
 @pytest.fixture(scope="module")
 def trained(pydocs_data, tmp_path_factory):
     """One whole job, in-process: eval with baselines, checkpoints, HF export, predictions."""
     workdir = tmp_path_factory.mktemp("trained")
-    config = train_setup.small_config(pydocs_data, **{"train.num_train_steps": 6, "eval.every_steps": 3,
-                                                      "checkpoint.export_hf": True, "eval.show_predictions": 1,
-                                                      "train.profile_steps": 2})
+    config = train_setup.small_config(
+        pydocs_data,
+        **{
+            "train.num_train_steps": 6,
+            "eval.every_steps": 3,
+            "checkpoint.export_hf": True,
+            "eval.show_predictions": 1,
+            "train.profile_steps": 2,
+        },
+    )
     result = train.train_and_evaluate(config, str(workdir))
     return workdir, config, result
 
@@ -132,6 +156,7 @@ def test_job_writes_metrics_checkpoints_and_export(trained, capsys):
     import transformers
 
     import bertjax
+
     hf_model = transformers.BertForPreTraining.from_pretrained(str(workdir / "hf")).eval()
     model, params = bertjax.from_pretrained(str(workdir))
     ids = np.random.default_rng(0).integers(5, train_setup.VOCAB, (2, 16))
@@ -144,8 +169,9 @@ def test_job_writes_metrics_checkpoints_and_export(trained, capsys):
 
 
 def test_job_prints_top5_predictions(pydocs_data, tmp_path, capsys):
-    config = train_setup.small_config(pydocs_data, **{"train.num_train_steps": 1, "optim.warmup_steps": 0,
-                                                      "eval.show_predictions": 2})
+    config = train_setup.small_config(
+        pydocs_data, **{"train.num_train_steps": 1, "optim.warmup_steps": 0, "eval.show_predictions": 2}
+    )
     train.train_and_evaluate(config, str(tmp_path))
     out = capsys.readouterr().out
     assert "Top-5 predictions" in out and out.count("truth") >= 2 and "[1]" in out
@@ -153,8 +179,7 @@ def test_job_prints_top5_predictions(pydocs_data, tmp_path, capsys):
 
 def test_resuming_a_finished_workdir_and_refusing_a_foreign_one(trained, tmp_path):
     workdir, config, _ = trained
-    other = train_setup.small_config(config.data.train_files.rsplit("/train/", 1)[0],
-                                     **{"train.num_train_steps": 6})
+    other = train_setup.small_config(config.data.train_files.rsplit("/train/", 1)[0], **{"train.num_train_steps": 6})
     other.model.hidden_size = 32
     with pytest.raises(ValueError, match=r"different model config \(hidden_size: 64 there, 32 here"):
         train.train_and_evaluate(other, str(workdir))
@@ -177,8 +202,9 @@ def test_rerunning_a_finished_job_says_it_is_done_without_compiling(trained, tmp
     assert (copy / "hf" / "model.safetensors").read_bytes() == (workdir / "hf" / "model.safetensors").read_bytes()
     # A final eval that never got written (the job was killed during it): the rerun evaluates, and only that.
     rows = [json.loads(r) for r in metrics_before.decode().splitlines()]
-    (copy / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows
-                                                if (r["kind"], r["step"]) != ("eval", 6)))
+    (copy / "metrics.jsonl").write_text(
+        "".join(json.dumps(r) + "\n" for r in rows if (r["kind"], r["step"]) != ("eval", 6))
+    )
     monkeypatch.undo()
     again = train.train_and_evaluate(config, str(copy))
     assert again["mlm_accuracy"] == result["mlm_accuracy"]
@@ -195,8 +221,9 @@ def test_init_from_a_workdir_or_hf_directory_without_optimizer_state(trained, py
         shutil.rmtree(source / "checkpoints" / step / "opt_state", ignore_errors=True)
     first_loss = {}
     for name, init_from in (("fresh", ""), ("workdir", str(source)), ("hf", str(workdir / "hf"))):
-        config = train_setup.small_config(pydocs_data, **{"train.num_train_steps": 1, "optim.warmup_steps": 0,
-                                                          "train.init_from": init_from})
+        config = train_setup.small_config(
+            pydocs_data, **{"train.num_train_steps": 1, "optim.warmup_steps": 0, "train.init_from": init_from}
+        )
         config.eval.every_steps = 1000
         train.train_and_evaluate(config, str(tmp_path / name))
         rows = [json.loads(line) for line in (tmp_path / name / "metrics.jsonl").read_text().splitlines()]
@@ -215,13 +242,23 @@ def test_checkpoints_and_export_do_not_depend_on_the_attention_kernel(trained, p
     for attention in ("xla", "splash"):
         run = tmp_path / attention
         shutil.copytree(workdir, run, ignore=shutil.ignore_patterns("hf", "plugins", "events.out.*"))
-        config = train_setup.small_config(pydocs_data, **{
-            "train.num_train_steps": 8, "model.attention": attention, "model.attention_probs_dropout_prob": 0.0,
-            "checkpoint.export_hf": True})
+        config = train_setup.small_config(
+            pydocs_data,
+            **{
+                "train.num_train_steps": 8,
+                "model.attention": attention,
+                "model.attention_probs_dropout_prob": 0.0,
+                "checkpoint.export_hf": True,
+            },
+        )
         train.train_and_evaluate(config, str(run))
         rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
         losses = [r["loss"] for r in rows if r["kind"] == "train" and r["step"] > 6]
-        runs[attention] = losses, checkpoint_lib.load_params(str(run))[1], load_file(str(run / "hf" / "model.safetensors"))
+        runs[attention] = (
+            losses,
+            checkpoint_lib.load_params(str(run))[1],
+            load_file(str(run / "hf" / "model.safetensors")),
+        )
     (xla_losses, xla_params, xla_hf), (splash_losses, splash_params, splash_hf) = runs["xla"], runs["splash"]
     assert len(xla_losses) == 2
     np.testing.assert_allclose(splash_losses, xla_losses, rtol=1e-5)
@@ -249,8 +286,17 @@ def test_a_workdir_saved_before_model_families_existed_resumes_and_exports_as_be
                 assert saved.pop("family") == "bert"
                 item.write_text(json.dumps(saved))
             job = json.loads((run / "config.json").read_text())
-            for field in ("family", "local_attention", "global_attn_every_n_layers", "global_rope_theta",
-                          "local_rope_theta", "classifier_pooling", "pad_token_id", "cls_token_id", "sep_token_id"):
+            for field in (
+                "family",
+                "local_attention",
+                "global_attn_every_n_layers",
+                "global_rope_theta",
+                "local_rope_theta",
+                "classifier_pooling",
+                "pad_token_id",
+                "cls_token_id",
+                "sep_token_id",
+            ):
                 del job["model"][field]
             (run / "config.json").write_text(json.dumps(job))
         model, params = bertjax.from_pretrained(str(run))
@@ -270,8 +316,9 @@ def test_init_from_brings_its_architecture_and_vocab_before_any_data_work(traine
     workdir, _, _ = trained
     corpus = tmp_path / "domain.txt"
     corpus.write_text(pathlib.Path(pydocs_data, "heldout.txt").read_text())
-    config = train_setup.small_config(None, **{"train.init_from": str(workdir / "hf"), "train.num_train_steps": 1,
-                                               "optim.warmup_steps": 0})
+    config = train_setup.small_config(
+        None, **{"train.init_from": str(workdir / "hf"), "train.num_train_steps": 1, "optim.warmup_steps": 0}
+    )
     config.model.update(hidden_size=32, intermediate_size=256, vocab_size=0)  # init_from's architecture wins
     config.data.update(corpus=str(corpus), dupe_factor=1, num_shards=1, num_workers=1, vocab_file="")
     config.eval.every_steps = 1000
@@ -285,8 +332,11 @@ def test_init_from_brings_its_architecture_and_vocab_before_any_data_work(traine
     other = tmp_path / "vocab.txt"
     other.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "a"]) + "\n")
     config.data.vocab_file = str(other)
-    with pytest.raises(ValueError, match=rf"vocab_file={other} has 7 tokens but config.train.init_from=.*hf holds a "
-                                         r"model with vocab_size 1,000: leave config.data.vocab_file empty"):
+    with pytest.raises(
+        ValueError,
+        match=rf"vocab_file={other} has 7 tokens but config.train.init_from=.*hf holds a "
+        r"model with vocab_size 1,000: leave config.data.vocab_file empty",
+    ):
         train.train_and_evaluate(config, str(tmp_path / "refused"))
     assert not (tmp_path / "refused").exists()
 
@@ -301,9 +351,11 @@ def test_records_disagreeing_with_the_config_fail_before_compiling(pydocs_data, 
 def test_a_nan_loss_stops_with_a_clear_error_and_closes_everything(pydocs_data, tmp_path, monkeypatch):
     closed = []
     for cls in (metrics_lib.MetricWriter, checkpoint_lib.Checkpointer):
+
         def close(self, _original=cls.close, _name=cls.__name__):
             closed.append(_name)
             _original(self)
+
         monkeypatch.setattr(cls, "close", close)
     config = train_setup.small_config(pydocs_data, **{"train.num_train_steps": 3, "train.on_nonfinite": "stop"})
     config.optim.update(learning_rate=1e30, warmup_steps=0, max_grad_norm=0.0)
@@ -362,8 +414,9 @@ def test_compile_only_stops_before_training(pydocs_data, tmp_path, caplog):
         assert train.train_and_evaluate(config, str(tmp_path), compile_only=True) == {}
     assert "train step compiled" in caplog.text and "per-device memory" in caplog.text
     assert not (tmp_path / "metrics.jsonl").exists() or not (tmp_path / "metrics.jsonl").read_text()
-    assert not (tmp_path / "checkpoints").exists() or not [s for s in os.listdir(tmp_path / "checkpoints")
-                                                            if s.isdigit()]
+    assert not (tmp_path / "checkpoints").exists() or not [
+        s for s in os.listdir(tmp_path / "checkpoints") if s.isdigit()
+    ]
 
 
 def test_checkpoints_keep_the_last_n_and_every_kth(pydocs_data, tmp_path):

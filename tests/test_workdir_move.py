@@ -24,8 +24,9 @@ N = 4  # steps before the move; the job ends at 2N
 
 def corpus_config():
     c = train_setup.small_config(**{"train.num_train_steps": 2 * N, "checkpoint.every_steps": 2})
-    c.data.update(corpus="builtin:pydocs", corpus_vocab_size=train_setup.VOCAB, dupe_factor=1, num_shards=4,
-                  num_workers=1)
+    c.data.update(
+        corpus="builtin:pydocs", corpus_vocab_size=train_setup.VOCAB, dupe_factor=1, num_shards=4, num_workers=1
+    )
     c.mesh.shape = (4, 2, 1)
     return c
 
@@ -49,8 +50,10 @@ def test_a_copied_corpus_workdir_resumes_exactly_where_it_stopped(tmp_path, monk
     want, got = train_rows(straight), train_rows(moved)
     assert sorted(got) == list(range(1, 2 * N + 1))  # steps 1..N from before the move, N+1..2N after it
     assert [got[s] for s in range(N + 1, 2 * N + 1)] == [want[s] for s in range(N + 1, 2 * N + 1)]
-    for a, b in zip(jax.tree.leaves(checkpoint_lib.load_params(str(straight))[1]),
-                    jax.tree.leaves(checkpoint_lib.load_params(str(moved))[1])):
+    for a, b in zip(
+        jax.tree.leaves(checkpoint_lib.load_params(str(straight))[1]),
+        jax.tree.leaves(checkpoint_lib.load_params(str(moved))[1]),
+    ):
         np.testing.assert_array_equal(a, b)
     vocab = json.loads((moved / "config.json").read_text())["data"]["vocab_file"]
     assert vocab.startswith(str(moved)) and os.path.isfile(vocab)  # the stage's vocab, found at the new place
@@ -83,11 +86,14 @@ def test_records_moved_with_the_same_names_resume_exactly(saved):
     assert "/records/" not in (tmp / "state.pipeline.json").read_text()  # names, not paths
 
 
-@pytest.mark.parametrize("change, sentence", [
-    ("remove", r"record file shard-003\.tfrecord was removed since the checkpoint \(4 file\(s\) then, 3 now\)"),
-    ("add", r"record file shard-004\.tfrecord was added since the checkpoint \(4 file\(s\) then, 5 now\)"),
-    ("rewrite", r"record file shard-001\.tfrecord changed since the checkpoint \([\d,]+ bytes then, [\d,]+ now\)"),
-])
+@pytest.mark.parametrize(
+    "change, sentence",
+    [
+        ("remove", r"record file shard-003\.tfrecord was removed since the checkpoint \(4 file\(s\) then, 3 now\)"),
+        ("add", r"record file shard-004\.tfrecord was added since the checkpoint \(4 file\(s\) then, 5 now\)"),
+        ("rewrite", r"record file shard-001\.tfrecord changed since the checkpoint \([\d,]+ bytes then, [\d,]+ now\)"),
+    ],
+)
 def test_a_changed_record_file_is_named(saved, change, sentence):
     tmp, _ = saved
     records = tmp / "records"
@@ -98,8 +104,12 @@ def test_a_changed_record_file_is_named(saved, change, sentence):
     else:  # same name, other rows
         shutil.copy(records / "shard-003.tfrecord", records / "shard-001.tfrecord")
     pipe = InputPipeline(config(str(records / "shard-*.tfrecord")))
-    with pytest.raises(PipelineMismatch, match=r"state\.pipeline\.json: " + sentence
-                       + "; restore with the files it was saved with or start a new workdir\\.$"):
+    with pytest.raises(
+        PipelineMismatch,
+        match=r"state\.pipeline\.json: "
+        + sentence
+        + "; restore with the files it was saved with or start a new workdir\\.$",
+    ):
         pipe.restore_state(str(tmp / "state"))
 
 
@@ -119,8 +129,11 @@ def test_a_state_saved_with_absolute_paths_still_restores_in_place(tmp_path):
     for w, g in zip(want, take(pipe, len(want))):
         np.testing.assert_array_equal(g["input_ids"], w["input_ids"])
     shutil.move(tmp_path / "records", tmp_path / "moved")  # its iterator state holds the old paths
-    with pytest.raises(PipelineMismatch, match=r"saved before record files were named relative to their "
-                       r"directory, so it resumes only with them at .*/records; restore with the files"):
+    with pytest.raises(
+        PipelineMismatch,
+        match=r"saved before record files were named relative to their "
+        r"directory, so it resumes only with them at .*/records; restore with the files",
+    ):
         InputPipeline(config(str(tmp_path / "moved" / "shard-*.tfrecord"))).restore_state(str(tmp_path / "state"))
 
 

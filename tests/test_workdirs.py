@@ -48,8 +48,9 @@ def fine_tuned(pretrained_dir, tmp_path_factory) -> pathlib.Path:  # noqa: F811
     root = tmp_path_factory.mktemp("workdirs")
     train_file = sentiment(root / "train.tsv", 16, seed=0)
     workdir = root / "finetuned"
-    finetuning.finetune(finetune_config(pretrained_dir, **{"data.train_file": train_file,
-                                                           "train.num_train_steps": 1}), str(workdir))
+    finetuning.finetune(
+        finetune_config(pretrained_dir, **{"data.train_file": train_file, "train.num_train_steps": 1}), str(workdir)
+    )
     return workdir
 
 
@@ -70,8 +71,14 @@ def test_extract_features_reads_the_encoder_of_either_kind_of_workdir(kind, requ
     workdir = request.getfixturevalue(kind)
     (tmp_path / "in.txt").write_text("the film was good\n")
     out = tmp_path / "out.jsonl"
-    code, err = run_extract(capsys, f"--init_from={workdir}", f"--input_file={tmp_path / 'in.txt'}",
-                            f"--output_file={out}", "--layers=-1", "--max_seq_length=16")
+    code, err = run_extract(
+        capsys,
+        f"--init_from={workdir}",
+        f"--input_file={tmp_path / 'in.txt'}",
+        f"--output_file={out}",
+        "--layers=-1",
+        "--max_seq_length=16",
+    )
     assert code == 0, err
     row = json.loads(out.read_text())
     tokens = [f["token"] for f in row["features"]]
@@ -98,8 +105,11 @@ def test_from_pretrained_takes_a_fine_tuned_workdirs_encoder(fine_tuned):
 
 def test_predict_on_a_pre_training_workdir_says_why_and_what_to_pass(pre_trained, tmp_path):
     (tmp_path / "in.txt").write_text("the film was good\n")
-    with pytest.raises(ValueError, match=r"is a pre-training run, not a fine-tuned one: it has no task head .*"
-                                         r"bertjax.finetune --config.train.init_from=.*extract_features") as e:
+    with pytest.raises(
+        ValueError,
+        match=r"is a pre-training run, not a fine-tuned one: it has no task head .*"
+        r"bertjax.finetune --config.train.init_from=.*extract_features",
+    ) as e:
         prediction.predict_file(str(pre_trained), str(tmp_path / "in.txt"), str(tmp_path / "out.jsonl"))
     assert "\n" not in str(e.value) and not (tmp_path / "out.jsonl").exists()
 
@@ -108,8 +118,11 @@ def test_export_refuses_the_workdir_and_anything_inside_it_but_hf(pre_trained, t
     assert (pre_trained / "hf" / "model.safetensors").is_file()  # the job's own export at its end
     config = (pre_trained / "config.json").read_bytes()
     (tmp_path / "link").symlink_to(pre_trained)
-    for output_dir, says in ((pre_trained, "is the run's --workdir"), (tmp_path / "link", "is the run's --workdir"),
-                             (pre_trained / "checkpoints", "is inside the run's --workdir")):
+    for output_dir, says in (
+        (pre_trained, "is the run's --workdir"),
+        (tmp_path / "link", "is the run's --workdir"),
+        (pre_trained / "checkpoints", "is inside the run's --workdir"),
+    ):
         with pytest.raises(ValueError, match=says):
             exporting.export(str(pre_trained), str(output_dir))
     assert (pre_trained / "config.json").read_bytes() == config
@@ -125,9 +138,14 @@ def test_export_refuses_the_workdir_and_anything_inside_it_but_hf(pre_trained, t
 
 def test_export_command_refuses_the_workdir_in_one_line(pre_trained):
     env = dict(os.environ, **{tcmalloc.DISABLE: "1"})
-    done = subprocess.run([sys.executable, "-m", "bertjax.export", f"--workdir={pre_trained}",
-                           f"--output_dir={pre_trained}"], cwd=ROOT, capture_output=True, text=True, env=env,
-                          timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-m", "bertjax.export", f"--workdir={pre_trained}", f"--output_dir={pre_trained}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert done.returncode == 1, done.stderr[-2000:]
     assert done.stderr.startswith("export: error: --output_dir=") and done.stderr.count("\n") == 1, done.stderr
 
@@ -142,8 +160,11 @@ def test_export_refuses_a_vocab_of_another_size(pre_trained, tmp_path):
     saved["data"]["vocab_file"] = str(short)
     (run / "config.json").write_text(json.dumps(saved))
     size = train_setup.VOCAB
-    with pytest.raises(ValueError, match=rf"the vocab {short} has {size - 1} tokens but the model in {run} has "
-                                         rf"vocab_size={size}.*put back the vocab"):
+    with pytest.raises(
+        ValueError,
+        match=rf"the vocab {short} has {size - 1} tokens but the model in {run} has "
+        rf"vocab_size={size}.*put back the vocab",
+    ):
         exporting.export(str(run), str(tmp_path / "hf"))
     assert not (tmp_path / "hf").exists()
 
@@ -166,11 +187,19 @@ def test_a_job_that_fails_with_checkpoints_open_ends_in_its_sentence_alone(pydoc
     c = train_setup.small_config(pydocs_data)
     c.mesh.shape = (3, 1, 1)  # the tests' 8 devices: refused after the Checkpointer is created
     config_file = train_setup.write_config(c, tmp_path / "config.py")
-    env = dict(os.environ, **{tcmalloc.DISABLE: "1"},  # re-executing would drop the slowed cleanup
-               XLA_FLAGS="--xla_force_host_platform_device_count=8 --xla_backend_optimization_level=0")
-    done = subprocess.run([sys.executable, "-c", SLOW_TMP_CLEANUP, f"--config={config_file}",
-                           f"--workdir={tmp_path / 'run'}"], cwd=ROOT, capture_output=True, text=True, env=env,
-                          timeout=300)
+    env = dict(
+        os.environ,
+        **{tcmalloc.DISABLE: "1"},  # re-executing would drop the slowed cleanup
+        XLA_FLAGS="--xla_force_host_platform_device_count=8 --xla_backend_optimization_level=0",
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", SLOW_TMP_CLEANUP, f"--config={config_file}", f"--workdir={tmp_path / 'run'}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert done.returncode == 1, done.stderr[-3000:]
     assert "config.mesh.shape=(3, 1, 1) needs 3 devices but 8 are available" in done.stderr.splitlines()[-1]
     assert "Traceback" not in done.stderr and "cannot schedule new futures" not in done.stderr, done.stderr[-3000:]
@@ -178,9 +207,11 @@ def test_a_job_that_fails_with_checkpoints_open_ends_in_its_sentence_alone(pydoc
 
 # --- What is not bertjax's is never written to (bertjax.runtime.ownership) ---------------------------------------
 
+
 def snapshot(directory: pathlib.Path) -> dict[str, bytes]:
-    return {str(p.relative_to(directory)): p.read_bytes() if p.is_file() else b"<dir>"
-            for p in sorted(directory.rglob("*"))}
+    return {
+        str(p.relative_to(directory)): p.read_bytes() if p.is_file() else b"<dir>" for p in sorted(directory.rglob("*"))
+    }
 
 
 def test_export_refuses_a_directory_of_another_models_files_and_writes_nothing(pre_trained, tmp_path):
@@ -190,8 +221,11 @@ def test_export_refuses_a_directory_of_another_models_files_and_writes_nothing(p
     (out / "tokenizer.json").write_text('{"model": {"type": "BPE"}}')  # AutoTokenizer prefers it to a vocab.txt
     (out / "model.safetensors").write_bytes(b"weights")
     before = snapshot(out)
-    with pytest.raises(FileExistsError, match=rf"--output_dir={out} already holds config.json, model.safetensors, "
-                                              r"tokenizer.json, which bertjax did not write.*nothing was written"):
+    with pytest.raises(
+        FileExistsError,
+        match=rf"--output_dir={out} already holds config.json, model.safetensors, "
+        r"tokenizer.json, which bertjax did not write.*nothing was written",
+    ):
         exporting.export(str(pre_trained), str(out))
     assert snapshot(out) == before
     for fresh in (tmp_path / "new", tmp_path / "empty"):  # a new or an empty directory is written
@@ -227,21 +261,28 @@ def test_a_workdir_of_another_tools_files_is_refused_before_the_data_stage(tmp_p
     trainer_output = tmp_path / "hf-trainer-run"
     (trainer_output / "checkpoint-500").mkdir(parents=True)
     (trainer_output / "checkpoint-500" / "optimizer.pt").write_bytes(b"state")
-    for name, text in (("config.json", '{"model_type": "bert"}'), ("metrics.jsonl", '{"loss": 1.0}\n'),
-                       ("trainer_state.json", "{}")):
+    for name, text in (
+        ("config.json", '{"model_type": "bert"}'),
+        ("metrics.jsonl", '{"loss": 1.0}\n'),
+        ("trainer_state.json", "{}"),
+    ):
         (trainer_output / name).write_text(text)
     before = snapshot(trainer_output)
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("A sentence about parsers.\nAnother one about files.\n\n" * 50)
     c = train_setup.small_config(**{"data.corpus": str(corpus)})
-    with pytest.raises(FileExistsError, match=rf"--workdir={trainer_output} holds checkpoint-500/, config.json, "
-                                              r"metrics.jsonl, which bertjax did not write.*nothing was changed"):
+    with pytest.raises(
+        FileExistsError,
+        match=rf"--workdir={trainer_output} holds checkpoint-500/, config.json, "
+        r"metrics.jsonl, which bertjax did not write.*nothing was changed",
+    ):
         train.train_and_evaluate(c, str(trainer_output))
     assert snapshot(trainer_output) == before  # no data/, no events file, no metrics appended
 
 
-def test_a_workdir_is_claimed_when_new_empty_or_holding_other_names_and_earlier_runs_are_adopted(pre_trained,
-                                                                                                 fine_tuned, tmp_path):
+def test_a_workdir_is_claimed_when_new_empty_or_holding_other_names_and_earlier_runs_are_adopted(
+    pre_trained, fine_tuned, tmp_path
+):
     for name in ("new", "empty", "with_log"):
         d = tmp_path / name
         if name != "new":
@@ -264,12 +305,16 @@ def test_a_workdir_is_claimed_when_new_empty_or_holding_other_names_and_earlier_
         assert not unknown and files, (run, files)
 
 
-def test_an_object_store_workdir_or_export_is_refused_before_a_local_gs_tree_is_written(pre_trained, tmp_path,
-                                                                                          monkeypatch):
+def test_an_object_store_workdir_or_export_is_refused_before_a_local_gs_tree_is_written(
+    pre_trained, tmp_path, monkeypatch
+):
     monkeypatch.chdir(tmp_path)  # where a relative "gs:/bucket/run" tree would appear
     c = train_setup.small_config(**{"data.corpus": "builtin:pydocs"})
-    with pytest.raises(ValueError, match=r"--workdir=gs://bucket/run is an object-store path, which bertjax cannot "
-                                         r"write a run or an export to yet"):
+    with pytest.raises(
+        ValueError,
+        match=r"--workdir=gs://bucket/run is an object-store path, which bertjax cannot "
+        r"write a run or an export to yet",
+    ):
         train.train_and_evaluate(c, "gs://bucket/run")
     with pytest.raises(ValueError, match=r"--output_dir=gs://bucket/hf is an object-store path"):
         exporting.export(str(pre_trained), "gs://bucket/hf")

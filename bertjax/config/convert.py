@@ -25,6 +25,7 @@ def _bad(path: str, value: Any, why: str) -> ValueError:
 
 # --- The one converter ------------------------------------------------------------------------------
 
+
 def convert(cls: type, section: Any, path: str) -> Any:
     """A mapping → dataclass `cls`, field by field, by the field's type; errors name `path.key`."""
     given = dict(section.items()) if hasattr(section, "items") else None
@@ -41,8 +42,9 @@ def convert(cls: type, section: Any, path: str) -> Any:
             raise ConfigError(f"{path}.{key} is not a setting{hint}")
     for key in fields:
         if key not in given:
-            raise ConfigError(f"{path}.{key} is missing; start the config from configs/default.py, which sets "
-                             "every field.")
+            raise ConfigError(
+                f"{path}.{key} is missing; start the config from configs/default.py, which sets every field."
+            )
     return cls(**{key: _coerce(given[key], hints[key], f"{path}.{key}") for key in fields})
 
 
@@ -73,8 +75,7 @@ def _coerce(value: Any, kind: Any, path: str) -> Any:
         raise _bad(path, value, "must be a tuple of integers, e.g. (-1, 1, 1).")
     if kind == Rules:
         try:
-            return tuple((str(name), tuple(axes) if isinstance(axes, (list, tuple)) else axes)
-                         for name, axes in value)
+            return tuple((str(name), tuple(axes) if isinstance(axes, (list, tuple)) else axes) for name, axes in value)
         except (TypeError, ValueError):
             raise _bad(path, value, "must be (logical axis, mesh axis or tuple of them or None) pairs.") from None
     raise TypeError(f"{path}: no conversion for the type {kind}")  # a schema bug, not a user error
@@ -94,8 +95,10 @@ def parse_arg(arg: Optional[str], **spec: Any) -> types.SimpleNamespace:
     for item in filter(None, (s.strip() for s in (arg or "").split(","))):
         key, has_value, raw = (s.strip() for s in item.partition("="))
         if key not in spec:
-            raise ConfigError(f"config argument {key!r} is not known; this config file takes "
-                             f"{', '.join(f'{k}={v!r}' for k, v in spec.items()) or 'no arguments'}.")
+            raise ConfigError(
+                f"config argument {key!r} is not known; this config file takes "
+                f"{', '.join(f'{k}={v!r}' for k, v in spec.items()) or 'no arguments'}."
+            )
         default = spec[key]
         if isinstance(default, bool):
             if raw.lower() not in _TRUE + _FALSE:

@@ -20,7 +20,6 @@ from typing import Any, Mapping, Optional
 
 from bertjax import models as models_lib
 from bertjax.config.convert import RENAMED, ConfigError, Rules, _bad, convert, parse_arg  # noqa: F401  (parse_arg: the configs' import)
-from bertjax.finetuning import tasks as tasks_lib
 from bertjax.models import options
 from bertjax.data.pretraining import instances as instances_lib
 from bertjax.data.pretraining import packing as packing_lib
@@ -35,6 +34,7 @@ _BASE = models_lib.get(models_lib.DEFAULT_FAMILY).config.config_for_size("base")
 
 
 # --- Sections ---------------------------------------------------------------------------------------
+
 
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
@@ -83,11 +83,13 @@ class ModelConfig:
         if self.dtype not in options.DTYPE_NAMES:
             raise _bad("config.model.dtype", self.dtype, f"is not one of {list(options.DTYPE_NAMES)}.")
         if self.attention not in options.ATTENTION_IMPLEMENTATIONS:
-            raise _bad("config.model.attention", self.attention,
-                       f"is not one of {list(options.ATTENTION_IMPLEMENTATIONS)}.")
+            raise _bad(
+                "config.model.attention", self.attention, f"is not one of {list(options.ATTENTION_IMPLEMENTATIONS)}."
+            )
         if self.remat_policy not in options.REMAT_POLICY_NAMES:
-            raise _bad("config.model.remat_policy", self.remat_policy,
-                       f"is not one of {list(options.REMAT_POLICY_NAMES)}.")
+            raise _bad(
+                "config.model.remat_policy", self.remat_policy, f"is not one of {list(options.REMAT_POLICY_NAMES)}."
+            )
         self.architecture  # noqa: B018  (BertConfig validates the architecture and names the field)
 
 
@@ -136,8 +138,9 @@ class DataConfig:
     @property
     def predictions_per_row(self) -> int:
         """Prediction slots a packed row holds (`packing.predictions_per_row`)."""
-        return packing_lib.predictions_per_row(self.max_predictions_per_row, self.max_predictions_per_seq,
-                                               self.max_instances_per_row)
+        return packing_lib.predictions_per_row(
+            self.max_predictions_per_row, self.max_predictions_per_seq, self.max_instances_per_row
+        )
 
     @property
     def record_predictions(self) -> int:
@@ -160,37 +163,60 @@ class DataConfig:
         eval_masked_lm_prob when it is set (ModernBERT trains at 30% and evaluates at 15%)."""
         rate = self.eval_masked_lm_prob if heldout and self.eval_masked_lm_prob else self.masked_lm_prob
         return instances_lib.InstanceConfig(
-            max_seq_length=self.max_seq_length, max_predictions_per_seq=self.max_predictions_per_seq,
-            masked_lm_prob=rate, short_seq_prob=self.short_seq_prob,
+            max_seq_length=self.max_seq_length,
+            max_predictions_per_seq=self.max_predictions_per_seq,
+            masked_lm_prob=rate,
+            short_seq_prob=self.short_seq_prob,
             dupe_factor=self.dupe_factor if dupe_factor is None else dupe_factor,
-            do_whole_word_mask=self.do_whole_word_mask, next_sentence_prediction=self.next_sentence_prediction)
+            do_whole_word_mask=self.do_whole_word_mask,
+            next_sentence_prediction=self.next_sentence_prediction,
+        )
 
     def validate(self) -> None:
-        for name in ("max_seq_length", "max_predictions_per_seq", "shuffle_buffer", "heldout_every",
-                     "corpus_vocab_size", "dupe_factor", "heldout_dupe_factor", "num_shards",
-                     "max_instances_per_row"):
+        for name in (
+            "max_seq_length",
+            "max_predictions_per_seq",
+            "shuffle_buffer",
+            "heldout_every",
+            "corpus_vocab_size",
+            "dupe_factor",
+            "heldout_dupe_factor",
+            "num_shards",
+            "max_instances_per_row",
+        ):
             if getattr(self, name) < 1:
                 raise _bad(f"config.data.{name}", getattr(self, name), "must be ≥ 1.")
         if self.max_predictions_per_row < 0:
-            raise _bad("config.data.max_predictions_per_row", self.max_predictions_per_row,
-                       "must be ≥ 0 (0 = max_predictions_per_seq + max_instances_per_row).")
+            raise _bad(
+                "config.data.max_predictions_per_row",
+                self.max_predictions_per_row,
+                "must be ≥ 0 (0 = max_predictions_per_seq + max_instances_per_row).",
+            )
         if self.num_workers < 0:
             raise _bad("config.data.num_workers", self.num_workers, "must be ≥ 0 (0 = one per core).")
         if not 0.0 < self.masked_lm_prob < 1.0:
-            raise _bad("config.data.masked_lm_prob", self.masked_lm_prob,
-                       "must be in (0, 1) (BERT 0.15, ModernBERT 0.3).")
+            raise _bad(
+                "config.data.masked_lm_prob", self.masked_lm_prob, "must be in (0, 1) (BERT 0.15, ModernBERT 0.3)."
+            )
         if not 0.0 <= self.eval_masked_lm_prob < 1.0:
-            raise _bad("config.data.eval_masked_lm_prob", self.eval_masked_lm_prob,
-                       "must be in [0, 1) (0 = config.data.masked_lm_prob).")
+            raise _bad(
+                "config.data.eval_masked_lm_prob",
+                self.eval_masked_lm_prob,
+                "must be in [0, 1) (0 = config.data.masked_lm_prob).",
+            )
 
     def check_records(self) -> None:
         """What training on records needs (after the corpus stage has filled in its outputs)."""
         if not self.train_files:
-            raise ConfigError("config.data.train_files is empty; point it at record shards made by "
-                             "`python -m bertjax.prepare` (a glob or comma list), or set config.data.corpus.")
+            raise ConfigError(
+                "config.data.train_files is empty; point it at record shards made by "
+                "`python -m bertjax.prepare` (a glob or comma list), or set config.data.corpus."
+            )
         if self.dynamic_masking and not self.vocab_file:
-            raise ConfigError("config.data.dynamic_masking=True re-masks with the records' vocabulary: set "
-                             "config.data.vocab_file to the vocab the records were made with.")
+            raise ConfigError(
+                "config.data.dynamic_masking=True re-masks with the records' vocabulary: set "
+                "config.data.vocab_file to the vocab the records were made with."
+            )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -220,13 +246,17 @@ class TrainConfig:
             if getattr(self, name) < 1:
                 raise _bad(f"config.train.{name}", getattr(self, name), "must be ≥ 1.")
         if self.global_batch_size % self.micro_batches:
-            raise ConfigError(f"config.train.global_batch_size={self.global_batch_size} must divide by "
-                             f"config.train.micro_batches={self.micro_batches}.")
+            raise ConfigError(
+                f"config.train.global_batch_size={self.global_batch_size} must divide by "
+                f"config.train.micro_batches={self.micro_batches}."
+            )
         if self.phase not in (1, 2):
             raise _bad("config.train.phase", self.phase, "must be 1 or 2.")
         if self.phase == 2 and not self.init_from:
-            raise ConfigError("config.train.phase=2 continues phase 1: set config.train.init_from to phase 1's "
-                             "workdir (e.g. configs/large.py:phase=2,init_from=/ckpt/large-phase1).")
+            raise ConfigError(
+                "config.train.phase=2 continues phase 1: set config.train.init_from to phase 1's "
+                "workdir (e.g. configs/large.py:phase=2,init_from=/ckpt/large-phase1)."
+            )
         if self.profile_steps < 0:
             raise _bad("config.train.profile_steps", self.profile_steps, "must be ≥ 0 (0 = no profile).")
         if self.batch_warmup_tokens < 0:
@@ -234,17 +264,23 @@ class TrainConfig:
         if self.batch_warmup_tokens:
             rows = self.global_batch_size // self.micro_batches
             if self.micro_batches < 2:
-                raise ConfigError(f"config.train.batch_warmup_tokens={self.batch_warmup_tokens} grows the batch by "
-                                 "micro-batches, but config.train.micro_batches=1; set micro_batches to global_batch_size "
-                                 "/ batch_warmup_start or more (the smallest batch is one micro-batch).")
+                raise ConfigError(
+                    f"config.train.batch_warmup_tokens={self.batch_warmup_tokens} grows the batch by "
+                    "micro-batches, but config.train.micro_batches=1; set micro_batches to global_batch_size "
+                    "/ batch_warmup_start or more (the smallest batch is one micro-batch)."
+                )
             if not 0 < self.batch_warmup_start < self.global_batch_size or self.batch_warmup_start % rows:
-                raise ConfigError(f"config.train.batch_warmup_start={self.batch_warmup_start} must be a whole number of "
-                                 f"micro-batches of {rows} rows (global_batch_size {self.global_batch_size} / "
-                                 f"micro_batches {self.micro_batches}) below global_batch_size, e.g. {rows}.")
+                raise ConfigError(
+                    f"config.train.batch_warmup_start={self.batch_warmup_start} must be a whole number of "
+                    f"micro-batches of {rows} rows (global_batch_size {self.global_batch_size} / "
+                    f"micro_batches {self.micro_batches}) below global_batch_size, e.g. {rows}."
+                )
         if self.branch_from and self.init_from:
-            raise ConfigError(f"config.train.branch_from={self.branch_from} and config.train.init_from={self.init_from} "
-                             "both say where the run starts; branch_from takes the whole state (params, optimizer, "
-                             "step, data position), init_from the weights only: keep one.")
+            raise ConfigError(
+                f"config.train.branch_from={self.branch_from} and config.train.init_from={self.init_from} "
+                "both say where the run starts; branch_from takes the whole state (params, optimizer, "
+                "step, data position), init_from the weights only: keep one."
+            )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -267,6 +303,7 @@ class OptimConfig:
 
     def validate(self, num_train_steps: Optional[int] = None) -> None:
         """Raises one clear ValueError naming the first bad field."""
+
         def bad(field: str, why: str) -> ValueError:
             return _bad(f"config.optim.{field}", getattr(self, field), why)
 
@@ -279,12 +316,18 @@ class OptimConfig:
         if self.decay_steps < 0:
             raise bad("decay_steps", "must be >= 0.")
         if self.schedule == "wsd" and self.decay_steps == 0:
-            raise bad("decay_steps", "leaves schedule=wsd no decay phase; set --config.optim.decay_steps=N, the "
-                                     "steps at the end of the run over which the learning rate falls to 0.")
+            raise bad(
+                "decay_steps",
+                "leaves schedule=wsd no decay phase; set --config.optim.decay_steps=N, the "
+                "steps at the end of the run over which the learning rate falls to 0.",
+            )
         if self.schedule != "wsd" and (self.decay_steps or self.decay_shape != "linear"):
             field = "decay_steps" if self.decay_steps else "decay_shape"
-            raise bad(field, f"is wsd's setting, but config.optim.schedule={self.schedule!r}; set "
-                             "--config.optim.schedule=wsd, or leave it at its default.")
+            raise bad(
+                field,
+                f"is wsd's setting, but config.optim.schedule={self.schedule!r}; set "
+                "--config.optim.schedule=wsd, or leave it at its default.",
+            )
         if not (math.isfinite(self.learning_rate) and self.learning_rate > 0):
             raise bad("learning_rate", "must be a positive number (the peak learning rate).")
         if self.warmup_steps < 0:
@@ -302,12 +345,18 @@ class OptimConfig:
             if int(num_train_steps) < 1:
                 raise ConfigError(f"config.train.num_train_steps={num_train_steps} must be a positive integer.")
             if self.warmup_steps > num_train_steps:
-                raise bad("warmup_steps", f"exceeds config.train.num_train_steps={num_train_steps}; warmup must end "
-                                          "within the run: pass --config.optim.warmup_steps="
-                                          f"{max(1, num_train_steps // 10)} (a tenth of it) or fewer.")
+                raise bad(
+                    "warmup_steps",
+                    f"exceeds config.train.num_train_steps={num_train_steps}; warmup must end "
+                    "within the run: pass --config.optim.warmup_steps="
+                    f"{max(1, num_train_steps // 10)} (a tenth of it) or fewer.",
+                )
             if self.warmup_steps + self.decay_steps > num_train_steps:
-                raise bad("decay_steps", f"and config.optim.warmup_steps={self.warmup_steps} add up to more than "
-                                         f"config.train.num_train_steps={num_train_steps}; shorten one of them.")
+                raise bad(
+                    "decay_steps",
+                    f"and config.optim.warmup_steps={self.warmup_steps} add up to more than "
+                    f"config.train.num_train_steps={num_train_steps}; shorten one of them.",
+                )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -317,18 +366,28 @@ class MeshConfig:
     shape: tuple[int, ...] = (-1, 1, 1)  # (data, fsdp, tensor)
     # logical axis name → mesh axis (or None = replicated)
     logical_axis_rules: Rules = (
-        ("batch", ("data", "fsdp")), ("embed", "fsdp"), ("vocab", "tensor"), ("heads", "tensor"),
-        ("mlp", "tensor"), ("kv", None), ("length", None), ("layers", None))
+        ("batch", ("data", "fsdp")),
+        ("embed", "fsdp"),
+        ("vocab", "tensor"),
+        ("heads", "tensor"),
+        ("mlp", "tensor"),
+        ("kv", None),
+        ("length", None),
+        ("layers", None),
+    )
 
     def validate(self) -> None:
         if len(self.shape) != len(MESH_AXES):
-            raise _bad("config.mesh.shape", self.shape, f"must have {len(MESH_AXES)} entries, one per axis "
-                                                        f"{MESH_AXES}.")
+            raise _bad(
+                "config.mesh.shape", self.shape, f"must have {len(MESH_AXES)} entries, one per axis {MESH_AXES}."
+            )
         for name, axes in self.logical_axis_rules:
             for axis in (axes,) if isinstance(axes, str) else tuple(axes or ()):
                 if axis not in MESH_AXES:
-                    raise ConfigError(f"config.mesh.logical_axis_rules maps {name!r} to {axis!r}, which is not "
-                                     f"a mesh axis; use one of {MESH_AXES} or None.")
+                    raise ConfigError(
+                        f"config.mesh.logical_axis_rules maps {name!r} to {axis!r}, which is not "
+                        f"a mesh axis; use one of {MESH_AXES} or None."
+                    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -363,8 +422,11 @@ class EvalConfig:
         if self.every_steps < 1:
             raise _bad("config.eval.every_steps", self.every_steps, "must be ≥ 1.")
         if not 0 <= self.not_learning_after <= 1:
-            raise _bad("config.eval.not_learning_after", self.not_learning_after,
-                       "must be a share of the run from 0 (never warn) to 1.")
+            raise _bad(
+                "config.eval.not_learning_after",
+                self.not_learning_after,
+                "must be a share of the run from 0 (never warn) to 1.",
+            )
         if self.num_batches < 0:
             raise _bad("config.eval.num_batches", self.num_batches, "must be ≥ 0 (0 = the whole eval set).")
         if self.show_predictions < 0:
@@ -385,9 +447,16 @@ class _Sections:
     def from_saved(cls, saved: Mapping[str, Any]) -> Any:
         """The config a run wrote to its workdir (config.json); settings added to the schema since (say
         config.model.family) take their defaults, so older runs still predict, export and resume."""
+
         def merged(default: dict, given: Mapping[str, Any]) -> dict:
-            return {**default, **{k: merged(default[k], v) if isinstance(default.get(k), dict) and
-                                  isinstance(v, Mapping) else v for k, v in given.items()}}
+            return {
+                **default,
+                **{
+                    k: merged(default[k], v) if isinstance(default.get(k), dict) and isinstance(v, Mapping) else v
+                    for k, v in given.items()
+                },
+            }
+
         saved = json.loads(json.dumps(saved))  # a deep copy to rename in
         for old, new in RENAMED.items():
             (*old_sections, old_key), (*new_sections, new_key) = old.split(".")[1:], new.split(".")[1:]
@@ -401,8 +470,9 @@ class _Sections:
 
     def replace(self, **sections: Mapping[str, Any]) -> Any:
         """A copy with fields of sections changed: `job.replace(data={"vocab_file": v})`."""
-        return dataclasses.replace(self, **{name: dataclasses.replace(getattr(self, name), **fields)
-                                            for name, fields in sections.items()})
+        return dataclasses.replace(
+            self, **{name: dataclasses.replace(getattr(self, name), **fields) for name, fields in sections.items()}
+        )
 
     def to_dict(self) -> dict:
         """Plain JSON-able dict, in the config file's layout (written as workdir/config.json)."""
@@ -427,127 +497,14 @@ class JobConfig(_Sections):
             section.validate()
         self.optim.validate(self.train.num_train_steps)
         if self.data.max_seq_length > self.model.max_position_embeddings:
-            raise ConfigError(f"config.data.max_seq_length={self.data.max_seq_length} exceeds "
-                             f"config.model.max_position_embeddings={self.model.max_position_embeddings}; lower the "
-                             "first (and the records' max_seq_length with it) or raise the second.")
+            raise ConfigError(
+                f"config.data.max_seq_length={self.data.max_seq_length} exceeds "
+                f"config.model.max_position_embeddings={self.model.max_position_embeddings}; lower the "
+                "first (and the records' max_seq_length with it) or raise the second."
+            )
         if self.data.next_sentence_prediction and not self.model.architecture.has_nsp_head:
-            raise ConfigError(f"config.data.next_sentence_prediction=True, but config.model.family="
-                             f"{self.model.family!r} has no NSP head: set it to False (MLM only, as "
-                             "configs/modernbert.py does).")
-
-
-# --- Fine-tuning (configs/finetune.py, python -m bertjax.finetune) ----------------------------------------
-
-FINETUNE_TASKS = tasks_lib.NAMES  # finetuning/tasks/: the registry
-
-
-@dataclasses.dataclass(frozen=True)
-class FinetuneDataConfig:
-    """`config.data` of fine-tuning: labelled files (or tfds:NAME:SPLIT) and how they become rows."""
-
-    train_file: str = ""
-    eval_file: str = ""
-    max_seq_length: int = 128
-    vocab_file: str = ""  # default: the vocab that comes with train.init_from
-    do_lower_case: bool = True  # with an explicit vocab_file only; init_from's casing otherwise
-    regression: bool = False  # sequence_classification with one float label (STS-B), MSE
-    doc_stride: int = 128  # question_answering: tokens between the starts of a long context's windows
-    max_query_length: int = 64
-    max_answer_length: int = 30
-    n_best_size: int = 20
-    version_2_with_negative: bool = False  # SQuAD 2.0: questions may have no answer
-    null_score_diff_threshold: float = 0.0
-    packing: bool = True  # classification: several examples a row (finetuning/example_packing.py); QA keeps its windows
-    max_instances_per_row: int = 0  # packed: at most this many examples a row (0 = as many as fit)
-
-    def validate(self, task: str) -> None:
-        if not self.train_file:
-            raise _bad("config.data.train_file", self.train_file, "is empty; name the labelled training file "
-                       "(TSV/CSV/JSONL, CoNLL or SQuAD JSON; a glob, or tfds:NAME:SPLIT).")
-        if self.max_seq_length < 8:
-            raise _bad("config.data.max_seq_length", self.max_seq_length, "must be ≥ 8.")
-        if self.max_instances_per_row < 0:
-            raise _bad("config.data.max_instances_per_row", self.max_instances_per_row, "must be ≥ 0 (0 = no limit).")
-        tasks_lib.get(task).validate(self)  # what this task refuses of config.data
-
-
-@dataclasses.dataclass(frozen=True)
-class FinetuneTrainConfig:
-    """`config.train` of fine-tuning: epochs over the labelled data, from pre-trained weights."""
-
-    init_from: str = ""  # bertjax workdir, Hugging Face or TF1 directory; empty = random initialisation
-    global_batch_size: int = 32
-    micro_batches: int = 1
-    num_epochs: float = 3.0
-    num_train_steps: int = 0  # 0 = num_epochs over the training set
-    warmup_proportion: float = 0.1  # of the steps, as google-research/bert's run_classifier.py
-    log_every_steps: int = 50
-    profile_steps: int = 0
-    on_nonfinite: str = "skip"
-    max_consecutive_nonfinite: int = 10
-
-    def validate(self) -> None:
-        if self.num_epochs <= 0 and self.num_train_steps <= 0:
-            raise _bad("config.train.num_epochs", self.num_epochs, "must be > 0 (or set config.train.num_train_steps).")
-        if not 0 <= self.warmup_proportion < 1:
-            raise _bad("config.train.warmup_proportion", self.warmup_proportion, "must be in [0, 1).")
-        if self.global_batch_size < 1 or self.micro_batches < 1 or self.global_batch_size % self.micro_batches:
-            raise _bad("config.train.global_batch_size", self.global_batch_size,
-                       f"must be ≥ 1 and divide by config.train.micro_batches={self.micro_batches}.")
-        if self.on_nonfinite not in NONFINITE_POLICIES:
-            raise _bad("config.train.on_nonfinite", self.on_nonfinite, f"is not one of {list(NONFINITE_POLICIES)}.")
-
-
-def _floats(path: str, text: str) -> tuple[float, ...]:
-    try:
-        return tuple(float(v) for v in str(text).split(",") if v.strip())
-    except ValueError:
-        raise _bad(path, text, "must be comma-separated numbers, e.g. 2e-5,3e-5,5e-5.") from None
-
-
-@dataclasses.dataclass(frozen=True)
-class SweepConfig:
-    """`config.sweep`: one fine-tuning run per learning rate × seed (BERT's scores vary with the seed on
-    small data), each in workdir/sweep/lr=…,seed=…; the job reports the best and the spread."""
-
-    learning_rate: str = ""  # e.g. "2e-5,3e-5,5e-5"; empty = config.optim.learning_rate only
-    seeds: str = ""  # e.g. "0,1,2"; empty = config.seed only
-
-    @property
-    def learning_rates(self) -> tuple[float, ...]:
-        return _floats("config.sweep.learning_rate", self.learning_rate)
-
-    @property
-    def seed_values(self) -> tuple[int, ...]:
-        values = _floats("config.sweep.seeds", self.seeds)
-        if any(v != int(v) for v in values):
-            raise _bad("config.sweep.seeds", self.seeds, "must be comma-separated integers, e.g. 0,1,2.")
-        return tuple(int(v) for v in values)
-
-    def validate(self) -> None:
-        self.learning_rates, self.seed_values  # noqa: B018  (parse errors name the field)
-
-
-@dataclasses.dataclass(frozen=True)
-class FinetuneConfig(_Sections):
-    """The whole fine-tuning config (configs/finetune.py). `model` says how to compute; the architecture
-    comes from `train.init_from` (or `model`'s fields for a random initialisation)."""
-
-    task: str = FINETUNE_TASKS[0]  # finetuning/tasks/
-    seed: int = 0
-    model: ModelConfig = ModelConfig()
-    data: FinetuneDataConfig = FinetuneDataConfig()
-    train: FinetuneTrainConfig = FinetuneTrainConfig()
-    optim: OptimConfig = OptimConfig(learning_rate=3e-5, warmup_steps=0)
-    mesh: MeshConfig = MeshConfig()
-    checkpoint: CheckpointConfig = CheckpointConfig(every_steps=1000, keep=1, keep_every=0)
-    eval: EvalConfig = EvalConfig(every_steps=1000, num_batches=0)
-    sweep: SweepConfig = SweepConfig()
-
-    def validate(self) -> None:
-        if self.task not in FINETUNE_TASKS:
-            raise _bad("config.task", self.task, f"is not one of {list(FINETUNE_TASKS)}.")
-        for section in (self.model, self.train, self.mesh, self.checkpoint, self.eval, self.sweep):
-            section.validate()
-        self.data.validate(self.task)
-        self.optim.validate(self.train.num_train_steps or None)
+            raise ConfigError(
+                f"config.data.next_sentence_prediction=True, but config.model.family="
+                f"{self.model.family!r} has no NSP head: set it to False (MLM only, as "
+                "configs/modernbert.py does)."
+            )

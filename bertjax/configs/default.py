@@ -21,9 +21,19 @@ from bertjax.config import schema as config_lib
 
 SIZE_ARGS = dict(phase=1, init_from="", runlocal=False)  # what configs/<size>.py take
 # The fields of config.model a size sets (the rest: how the model is computed, and the vocab, set by the data).
-SIZE_FIELDS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "hidden_act",
-               "hidden_dropout_prob", "attention_probs_dropout_prob", "max_position_embeddings", "type_vocab_size",
-               "initializer_range", "layer_norm_eps")
+SIZE_FIELDS = (
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "intermediate_size",
+    "hidden_act",
+    "hidden_dropout_prob",
+    "attention_probs_dropout_prob",
+    "max_position_embeddings",
+    "type_vocab_size",
+    "initializer_range",
+    "layer_norm_eps",
+)
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:

@@ -52,8 +52,9 @@ def get_config(arg: str | None = None):
     args = config_lib.parse_arg(arg, quick=False)
     c = _default["for_size"]("tiny", None)
     c.model.size = "demo"
-    c.model.update(hidden_size=128, num_hidden_layers=2, num_attention_heads=2, intermediate_size=512,
-                   max_position_embeddings=64)
+    c.model.update(
+        hidden_size=128, num_hidden_layers=2, num_attention_heads=2, intermediate_size=512, max_position_embeddings=64
+    )
 
     c.data.corpus = "builtin:pydocs"
     c.data.corpus_vocab_size = 4096

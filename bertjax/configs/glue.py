@@ -35,8 +35,14 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.skip_ragged_rows = False  # skip (and count) rows with a wrong number of fields instead of stopping
     # Chosen by the suite for each task, from the data: not settings here.
     del c.task, c.train.init_from, c.data.train_file, c.data.eval_file, c.data.regression
-    for qa_only in ("doc_stride", "max_query_length", "max_answer_length", "n_best_size", "version_2_with_negative",
-                    "null_score_diff_threshold"):
+    for qa_only in (
+        "doc_stride",
+        "max_query_length",
+        "max_answer_length",
+        "n_best_size",
+        "version_2_with_negative",
+        "null_score_diff_threshold",
+    ):
         del c.data[qa_only]
     c.eval.every_steps = 100_000  # dev scores at the end of each run (what the choice reads)
     return c

@@ -50,13 +50,32 @@ def get_config(arg: str | None = None):
     c = _default["make"](size="base", phase=1, init_from=args.init_from, runlocal=args.runlocal)
     c.train.phase = args.phase  # 2 refuses to start without init_from
     c.model.size = f"modernbert-{args.size}"
-    c.model.update(family="modernbert", num_hidden_layers=layers, hidden_size=hidden, intermediate_size=intermediate,
-                   num_attention_heads=heads, local_attention=window, hidden_act="gelu", layer_norm_eps=1e-5,
-                   max_position_embeddings=8192, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
-                   global_rope_theta=ROPE_THETA[args.phase], local_rope_theta=10_000.0, global_attn_every_n_layers=3,
-                   scan_layers=False)  # the layers alternate kinds: a loop, not nn.scan
-    c.data.update(next_sentence_prediction=False, masked_lm_prob=0.3, eval_masked_lm_prob=0.15, max_seq_length=seq,
-                  max_predictions_per_seq=int(seq * 0.3) + 1, packing=True, short_seq_prob=0.0)
+    c.model.update(
+        family="modernbert",
+        num_hidden_layers=layers,
+        hidden_size=hidden,
+        intermediate_size=intermediate,
+        num_attention_heads=heads,
+        local_attention=window,
+        hidden_act="gelu",
+        layer_norm_eps=1e-5,
+        max_position_embeddings=8192,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+        global_rope_theta=ROPE_THETA[args.phase],
+        local_rope_theta=10_000.0,
+        global_attn_every_n_layers=3,
+        scan_layers=False,
+    )  # the layers alternate kinds: a loop, not nn.scan
+    c.data.update(
+        next_sentence_prediction=False,
+        masked_lm_prob=0.3,
+        eval_masked_lm_prob=0.15,
+        max_seq_length=seq,
+        max_predictions_per_seq=int(seq * 0.3) + 1,
+        packing=True,
+        short_seq_prob=0.0,
+    )
     c.optim.update(learning_rate=lr, weight_decay=1e-5, b2=0.98, schedule="constant")
     steps, warmup = (360_000 if args.size != "tiny" else 10_000), 3000  # base: ~1.7T tokens at seq 1,024
     if args.phase == 2:

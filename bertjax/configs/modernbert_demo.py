@@ -35,19 +35,48 @@ def get_config(arg: str | None = None):
     demo = _demo["get_config"]("quick" if args.quick else None)
     c = _modernbert["get_config"]("size=tiny")
     c.model.size = "modernbert-demo"
-    c.model.update(num_hidden_layers=3, hidden_size=128, intermediate_size=192, num_attention_heads=2,
-                   local_attention=32, max_position_embeddings=demo.data.max_seq_length)
+    c.model.update(
+        num_hidden_layers=3,
+        hidden_size=128,
+        intermediate_size=192,
+        num_attention_heads=2,
+        local_attention=32,
+        max_position_embeddings=demo.data.max_seq_length,
+    )
     # The demo's corpus, split, vocab size and shards; the modern recipe's masking and packing.
     seq = demo.data.max_seq_length
-    c.data.update({k: demo.data[k] for k in ("corpus", "corpus_vocab_size", "max_seq_length", "dupe_factor",
-                                             "heldout_every", "heldout_dupe_factor", "num_shards")})
-    c.data.update(masked_lm_prob=0.3, eval_masked_lm_prob=0.15, max_predictions_per_seq=int(seq * 0.3) + 1,
-                  dynamic_masking=True)
-    c.train.update(global_batch_size=demo.train.global_batch_size, num_train_steps=demo.train.num_train_steps,
-                   log_every_steps=demo.train.log_every_steps, micro_batches=4, batch_warmup_start=8)
+    c.data.update(
+        {
+            k: demo.data[k]
+            for k in (
+                "corpus",
+                "corpus_vocab_size",
+                "max_seq_length",
+                "dupe_factor",
+                "heldout_every",
+                "heldout_dupe_factor",
+                "num_shards",
+            )
+        }
+    )
+    c.data.update(
+        masked_lm_prob=0.3, eval_masked_lm_prob=0.15, max_predictions_per_seq=int(seq * 0.3) + 1, dynamic_masking=True
+    )
+    c.train.update(
+        global_batch_size=demo.train.global_batch_size,
+        num_train_steps=demo.train.num_train_steps,
+        log_every_steps=demo.train.log_every_steps,
+        micro_batches=4,
+        batch_warmup_start=8,
+    )
     c.train.batch_warmup_tokens = int(WARMUP_FRACTION * c.train.num_train_steps * c.train.global_batch_size * seq)
-    c.optim.update(learning_rate=demo.optim.learning_rate, warmup_steps=demo.optim.warmup_steps, schedule="wsd",
-                   decay_shape="1-sqrt", decay_steps=int(DECAY_FRACTION * c.train.num_train_steps))
+    c.optim.update(
+        learning_rate=demo.optim.learning_rate,
+        warmup_steps=demo.optim.warmup_steps,
+        schedule="wsd",
+        decay_shape="1-sqrt",
+        decay_steps=int(DECAY_FRACTION * c.train.num_train_steps),
+    )
     c.checkpoint = demo.checkpoint
     c.eval = demo.eval
     return c

@@ -20,8 +20,15 @@ from bertjax.data.pretraining.pipeline import EXAMPLE_WEIGHT, PipelineMismatch
 
 
 class ArrayBatches:
-    def __init__(self, arrays: dict[str, np.ndarray], batch_size: int, training: bool, seed: int = 0,
-                 process_index: int = 0, process_count: int = 1):
+    def __init__(
+        self,
+        arrays: dict[str, np.ndarray],
+        batch_size: int,
+        training: bool,
+        seed: int = 0,
+        process_index: int = 0,
+        process_count: int = 1,
+    ):
         """`arrays`: name → [rows, …]; `batch_size`: this process's rows per batch."""
         lengths = {name: len(a) for name, a in arrays.items()}
         if len(set(lengths.values())) != 1:
@@ -54,7 +61,7 @@ class ArrayBatches:
         at the end of an eval pass."""
         process = self.process_index if process_index is None else process_index
         start = position * self.batch_size * self.process_count + process * self.batch_size
-        return self.epoch_order(epoch)[start:start + self.batch_size]
+        return self.epoch_order(epoch)[start : start + self.batch_size]
 
     def __iter__(self) -> Iterator[dict[str, np.ndarray]]:
         return self
@@ -80,8 +87,14 @@ class ArrayBatches:
 
     # --- State, as InputPipeline's: a file per process under a prefix ------------------------------------
     def _fingerprint(self) -> dict:
-        return {"rows": self.rows, "batch_size": self.batch_size, "seed": self.seed, "training": self.training,
-                "process_index": self.process_index, "process_count": self.process_count}
+        return {
+            "rows": self.rows,
+            "batch_size": self.batch_size,
+            "seed": self.seed,
+            "training": self.training,
+            "process_index": self.process_index,
+            "process_count": self.process_count,
+        }
 
     def save_state(self, path: str) -> str:
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
@@ -95,6 +108,8 @@ class ArrayBatches:
         mine = self._fingerprint()
         diff = sorted(k for k in mine if saved.get(k) != mine[k])
         if diff:
-            raise PipelineMismatch(f"{path}.pipeline.json: the saved data position differs in {', '.join(diff)}; "
-                                   "resume with the data and config it was saved with.")
+            raise PipelineMismatch(
+                f"{path}.pipeline.json: the saved data position differs in {', '.join(diff)}; "
+                "resume with the data and config it was saved with."
+            )
         self.epoch, self.position = saved["epoch"], saved["position"]

@@ -58,8 +58,14 @@ def assign(lengths: np.ndarray, seq_len: int, max_slots: int) -> list[list[int]]
     return packing_lib.assign_rows(lengths, np.zeros(len(lengths), np.int64), cfg)
 
 
-def plan_layout(batches: arrays_lib.ArrayBatches, lengths: np.ndarray, seq_len: int, max_slots: int,
-                num_batches: int, row_multiple: int = 1) -> Layout:
+def plan_layout(
+    batches: arrays_lib.ArrayBatches,
+    lengths: np.ndarray,
+    seq_len: int,
+    max_slots: int,
+    num_batches: int,
+    row_multiple: int = 1,
+) -> Layout:
     """The layout that fits every one of the first `num_batches` batches of every process: rows and slots
     are the most any of them needs (rows rounded up to `row_multiple`, so the mesh and micro-batches can
     split them)."""
@@ -78,17 +84,24 @@ def _batch_numbers(batches: arrays_lib.ArrayBatches, num_batches: int) -> Iterat
         yield divmod(n, batches.batches_per_epoch)
 
 
-def pack(arrays: dict[str, np.ndarray], index: np.ndarray, groups: list[list[int]], layout: Layout,
-         lengths: np.ndarray) -> dict[str, np.ndarray]:
+def pack(
+    arrays: dict[str, np.ndarray], index: np.ndarray, groups: list[list[int]], layout: Layout, lengths: np.ndarray
+) -> dict[str, np.ndarray]:
     """The examples `index[g]` of each group `g` in one row each: a batch of `layout.rows` rows (rows no
     group uses are empty: padding)."""
     if len(groups) > layout.rows or any(len(g) > layout.slots for g in groups):
-        raise ValueError(f"a batch needs {len(groups)} packed rows of up to {max(map(len, groups))} examples, more "
-                         f"than the layout's {layout.rows} rows of {layout.slots}: plan the layout over every batch.")
+        raise ValueError(
+            f"a batch needs {len(groups)} packed rows of up to {max(map(len, groups))} examples, more "
+            f"than the layout's {layout.rows} rows of {layout.slots}: plan the layout over every batch."
+        )
     rows, seq, k = layout.rows, layout.seq_len, layout.slots
     out = {key: np.zeros((rows, seq), arrays[key].dtype) for key in _TOKEN_KEYS if key in arrays}
-    out.update(input_mask=np.zeros((rows, seq), np.int32), position_ids=np.zeros((rows, seq), np.int32),
-               cls_positions=np.zeros((rows, k), np.int32), cls_weights=np.zeros((rows, k), np.float32))
+    out.update(
+        input_mask=np.zeros((rows, seq), np.int32),
+        position_ids=np.zeros((rows, seq), np.int32),
+        cls_positions=np.zeros((rows, k), np.int32),
+        cls_weights=np.zeros((rows, k), np.float32),
+    )
     if "label" in arrays:
         out["label"] = np.zeros((rows, k), arrays["label"].dtype)
     for r, group in enumerate(groups):
@@ -117,20 +130,38 @@ class PackedBatches:
     resumed run sees exactly the batches it would have; `placements` says where each example of an eval batch
     went, for `unpack`."""
 
-    def __init__(self, arrays: dict[str, np.ndarray], batch_size: int, training: bool, seed: int = 0,
-                 process_index: int = 0, process_count: int = 1, *, max_slots: int = 0,
-                 num_batches: Optional[int] = None, row_multiple: int = 1, layout: Optional[Layout] = None):
+    def __init__(
+        self,
+        arrays: dict[str, np.ndarray],
+        batch_size: int,
+        training: bool,
+        seed: int = 0,
+        process_index: int = 0,
+        process_count: int = 1,
+        *,
+        max_slots: int = 0,
+        num_batches: Optional[int] = None,
+        row_multiple: int = 1,
+        layout: Optional[Layout] = None,
+    ):
         """`batch_size`: this process's examples per batch; `num_batches`: the batches the run will draw
         (training: its steps; default one epoch), over which the layout is planned unless given."""
         self.arrays = arrays
         self.lengths = example_lengths(arrays)
         n = len(self.lengths)
-        self.examples = arrays_lib.ArrayBatches({"index": np.arange(n)}, batch_size, training, seed, process_index,
-                                                process_count)
+        self.examples = arrays_lib.ArrayBatches(
+            {"index": np.arange(n)}, batch_size, training, seed, process_index, process_count
+        )
         self.rows, self.training, self.max_slots = n, training, max_slots
         seq_len = arrays["input_ids"].shape[1]
-        self.layout = layout or plan_layout(self.examples, self.lengths, seq_len, max_slots,
-                                            num_batches or self.examples.batches_per_epoch, row_multiple)
+        self.layout = layout or plan_layout(
+            self.examples,
+            self.lengths,
+            seq_len,
+            max_slots,
+            num_batches or self.examples.batches_per_epoch,
+            row_multiple,
+        )
         # Eval: per batch served, each example's (index, row, slot, first token), for `unpack`.
         self.placements: list[np.ndarray] = []
 
@@ -160,8 +191,9 @@ class PackedBatches:
                 groups = their_groups  # `index`'s own: the same rows
             for r, group in enumerate(their_groups):
                 starts = np.cumsum([0] + [int(self.lengths[theirs[p]]) for p in group])
-                placed += [(theirs[p], process * self.layout.rows + r, slot, starts[slot])
-                           for slot, p in enumerate(group)]
+                placed += [
+                    (theirs[p], process * self.layout.rows + r, slot, starts[slot]) for slot, p in enumerate(group)
+                ]
         self.placements.append(np.array(placed, np.int64).reshape(-1, 4))
         return pack(self.arrays, index, groups, self.layout, self.lengths)
 
@@ -186,7 +218,7 @@ class PackedBatches:
                 continue
             for i, r, start in zip(examples, rows, starts):
                 n = int(self.lengths[i])
-                out[i, :n] = values[r, start:start + n]
+                out[i, :n] = values[r, start : start + n]
         return out
 
     def padding(self) -> tuple[float, float]:

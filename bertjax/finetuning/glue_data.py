@@ -65,33 +65,129 @@ class GlueTask:
 _BINARY = ("0", "1")
 _NLI = ("contradiction", "entailment", "neutral")
 _ENTAIL = ("entailment", "not_entailment")
-TASKS: dict[str, GlueTask] = {t.name: t for t in (
-    GlueTask("cola", "CoLA", _BINARY, ("matthews_corrcoef",), ("sentence", None), "label",
-             test=(("CoLA", "test"),), tfds_name="cola", tfds_label_by_index=True),
-    GlueTask("sst2", "SST-2", _BINARY, ("accuracy",), ("sentence", None), "label", test=(("SST-2", "test"),),
-             tfds_name="sst2", tfds_label_by_index=True),
-    GlueTask("mrpc", "MRPC", _BINARY, ("f1", "accuracy"), ("#1 String", "#2 String"), "Quality",
-             test=(("MRPC", "test"),), tfds_name="mrpc", tfds_label_by_index=True),
-    GlueTask("stsb", "STS-B", None, ("pearson", "spearman"), ("sentence1", "sentence2"), "score",
-             test=(("STS-B", "test"),), tfds_name="stsb"),
-    GlueTask("qqp", "QQP", _BINARY, ("f1", "accuracy"), ("question1", "question2"), "is_duplicate",
-             index_column="id", test=(("QQP", "test"),), tfds_name="qqp", tfds_label_by_index=True),
-    GlueTask("mnli", "MNLI", _NLI, ("accuracy",), ("sentence1", "sentence2"), "gold_label",
-             dev=(("mnli_m", "dev_matched"), ("mnli_mm", "dev_mismatched")),
-             test=(("MNLI-m", "test_matched"), ("MNLI-mm", "test_mismatched")), tfds_name="mnli",
-             tfds_dev=("validation_matched", "validation_mismatched"), tfds_test=("test_matched", "test_mismatched")),
-    GlueTask("qnli", "QNLI", _ENTAIL, ("accuracy",), ("question", "sentence"), "label", test=(("QNLI", "test"),),
-             tfds_name="qnli"),
-    GlueTask("rte", "RTE", _ENTAIL, ("accuracy",), ("sentence1", "sentence2"), "label", test=(("RTE", "test"),),
-             tfds_name="rte"),
-    GlueTask("wnli", "WNLI", _BINARY, ("accuracy",), ("sentence1", "sentence2"), "label", test=(("WNLI", "test"),),
-             tfds_name="wnli", tfds_label_by_index=True),
-)}
+TASKS: dict[str, GlueTask] = {
+    t.name: t
+    for t in (
+        GlueTask(
+            "cola",
+            "CoLA",
+            _BINARY,
+            ("matthews_corrcoef",),
+            ("sentence", None),
+            "label",
+            test=(("CoLA", "test"),),
+            tfds_name="cola",
+            tfds_label_by_index=True,
+        ),
+        GlueTask(
+            "sst2",
+            "SST-2",
+            _BINARY,
+            ("accuracy",),
+            ("sentence", None),
+            "label",
+            test=(("SST-2", "test"),),
+            tfds_name="sst2",
+            tfds_label_by_index=True,
+        ),
+        GlueTask(
+            "mrpc",
+            "MRPC",
+            _BINARY,
+            ("f1", "accuracy"),
+            ("#1 String", "#2 String"),
+            "Quality",
+            test=(("MRPC", "test"),),
+            tfds_name="mrpc",
+            tfds_label_by_index=True,
+        ),
+        GlueTask(
+            "stsb",
+            "STS-B",
+            None,
+            ("pearson", "spearman"),
+            ("sentence1", "sentence2"),
+            "score",
+            test=(("STS-B", "test"),),
+            tfds_name="stsb",
+        ),
+        GlueTask(
+            "qqp",
+            "QQP",
+            _BINARY,
+            ("f1", "accuracy"),
+            ("question1", "question2"),
+            "is_duplicate",
+            index_column="id",
+            test=(("QQP", "test"),),
+            tfds_name="qqp",
+            tfds_label_by_index=True,
+        ),
+        GlueTask(
+            "mnli",
+            "MNLI",
+            _NLI,
+            ("accuracy",),
+            ("sentence1", "sentence2"),
+            "gold_label",
+            dev=(("mnli_m", "dev_matched"), ("mnli_mm", "dev_mismatched")),
+            test=(("MNLI-m", "test_matched"), ("MNLI-mm", "test_mismatched")),
+            tfds_name="mnli",
+            tfds_dev=("validation_matched", "validation_mismatched"),
+            tfds_test=("test_matched", "test_mismatched"),
+        ),
+        GlueTask(
+            "qnli",
+            "QNLI",
+            _ENTAIL,
+            ("accuracy",),
+            ("question", "sentence"),
+            "label",
+            test=(("QNLI", "test"),),
+            tfds_name="qnli",
+        ),
+        GlueTask(
+            "rte",
+            "RTE",
+            _ENTAIL,
+            ("accuracy",),
+            ("sentence1", "sentence2"),
+            "label",
+            test=(("RTE", "test"),),
+            tfds_name="rte",
+        ),
+        GlueTask(
+            "wnli",
+            "WNLI",
+            _BINARY,
+            ("accuracy",),
+            ("sentence1", "sentence2"),
+            "label",
+            test=(("WNLI", "test"),),
+            tfds_name="wnli",
+            tfds_label_by_index=True,
+        ),
+    )
+}
 # AX, the diagnostic set: MNLI's labels, predicted by the chosen MNLI run.
-AX = GlueTask("ax", "diagnostic", _NLI, (), ("sentence1", "sentence2"), "label", test=(("AX", "diagnostic"),),
-              tfds_name="ax", tfds_test=("test",))
-CLASSES = {"matthews_corrcoef": "Matthews corr.", "accuracy": "accuracy", "f1": "F1", "pearson": "Pearson",
-           "spearman": "Spearman"}
+AX = GlueTask(
+    "ax",
+    "diagnostic",
+    _NLI,
+    (),
+    ("sentence1", "sentence2"),
+    "label",
+    test=(("AX", "diagnostic"),),
+    tfds_name="ax",
+    tfds_test=("test",),
+)
+CLASSES = {
+    "matthews_corrcoef": "Matthews corr.",
+    "accuracy": "accuracy",
+    "f1": "F1",
+    "pearson": "Pearson",
+    "spearman": "Spearman",
+}
 
 
 def parse_tasks(text: str) -> tuple[GlueTask, ...]:
@@ -99,8 +195,10 @@ def parse_tasks(text: str) -> tuple[GlueTask, ...]:
     names = [n.strip().lower() for n in text.split(",") if n.strip()]
     unknown = [n for n in names if n not in TASKS]
     if unknown or not names:
-        raise ValueError(f"config.tasks={text!r}: {', '.join(map(repr, unknown)) or 'no task'} is not a GLUE task; "
-                         f"choose among {','.join(TASKS)} (AX is predicted with the MNLI model).")
+        raise ValueError(
+            f"config.tasks={text!r}: {', '.join(map(repr, unknown)) or 'no task'} is not a GLUE task; "
+            f"choose among {','.join(TASKS)} (AX is predicted with the MNLI model)."
+        )
     if len(set(names)) != len(names):
         raise ValueError(f"config.tasks={text!r} names a task twice; list each once.")
     return tuple(TASKS[n] for n in names)
@@ -124,22 +222,32 @@ class TaskData:
 
 # --- The official files --------------------------------------------------------------------------------
 
+
 def _split_file(task: GlueTask, data_dir: str, stem: str, kind: str) -> str:
     folder = os.path.join(data_dir, task.folder)
     if not files.is_remote(folder) and not os.path.isdir(folder):
         there = sorted(files.listdir(data_dir)) if os.path.isdir(data_dir) else None
         if there is None:
-            raise FileNotFoundError(f"config.data_dir={data_dir} does not exist; point it at the folder "
-                                    "download_glue_data.py wrote (CoLA/, SST-2/, ..., MNLI/, diagnostic/).")
-        raise FileNotFoundError(f"{task.name}: no folder {folder} (config.data_dir holds {there or 'nothing'}); "
-                                f"download the GLUE data into {data_dir}, or leave {task.name} out of config.tasks.")
+            raise FileNotFoundError(
+                f"config.data_dir={data_dir} does not exist; point it at the folder "
+                "download_glue_data.py wrote (CoLA/, SST-2/, ..., MNLI/, diagnostic/)."
+            )
+        raise FileNotFoundError(
+            f"{task.name}: no folder {folder} (config.data_dir holds {there or 'nothing'}); "
+            f"download the GLUE data into {data_dir}, or leave {task.name} out of config.tasks."
+        )
     path = os.path.join(folder, stem + ".tsv")
     if not files.is_remote(path) and not os.path.isfile(path):
         there = sorted(files.listdir(folder))
-        without = ("; or pass --config.submission=false to run without the test sets (no submission files)"
-                   if kind == "test" else "")
-        raise FileNotFoundError(f"{task.name}: no {kind} file {path} ({folder} holds {there or 'nothing'}); GLUE's "
-                                f"layout names it {stem}.tsv{without}.")
+        without = (
+            "; or pass --config.submission=false to run without the test sets (no submission files)"
+            if kind == "test"
+            else ""
+        )
+        raise FileNotFoundError(
+            f"{task.name}: no {kind} file {path} ({folder} holds {there or 'nothing'}); GLUE's "
+            f"layout names it {stem}.tsv{without}."
+        )
     return path
 
 
@@ -157,9 +265,11 @@ def _rows(path: str, skip_ragged: bool, width: Optional[int] = None) -> tuple[li
             if skip_ragged:
                 skipped += 1
                 continue
-            raise ValueError(f"{path}:{number}: {len(fields)} tab-separated fields where the file has {width}; fix "
-                             "this row (a stray tab or a cut line), or set --config.skip_ragged_rows=true to skip such "
-                             "rows (they are counted).")
+            raise ValueError(
+                f"{path}:{number}: {len(fields)} tab-separated fields where the file has {width}; fix "
+                "this row (a stray tab or a cut line), or set --config.skip_ragged_rows=true to skip such "
+                "rows (they are counted)."
+            )
         rows.append((number, fields))
     if not rows:
         raise ValueError(f"{path} is empty; download the task's files again.")
@@ -174,12 +284,16 @@ def _label(task: GlueTask, raw: str, source: Source) -> str | float:
         except ValueError:
             value = math.nan
         if not (math.isfinite(value) and 0.0 <= value <= 5.0):
-            raise ValueError(f"{source}: {task.folder} score {raw!r} is not a number in [0, 5]; STS-B's last column "
-                             "is the similarity score.")
+            raise ValueError(
+                f"{source}: {task.folder} score {raw!r} is not a number in [0, 5]; STS-B's last column "
+                "is the similarity score."
+            )
         return value
     if raw not in task.labels:
-        raise ValueError(f"{source}: {task.folder} label {raw!r} is not one of its {len(task.labels)} labels "
-                         f"{list(task.labels)}; fix the row or download the task's files again.")
+        raise ValueError(
+            f"{source}: {task.folder} label {raw!r} is not one of its {len(task.labels)} labels "
+            f"{list(task.labels)}; fix the row or download the task's files again."
+        )
     return raw
 
 
@@ -188,30 +302,45 @@ def _read_file(task: GlueTask, path: str, labelled: bool, skip_ragged: bool) -> 
         rows, skipped = _rows(path, skip_ragged, width=4)
         first = rows[0][1]
         if first[1].strip() not in task.labels:
-            raise ValueError(f"{path}:{rows[0][0]}: CoLA's train/dev files have no header and four columns (source, "
-                             f"label, original label, sentence); this row starts {first[:2]}, not that layout.")
-        return Split([TextExample(f[3], None, _label(task, f[1], Source(path, n)), Source(path, n))
-                      for n, f in rows], [], skipped)
+            raise ValueError(
+                f"{path}:{rows[0][0]}: CoLA's train/dev files have no header and four columns (source, "
+                f"label, original label, sentence); this row starts {first[:2]}, not that layout."
+            )
+        return Split(
+            [TextExample(f[3], None, _label(task, f[1], Source(path, n)), Source(path, n)) for n, f in rows],
+            [],
+            skipped,
+        )
     rows, skipped = _rows(path, skip_ragged)
     (_, header), body = rows[0], rows[1:]
     header = [h.strip() for h in header]
     wanted = [c for c in task.text if c] + [task.label_column if labelled else task.index_column]
     missing = [c for c in wanted if c not in header]
     if missing:
-        raise ValueError(f"{path}: no column {', '.join(map(repr, missing))} in its header {header}; "
-                         f"{task.folder}'s {'train/dev' if labelled else 'test'} layout has {wanted} "
-                         "(download_glue_data.py's files).")
+        raise ValueError(
+            f"{path}: no column {', '.join(map(repr, missing))} in its header {header}; "
+            f"{task.folder}'s {'train/dev' if labelled else 'test'} layout has {wanted} "
+            "(download_glue_data.py's files)."
+        )
     if not labelled and task.label_column in header:
-        raise ValueError(f"{path}: a test file with a {task.label_column!r} column; GLUE's test files are "
-                         "unlabelled — the dev file may have been copied over it, download the task's files again.")
+        raise ValueError(
+            f"{path}: a test file with a {task.label_column!r} column; GLUE's test files are "
+            "unlabelled — the dev file may have been copied over it, download the task's files again."
+        )
     if not body:
         raise ValueError(f"{path} has a header but no rows; download the task's files again.")
     a, b = (header.index(c) if c else None for c in task.text)
     label = header.index(task.label_column) if labelled else None
     index = header.index(task.index_column) if not labelled else None
-    examples = [TextExample(f[a], f[b] if b is not None else None,
-                            _label(task, f[label], Source(path, n)) if labelled else None, Source(path, n))
-                for n, f in body]
+    examples = [
+        TextExample(
+            f[a],
+            f[b] if b is not None else None,
+            _label(task, f[label], Source(path, n)) if labelled else None,
+            Source(path, n),
+        )
+        for n, f in body
+    ]
     return Split(examples, [body_row[index].strip() for _, body_row in body] if index is not None else [], skipped)
 
 
@@ -234,6 +363,7 @@ def _read_official(task: GlueTask, data_dir: str, with_test: bool, skip_ragged: 
 
 # --- TFDS -------------------------------------------------------------------------------------------------
 
+
 def _read_tfds(task: GlueTask, data_dir: Optional[str], with_test: bool) -> TaskData:
     import tensorflow_datasets as tfds  # deferred: heavy, and only this reader needs it
 
@@ -245,20 +375,32 @@ def _read_tfds(task: GlueTask, data_dir: Optional[str], with_test: bool) -> Task
     except tfds.core.registered.DatasetNotFoundError:
         prepared = False
     if not prepared:
-        raise FileNotFoundError(f"{task.name}: TFDS dataset {name} is not prepared in {where}; run `tfds build "
-                                f"glue/{task.tfds_name}{' --data_dir=' + data_dir if data_dir else ''}` first, or "
-                                "point config.data_dir at the official GLUE folders.")
+        raise FileNotFoundError(
+            f"{task.name}: TFDS dataset {name} is not prepared in {where}; run `tfds build "
+            f"glue/{task.tfds_name}{' --data_dir=' + data_dir if data_dir else ''}` first, or "
+            "point config.data_dir at the official GLUE folders."
+        )
     features = builder.info.features
     classes = getattr(features["label"], "names", None)
     a, b = "sentence", None
     if task.text[1] is not None:  # the pair's feature names, in tfds' order
-        a, b = next((x, y) for x, y in (("sentence1", "sentence2"), ("question1", "question2"),
-                                        ("premise", "hypothesis"), ("question", "sentence")) if x in features)
+        a, b = next(
+            (x, y)
+            for x, y in (
+                ("sentence1", "sentence2"),
+                ("question1", "question2"),
+                ("premise", "hypothesis"),
+                ("question", "sentence"),
+            )
+            if x in features
+        )
 
     def read(split: str, labelled: bool) -> Split:
         if split not in builder.info.splits:
-            raise ValueError(f"{task.name}: TFDS dataset {name} has no split {split!r} (it has "
-                             f"{sorted(builder.info.splits)}); prepare it again with `tfds build {name}`.")
+            raise ValueError(
+                f"{task.name}: TFDS dataset {name} has no split {split!r} (it has "
+                f"{sorted(builder.info.splits)}); prepare it again with `tfds build {name}`."
+            )
         examples, ids = [], []
         for row in tfds.as_numpy(builder.as_dataset(split=split, shuffle_files=False)):
             source = Source(f"tfds:{name}:{split}", 0, f"idx {int(row['idx'])}")
@@ -281,9 +423,14 @@ def _read_tfds(task: GlueTask, data_dir: Optional[str], with_test: bool) -> Task
     train = read("train", True) if task is not AX else Split([], [])
     dev = {n: read(s, True) for (n, _), s in zip(task.dev, task.tfds_dev)} if task is not AX else {}
     test = {n: read(s, False) for (n, _), s in zip(task.test, task.tfds_test)} if with_test else {}
-    origin = {key: f"tfds:{name}:{split}" for key, split in
-              (("train", "train"), *zip((n for n, _ in task.dev), task.tfds_dev),
-               *zip((n for n, _ in task.test), task.tfds_test))}
+    origin = {
+        key: f"tfds:{name}:{split}"
+        for key, split in (
+            ("train", "train"),
+            *zip((n for n, _ in task.dev), task.tfds_dev),
+            *zip((n for n, _ in task.test), task.tfds_test),
+        )
+    }
     return TaskData(task, train, dev, test, origin)
 
 

@@ -1,6 +1,6 @@
 """Fine-tuning heads: BERT "with just one additional output layer", and the `trainer.Task` that trains it.
 
-The head modules live with their family (models/bert/model.py `BertForFinetuning`, models/modernbert/model.py
+The head modules live with their family (models/bert/heads.py `BertForFinetuning`, models/modernbert/heads.py
 `ModernBertForFinetuning`); `from_config` picks the family's; the task's targets, loss and accuracy sums are
 its task kind's (finetuning/tasks/). BERT's is `BertModel` (the pre-trained body, under `bert/`, the same
 parameters as pre-training) plus one dense layer named as in Hugging Face's `BertFor*` classes, so that
@@ -37,40 +37,58 @@ def model_for(architecture: Any, task: str, num_labels: int, **compute: Any) -> 
     """The fine-tuning module of `architecture`'s family (BertForFinetuning, ModernBertForFinetuning), in the
     loop layout unless `compute` says otherwise (dtype, scan_layers, remat_policy, attention, packed)."""
     family = models_lib.of(architecture)
-    if task not in family.model.FINETUNING_TASKS:
-        raise ValueError(f"config.task={task!r} has no {family.name} head (transformers has none either); "
-                         f"{family.name} fine-tunes for {', '.join(family.model.FINETUNING_TASKS)}.")
-    return family.model.finetuning_model(architecture, task, num_labels, **compute)
+    if task not in family.heads.FINETUNING_TASKS:
+        raise ValueError(
+            f"config.task={task!r} has no {family.name} head (transformers has none either); "
+            f"{family.name} fine-tunes for {', '.join(family.heads.FINETUNING_TASKS)}."
+        )
+    return family.heads.finetuning_model(architecture, task, num_labels, **compute)
 
 
-def from_config(cfg: Any, architecture: Any, task: str, num_labels: int,
-                platform: Optional[str] = None, packed: bool = False) -> nn.Module:
+def from_config(
+    cfg: Any, architecture: Any, task: str, num_labels: int, platform: Optional[str] = None, packed: bool = False
+) -> nn.Module:
     """`config.model` (how to compute: dtype, scan, remat, attention) around `architecture` (what the
     weights are: the init_from checkpoint's)."""
-    implementation = attention_lib.choose(cfg.attention, architecture.attention_probs_dropout_prob,
-                                          platform or jax.default_backend())
-    return model_for(architecture, task, num_labels, dtype=DTYPES[cfg.dtype], scan_layers=cfg.scan_layers,
-                     remat_policy=cfg.remat_policy, attention=implementation, packed=packed)
+    implementation = attention_lib.choose(
+        cfg.attention, architecture.attention_probs_dropout_prob, platform or jax.default_backend()
+    )
+    return model_for(
+        architecture,
+        task,
+        num_labels,
+        dtype=DTYPES[cfg.dtype],
+        scan_layers=cfg.scan_layers,
+        remat_policy=cfg.remat_policy,
+        attention=implementation,
+        packed=packed,
+    )
 
 
 # --- Batches -----------------------------------------------------------------------------------------
 
-def batch_shapes(task: str, regression: bool, batch_size: int, seq_len: int,
-                 slots: int = 0) -> dict[str, tuple[tuple[int, ...], Any]]:
+
+def batch_shapes(
+    task: str, regression: bool, batch_size: int, seq_len: int, slots: int = 0
+) -> dict[str, tuple[tuple[int, ...], Any]]:
     """Name → (shape, dtype) of a fine-tuning batch: the inputs, the task's targets, `example_weight`
     (0 for the rows that pad the last eval batch). `slots` > 0: packed rows of up to that many examples
     (finetuning/example_packing.py), with their positions and [CLS] slots, and a label per slot."""
     row, tokens = (batch_size,), (batch_size, seq_len)
     out = {name: (tokens, np.int32) for name in ("input_ids", "segment_ids", "input_mask")}
     if slots:
-        out.update(position_ids=(tokens, np.int32), cls_positions=((batch_size, slots), np.int32),
-                   cls_weights=((batch_size, slots), np.float32))
+        out.update(
+            position_ids=(tokens, np.int32),
+            cls_positions=((batch_size, slots), np.int32),
+            cls_weights=((batch_size, slots), np.float32),
+        )
     out.update(tasks_lib.get(task).targets(regression, batch_size, seq_len, slots))
     out[pipeline_lib.EXAMPLE_WEIGHT] = (row, np.float32)
     return out
 
 
 # --- Losses and metrics as (sum, count) pairs -----------------------------------------------------------
+
 
 def packed_inputs(batch: trainer_lib.Batch) -> dict:
     """The keyword arguments a packed batch adds to `apply`; {} for padded rows."""
@@ -85,12 +103,19 @@ def _example_weights(batch: trainer_lib.Batch) -> Array:
     return batch["cls_weights"] * weight[:, None] if "cls_weights" in batch else weight
 
 
-def _sums(model: nn.Module, regression: bool, params: Any, batch: trainer_lib.Batch,
-          rng: Optional[Array]) -> metrics_lib.Metrics:
+def _sums(
+    model: nn.Module, regression: bool, params: Any, batch: trainer_lib.Batch, rng: Optional[Array]
+) -> metrics_lib.Metrics:
     """The task's weighted loss and accuracy sums of one batch (dropout on when rng is given)."""
-    logits = model.apply({"params": params}, input_ids=batch["input_ids"], segment_ids=batch["segment_ids"],
-                         input_mask=batch["input_mask"], deterministic=rng is None,
-                         rngs=None if rng is None else {"dropout": rng}, **packed_inputs(batch))
+    logits = model.apply(
+        {"params": params},
+        input_ids=batch["input_ids"],
+        segment_ids=batch["segment_ids"],
+        input_mask=batch["input_mask"],
+        deterministic=rng is None,
+        rngs=None if rng is None else {"dropout": rng},
+        **packed_inputs(batch),
+    )
     weight = batch[pipeline_lib.EXAMPLE_WEIGHT]
     examples = _example_weights(batch)
     rows = jnp.sum(examples)
@@ -108,23 +133,34 @@ def _loss(sums: metrics_lib.Metrics, denominator: Array) -> Array:
 
 
 def _predict(model: nn.Module, params: Any, batch: trainer_lib.Batch) -> dict[str, Array]:
-    return {"logits": model.apply({"params": params}, input_ids=batch["input_ids"], segment_ids=batch["segment_ids"],
-                                  input_mask=batch["input_mask"], **packed_inputs(batch))}
+    return {
+        "logits": model.apply(
+            {"params": params},
+            input_ids=batch["input_ids"],
+            segment_ids=batch["segment_ids"],
+            input_mask=batch["input_mask"],
+            **packed_inputs(batch),
+        )
+    }
 
 
-def task(model: nn.Module, regression: bool, seq_len: int, packed_rows: int = 0,
-         slots: int = 0) -> trainer_lib.Task:
+def task(model: nn.Module, regression: bool, seq_len: int, packed_rows: int = 0, slots: int = 0) -> trainer_lib.Task:
     """The `trainer.Task` that fine-tunes `model` on batches of `batch_shapes`: padded rows, one example each,
     or (`packed_rows` > 0) that many packed rows of up to `slots` examples for every global batch."""
+
     def shapes(global_batch: int) -> dict:
         return batch_shapes(model.task, regression, packed_rows or global_batch, seq_len, slots)
 
     return trainer_lib.Task(
-        model=model, forward_sums=functools.partial(_sums, model, regression),
-        loss_denominators=functools.partial(_denominator, model.task), loss=_loss,
+        model=model,
+        forward_sums=functools.partial(_sums, model, regression),
+        loss_denominators=functools.partial(_denominator, model.task),
+        loss=_loss,
         batch_shapes=shapes,
-        seq_len=seq_len, flops_per_row=metrics_lib.flops_per_sequence(model.config, seq_len, num_predictions=0),
-        predict=functools.partial(_predict, model))
+        seq_len=seq_len,
+        flops_per_row=metrics_lib.flops_per_sequence(model.config, seq_len, num_predictions=0),
+        predict=functools.partial(_predict, model),
+    )
 
 
 def with_pretrained_body(params: Any, pretrained: Any) -> Any:

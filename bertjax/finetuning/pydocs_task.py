@@ -57,7 +57,7 @@ def is_heldout(index: int, num_documents: int, heldout_every: int) -> bool:
 
 
 def package_of(module: str) -> Optional[str]:
-    """"email/mime/text.py" → "email"; a top-level module ("os.py") has no package."""
+    """ "email/mime/text.py" → "email"; a top-level module ("os.py") has no package."""
     return module.split("/", 1)[0] if "/" in module else None
 
 
@@ -76,8 +76,9 @@ def passages(document: corpus_lib.Document, max_words: int) -> list[str]:
     return [" ".join(p.replace("\t", " ").split()) for p in out]  # TSV-safe: no tabs, no newlines
 
 
-def build_task(documents: list[tuple[str, corpus_lib.Document]], heldout_every: int, min_modules: int = 8,
-               max_words: int = 40) -> Task:
+def build_task(
+    documents: list[tuple[str, corpus_lib.Document]], heldout_every: int, min_modules: int = 8, max_words: int = 40
+) -> Task:
     """Train passages from the modules pre-training trained on, dev passages from the ones it held out."""
     heldout = {module for i, (module, _) in enumerate(documents) if is_heldout(i, len(documents), heldout_every)}
     modules = collections.defaultdict(lambda: {"train": 0, "dev": 0})
@@ -86,8 +87,10 @@ def build_task(documents: list[tuple[str, corpus_lib.Document]], heldout_every: 
             modules[package_of(module)]["dev" if module in heldout else "train"] += 1
     labels = sorted(p for p, n in modules.items() if n["train"] + n["dev"] >= min_modules and n["dev"] >= 1)
     if len(labels) < 2:
-        raise ValueError(f"builtin:pydocs has {len(labels)} package(s) with {min_modules} modules and a held-out one; "
-                         "lower min_modules or heldout_every.")
+        raise ValueError(
+            f"builtin:pydocs has {len(labels)} package(s) with {min_modules} modules and a held-out one; "
+            "lower min_modules or heldout_every."
+        )
     train, dev = [], []
     for module, document in documents:
         label = package_of(module)
@@ -102,13 +105,25 @@ def build_task(documents: list[tuple[str, corpus_lib.Document]], heldout_every: 
     # The majority-class baseline, taken on dev: the best any constant answer can score there.
     best_constant = max(labels, key=lambda label: (dev_counts[label], label))
     stats = {
-        "labels": {label: {"train_modules": modules[label]["train"], "dev_modules": modules[label]["dev"],
-                           "train": train_counts[label], "dev": dev_counts[label]} for label in labels},
-        "train_examples": len(train), "dev_examples": len(dev),
+        "labels": {
+            label: {
+                "train_modules": modules[label]["train"],
+                "dev_modules": modules[label]["dev"],
+                "train": train_counts[label],
+                "dev": dev_counts[label],
+            }
+            for label in labels
+        },
+        "train_examples": len(train),
+        "dev_examples": len(dev),
         "train_duplicates_of_dev_dropped": duplicates,
-        "best_constant_label": best_constant, "best_constant_accuracy": dev_counts[best_constant] / max(1, len(dev)),
-        "heldout_every": heldout_every, "min_modules": min_modules, "max_words": max_words,
-        "train_modules": sorted({p.module for p in train}), "dev_modules": sorted({p.module for p in dev}),
+        "best_constant_label": best_constant,
+        "best_constant_accuracy": dev_counts[best_constant] / max(1, len(dev)),
+        "heldout_every": heldout_every,
+        "min_modules": min_modules,
+        "max_words": max_words,
+        "train_modules": sorted({p.module for p in train}),
+        "dev_modules": sorted({p.module for p in dev}),
     }
     return Task(train, dev, labels, stats)
 
@@ -122,9 +137,11 @@ def check_heldout(task: Task, documents: list[tuple[str, corpus_lib.Document]], 
     missing = [m for m in task.stats["dev_modules"] if text[m] not in heldout]
     leaked = [m for m in task.stats["train_modules"] if text[m] in heldout]
     if missing or leaked:
-        raise ValueError(f"{heldout_txt} disagrees with heldout_every={task.stats['heldout_every']}: dev modules "
-                         f"not held out {missing[:3]}, train modules held out {leaked[:3]}; pass the pre-training "
-                         "run's config.data.heldout_every (its config.json records it).")
+        raise ValueError(
+            f"{heldout_txt} disagrees with heldout_every={task.stats['heldout_every']}: dev modules "
+            f"not held out {missing[:3]}, train modules held out {leaked[:3]}; pass the pre-training "
+            "run's config.data.heldout_every (its config.json records it)."
+        )
 
 
 def write_task(task: Task, out_dir: str) -> tuple[str, str]:
@@ -146,7 +163,9 @@ def summary(task: Task) -> str:
     """One line: passages per label (train/dev) and the majority-class baseline on dev."""
     s = task.stats
     per_label = ", ".join(f"{label} {c['train']}/{c['dev']}" for label, c in s["labels"].items())
-    return (f"{len(task.labels)} packages, {s['train_examples']} train passages from {len(s['train_modules'])} "
-            f"modules, {s['dev_examples']} dev passages from {len(s['dev_modules'])} held-out modules "
-            f"(train/dev per label: {per_label}); majority-class baseline {s['best_constant_accuracy']:.2%} "
-            f"(always '{s['best_constant_label']}', the commonest dev label)")
+    return (
+        f"{len(task.labels)} packages, {s['train_examples']} train passages from {len(s['train_modules'])} "
+        f"modules, {s['dev_examples']} dev passages from {len(s['dev_modules'])} held-out modules "
+        f"(train/dev per label: {per_label}); majority-class baseline {s['best_constant_accuracy']:.2%} "
+        f"(always '{s['best_constant_label']}', the commonest dev label)"
+    )

@@ -52,8 +52,10 @@ class Source:
 
 def _check_length(max_seq_length: int, least: int) -> None:
     if max_seq_length < least:
-        raise ValueError(f"max_seq_length={max_seq_length} leaves no room for text beside the special tokens; set "
-                         f"max_seq_length to at least {least}.")
+        raise ValueError(
+            f"max_seq_length={max_seq_length} leaves no room for text beside the special tokens; set "
+            f"max_seq_length to at least {least}."
+        )
 
 
 def pad_to(ids: list[int], length: int, value: int) -> list[int]:
@@ -72,7 +74,7 @@ def read_text(path: str) -> str:
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as e:
-        line = data[:e.start].count(b"\n") + 1
+        line = data[: e.start].count(b"\n") + 1
         raise ValueError(f"{path}:{line}: byte {data[e.start]:#04x} is not UTF-8; save the file as UTF-8.") from None
 
 
@@ -96,8 +98,10 @@ class LabelMap:
         try:
             return self._ids[str(label)]
         except KeyError:
-            raise ValueError(f"{source}: label {str(label)!r} is not one of the {len(self.labels)} known labels "
-                             f"{list(self.labels)}; fix the label or train with data that has it.") from None
+            raise ValueError(
+                f"{source}: label {str(label)!r} is not one of the {len(self.labels)} known labels "
+                f"{list(self.labels)}; fix the label or train with data that has it."
+            ) from None
 
     def label(self, index: int) -> str:
         return self.labels[index]
@@ -117,8 +121,9 @@ class LabelMap:
     @classmethod
     def from_json(cls, data: Any, where: str = "label map") -> "LabelMap":
         if not isinstance(data, list) or not all(isinstance(x, str) for x in data):
-            raise ValueError(f"{where} is not a JSON list of label strings ({data!r:.80}); save it with "
-                             "LabelMap.to_json().")
+            raise ValueError(
+                f"{where} is not a JSON list of label strings ({data!r:.80}); save it with LabelMap.to_json()."
+            )
         return cls(data)
 
 
@@ -144,8 +149,10 @@ def _label_value(value: Any, source: Source, regression: bool, require_labels: b
         except (TypeError, ValueError):
             number = math.nan
         if isinstance(value, bool) or not math.isfinite(number):
-            raise ValueError(f"{source}: field 'label' is {value!r}, not a finite number; a regression task needs "
-                             "numeric labels (or configure a classification task).")
+            raise ValueError(
+                f"{source}: field 'label' is {value!r}, not a finite number; a regression task needs "
+                "numeric labels (or configure a classification task)."
+            )
         return number
     if isinstance(value, (dict, list)):
         raise ValueError(f"{source}: field 'label' is {value!r:.60}; a label is one string or number.")
@@ -161,12 +168,13 @@ def _text_columns(columns: Sequence[str], source: Source) -> tuple[str, Optional
     for a, b in TFDS_TEXT_FEATURES:
         if a in columns and (b is None or b in columns):
             return a, b
-    raise ValueError(f"{source}: no column 'text' or 'text_a' (found {list(columns)}); name the text column "
-                     "text (or text_a, with text_b for pairs).")
+    raise ValueError(
+        f"{source}: no column 'text' or 'text_a' (found {list(columns)}); name the text column "
+        "text (or text_a, with text_b for pairs)."
+    )
 
 
-def _read_delimited(path: str, text: str, delimiter: str, regression: bool, require_labels: bool
-                    ) -> list[TextExample]:
+def _read_delimited(path: str, text: str, delimiter: str, regression: bool, require_labels: bool) -> list[TextExample]:
     """TSV (no quoting, as GLUE's files and bert's _read_tsv) or CSV (quoted fields) with a header row."""
     quoting = csv.QUOTE_NONE if delimiter == "\t" else csv.QUOTE_MINIMAL
     reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter, quoting=quoting, strict=True)
@@ -182,15 +190,25 @@ def _read_delimited(path: str, text: str, delimiter: str, regression: bool, requ
                 header = [c.strip() for c in row]
                 a, b = _text_columns(header, source)
                 if require_labels and "label" not in header:
-                    raise ValueError(f"{source}: no column 'label' in the header {header}; add a label column "
-                                     "(prediction-only files may omit it).")
+                    raise ValueError(
+                        f"{source}: no column 'label' in the header {header}; add a label column "
+                        "(prediction-only files may omit it)."
+                    )
                 continue
             if len(row) != len(header):
-                raise ValueError(f"{source}: {len(row)} fields where the header has {len(header)} ({header}); "
-                                 f"quote or remove the extra {'tab' if delimiter == chr(9) else 'comma'}s in this row.")
+                raise ValueError(
+                    f"{source}: {len(row)} fields where the header has {len(header)} ({header}); "
+                    f"quote or remove the extra {'tab' if delimiter == chr(9) else 'comma'}s in this row."
+                )
             fields = dict(zip(header, row))
-            examples.append(TextExample(fields[a], fields[b] if b else None, _label_value(
-                fields.get("label"), source, regression, require_labels and "label" in header), source))
+            examples.append(
+                TextExample(
+                    fields[a],
+                    fields[b] if b else None,
+                    _label_value(fields.get("label"), source, regression, require_labels and "label" in header),
+                    source,
+                )
+            )
     except csv.Error as e:
         raise ValueError(f"{path}:{reader.line_num}: {e}; fix the quoting of this row.") from None
     if header is None:
@@ -207,8 +225,9 @@ def _read_jsonl(path: str, text: str, regression: bool, require_labels: bool) ->
         try:
             row = json.loads(raw)
         except json.JSONDecodeError as e:
-            raise ValueError(f"{source}: invalid JSON ({e.msg} at column {e.colno}); write one object per line."
-                             ) from None
+            raise ValueError(
+                f"{source}: invalid JSON ({e.msg} at column {e.colno}); write one object per line."
+            ) from None
         if not isinstance(row, dict):
             raise ValueError(f"{source}: a JSON {type(row).__name__}, not an object with text/text_a and label.")
         a, b = _text_columns(list(row), source)
@@ -219,16 +238,22 @@ def _read_jsonl(path: str, text: str, regression: bool, require_labels: bool) ->
             raise ValueError(f"{source}: field {a!r} is null; give the example its text.")
         if require_labels and "label" not in row:
             raise ValueError(f"{source}: no field 'label'; give every training/eval example a label.")
-        examples.append(TextExample(row[a], row.get(b) if b else None,
-                                    _label_value(row.get("label"), source, regression, require_labels), source))
+        examples.append(
+            TextExample(
+                row[a],
+                row.get(b) if b else None,
+                _label_value(row.get("label"), source, regression, require_labels),
+                source,
+            )
+        )
     if not examples:
-        raise ValueError(f"{path} is empty; write one JSON object per line with text (or text_a[, text_b]) and "
-                         "label.")
+        raise ValueError(f"{path} is empty; write one JSON object per line with text (or text_a[, text_b]) and label.")
     return examples
 
 
-def read_text_examples(pattern: str, regression: bool = False, require_labels: bool = True,
-                       what: str = "data file") -> list[TextExample]:
+def read_text_examples(
+    pattern: str, regression: bool = False, require_labels: bool = True, what: str = "data file"
+) -> list[TextExample]:
     """Examples from .tsv/.csv/.jsonl files (a path, glob or comma list) or `tfds:NAME:SPLIT[:DATA_DIR]`.
 
     Files need a header (`text` or `text_a`[, `text_b`], `label`); labels are strings, or floats when `regression`.
@@ -237,10 +262,12 @@ def read_text_examples(pattern: str, regression: bool = False, require_labels: b
     if pattern.startswith("tfds:"):
         m = re.fullmatch(r"tfds:([^:]+)(?::([^:\[]+(?:\[[^\]]*\])?))?(?::(.+))?", pattern)
         if not m:
-            raise ValueError(f"{what} {pattern!r} is not tfds:NAME[/CONFIG][:SPLIT[:DATA_DIR]]; e.g. "
-                             "tfds:glue/sst2:train.")
-        return read_tfds_text_examples(m[1], m[2] or "train", m[3], regression=regression,
-                                       require_labels=require_labels)
+            raise ValueError(
+                f"{what} {pattern!r} is not tfds:NAME[/CONFIG][:SPLIT[:DATA_DIR]]; e.g. tfds:glue/sst2:train."
+            )
+        return read_tfds_text_examples(
+            m[1], m[2] or "train", m[3], regression=regression, require_labels=require_labels
+        )
     examples: list[TextExample] = []
     for path in expand_patterns(pattern, what=what):
         suffix = path.lower().rsplit(".", 1)[-1]
@@ -257,15 +284,28 @@ def read_text_examples(pattern: str, regression: bool = False, require_labels: b
 
 
 # TFDS feature names of the text fields, pairs first (GLUE, SuperGLUE's BoolQ, IMDB and similar).
-TFDS_TEXT_FEATURES = (("sentence1", "sentence2"), ("question1", "question2"), ("premise", "hypothesis"),
-                      ("question", "sentence"), ("question", "passage"), ("text_a", "text_b"), ("sentence", None),
-                      ("text", None), ("text_a", None))
+TFDS_TEXT_FEATURES = (
+    ("sentence1", "sentence2"),
+    ("question1", "question2"),
+    ("premise", "hypothesis"),
+    ("question", "sentence"),
+    ("question", "passage"),
+    ("text_a", "text_b"),
+    ("sentence", None),
+    ("text", None),
+    ("text_a", None),
+)
 
 
-def read_tfds_text_examples(name: str, split: str = "train", data_dir: Optional[str] = None,
-                            regression: bool = False, require_labels: bool = True,
-                            text_features: Optional[tuple[str, Optional[str]]] = None,
-                            label_feature: str = "label") -> list[TextExample]:
+def read_tfds_text_examples(
+    name: str,
+    split: str = "train",
+    data_dir: Optional[str] = None,
+    regression: bool = False,
+    require_labels: bool = True,
+    text_features: Optional[tuple[str, Optional[str]]] = None,
+    label_feature: str = "label",
+) -> list[TextExample]:
     """A prepared TFDS split as examples; ClassLabel ids become their names, -1 (GLUE's test splits) no label."""
     import tensorflow_datasets as tfds  # Deferred: heavy, and only this reader needs it.
 
@@ -281,19 +321,27 @@ def read_tfds_text_examples(name: str, split: str = "train", data_dir: Optional[
     if split.split("[", 1)[0] not in builder.info.splits:
         raise ValueError(f"TFDS dataset {name!r} has no split {split!r}: use one of {sorted(builder.info.splits)}.")
     if text_features is None:
-        text_features = next((pair for pair in TFDS_TEXT_FEATURES
-                              if pair[0] in features and (pair[1] is None or pair[1] in features)), None)
+        text_features = next(
+            (pair for pair in TFDS_TEXT_FEATURES if pair[0] in features and (pair[1] is None or pair[1] in features)),
+            None,
+        )
     if text_features is None or any(k and k not in features for k in text_features):
-        raise ValueError(f"TFDS dataset {name!r} has features {sorted(features)}, none of the text features known "
-                         f"here {text_features or TFDS_TEXT_FEATURES}; pass text_features=(A, B or None).")
+        raise ValueError(
+            f"TFDS dataset {name!r} has features {sorted(features)}, none of the text features known "
+            f"here {text_features or TFDS_TEXT_FEATURES}; pass text_features=(A, B or None)."
+        )
     has_label = label_feature in features
     if require_labels and not has_label:
-        raise ValueError(f"TFDS dataset {name!r} has no feature {label_feature!r} (features {sorted(features)}); "
-                         "pass label_feature=NAME.")
+        raise ValueError(
+            f"TFDS dataset {name!r} has no feature {label_feature!r} (features {sorted(features)}); "
+            "pass label_feature=NAME."
+        )
     names = getattr(features[label_feature], "names", None) if has_label else None
     if regression and names:
-        raise ValueError(f"TFDS dataset {name!r}: feature {label_feature!r} is a class label ({names}); configure a "
-                         "classification task, not regression.")
+        raise ValueError(
+            f"TFDS dataset {name!r}: feature {label_feature!r} is a class label ({names}); configure a "
+            "classification task, not regression."
+        )
     a, b = text_features
     examples = []
     for index, row in enumerate(tfds.as_numpy(builder.as_dataset(split=split, shuffle_files=False))):
@@ -302,8 +350,9 @@ def read_tfds_text_examples(name: str, split: str = "train", data_dir: Optional[
         value = row[label_feature].item() if has_label else None
         if names is not None:
             value = None if value < 0 else names[value]
-        examples.append(TextExample(texts[0], texts[1], _label_value(value, source, regression, require_labels),
-                                    source))
+        examples.append(
+            TextExample(texts[0], texts[1], _label_value(value, source, regression, require_labels), source)
+        )
     if not examples:
         raise ValueError(f"TFDS split tfds:{name}:{split} is empty; pick a split with examples.")
     return examples
@@ -318,8 +367,9 @@ def _truncate_seq_pair(tokens_a: list[Any], tokens_b: list[Any], max_length: int
     return cut
 
 
-def text_features(examples: Sequence[TextExample], tokenizer: Tokenizer, max_seq_length: int,
-                  label_map: Optional[LabelMap]) -> tuple[Arrays, int]:
+def text_features(
+    examples: Sequence[TextExample], tokenizer: Tokenizer, max_seq_length: int, label_map: Optional[LabelMap]
+) -> tuple[Arrays, int]:
     """[CLS] a [SEP] (b [SEP]) as int32 [N, max_seq_length] arrays; returns (arrays, number of examples truncated).
 
     "label" is int32 ids from `label_map`, or float32 when `label_map` is None (regression); it is left out when no
@@ -339,31 +389,38 @@ def text_features(examples: Sequence[TextExample], tokenizer: Tokenizer, max_seq
             ids, segments = frame.pair(a, b)
         else:
             if len(a) > max_seq_length - frame.single_specials:
-                a, truncated = a[:max_seq_length - frame.single_specials], truncated + 1
+                a, truncated = a[: max_seq_length - frame.single_specials], truncated + 1
             ids = frame.single(a)
             segments = [0] * len(ids)
         input_ids.append(pad_to(ids, max_seq_length, frame.pad_id))
         segment_ids.append(pad_to(segments, max_seq_length, 0))
         input_mask.append(pad_to([1] * len(ids), max_seq_length, 0))
     shape = (len(examples), max_seq_length)
-    arrays = {k: np.array(v, np.int32).reshape(shape) for k, v in (
-        ("input_ids", input_ids), ("segment_ids", segment_ids), ("input_mask", input_mask))}
+    arrays = {
+        k: np.array(v, np.int32).reshape(shape)
+        for k, v in (("input_ids", input_ids), ("segment_ids", segment_ids), ("input_mask", input_mask))
+    }
     unlabelled = [ex for ex in examples if ex.label is None]
     if unlabelled and len(unlabelled) < len(examples):
-        raise ValueError(f"{unlabelled[0].source}: this example has no label but others do; label every example "
-                         "(or none, for prediction).")
+        raise ValueError(
+            f"{unlabelled[0].source}: this example has no label but others do; label every example "
+            "(or none, for prediction)."
+        )
     if examples and not unlabelled:
         if label_map is None:
             if not all(isinstance(ex.label, float) for ex in examples):
                 bad = next(ex for ex in examples if not isinstance(ex.label, float))
-                raise ValueError(f"{bad.source}: label {bad.label!r} is not a number; pass a LabelMap for "
-                                 "classification, or read the file with regression=True.")
+                raise ValueError(
+                    f"{bad.source}: label {bad.label!r} is not a number; pass a LabelMap for "
+                    "classification, or read the file with regression=True."
+                )
             arrays["label"] = np.array([ex.label for ex in examples], np.float32)
         else:
             arrays["label"] = np.array([label_map.id(ex.label, ex.source) for ex in examples], np.int32)
     if truncated:
-        log.info("text_features: %d of %d examples truncated to max_seq_length=%d", truncated, len(examples),
-                 max_seq_length)
+        log.info(
+            "text_features: %d of %d examples truncated to max_seq_length=%d", truncated, len(examples), max_seq_length
+        )
     return arrays, truncated
 
 
@@ -396,8 +453,10 @@ def read_conll(pattern: str, what: str = "data file") -> list[TokenExample]:
                     words, labels = [], []
                 continue
             if len(columns) < 2:
-                raise ValueError(f"{path}:{number}: one column {line.strip()!r:.60}; each line needs the word first "
-                                 "and its label last, separated by whitespace (or a blank line between sentences).")
+                raise ValueError(
+                    f"{path}:{number}: one column {line.strip()!r:.60}; each line needs the word first "
+                    "and its label last, separated by whitespace (or a blank line between sentences)."
+                )
             start = start if words else number
             words.append(columns[0])
             labels.append(columns[-1])
@@ -406,8 +465,9 @@ def read_conll(pattern: str, what: str = "data file") -> list[TokenExample]:
     return examples
 
 
-def token_features(examples: Sequence[TokenExample], tokenizer: Tokenizer, max_seq_length: int,
-                   label_map: LabelMap) -> tuple[Arrays, list[np.ndarray], int]:
+def token_features(
+    examples: Sequence[TokenExample], tokenizer: Tokenizer, max_seq_length: int, label_map: LabelMap
+) -> tuple[Arrays, list[np.ndarray], int]:
     """Each word tokenized alone; its label on its first piece, other pieces and specials weighted 0.
 
     Returns (arrays, per example the token index of each word's first piece or -1 when truncation cut the word,
@@ -420,14 +480,14 @@ def token_features(examples: Sequence[TokenExample], tokenizer: Tokenizer, max_s
     truncated = 0
     for ex in examples:
         if len(ex.words) != len(ex.labels):
-            raise ValueError(f"{ex.source}: {len(ex.words)} words but {len(ex.labels)} labels; give each word one "
-                             "label.")
+            raise ValueError(
+                f"{ex.source}: {len(ex.words)} words but {len(ex.labels)} labels; give each word one label."
+            )
         ids, label_ids, weights = list(frame.before), [0] * len(frame.before), [0.0] * len(frame.before)
         starts = np.full(len(ex.words), -1, np.int32)
         cut = False
         for i, (word, label, pieces) in enumerate(zip(ex.words, ex.labels, pieces_of(tokenizer, ex.words))):
-            label_id = label_map.id(label, Source(ex.source.file, ex.source.line + i) if ex.source.line
-                                    else ex.source)
+            label_id = label_map.id(label, Source(ex.source.file, ex.source.line + i) if ex.source.line else ex.source)
             pieces = pieces or [UNK]
             room = max_seq_length - len(frame.after) - len(ids)
             if room <= 0 or len(pieces) > room:
@@ -447,12 +507,18 @@ def token_features(examples: Sequence[TokenExample], tokenizer: Tokenizer, max_s
         rows["label_weights"].append(pad_to(weights, max_seq_length, 0.0))
         word_starts.append(starts)
     shape = (len(examples), max_seq_length)
-    arrays = {"input_ids": np.array(rows["input_ids"], np.int32).reshape(shape),
-              "segment_ids": np.zeros(shape, np.int32),
-              "input_mask": np.array(rows["input_mask"], np.int32).reshape(shape)}
+    arrays = {
+        "input_ids": np.array(rows["input_ids"], np.int32).reshape(shape),
+        "segment_ids": np.zeros(shape, np.int32),
+        "input_mask": np.array(rows["input_mask"], np.int32).reshape(shape),
+    }
     arrays["label_ids"] = np.array(rows["label_ids"], np.int32).reshape(shape)
     arrays["label_weights"] = np.array(rows["label_weights"], np.float32).reshape(shape)
     if truncated:
-        log.info("token_features: %d of %d sentences truncated to max_seq_length=%d (their cut words map to -1)",
-                 truncated, len(examples), max_seq_length)
+        log.info(
+            "token_features: %d of %d sentences truncated to max_seq_length=%d (their cut words map to -1)",
+            truncated,
+            len(examples),
+            max_seq_length,
+        )
     return arrays, word_starts, truncated

@@ -24,8 +24,7 @@ import numpy as np
 def _confusion_matrix(labels: np.ndarray, predictions: np.ndarray, num_classes: int) -> np.ndarray:
     """[true, predicted] counts as float64, so MCC's products of counts cannot overflow."""
     flat = labels * num_classes + predictions
-    return np.bincount(flat, minlength=num_classes * num_classes).reshape(
-        num_classes, num_classes).astype(np.float64)
+    return np.bincount(flat, minlength=num_classes * num_classes).reshape(num_classes, num_classes).astype(np.float64)
 
 
 def classification_scores(labels: np.ndarray, predictions: np.ndarray, num_classes: int) -> dict:
@@ -38,17 +37,23 @@ def classification_scores(labels: np.ndarray, predictions: np.ndarray, num_class
     labels = np.asarray(labels)
     predictions = np.asarray(predictions)
     if labels.ndim != 1 or labels.shape != predictions.shape:
-        raise ValueError(f"classification_scores needs two 1-D arrays of the same length; got labels of "
-                         f"shape {labels.shape} and predictions of shape {predictions.shape}.")
+        raise ValueError(
+            f"classification_scores needs two 1-D arrays of the same length; got labels of "
+            f"shape {labels.shape} and predictions of shape {predictions.shape}."
+        )
     if labels.size == 0:
         raise ValueError("classification_scores got no examples; pass at least one label and prediction.")
     for name, values in (("labels", labels), ("predictions", predictions)):
         if not (np.issubdtype(values.dtype, np.integer) or values.dtype == np.bool_):
-            raise ValueError(f"classification_scores needs integer class ids in {name}; got dtype "
-                             f"{values.dtype} (take the argmax of the logits first).")
+            raise ValueError(
+                f"classification_scores needs integer class ids in {name}; got dtype "
+                f"{values.dtype} (take the argmax of the logits first)."
+            )
         if values.min() < 0 or values.max() >= num_classes:
-            raise ValueError(f"classification_scores: {name} hold class ids outside [0, {num_classes}) "
-                             f"(min {values.min()}, max {values.max()}); check num_classes or drop padding.")
+            raise ValueError(
+                f"classification_scores: {name} hold class ids outside [0, {num_classes}) "
+                f"(min {values.min()}, max {values.max()}); check num_classes or drop padding."
+            )
     cm = _confusion_matrix(labels.astype(np.int64), predictions.astype(np.int64), num_classes)
     tp = np.diag(cm)
     true_sum, pred_sum = cm.sum(axis=1), cm.sum(axis=0)
@@ -113,16 +118,14 @@ def regression_scores(labels: np.ndarray, predictions: np.ndarray) -> dict:
     y = np.asarray(labels, np.float64).ravel()
     p = np.asarray(predictions, np.float64).ravel()
     if y.shape != p.shape:
-        raise ValueError(f"regression_scores needs labels and predictions of the same size; got "
-                         f"{y.size} and {p.size}.")
+        raise ValueError(f"regression_scores needs labels and predictions of the same size; got {y.size} and {p.size}.")
     if y.size == 0:
         raise ValueError("regression_scores got no examples; pass at least one label and prediction.")
     with np.errstate(all="ignore"):
         mse = float(np.mean((p - y) ** 2))
     if not (np.all(np.isfinite(y)) and np.all(np.isfinite(p))):
         return {"pearson": float("nan"), "spearman": float("nan"), "mse": mse}
-    return {"pearson": _pearson(y, p), "spearman": _pearson(_average_ranks(y), _average_ranks(p)),
-            "mse": mse}
+    return {"pearson": _pearson(y, p), "spearman": _pearson(_average_ranks(y), _average_ranks(p)), "mse": mse}
 
 
 # --- Entities (token classification: CoNLL NER) ------------------------------------------------------
@@ -178,15 +181,19 @@ def entity_scores(true_tags: Sequence[Sequence[str]], pred_tags: Sequence[Sequen
     entity counts only if its type, start and end all match), token-level `accuracy`, and `f1_<TYPE>`
     for every type seen in either. Token accuracy alone flatters NER, since most tokens are O."""
     if len(true_tags) != len(pred_tags):
-        raise ValueError(f"entity_scores needs one predicted tag sequence per sentence; got "
-                         f"{len(true_tags)} true and {len(pred_tags)} predicted sentences.")
+        raise ValueError(
+            f"entity_scores needs one predicted tag sequence per sentence; got "
+            f"{len(true_tags)} true and {len(pred_tags)} predicted sentences."
+        )
     true_by_type: dict[str, set] = collections.defaultdict(set)
     pred_by_type: dict[str, set] = collections.defaultdict(set)
     tokens = same = 0
     for s, (true_seq, pred_seq) in enumerate(zip(true_tags, pred_tags)):
         if len(true_seq) != len(pred_seq):
-            raise ValueError(f"entity_scores: sentence {s} has {len(true_seq)} true tags but "
-                             f"{len(pred_seq)} predicted ones; predict one tag per token.")
+            raise ValueError(
+                f"entity_scores: sentence {s} has {len(true_seq)} true tags but "
+                f"{len(pred_seq)} predicted ones; predict one tag per token."
+            )
         tokens += len(true_seq)
         same += sum(t == p for t, p in zip(true_seq, pred_seq))
         for type_, first, last in entity_chunks(true_seq):
@@ -255,8 +262,10 @@ def squad_scores(predictions: Mapping[str, str], references: Mapping[str, Sequen
     missing = 0
     for qid, answers in references.items():
         if isinstance(answers, str):
-            raise ValueError(f"squad_scores: the references of question {qid!r} are a string; pass a "
-                             f"list of gold answers ([\"\"] for an unanswerable question).")
+            raise ValueError(
+                f"squad_scores: the references of question {qid!r} are a string; pass a "
+                f'list of gold answers ([""] for an unanswerable question).'
+            )
         has_answer[qid] = any(answers)
         golds = [a for a in answers if normalize_answer(a)] or [""]
         if qid not in predictions:
@@ -271,16 +280,15 @@ def squad_scores(predictions: Mapping[str, str], references: Mapping[str, Sequen
         return 100.0 * sum(values[q] for q in qids) / len(qids)
 
     qids = list(references)
-    scores = {"exact_match": percent(exact, qids), "f1": percent(f1, qids), "total": len(qids),
-              "missing": missing}
+    scores = {"exact_match": percent(exact, qids), "f1": percent(f1, qids), "total": len(qids), "missing": missing}
     no_ans = [q for q in qids if not has_answer[q]]
     if no_ans:
         has_ans = [q for q in qids if has_answer[q]]
         if has_ans:  # as the v2.0 script, a subset with no questions gets no keys
-            scores.update(HasAns_exact=percent(exact, has_ans), HasAns_f1=percent(f1, has_ans),
-                          HasAns_total=len(has_ans))
-        scores.update(NoAns_exact=percent(exact, no_ans), NoAns_f1=percent(f1, no_ans),
-                      NoAns_total=len(no_ans))
+            scores.update(
+                HasAns_exact=percent(exact, has_ans), HasAns_f1=percent(f1, has_ans), HasAns_total=len(has_ans)
+            )
+        scores.update(NoAns_exact=percent(exact, no_ans), NoAns_f1=percent(f1, no_ans), NoAns_total=len(no_ans))
     return scores
 
 
@@ -293,5 +301,10 @@ def summary(values: Sequence[float]) -> dict:
     x = np.asarray(values, np.float64).ravel()
     if x.size == 0:
         raise ValueError("summary got no values; pass the score of at least one run.")
-    return {"mean": float(x.mean()), "std": float(x.std(ddof=1)) if x.size > 1 else 0.0,
-            "min": float(x.min()), "max": float(x.max()), "n": int(x.size)}
+    return {
+        "mean": float(x.mean()),
+        "std": float(x.std(ddof=1)) if x.size > 1 else 0.0,
+        "min": float(x.min()),
+        "max": float(x.max()),
+        "n": int(x.size),
+    }

@@ -38,13 +38,16 @@ class QAExample:
     source: Source
 
 
-def _field(obj: Any, key: str, kind: Union[type, tuple[type, ...]], path: str, file: str,
-           default: Any = dataclasses.MISSING) -> Any:
+def _field(
+    obj: Any, key: str, kind: Union[type, tuple[type, ...]], path: str, file: str, default: Any = dataclasses.MISSING
+) -> Any:
     """obj[key] checked for type; the error names the file and the JSON path (data[3].paragraphs[0].qas[2].id)."""
     where = f"{path}.{key}" if path else key
     if not isinstance(obj, dict):
-        raise ValueError(f"{file}: {path or 'the top level'} is a JSON {type(obj).__name__}, not an object; follow "
-                         "the SQuAD format {\"data\": [{\"paragraphs\": [{\"context\", \"qas\": [...]}]}]}.")
+        raise ValueError(
+            f"{file}: {path or 'the top level'} is a JSON {type(obj).__name__}, not an object; follow "
+            'the SQuAD format {"data": [{"paragraphs": [{"context", "qas": [...]}]}]}.'
+        )
     if key not in obj:
         if default is not dataclasses.MISSING:
             return default
@@ -56,8 +59,9 @@ def _field(obj: Any, key: str, kind: Union[type, tuple[type, ...]], path: str, f
     return value
 
 
-def read_squad(pattern: str, require_answers: bool = True, what: str = "data file"
-               ) -> tuple[list[QAExample], dict[str, int]]:
+def read_squad(
+    pattern: str, require_answers: bool = True, what: str = "data file"
+) -> tuple[list[QAExample], dict[str, int]]:
     """SQuAD v1.1 / v2.0 JSON → examples and stats {"examples", "skipped_bad_offsets", "impossible"}.
 
     `require_answers=True` reads training data: every possible question needs an answer, and one whose first answer
@@ -73,8 +77,9 @@ def read_squad(pattern: str, require_answers: bool = True, what: str = "data fil
         try:
             root = json.loads(read_text(path))
         except json.JSONDecodeError as e:
-            raise ValueError(f"{path}:{e.lineno}: invalid JSON ({e.msg} at column {e.colno}); pass a SQuAD .json "
-                             "file.") from None
+            raise ValueError(
+                f"{path}:{e.lineno}: invalid JSON ({e.msg} at column {e.colno}); pass a SQuAD .json file."
+            ) from None
         for i, article in enumerate(_field(root, "data", list, "", path)):
             for j, paragraph in enumerate(_field(article, "paragraphs", list, f"data[{i}]", path)):
                 at = f"data[{i}].paragraphs[{j}]"
@@ -88,18 +93,22 @@ def read_squad(pattern: str, require_answers: bool = True, what: str = "data fil
                     answers = []
                     for n, answer in enumerate(_field(qa, "answers", list, qpath, path, default=[])):
                         apath = f"{qpath}.answers[{n}]"
-                        answers.append((_field(answer, "text", str, apath, path),
-                                        _field(answer, "answer_start", int, apath, path)))
+                        answers.append(
+                            (_field(answer, "text", str, apath, path), _field(answer, "answer_start", int, apath, path))
+                        )
                     if qid in seen:
-                        raise ValueError(f"{path}: {qpath}.id {qid!r} was used before ({seen[qid]}); give every "
-                                         "question its own id.")
+                        raise ValueError(
+                            f"{path}: {qpath}.id {qid!r} was used before ({seen[qid]}); give every question its own id."
+                        )
                     seen[qid] = source
                     if require_answers and not impossible:
                         if not answers:
-                            raise ValueError(f"{path}: {qpath}.answers is empty but is_impossible is not true; "
-                                             "training needs an answer (or is_impossible: true for SQuAD v2.0).")
+                            raise ValueError(
+                                f"{path}: {qpath}.answers is empty but is_impossible is not true; "
+                                "training needs an answer (or is_impossible: true for SQuAD v2.0)."
+                            )
                         text, start = answers[0]
-                        if not text or start < 0 or context[start:start + len(text)] != text:
+                        if not text or start < 0 or context[start : start + len(text)] != text:
                             stats["skipped_bad_offsets"] += 1
                             bad.append(f"{qpath} ({text!r:.40} at {start})")
                             continue
@@ -107,8 +116,12 @@ def read_squad(pattern: str, require_answers: bool = True, what: str = "data fil
                     examples.append(QAExample(qid, question, context, answers, impossible, source))
     stats["examples"] = len(examples)
     if bad:
-        log.warning("read_squad: skipped %d question(s) whose answer text is not at its answer_start in %s, e.g. %s",
-                    len(bad), pattern, "; ".join(bad[:3]))
+        log.warning(
+            "read_squad: skipped %d question(s) whose answer text is not at its answer_start in %s, e.g. %s",
+            len(bad),
+            pattern,
+            "; ".join(bad[:3]),
+        )
     if not examples:
         raise ValueError(f"{what} {pattern!r} holds no usable questions ({stats}); check it is SQuAD JSON.")
     return examples, stats
@@ -179,9 +192,9 @@ class _Aligner:
 
     def spell(self, piece: str) -> str:
         if piece.startswith(WORDPIECE_PREFIX) and self.is_continuation(piece):
-            piece = piece[len(WORDPIECE_PREFIX):]
+            piece = piece[len(WORDPIECE_PREFIX) :]
         elif piece.startswith(SENTENCEPIECE_SPACE):
-            piece = piece[len(SENTENCEPIECE_SPACE):]
+            piece = piece[len(SENTENCEPIECE_SPACE) :]
         return piece.replace("ς", "σ")
 
     def spans(self, word: str, start: int, pieces: list[str]) -> list[tuple[int, int]]:
@@ -191,7 +204,7 @@ class _Aligner:
         out, p = [], 0
         for j, s in enumerate(spelled):
             if s is None:  # [UNK]: at least one char, up to where the next spelled piece is found
-                nxt = next((t for t in spelled[j + 1:] if t), None)
+                nxt = next((t for t in spelled[j + 1 :] if t), None)
                 b, e = p, (text.find(nxt, p + 1) if nxt else -1)
                 e = len(text) if e < 0 else e
             else:
@@ -205,13 +218,14 @@ class _Aligner:
         return out
 
 
-def _improve_answer_span(doc_tokens: list[str], start: int, end: int, tokenizer: Tokenizer,
-                         answer_text: str) -> tuple[int, int]:
+def _improve_answer_span(
+    doc_tokens: list[str], start: int, end: int, tokenizer: Tokenizer, answer_text: str
+) -> tuple[int, int]:
     """run_squad.py: the tightest token span equal to the tokenized answer (e.g. "1895" inside "(1895-1943).")."""
     target = " ".join(tokenizer.tokenize(answer_text))
     for new_start in range(start, end + 1):
         for new_end in range(end, new_start - 1, -1):
-            if " ".join(doc_tokens[new_start:new_end + 1]) == target:
+            if " ".join(doc_tokens[new_start : new_end + 1]) == target:
                 return new_start, new_end
     return start, end
 
@@ -228,8 +242,14 @@ def _check_is_max_context(windows: list[tuple[int, int]], current: int, position
     return best == current
 
 
-def qa_features(examples: Sequence[QAExample], tokenizer: Tokenizer, max_seq_length: int, doc_stride: int = 128,
-                max_query_length: int = 64, training: bool = False) -> tuple[Arrays, list[QAFeature]]:
+def qa_features(
+    examples: Sequence[QAExample],
+    tokenizer: Tokenizer,
+    max_seq_length: int,
+    doc_stride: int = 128,
+    max_query_length: int = 64,
+    training: bool = False,
+) -> tuple[Arrays, list[QAFeature]]:
     """run_squad.py's convert_examples_to_features: [CLS] question [SEP] window [SEP], windows `doc_stride` apart.
 
     Arrays: input_ids, input_mask, segment_ids int32 [F, max_seq_length]; with `training`, start_positions and
@@ -238,14 +258,17 @@ def qa_features(examples: Sequence[QAExample], tokenizer: Tokenizer, max_seq_len
     """
     frame = tokenizer.frame()  # [CLS] question [SEP] window [SEP], or the tokenizer's own template
     if max_seq_length <= max_query_length + frame.pair_specials:
-        raise ValueError(f"max_seq_length={max_seq_length} leaves no room for the context after a question of up to "
-                         f"max_query_length={max_query_length} tokens; raise max_seq_length or lower "
-                         "max_query_length.")
+        raise ValueError(
+            f"max_seq_length={max_seq_length} leaves no room for the context after a question of up to "
+            f"max_query_length={max_query_length} tokens; raise max_seq_length or lower "
+            "max_query_length."
+        )
     if doc_stride < 1:
         raise ValueError(f"doc_stride={doc_stride} must be at least 1 (google-research/bert uses 128).")
     aligner = _Aligner(tokenizer)
-    rows: dict[str, list[Any]] = {k: [] for k in ("input_ids", "input_mask", "segment_ids", "start_positions",
-                                                  "end_positions")}
+    rows: dict[str, list[Any]] = {
+        k: [] for k in ("input_ids", "input_mask", "segment_ids", "start_positions", "end_positions")
+    }
     features: list[QAFeature] = []
     queries_cut = 0
     context: Optional[str] = None
@@ -266,12 +289,15 @@ def qa_features(examples: Sequence[QAExample], tokenizer: Tokenizer, max_seq_len
         tok_start = tok_end = -1
         if training and not ex.is_impossible:
             if not ex.answers:
-                raise ValueError(f"{ex.source}: no answer for a possible question; training needs one (or "
-                                 "is_impossible: true).")
+                raise ValueError(
+                    f"{ex.source}: no answer for a possible question; training needs one (or is_impossible: true)."
+                )
             text, char_start = ex.answers[0]
             if not text or char_start < 0 or char_start + len(text) > len(ex.context):
-                raise ValueError(f"{ex.source}: answer {text!r:.40} at {char_start} lies outside the context; read "
-                                 "training data with read_squad(require_answers=True), which skips such answers.")
+                raise ValueError(
+                    f"{ex.source}: answer {text!r:.40} at {char_start} lies outside the context; read "
+                    "training data with read_squad(require_answers=True), which skips such answers."
+                )
             first = max(char_to_word[char_start], 0)
             last = char_to_word[char_start + len(text) - 1]
             tok_start = word_to_tok[first] if first < len(words) else len(doc_tokens)
@@ -290,14 +316,21 @@ def qa_features(examples: Sequence[QAExample], tokenizer: Tokenizer, max_seq_len
         tail = len(frame.end)
         query_ids = tokenizer.convert_tokens_to_ids(query)
         for index, (start, length) in enumerate(windows):
-            ids, segments = frame.pair(query_ids, tokenizer.convert_tokens_to_ids(doc_tokens[start:start + length]))
+            ids, segments = frame.pair(query_ids, tokenizer.convert_tokens_to_ids(doc_tokens[start : start + length]))
             rows["input_ids"].append(pad_to(ids, max_seq_length, frame.pad_id))
             rows["input_mask"].append(pad_to([1] * len(ids), max_seq_length, 0))
             rows["segment_ids"].append(pad_to(segments, max_seq_length, 0))
-            features.append(QAFeature(
-                example_index, tuple([(-1, -1)] * head + doc_chars[start:start + length] + [(-1, -1)] * tail),
-                tuple([False] * head + [_check_is_max_context(windows, index, start + i) for i in range(length)]
-                      + [False] * tail)))
+            features.append(
+                QAFeature(
+                    example_index,
+                    tuple([(-1, -1)] * head + doc_chars[start : start + length] + [(-1, -1)] * tail),
+                    tuple(
+                        [False] * head
+                        + [_check_is_max_context(windows, index, start + i) for i in range(length)]
+                        + [False] * tail
+                    ),
+                )
+            )
             inside = start <= tok_start and tok_end <= start + length - 1 and tok_start <= tok_end
             rows["start_positions"].append(tok_start - start + head if inside else 0)
             rows["end_positions"].append(tok_end - start + head if inside else 0)
@@ -306,8 +339,12 @@ def qa_features(examples: Sequence[QAExample], tokenizer: Tokenizer, max_seq_len
     if training:
         arrays.update({k: np.array(rows[k], np.int32) for k in ("start_positions", "end_positions")})
     if queries_cut:
-        log.info("qa_features: %d of %d questions cut to max_query_length=%d tokens", queries_cut, len(examples),
-                 max_query_length)
+        log.info(
+            "qa_features: %d of %d questions cut to max_query_length=%d tokens",
+            queries_cut,
+            len(examples),
+            max_query_length,
+        )
     return arrays, features
 
 
@@ -317,9 +354,16 @@ def _best_indexes(logits: np.ndarray, allowed: np.ndarray, n_best_size: int) -> 
     return positions[np.argsort(-logits[positions], kind="stable")[:n_best_size]]
 
 
-def qa_predictions(examples: Sequence[QAExample], features: Sequence[QAFeature], start_logits: np.ndarray,
-                   end_logits: np.ndarray, n_best_size: int = 20, max_answer_length: int = 30,
-                   version_2: bool = False, null_score_diff_threshold: float = 0.0) -> dict[str, str]:
+def qa_predictions(
+    examples: Sequence[QAExample],
+    features: Sequence[QAFeature],
+    start_logits: np.ndarray,
+    end_logits: np.ndarray,
+    n_best_size: int = 20,
+    max_answer_length: int = 30,
+    version_2: bool = False,
+    null_score_diff_threshold: float = 0.0,
+) -> dict[str, str]:
     """qid → answer text cut from the original context, as run_squad.py's write_predictions picks it.
 
     The best span over all windows of an example by start + end logit (start in a max-context token, start <= end,
@@ -328,8 +372,10 @@ def qa_predictions(examples: Sequence[QAExample], features: Sequence[QAFeature],
     """
     start_logits, end_logits = np.asarray(start_logits, np.float64), np.asarray(end_logits, np.float64)
     if start_logits.shape != end_logits.shape or start_logits.ndim != 2 or start_logits.shape[0] != len(features):
-        raise ValueError(f"start_logits {start_logits.shape} and end_logits {end_logits.shape} must both be "
-                         f"[{len(features)} features, max_seq_length]; pass the logits of every feature in order.")
+        raise ValueError(
+            f"start_logits {start_logits.shape} and end_logits {end_logits.shape} must both be "
+            f"[{len(features)} features, max_seq_length]; pass the logits of every feature in order."
+        )
     by_example: dict[int, list[int]] = {}
     for f_index, feature in enumerate(features):
         by_example.setdefault(feature.example_index, []).append(f_index)
@@ -342,18 +388,22 @@ def qa_predictions(examples: Sequence[QAExample], features: Sequence[QAFeature],
             null_score = min(null_score, s_logits[0] + e_logits[0])
             chars = np.asarray(feature.token_to_char, np.int64).reshape(-1, 2)[:n]
             in_context = chars[:, 0] >= 0
-            starts = _best_indexes(s_logits[:n], in_context & np.asarray(feature.token_is_max_context[:n], bool),
-                                   n_best_size)
+            starts = _best_indexes(
+                s_logits[:n], in_context & np.asarray(feature.token_is_max_context[:n], bool), n_best_size
+            )
             ends = _best_indexes(e_logits[:n], in_context, n_best_size)
             # run_squad.py's double loop over (start, end) candidates, as one masked matrix; row-major argmax keeps
             # its order among equal scores.
             length = ends[None, :] - starts[:, None] + 1
-            scores = np.where((length >= 1) & (length <= max_answer_length),
-                              s_logits[starts][:, None] + e_logits[ends][None, :], -np.inf)
+            scores = np.where(
+                (length >= 1) & (length <= max_answer_length),
+                s_logits[starts][:, None] + e_logits[ends][None, :],
+                -np.inf,
+            )
             if not scores.size:
                 continue
             i, j = np.unravel_index(np.argmax(scores), scores.shape)
-            text = ex.context[chars[starts[i], 0]:chars[ends[j], 1]]
+            text = ex.context[chars[starts[i], 0] : chars[ends[j], 1]]
             if scores[i, j] > best_score and text:
                 best_score, best_text = float(scores[i, j]), text
         if version_2 and null_score - best_score > null_score_diff_threshold:

@@ -33,14 +33,17 @@ def pretraining_settings(pretrained: str) -> dict:
     """The pre-training run's config.json (its job writes it before training)."""
     path = os.path.join(pretrained, "config.json")
     if not os.path.isfile(path):
-        raise FileNotFoundError(f"{path} does not exist: --pretrained must be a bertjax pre-training workdir "
-                                "(make demo's workdir/demo).")
+        raise FileNotFoundError(
+            f"{path} does not exist: --pretrained must be a bertjax pre-training workdir (make demo's workdir/demo)."
+        )
     with open(path) as f:
         settings = json.load(f)
     if settings.get("data", {}).get("corpus") != "builtin:pydocs":
         corpus = settings.get("data", {}).get("corpus")
-        raise ValueError(f"{path}: the run pre-trained on config.data.corpus={corpus!r}; the demo task is built from "
-                         "builtin:pydocs and needs a run on it to know its held-out modules.")
+        raise ValueError(
+            f"{path}: the run pre-trained on config.data.corpus={corpus!r}; the demo task is built from "
+            "builtin:pydocs and needs a run on it to know its held-out modules."
+        )
     return settings
 
 
@@ -57,8 +60,9 @@ def build(config: Any, pretrained: str, workdir: str) -> tuple[str, str, pydocs_
     return train_file, dev_file, task
 
 
-def run_config(config: Any, init: str, pretrained: str, train_file: str, dev_file: str,
-               seed: int) -> ml_collections.ConfigDict:
+def run_config(
+    config: Any, init: str, pretrained: str, train_file: str, dev_file: str, seed: int
+) -> ml_collections.ConfigDict:
     """The FinetuneConfig section of `config` for one run: init_from the checkpoint, or "" with its architecture."""
     c = ml_collections.ConfigDict({k: v for k, v in config.to_dict().items() if k != "demo"})
     c.seed = seed
@@ -91,25 +95,42 @@ def run(config: Any, pretrained: str, workdir: str) -> dict:
             name = init if len(seeds) == 1 else f"{init}-seed{seed}"
             start = time.time()
             log.info("finetune: %s initialisation, seed %d, into %s", init, seed, os.path.join(workdir, name))
-            result = finetuning.finetune(run_config(config, init, pretrained, train_file, dev_file, seed),
-                                           os.path.join(workdir, name))
-            runs.append({"init": init, "seed": seed, "accuracy": result["accuracy"], "macro_f1": result["macro_f1"],
-                         "seconds": round(time.time() - start, 1)})
-    report = {"runs": runs, "task": {k: v for k, v in task.stats.items() if not k.endswith("_modules")},
-              "best_constant_accuracy": task.stats["best_constant_accuracy"]}
+            result = finetuning.finetune(
+                run_config(config, init, pretrained, train_file, dev_file, seed), os.path.join(workdir, name)
+            )
+            runs.append(
+                {
+                    "init": init,
+                    "seed": seed,
+                    "accuracy": result["accuracy"],
+                    "macro_f1": result["macro_f1"],
+                    "seconds": round(time.time() - start, 1),
+                }
+            )
+    report = {
+        "runs": runs,
+        "task": {k: v for k, v in task.stats.items() if not k.endswith("_modules")},
+        "best_constant_accuracy": task.stats["best_constant_accuracy"],
+    }
     with open(os.path.join(workdir, "scores.json"), "w") as f:
         json.dump(report, f, indent=2)
 
-    lines = [f"Fine-tuned on {len(task.labels)}-way 'which stdlib package is this docstring from?' "
-             f"({task.stats['train_examples']:,} train passages; {task.stats['dev_examples']} dev passages from "
-             f"{len(task.stats['dev_modules'])} modules pre-training held out), "
-             f"{config.train.num_train_steps} steps each:",
-             f"  {'initialisation':<16}{'dev accuracy':<38}dev macro-F1"]
+    lines = [
+        f"Fine-tuned on {len(task.labels)}-way 'which stdlib package is this docstring from?' "
+        f"({task.stats['train_examples']:,} train passages; {task.stats['dev_examples']} dev passages from "
+        f"{len(task.stats['dev_modules'])} modules pre-training held out), "
+        f"{config.train.num_train_steps} steps each:",
+        f"  {'initialisation':<16}{'dev accuracy':<38}dev macro-F1",
+    ]
     for init in INITS:
         mine = [r for r in runs if r["init"] == init]
-        lines.append(f"  {init:<16}{_mean_spread([r['accuracy'] for r in mine]):<38}"
-                     f"{_mean_spread([r['macro_f1'] for r in mine])}")
-    lines.append(f"  {'majority class':<16}{task.stats['best_constant_accuracy']:.2%} (always "
-                 f"'{task.stats['best_constant_label']}', the commonest dev label)")
+        lines.append(
+            f"  {init:<16}{_mean_spread([r['accuracy'] for r in mine]):<38}"
+            f"{_mean_spread([r['macro_f1'] for r in mine])}"
+        )
+    lines.append(
+        f"  {'majority class':<16}{task.stats['best_constant_accuracy']:.2%} (always "
+        f"'{task.stats['best_constant_label']}', the commonest dev label)"
+    )
     print("\n".join(lines), flush=True)
     return report

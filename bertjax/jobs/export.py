@@ -48,9 +48,11 @@ def check_output_dir(workdir: str, output_dir: str) -> None:
     if out == run or (out.startswith(run.rstrip("/") + "/") and out != run.rstrip("/") + "/hf"):
         where = "is" if out == run else "is inside"
         own_export = posixpath.join(workdir.rstrip("/"), "hf")
-        raise ValueError(f"--output_dir={output_dir} {where} the run's --workdir={workdir}, where the Hugging Face "
-                         "files would overwrite the run's own config.json or mix with its checkpoints; pass a "
-                         f"directory outside it (or {own_export}, where the job exports).")
+        raise ValueError(
+            f"--output_dir={output_dir} {where} the run's --workdir={workdir}, where the Hugging Face "
+            "files would overwrite the run's own config.json or mix with its checkpoints; pass a "
+            f"directory outside it (or {own_export}, where the job exports)."
+        )
 
 
 def check_vocab_size(vocab_file: Optional[str], do_lower_case: bool, vocab_size: int, source: str) -> None:
@@ -59,27 +61,37 @@ def check_vocab_size(vocab_file: Optional[str], do_lower_case: bool, vocab_size:
         return
     tokens = tokenization.load(vocab_file, do_lower_case).vocab_size
     if tokens != vocab_size:
-        raise ValueError(f"the vocab {vocab_file} has {tokens} tokens but the model in {source} has vocab_size="
-                         f"{vocab_size}, so transformers would read shifted token ids; put back the vocab it was "
-                         f"trained with at {vocab_file} and export again.")
+        raise ValueError(
+            f"the vocab {vocab_file} has {tokens} tokens but the model in {source} has vocab_size="
+            f"{vocab_size}, so transformers would read shifted token ids; put back the vocab it was "
+            f"trained with at {vocab_file} and export again."
+        )
 
 
 def export_tf1(path: str, output_dir: str, step: Optional[int] = None) -> str:
     """A google-research/bert directory → Hugging Face, with its vocab.txt and casing."""
     if step is not None:
-        raise ValueError(f"--step={step} selects a bertjax checkpoint, but --workdir={path} is a TF1 directory; "
-                         "drop --step: the checkpoint its `checkpoint` file names (else bert_model.ckpt) is converted.")
+        raise ValueError(
+            f"--step={step} selects a bertjax checkpoint, but --workdir={path} is a TF1 directory; "
+            "drop --step: the checkpoint its `checkpoint` file names (else bert_model.ckpt) is converted."
+        )
     ownership.check_export_dir(output_dir)
     config, params = pretrained.load(path)
     vocab_file, do_lower_case = pretrained.vocab_of(path)
     check_vocab_size(vocab_file, do_lower_case, config.vocab_size, path)
     kept = ownership.clear_earlier_export(output_dir, keep=[vocab_file])
     family = models_lib.of(config)
-    family.hf.save_pretrained(output_dir, family.model.from_architecture(config), params, vocab_file=vocab_file,
-                              do_lower_case=do_lower_case)
+    family.hf.save_pretrained(
+        output_dir, family.model.from_architecture(config), params, vocab_file=vocab_file, do_lower_case=do_lower_case
+    )
     ownership.finish_export(output_dir, kept)
-    log.info("export: converted TF1 %s to %s (vocab: %s, do_lower_case=%s)", path, output_dir,
-             vocab_file or "none", do_lower_case)
+    log.info(
+        "export: converted TF1 %s to %s (vocab: %s, do_lower_case=%s)",
+        path,
+        output_dir,
+        vocab_file or "none",
+        do_lower_case,
+    )
     return output_dir
 
 
@@ -87,11 +99,15 @@ def export(workdir: str, output_dir: str, step: Optional[int] = None) -> str:
     if not is_remote(workdir) and not checkpoint_lib.is_workdir(workdir):  # else orbax says "train first"
         if pretrained.is_tf1_dir(workdir):
             return export_tf1(workdir, output_dir, step)
-        fix = ("it is a Hugging Face directory already, which bertjax.from_pretrained and transformers load as it is"
-               if pretrained.is_hf_dir(workdir) else "pass the --workdir of a training run or a google-research/bert "
-               f"TF1 directory ({pretrained.TF1_LAYOUT})")
-        raise FileNotFoundError(f"--workdir={workdir} is not a bertjax workdir (it has no "
-                                f"{checkpoint_lib.CHECKPOINTS}/ directory); {fix}.")
+        fix = (
+            "it is a Hugging Face directory already, which bertjax.from_pretrained and transformers load as it is"
+            if pretrained.is_hf_dir(workdir)
+            else "pass the --workdir of a training run or a google-research/bert "
+            f"TF1 directory ({pretrained.TF1_LAYOUT})"
+        )
+        raise FileNotFoundError(
+            f"--workdir={workdir} is not a bertjax workdir (it has no {checkpoint_lib.CHECKPOINTS}/ directory); {fix}."
+        )
     check_output_dir(workdir, output_dir)
     own_export = _real(output_dir) == _real(os.path.join(workdir, "hf"))  # where the job exports itself
     ownership.check_export_dir(output_dir, own_export)
@@ -102,13 +118,26 @@ def export(workdir: str, output_dir: str, step: Optional[int] = None) -> str:
     check_vocab_size(vocab_file, do_lower_case, config.vocab_size, workdir)
     kept = ownership.clear_earlier_export(output_dir, own_export, keep=[vocab_file])
     if "task" in fingerprint:  # a fine-tuned run (bertjax.finetune): the transformers class of its task
-        family.hf.save_finetuned(output_dir, config, params, fingerprint["task"], fingerprint.get("labels"),
-                                 fingerprint.get("regression", False), vocab_file=vocab_file,
-                                 do_lower_case=do_lower_case)
+        family.hf.save_finetuned(
+            output_dir,
+            config,
+            params,
+            fingerprint["task"],
+            fingerprint.get("labels"),
+            fingerprint.get("regression", False),
+            vocab_file=vocab_file,
+            do_lower_case=do_lower_case,
+        )
     else:
-        family.hf.save_pretrained(output_dir, family.model.from_architecture(config), params, vocab_file=vocab_file,
-                                  do_lower_case=do_lower_case)
+        family.hf.save_pretrained(
+            output_dir,
+            family.model.from_architecture(config),
+            params,
+            vocab_file=vocab_file,
+            do_lower_case=do_lower_case,
+        )
     ownership.finish_export(output_dir, kept)
-    log.info("export: wrote %s (%s; vocab: %s)", output_dir, fingerprint.get("task", "pre-training"),
-             vocab_file or "none")
+    log.info(
+        "export: wrote %s (%s; vocab: %s)", output_dir, fingerprint.get("task", "pre-training"), vocab_file or "none"
+    )
     return output_dir

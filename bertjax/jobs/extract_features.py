@@ -63,8 +63,9 @@ def read_examples(path: str) -> list[Example]:
         with open(path, encoding="utf-8") as f:
             lines = [line.strip() for line in f]
     except UnicodeDecodeError as e:
-        raise ValueError(f"--input_file={path} is not UTF-8 text (byte offset {e.start}); re-encode it as "
-                         "UTF-8.") from None
+        raise ValueError(
+            f"--input_file={path} is not UTF-8 text (byte offset {e.start}); re-encode it as UTF-8."
+        ) from None
     if not lines:
         raise ValueError(f"--input_file={path} is empty; write one text (or `text_a ||| text_b`) per line.")
     examples = []
@@ -94,11 +95,12 @@ def find_vocab(init_from: str, vocab_file: Optional[str], do_lower_case: Optiona
         found = os.path.join(init_from, tokenization.TOKENIZER_JSON)
     vocab_file = vocab_file or found
     if not vocab_file:
-        raise FileNotFoundError(f"--init_from={init_from} records no vocabulary (no {tokenization.VOCAB_FILE}, no "
-                                "vocab_file in its config.json); pass the one the model was trained with as "
-                                "--vocab_file.")
-    return vocab_file, (do_lower_case if do_lower_case is not None else
-                        recorded if recorded is not None else True)
+        raise FileNotFoundError(
+            f"--init_from={init_from} records no vocabulary (no {tokenization.VOCAB_FILE}, no "
+            "vocab_file in its config.json); pass the one the model was trained with as "
+            "--vocab_file."
+        )
+    return vocab_file, (do_lower_case if do_lower_case is not None else recorded if recorded is not None else True)
 
 
 def layer_indices(spec: str, num_layers: int) -> list[int]:
@@ -106,14 +108,17 @@ def layer_indices(spec: str, num_layers: int) -> list[int]:
     try:
         layers = [int(part) for part in spec.split(",") if part.strip()]
     except ValueError:
-        raise ValueError(f"--layers={spec} is not a comma-separated list of integers; pass e.g. "
-                         "--layers=-1,-2,-3,-4.") from None
+        raise ValueError(
+            f"--layers={spec} is not a comma-separated list of integers; pass e.g. --layers=-1,-2,-3,-4."
+        ) from None
     if not layers:
         raise ValueError("--layers is empty; pass e.g. --layers=-1,-2,-3,-4.")
     bad = [i for i in layers if not -num_layers <= i < num_layers]
     if bad:
-        raise ValueError(f"--layers={spec}: {bad} out of range for a {num_layers}-layer model; pass indices from "
-                         f"{-num_layers} to {num_layers - 1} (-1 is the last layer, 0 the first).")
+        raise ValueError(
+            f"--layers={spec}: {bad} out of range for a {num_layers}-layer model; pass indices from "
+            f"{-num_layers} to {num_layers - 1} (-1 is the last layer, 0 the first)."
+        )
     return layers
 
 
@@ -126,8 +131,9 @@ def truncate_pair(tokens_a: list[str], tokens_b: list[str], max_length: int) -> 
     return truncated
 
 
-def featurize(examples: Sequence[Example], tokenizer: tokenization.Tokenizer,
-              max_seq_length: int) -> tuple[list[Feature], int]:
+def featurize(
+    examples: Sequence[Example], tokenizer: tokenization.Tokenizer, max_seq_length: int
+) -> tuple[list[Feature], int]:
     """([CLS] a [SEP] (b [SEP]) as fixed-length arrays, segment 1 from b on; count of truncated examples)."""
     features, truncated = [], 0
     for ex in examples:
@@ -141,9 +147,9 @@ def featurize(examples: Sequence[Example], tokenizer: tokenization.Tokenizer,
             tokens += [*tokens_b, tokenization.SEP]
             segments += [1] * (len(tokens_b) + 1)
         ids, segment_ids, mask = (np.zeros(max_seq_length, np.int32) for _ in range(3))
-        ids[:len(tokens)] = tokenizer.convert_tokens_to_ids(tokens)
-        segment_ids[:len(tokens)] = segments
-        mask[:len(tokens)] = 1
+        ids[: len(tokens)] = tokenizer.convert_tokens_to_ids(tokens)
+        segment_ids[: len(tokens)] = segments
+        mask[: len(tokens)] = 1
         features.append(Feature(ex.index, tokens, ids, segment_ids, mask))
     return features, truncated
 
@@ -161,38 +167,54 @@ def layer_outputs_fn(architecture: Any, layers: Sequence[int]):
     return forward
 
 
-def extract(architecture: Any, params: Any, features: Sequence[Feature], layers: Sequence[int],
-            batch_size: int) -> Iterator[tuple[Feature, np.ndarray]]:
+def extract(
+    architecture: Any, params: Any, features: Sequence[Feature], layers: Sequence[int], batch_size: int
+) -> Iterator[tuple[Feature, np.ndarray]]:
     """(feature, its requested layers [len(layers), tokens, hidden]) in input order; `params`: the encoder's."""
     forward = layer_outputs_fn(architecture, layers)
     start, last_log = time.monotonic(), time.monotonic()
     for begin in range(0, len(features), batch_size):
-        chunk = features[begin:begin + batch_size]
+        chunk = features[begin : begin + batch_size]
         arrays = []
         for name in ("input_ids", "segment_ids", "input_mask"):
             rows = np.stack([getattr(f, name) for f in chunk])
             arrays.append(np.pad(rows, ((0, batch_size - len(chunk)), (0, 0))))  # one shape: one compile
         values = np.asarray(forward(params, *arrays))
         for f, v in zip(chunk, values):
-            yield f, v[:, :len(f.tokens)]
+            yield f, v[:, : len(f.tokens)]
         done = begin + len(chunk)
         if time.monotonic() - last_log > PROGRESS_EVERY_S and done < len(features):
             last_log = time.monotonic()
-            log.info("extract_features: %d/%d lines, %.1f lines/s", done, len(features),
-                     done / (last_log - start))
+            log.info("extract_features: %d/%d lines, %.1f lines/s", done, len(features), done / (last_log - start))
 
 
 def to_json(feature: Feature, values: np.ndarray, layers: Sequence[int]) -> str:
     """One output line in the original's format, values rounded to 6 decimals."""
     rounded = np.round(values.astype(np.float64), 6)  # [layers, tokens, hidden]
-    return json.dumps({"linex_index": feature.index, "features": [
-        {"token": token, "layers": [{"index": index, "values": rounded[j, t].tolist()}
-                                    for j, index in enumerate(layers)]}
-        for t, token in enumerate(feature.tokens)]})
+    return json.dumps(
+        {
+            "linex_index": feature.index,
+            "features": [
+                {
+                    "token": token,
+                    "layers": [{"index": index, "values": rounded[j, t].tolist()} for j, index in enumerate(layers)],
+                }
+                for t, token in enumerate(feature.tokens)
+            ],
+        }
+    )
 
 
-def run(init_from: str, input_file: str, output_file: str, layers: str = "-1,-2,-3,-4", max_seq_length: int = 128,
-        batch_size: int = 8, vocab_file: Optional[str] = None, do_lower_case: Optional[bool] = None) -> dict:
+def run(
+    init_from: str,
+    input_file: str,
+    output_file: str,
+    layers: str = "-1,-2,-3,-4",
+    max_seq_length: int = 128,
+    batch_size: int = 8,
+    vocab_file: Optional[str] = None,
+    do_lower_case: Optional[bool] = None,
+) -> dict:
     """Writes output_file; returns {"lines", "truncated", "seconds"}."""
     if batch_size < 1:
         raise ValueError(f"--batch_size={batch_size} must be at least 1.")
@@ -205,18 +227,33 @@ def run(init_from: str, input_file: str, output_file: str, layers: str = "-1,-2,
     indices = layer_indices(layers, config.num_hidden_layers)
     min_length = 3 if any(ex.text_b is not None for ex in examples) else 2
     if not min_length <= max_seq_length <= config.max_position_embeddings:
-        raise ValueError(f"--max_seq_length={max_seq_length} must be from {min_length} ([CLS] and [SEP]s) to the "
-                         f"model's max_position_embeddings={config.max_position_embeddings}.")
+        raise ValueError(
+            f"--max_seq_length={max_seq_length} must be from {min_length} ([CLS] and [SEP]s) to the "
+            f"model's max_position_embeddings={config.max_position_embeddings}."
+        )
     if tokenizer.vocab_size > config.vocab_size:
-        raise ValueError(f"--vocab_file {vocab_file} has {tokenizer.vocab_size} tokens but the model at {init_from} "
-                         f"has {config.vocab_size} embeddings; pass the vocab the model was trained with.")
-    log.info("extract_features: %d lines from %s, vocab %s (do_lower_case=%s), layers %s of %d",
-             len(examples), input_file, vocab_file, do_lower_case, indices, config.num_hidden_layers)
+        raise ValueError(
+            f"--vocab_file {vocab_file} has {tokenizer.vocab_size} tokens but the model at {init_from} "
+            f"has {config.vocab_size} embeddings; pass the vocab the model was trained with."
+        )
+    log.info(
+        "extract_features: %d lines from %s, vocab %s (do_lower_case=%s), layers %s of %d",
+        len(examples),
+        input_file,
+        vocab_file,
+        do_lower_case,
+        indices,
+        config.num_hidden_layers,
+    )
     start = time.monotonic()
     features, truncated = featurize(examples, tokenizer, max_seq_length)
     if truncated:
-        log.info("extract_features: truncated %d of %d lines to --max_seq_length=%d tokens", truncated,
-                 len(features), max_seq_length)
+        log.info(
+            "extract_features: truncated %d of %d lines to --max_seq_length=%d tokens",
+            truncated,
+            len(features),
+            max_seq_length,
+        )
     if os.path.dirname(output_file):
         os.makedirs(os.path.dirname(output_file), exist_ok=True)
     tmp = output_file + ".tmp"
@@ -225,6 +262,11 @@ def run(init_from: str, input_file: str, output_file: str, layers: str = "-1,-2,
             f.write(to_json(feature, values, indices) + "\n")
     os.replace(tmp, output_file)  # a crash never leaves a partial file under the real name
     seconds = time.monotonic() - start
-    log.info("extract_features: wrote %d lines to %s in %.1f s (%.1f lines/s)", len(features), output_file,
-             seconds, len(features) / max(seconds, 1e-9))
+    log.info(
+        "extract_features: wrote %d lines to %s in %.1f s (%.1f lines/s)",
+        len(features),
+        output_file,
+        seconds,
+        len(features) / max(seconds, 1e-9),
+    )
     return {"lines": len(features), "truncated": truncated, "seconds": seconds}

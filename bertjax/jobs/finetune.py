@@ -35,7 +35,7 @@ from bertjax.runtime import ownership
 from bertjax.models import pretrained
 from bertjax.finetuning import scores
 from bertjax.training import trainer as trainer_lib
-from bertjax.config.schema import FinetuneConfig
+from bertjax.config.finetune import FinetuneConfig
 from bertjax.finetuning import arrays as arrays_lib
 from bertjax.finetuning import example_packing
 from bertjax.data.pretraining import pipeline as pipeline_lib
@@ -54,6 +54,7 @@ def primary_metric(job: FinetuneConfig) -> str:
 
 
 # --- Where the weights and the tokenizer come from ------------------------------------------------------
+
 
 @dataclasses.dataclass(frozen=True)
 class Source:
@@ -75,9 +76,11 @@ def resolve_source(job: FinetuneConfig) -> Source:
     if data.vocab_file:
         vocab, lower = data.vocab_file, data.do_lower_case
     if not vocab:
-        raise FileNotFoundError(f"no vocab comes with config.train.init_from={path!r}; set "
-                                "--config.data.vocab_file (and --config.data.do_lower_case) to the vocab it was "
-                                "trained with.")
+        raise FileNotFoundError(
+            f"no vocab comes with config.train.init_from={path!r}; set "
+            "--config.data.vocab_file (and --config.data.do_lower_case) to the vocab it was "
+            "trained with."
+        )
     architecture = models_lib.of(architecture).config.with_finetuning_choices(architecture, job.model)
     if not path and not job.model.vocab_size:  # unset: a random model as large as the vocab
         architecture = dataclasses.replace(architecture, vocab_size=tokenization.load(vocab, lower).vocab_size)
@@ -87,13 +90,16 @@ def resolve_source(job: FinetuneConfig) -> Source:
 def load_tokenizer(source: Source) -> tokenization.Tokenizer:
     tokenizer = tokenization.load(source.vocab_file, source.do_lower_case)
     if tokenizer.vocab_size != source.architecture.vocab_size:
-        raise ValueError(f"the vocab {source.vocab_file} has {tokenizer.vocab_size} tokens but the model's "
-                         f"vocab_size is {source.architecture.vocab_size}; use the vocab the model was trained with "
-                         "(--config.data.vocab_file).")
+        raise ValueError(
+            f"the vocab {source.vocab_file} has {tokenizer.vocab_size} tokens but the model's "
+            f"vocab_size is {source.architecture.vocab_size}; use the vocab the model was trained with "
+            "(--config.data.vocab_file)."
+        )
     return tokenizer
 
 
 # --- Data -----------------------------------------------------------------------------------------------
+
 
 @dataclasses.dataclass
 class Split:
@@ -113,8 +119,14 @@ def label_map(job: FinetuneConfig, train_examples: list) -> Optional[readers.Lab
     return tasks_lib.get(job.task).label_map(train_examples, job.data)
 
 
-def make_split(job: FinetuneConfig, examples: list, tokenizer: tokenization.Tokenizer,
-               labels: Optional[readers.LabelMap], training: bool, name: str) -> Split:
+def make_split(
+    job: FinetuneConfig,
+    examples: list,
+    tokenizer: tokenization.Tokenizer,
+    labels: Optional[readers.LabelMap],
+    training: bool,
+    name: str,
+) -> Split:
     d = job.data
     arrays, features, truncated = tasks_lib.get(job.task).rows(examples, tokenizer, d, labels, training)
     # Every split carries every key of the task's batch (targets an eval file lacks are zeros, unscored).
@@ -122,12 +134,19 @@ def make_split(job: FinetuneConfig, examples: list, tokenizer: tokenization.Toke
     for key, (shape, dtype) in heads.batch_shapes(job.task, d.regression, rows, d.max_seq_length).items():
         if key != pipeline_lib.EXAMPLE_WEIGHT:
             arrays[key] = np.asarray(arrays[key], dtype) if key in arrays else np.zeros(shape, dtype)
-    log.info("data: %s: %d examples → %d rows of %d tokens%s", name, len(examples), rows,
-             d.max_seq_length, f" ({truncated} truncated to fit)" if truncated else "")
+    log.info(
+        "data: %s: %d examples → %d rows of %d tokens%s",
+        name,
+        len(examples),
+        rows,
+        d.max_seq_length,
+        f" ({truncated} truncated to fit)" if truncated else "",
+    )
     return Split(examples, arrays, features)
 
 
 # --- Held-out scores ------------------------------------------------------------------------------------
+
 
 def _logits(job: FinetuneConfig, trainer: trainer_lib.Trainer, params: Any, batches: Any) -> np.ndarray:
     """The model's logits for every example of a split, in input order, one padded row each (packed batches
@@ -136,7 +155,7 @@ def _logits(job: FinetuneConfig, trainer: trainer_lib.Trainer, params: Any, batc
     out = [trainer.predict_step(params, trainer.global_batch(local))["logits"] for local in batches]
     if isinstance(batches, example_packing.PackedBatches):
         return batches.unpack(out, per_token=tasks_lib.get(job.task).per_token)
-    return np.concatenate(out)[:batches.rows]
+    return np.concatenate(out)[: batches.rows]
 
 
 def make_batches(job: FinetuneConfig, train: Split, evaluation: Optional[Split], steps: int) -> tuple[Any, Any]:
@@ -144,19 +163,30 @@ def make_batches(job: FinetuneConfig, train: Split, evaluation: Optional[Split],
     local_batch = trainer_lib.process_batch_size(job.train)
     where = dict(process_index=jax.process_index(), process_count=jax.process_count())
     if not uses_packing(job):
-        return (arrays_lib.ArrayBatches(train.arrays, local_batch, True, job.seed, **where),
-                arrays_lib.ArrayBatches(evaluation.arrays, local_batch, False, 0, **where) if evaluation else None)
+        return (
+            arrays_lib.ArrayBatches(train.arrays, local_batch, True, job.seed, **where),
+            arrays_lib.ArrayBatches(evaluation.arrays, local_batch, False, 0, **where) if evaluation else None,
+        )
     # Every process's rows × process count must split over the micro-batches and the devices.
     multiple = job.train.micro_batches * max(1, jax.device_count() // jax.process_count())
     packed = dict(where, max_slots=job.data.max_instances_per_row, row_multiple=multiple)
-    train_batches = example_packing.PackedBatches(train.arrays, local_batch, True, job.seed, num_batches=steps,
-                                                  **packed)
-    eval_batches = (example_packing.PackedBatches(evaluation.arrays, local_batch, False, 0, **packed)
-                    if evaluation else None)
+    train_batches = example_packing.PackedBatches(
+        train.arrays, local_batch, True, job.seed, num_batches=steps, **packed
+    )
+    eval_batches = (
+        example_packing.PackedBatches(evaluation.arrays, local_batch, False, 0, **packed) if evaluation else None
+    )
     padded, now = train_batches.padding()
-    log.info("data: packing %d examples a step into %d rows of %d tokens (up to %d a row): padding %.0f%% of the "
-             "tokens instead of %.0f%%", job.train.global_batch_size, train_batches.layout.rows * jax.process_count(),
-             job.data.max_seq_length, train_batches.layout.slots, 100 * now, 100 * padded)
+    log.info(
+        "data: packing %d examples a step into %d rows of %d tokens (up to %d a row): padding %.0f%% of the "
+        "tokens instead of %.0f%%",
+        job.train.global_batch_size,
+        train_batches.layout.rows * jax.process_count(),
+        job.data.max_seq_length,
+        train_batches.layout.slots,
+        100 * now,
+        100 * padded,
+    )
     return train_batches, eval_batches
 
 
@@ -164,15 +194,17 @@ def uses_packing(job: FinetuneConfig) -> bool:
     return job.data.packing and tasks_lib.get(job.task).packs
 
 
-def predictions_of(job: FinetuneConfig, split: Split, logits: np.ndarray,
-                   labels: Optional[readers.LabelMap]) -> list[dict]:
+def predictions_of(
+    job: FinetuneConfig, split: Split, logits: np.ndarray, labels: Optional[readers.LabelMap]
+) -> list[dict]:
     """One prediction per example, from the logits of every row: a label (with its probability), a score,
     a tag per word with the entities they make, or an answer cut from the original context."""
     return tasks_lib.get(job.task).predictions(split, logits, labels, job.data)
 
 
-def scores_of(job: FinetuneConfig, split: Split, logits: np.ndarray,
-              labels: Optional[readers.LabelMap]) -> tuple[dict[str, float], list[dict]]:
+def scores_of(
+    job: FinetuneConfig, split: Split, logits: np.ndarray, labels: Optional[readers.LabelMap]
+) -> tuple[dict[str, float], list[dict]]:
     """(held-out scores, predictions_of with the truth beside each) from the logits of every row."""
     predictions = predictions_of(job, split, logits, labels)
     result, gold = tasks_lib.get(job.task).scores(split, logits, labels, job.data, predictions)
@@ -180,6 +212,7 @@ def scores_of(job: FinetuneConfig, split: Split, logits: np.ndarray,
 
 
 # --- One run --------------------------------------------------------------------------------------------
+
 
 @dataclasses.dataclass(frozen=True)
 class Examples:
@@ -214,12 +247,18 @@ def run(job: FinetuneConfig, workdir: str, given: Optional[Examples] = None) -> 
     return outcome if isinstance(outcome, Outcome) else Outcome({}, finished=False)  # stopped before training
 
 
-def _finetune(job: FinetuneConfig, workdir: str, stop: loop_lib.StopRequest, lock: Any,
-              given: Optional[Examples] = None) -> Outcome:
+def _finetune(
+    job: FinetuneConfig, workdir: str, stop: loop_lib.StopRequest, lock: Any, given: Optional[Examples] = None
+) -> Outcome:
     # ===== setup: weights and tokenizer =====
     source = resolve_source(job)
-    memory_check.check_training(source.architecture, job.model.dtype, job.train.global_batch_size,
-                                job.data.max_seq_length, source=job.train.init_from or "config.model")
+    memory_check.check_training(
+        source.architecture,
+        job.model.dtype,
+        job.train.global_batch_size,
+        job.data.max_seq_length,
+        source=job.train.init_from or "config.model",
+    )
     tokenizer = load_tokenizer(source)
     primary = jax.process_index() == 0
 
@@ -235,21 +274,36 @@ def _finetune(job: FinetuneConfig, workdir: str, stop: loop_lib.StopRequest, loc
     evaluation = make_split(job, eval_examples, tokenizer, labels, False, "eval") if eval_examples else None
     rows = len(train.arrays["input_ids"])
     steps = job.train.num_train_steps or max(1, math.ceil(job.train.num_epochs * rows / job.train.global_batch_size))
-    job = job.replace(train={"num_train_steps": steps},
-                      optim={"warmup_steps": int(job.train.warmup_proportion * steps)},
-                      model=models_lib.of(source.architecture).config.model_config_fields(source.architecture),
-                      data={"vocab_file": source.vocab_file, "do_lower_case": source.do_lower_case})
-    log.info("setup: %s, %d training rows, batch %d: %d steps (%.1f epochs), warmup %d, lr %g; model %s",
-             job.task, rows, job.train.global_batch_size, steps, steps * job.train.global_batch_size / rows,
-             job.optim.warmup_steps, job.optim.learning_rate, source.architecture)
+    job = job.replace(
+        train={"num_train_steps": steps},
+        optim={"warmup_steps": int(job.train.warmup_proportion * steps)},
+        model=models_lib.of(source.architecture).config.model_config_fields(source.architecture),
+        data={"vocab_file": source.vocab_file, "do_lower_case": source.do_lower_case},
+    )
+    log.info(
+        "setup: %s, %d training rows, batch %d: %d steps (%.1f epochs), warmup %d, lr %g; model %s",
+        job.task,
+        rows,
+        job.train.global_batch_size,
+        steps,
+        steps * job.train.global_batch_size / rows,
+        job.optim.warmup_steps,
+        job.optim.learning_rate,
+        source.architecture,
+    )
     if primary:
         epath.Path(workdir).mkdir(parents=True, exist_ok=True)
-        (epath.Path(workdir) / "config.json").write_text(json.dumps(dict(job.to_dict(), kind="finetune"), indent=2,
-                                                                   sort_keys=True))
+        (epath.Path(workdir) / "config.json").write_text(
+            json.dumps(dict(job.to_dict(), kind="finetune"), indent=2, sort_keys=True)
+        )
         (epath.Path(workdir) / LABELS_FILE).write_text(json.dumps(list(labels.labels) if labels else None))
     num_labels = 1 if job.data.regression else (2 if labels is None else len(labels.labels))
-    fingerprint = dict(checkpoint_lib.model_fingerprint(source.architecture, job.model.scan_layers), task=job.task,
-                       labels=list(labels.labels) if labels else None, regression=job.data.regression)
+    fingerprint = dict(
+        checkpoint_lib.model_fingerprint(source.architecture, job.model.scan_layers),
+        task=job.task,
+        labels=list(labels.labels) if labels else None,
+        regression=job.data.regression,
+    )
     if job.data.packing and not tasks_lib.get(job.task).packs:
         log.info("data: %s keeps one window a row (config.data.packing is for classification)", job.task)
     train_batches, eval_batches = make_batches(job, train, evaluation, steps)
@@ -258,8 +312,9 @@ def _finetune(job: FinetuneConfig, workdir: str, stop: loop_lib.StopRequest, loc
     def make_trainer() -> trainer_lib.Trainer:
         def make_task(platform: str) -> trainer_lib.Task:
             model = heads.from_config(job.model, source.architecture, job.task, num_labels, platform, packed=packed)
-            rows, slots = (train_batches.layout.rows * jax.process_count(), train_batches.layout.slots) if packed \
-                else (0, 0)  # padded: one example a row
+            rows, slots = (
+                (train_batches.layout.rows * jax.process_count(), train_batches.layout.slots) if packed else (0, 0)
+            )  # padded: one example a row
             return heads.task(model, job.data.regression, job.data.max_seq_length, packed_rows=rows, slots=slots)
 
         return trainer_lib.setup(job, task=make_task)
@@ -273,8 +328,9 @@ def _finetune(job: FinetuneConfig, workdir: str, stop: loop_lib.StopRequest, loc
         fresh = trainer.model.fresh_head(jax.random.PRNGKey(job.seed))
         params = heads.with_pretrained_body(fresh, source.params)
         if job.model.scan_layers:
-            params = models_lib.of(source.architecture).model.stack_layers(params,
-                                                                           source.architecture.num_hidden_layers)
+            params = models_lib.of(source.architecture).model.stack_layers(
+                params, source.architecture.num_hidden_layers
+            )
         log.info("restore: pre-trained body from %s, new %s head", job.train.init_from, job.task)
         return trainer.state_from_params(params)
 
@@ -292,13 +348,23 @@ def _finetune(job: FinetuneConfig, workdir: str, stop: loop_lib.StopRequest, loc
         return result
 
     # ===== trainer → restore (this run's checkpoint, or init_from's body with a fresh head) → loop =====
-    _, result = loop_lib.run_training(job, workdir, fingerprint, train_batches, stop, lock, make_trainer=make_trainer,
-                                      fresh_state=fresh_state, evaluate=run_eval)
+    _, result = loop_lib.run_training(
+        job,
+        workdir,
+        fingerprint,
+        train_batches,
+        stop,
+        lock,
+        make_trainer=make_trainer,
+        fresh_state=fresh_state,
+        evaluate=run_eval,
+    )
     log.info("%s: %d steps in %s", "stopped" if result.stopped else "done", result.step, workdir)
     return Outcome(result.last_eval, finished=not result.stopped)
 
 
 # --- A fine-tuned run, for predict ---------------------------------------------------------------------
+
 
 def load_run(workdir: str, step: Optional[int] = None) -> tuple[FinetuneConfig, Optional[readers.LabelMap], Any]:
     """(config, labels, host params) of a fine-tuned workdir's latest checkpoint (or `step`)."""
@@ -308,8 +374,10 @@ def load_run(workdir: str, step: Optional[int] = None) -> tuple[FinetuneConfig, 
     with open(path) as f:
         saved = json.load(f)
     if saved.pop("kind", None) != "finetune":
-        raise ValueError(f"{workdir} is a pre-training run, not a fine-tuned one; fine-tune it first "
-                         "(python -m bertjax.finetune --config.train.init_from=" + workdir + ").")
+        raise ValueError(
+            f"{workdir} is a pre-training run, not a fine-tuned one; fine-tune it first "
+            "(python -m bertjax.finetune --config.train.init_from=" + workdir + ")."
+        )
     job = FinetuneConfig.from_saved(saved)
     fingerprint, params = checkpoint_lib.load_params(workdir, step)
     labels = readers.LabelMap(fingerprint["labels"]) if fingerprint.get("labels") else None
@@ -317,6 +385,7 @@ def load_run(workdir: str, step: Optional[int] = None) -> tuple[FinetuneConfig, 
 
 
 # --- Sweeps ---------------------------------------------------------------------------------------------
+
 
 def _sweep(job: FinetuneConfig, workdir: str, rates: tuple[float, ...], seeds: tuple[int, ...]) -> dict:
     """One run per learning rate × seed; writes workdir/sweep.json with every run, each rate's spread
@@ -333,17 +402,37 @@ def _sweep(job: FinetuneConfig, workdir: str, rates: tuple[float, ...], seeds: t
                 log.info("sweep: stopped in run %s; rerun the same command to go on", name)
                 return {}
             runs.append({"learning_rate": rate, "seed": seed, **outcome.scores})
-    by_rate = {f"{rate:g}": scores.summary([r[metric] for r in runs if r["learning_rate"] == rate and metric in r])
-               for rate in rates}
+    by_rate = {
+        f"{rate:g}": scores.summary([r[metric] for r in runs if r["learning_rate"] == rate and metric in r])
+        for rate in rates
+    }
     best = max(by_rate, key=lambda rate: by_rate[rate]["mean"])
-    report = {"metric": metric, "runs": runs, "by_learning_rate": by_rate, "best_learning_rate": float(best),
-              "best": by_rate[best]}
+    report = {
+        "metric": metric,
+        "runs": runs,
+        "by_learning_rate": by_rate,
+        "best_learning_rate": float(best),
+        "best": by_rate[best],
+    }
     if jax.process_index() == 0:
         epath.Path(workdir).mkdir(parents=True, exist_ok=True)
         (epath.Path(workdir) / "sweep.json").write_text(json.dumps(report, indent=2))
     for rate, s in by_rate.items():
-        log.info("sweep: lr %s: %s %.4f ± %.4f (min %.4f, max %.4f, %d seeds)", rate, metric, s["mean"], s["std"],
-                 s["min"], s["max"], s["n"])
-    log.info("sweep: best lr %s (%s mean %.4f); every run in %s", best, metric, by_rate[best]["mean"],
-             os.path.join(workdir, "sweep.json"))
+        log.info(
+            "sweep: lr %s: %s %.4f ± %.4f (min %.4f, max %.4f, %d seeds)",
+            rate,
+            metric,
+            s["mean"],
+            s["std"],
+            s["min"],
+            s["max"],
+            s["n"],
+        )
+    log.info(
+        "sweep: best lr %s (%s mean %.4f); every run in %s",
+        best,
+        metric,
+        by_rate[best]["mean"],
+        os.path.join(workdir, "sweep.json"),
+    )
     return report

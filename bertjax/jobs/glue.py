@@ -29,7 +29,7 @@ from bertjax.jobs import finetune as finetuning
 from bertjax.runtime import ownership
 from bertjax.jobs import predict as prediction
 from bertjax.finetuning import scores as scores_lib
-from bertjax.config.schema import FinetuneConfig, SweepConfig
+from bertjax.config.finetune import FinetuneConfig, SweepConfig
 from bertjax.finetuning import glue_data
 from bertjax.finetuning.glue_data import AX, GlueTask, TaskData
 from bertjax.finetuning.readers import LabelMap
@@ -37,18 +37,37 @@ from bertjax.finetuning.tasks import sequence_classification
 
 log = logging.getLogger(__name__)
 RUN_FILE = "glue_run.json"
-SUITE_KEYS = ("init_from", "data_dir", "tasks", "small_tasks", "small_task_seeds", "from_mnli", "per_task",
-              "submission", "skip_ragged_rows")
+SUITE_KEYS = (
+    "init_from",
+    "data_dir",
+    "tasks",
+    "small_tasks",
+    "small_task_seeds",
+    "from_mnli",
+    "per_task",
+    "submission",
+    "skip_ragged_rows",
+)
 # The BERT paper's Table 1 average: these nine numbers, WNLI left out.
-SCORE_ENTRIES = (("mnli", "mnli_m", "accuracy", "MNLI-m"), ("mnli", "mnli_mm", "accuracy", "MNLI-mm"),
-                 ("qqp", "dev", "f1", "QQP"), ("qnli", "dev", "accuracy", "QNLI"), ("sst2", "dev", "accuracy", "SST-2"),
-                 ("cola", "dev", "matthews_corrcoef", "CoLA"), ("stsb", "dev", "spearman", "STS-B"),
-                 ("mrpc", "dev", "f1", "MRPC"), ("rte", "dev", "accuracy", "RTE"))
-SCORE_DEFINITION = ("the BERT paper's Table 1 average: MNLI-m and MNLI-mm accuracy, QQP F1, QNLI, SST-2 and RTE "
-                    "accuracy, CoLA Matthews correlation, STS-B Spearman, MRPC F1 (WNLI excluded), in percent, on dev")
+SCORE_ENTRIES = (
+    ("mnli", "mnli_m", "accuracy", "MNLI-m"),
+    ("mnli", "mnli_mm", "accuracy", "MNLI-mm"),
+    ("qqp", "dev", "f1", "QQP"),
+    ("qnli", "dev", "accuracy", "QNLI"),
+    ("sst2", "dev", "accuracy", "SST-2"),
+    ("cola", "dev", "matthews_corrcoef", "CoLA"),
+    ("stsb", "dev", "spearman", "STS-B"),
+    ("mrpc", "dev", "f1", "MRPC"),
+    ("rte", "dev", "accuracy", "RTE"),
+)
+SCORE_DEFINITION = (
+    "the BERT paper's Table 1 average: MNLI-m and MNLI-mm accuracy, QQP F1, QNLI, SST-2 and RTE "
+    "accuracy, CoLA Matthews correlation, STS-B Spearman, MRPC F1 (WNLI excluded), in percent, on dev"
+)
 
 
 # --- Settings -------------------------------------------------------------------------------------------
+
 
 @dataclasses.dataclass(frozen=True)
 class Settings:
@@ -67,8 +86,10 @@ def _names(field: str, text: str) -> tuple[str, ...]:
     names = tuple(n.strip().lower() for n in text.split(",") if n.strip())
     bad = [n for n in names if n not in glue_data.TASKS]
     if bad:
-        raise ValueError(f"config.{field}={text!r}: {', '.join(map(repr, bad))} is not a GLUE task; choose among "
-                         f"{','.join(glue_data.TASKS)}.")
+        raise ValueError(
+            f"config.{field}={text!r}: {', '.join(map(repr, bad))} is not a GLUE task; choose among "
+            f"{','.join(glue_data.TASKS)}."
+        )
     return names
 
 
@@ -79,13 +100,17 @@ def _per_task(text: str) -> dict[str, dict[str, dict[str, Any]]]:
         key, eq, raw = (s.strip() for s in item.partition("="))
         parts = key.split(".")
         if not eq or len(parts) != 3:
-            raise ValueError(f"config.per_task: {item!r} is not TASK.SECTION.FIELD=VALUE; e.g. "
-                             "rte.train.num_epochs=4; mrpc.sweep.seeds=0,1,2,3,4.")
+            raise ValueError(
+                f"config.per_task: {item!r} is not TASK.SECTION.FIELD=VALUE; e.g. "
+                "rte.train.num_epochs=4; mrpc.sweep.seeds=0,1,2,3,4."
+            )
         task, section, name = parts
         _names("per_task", task)
         if section not in ("train", "optim", "data", "sweep", "eval"):
-            raise ValueError(f"config.per_task: {item!r}: section {section!r} is not one a task may change; use "
-                             "train, optim, data, sweep or eval.")
+            raise ValueError(
+                f"config.per_task: {item!r}: section {section!r} is not one a task may change; use "
+                "train, optim, data, sweep or eval."
+            )
         try:
             value: Any = json.loads(raw)
         except json.JSONDecodeError:
@@ -104,13 +129,17 @@ def parse(config: Any) -> tuple[Settings, dict]:
     if missing:
         raise ValueError(f"config.{missing[0]} is missing; start the config from configs/glue.py.")
     if not suite["data_dir"]:
-        raise ValueError("config.data_dir is empty; point it at the GLUE data (download_glue_data.py's folders "
-                         "CoLA/, SST-2/, ..., MNLI/, diagnostic/) or pass tfds to read TFDS's glue/*.")
+        raise ValueError(
+            "config.data_dir is empty; point it at the GLUE data (download_glue_data.py's folders "
+            "CoLA/, SST-2/, ..., MNLI/, diagnostic/) or pass tfds to read TFDS's glue/*."
+        )
     tasks = glue_data.parse_tasks(suite["tasks"])
     from_mnli = _names("from_mnli", suite["from_mnli"])
     if from_mnli and "mnli" not in [t.name for t in tasks]:
-        raise ValueError(f"config.from_mnli={suite['from_mnli']!r} starts tasks from the MNLI-tuned run, but "
-                         "config.tasks leaves out mnli; add mnli to config.tasks or set config.from_mnli=''.")
+        raise ValueError(
+            f"config.from_mnli={suite['from_mnli']!r} starts tasks from the MNLI-tuned run, but "
+            "config.tasks leaves out mnli; add mnli to config.tasks or set config.from_mnli=''."
+        )
     if "mnli" in from_mnli:
         raise ValueError("config.from_mnli names mnli itself; MNLI starts from config.init_from.")
     # MNLI first when others start from it; otherwise the order given.
@@ -122,9 +151,17 @@ def parse(config: Any) -> tuple[Settings, dict]:
             base[section].update(value)
         else:
             base[section] = value
-    settings = Settings(suite["init_from"], suite["data_dir"], tasks, _names("small_tasks", suite["small_tasks"]),
-                        seeds, from_mnli, _per_task(suite["per_task"]), bool(suite["submission"]),
-                        bool(suite["skip_ragged_rows"]))
+    settings = Settings(
+        suite["init_from"],
+        suite["data_dir"],
+        tasks,
+        _names("small_tasks", suite["small_tasks"]),
+        seeds,
+        from_mnli,
+        _per_task(suite["per_task"]),
+        bool(suite["submission"]),
+        bool(suite["skip_ragged_rows"]),
+    )
     for task in tasks:  # every task's settings checked now, not hours into the suite
         placeholder = TaskData(task, glue_data.Split([], []), {}, {}, {"train": "(checked before reading)"})
         try:
@@ -142,8 +179,11 @@ def task_template(settings: Settings, base: dict, data: TaskData, init_from: str
     d = copy.deepcopy(base)
     d["task"] = sequence_classification.KIND.name  # every GLUE task is one
     d["train"]["init_from"] = init_from
-    d["data"].update(train_file=data.origin.get("train", ""), eval_file=data.origin.get(task.dev[0][0], ""),
-                     regression=task.regression)
+    d["data"].update(
+        train_file=data.origin.get("train", ""),
+        eval_file=data.origin.get(task.dev[0][0], ""),
+        regression=task.regression,
+    )
     if task.name in settings.small_tasks and settings.small_task_seeds:
         d["sweep"]["seeds"] = ",".join(map(str, settings.small_task_seeds))
     for section, fields in settings.per_task.get(task.name, {}).items():
@@ -153,6 +193,7 @@ def task_template(settings: Settings, base: dict, data: TaskData, init_from: str
 
 # --- Scores ---------------------------------------------------------------------------------------------
 
+
 def glue_metrics(task: GlueTask, gold: list, predicted: list) -> dict[str, float]:
     """The task's GLUE metrics, in percent, from label strings (or scores for STS-B)."""
     if task.regression:
@@ -160,8 +201,9 @@ def glue_metrics(task: GlueTask, gold: list, predicted: list) -> dict[str, float
         return {m: 100 * result[m] for m in task.metrics}
     ids = {label: i for i, label in enumerate(task.labels)}
     y, p = np.array([ids[g] for g in gold]), np.array([ids[x] for x in predicted])
-    result = dict(scores_lib.classification_scores(y, p, len(task.labels)),
-                  f1=scores_lib.binary_f1(y, p, ids.get("1", 1)))  # MRPC's and QQP's positive class is "1"
+    result = dict(
+        scores_lib.classification_scores(y, p, len(task.labels)), f1=scores_lib.binary_f1(y, p, ids.get("1", 1))
+    )  # MRPC's and QQP's positive class is "1"
     return {m: 100 * result[m] for m in task.metrics}
 
 
@@ -178,6 +220,7 @@ def _predictions(job: FinetuneConfig, labels: Optional[LabelMap], params: Any, e
 
 # --- Runs -----------------------------------------------------------------------------------------------
 
+
 def _settings_of(job: FinetuneConfig, workdir: str) -> dict:
     """What a finished run must share with a rerun's for its result to stand (a start inside the suite's
     workdir, the MNLI run, named relative to it: a moved suite still resumes)."""
@@ -186,9 +229,12 @@ def _settings_of(job: FinetuneConfig, workdir: str) -> dict:
     inside = os.path.abspath(train["init_from"] or os.sep).startswith(os.path.abspath(workdir) + os.sep)
     if inside:
         train["init_from"] = os.path.join("WORKDIR", os.path.relpath(train["init_from"], workdir))
-    return {"seed": d["seed"], "train": train,
-            "optim": {k: v for k, v in d["optim"].items() if k != "warmup_steps"},
-            "data": {k: v for k, v in d["data"].items() if k not in ("train_file", "eval_file")}}
+    return {
+        "seed": d["seed"],
+        "train": train,
+        "optim": {k: v for k, v in d["optim"].items() if k != "warmup_steps"},
+        "data": {k: v for k, v in d["data"].items() if k not in ("train_file", "eval_file")},
+    }
 
 
 def _first_difference(old: Any, new: Any, path: str = "config") -> Optional[str]:
@@ -209,8 +255,10 @@ def _finished(run_dir: str, job: FinetuneConfig, workdir: str) -> Optional[dict]
         done = json.load(f)
     difference = _first_difference(done["settings"], _settings_of(job, workdir))
     if difference:
-        raise ValueError(f"{run_dir} is a finished run of other settings ({difference}); rerun with the settings "
-                         "it ran with, or give the new settings a new --workdir.")
+        raise ValueError(
+            f"{run_dir} is a finished run of other settings ({difference}); rerun with the settings "
+            "it ran with, or give the new settings a new --workdir."
+        )
     return dict(done, run=run_dir)  # where it is now, should the suite's workdir have moved
 
 
@@ -235,9 +283,16 @@ class Progress:
 
     def start(self, plan: Plan, skipped: bool) -> None:
         self.index += 1
-        eta = (f", ETA {_clock(self.left * self.spent / self.measured)} for the suite" if self.measured else "")
-        log.info("glue: run %d of %d: %s %s%s%s", self.index, self.total, plan.task.name, plan.name,
-                 " (finished before: skipped)" if skipped else f" ({plan.work:,.0f} example passes)", eta)
+        eta = f", ETA {_clock(self.left * self.spent / self.measured)} for the suite" if self.measured else ""
+        log.info(
+            "glue: run %d of %d: %s %s%s%s",
+            self.index,
+            self.total,
+            plan.task.name,
+            plan.name,
+            " (finished before: skipped)" if skipped else f" ({plan.work:,.0f} example passes)",
+            eta,
+        )
 
     def done(self, plan: Plan, seconds: Optional[float]) -> None:
         self.left -= plan.work
@@ -253,15 +308,18 @@ def _clock(seconds: float) -> str:
 def _run_one(plan: Plan, template: FinetuneConfig, data: TaskData, run_dir: str, workdir: str) -> Optional[dict]:
     """A run's result (dev scores on every dev set), training it or resuming it as needed; None if stopped."""
     task = plan.task
-    job = dataclasses.replace(template.replace(optim={"learning_rate": plan.learning_rate},
-                                               sweep={"learning_rate": "", "seeds": ""}), seed=plan.seed)
+    job = dataclasses.replace(
+        template.replace(optim={"learning_rate": plan.learning_rate}, sweep={"learning_rate": "", "seeds": ""}),
+        seed=plan.seed,
+    )
     done = _finished(run_dir, job, workdir)
     if done is not None:
         return done
     labels = None if task.regression else LabelMap(task.labels)
     first_dev, *other_devs = (name for name, _ in task.dev)
-    outcome = finetuning.run(job, run_dir, finetuning.Examples(data.train.examples, data.dev[first_dev].examples,
-                                                               labels))
+    outcome = finetuning.run(
+        job, run_dir, finetuning.Examples(data.train.examples, data.dev[first_dev].examples, labels)
+    )
     if not outcome.finished:
         return None
     with open(os.path.join(run_dir, finetuning.PREDICTIONS_FILE)) as f:  # the run's own final dev predictions
@@ -271,10 +329,19 @@ def _run_one(plan: Plan, template: FinetuneConfig, data: TaskData, run_dir: str,
         run_job, run_labels, params = finetuning.load_run(run_dir)
         for name in other_devs:
             examples = data.dev[name].examples
-            dev[name] = glue_metrics(task, [e.label for e in examples],
-                                     _predictions(run_job, run_labels, params, examples, f"{task.name} {name}"))
-    result = {"learning_rate": plan.learning_rate, "seed": plan.seed, "run": run_dir, "dev": dev,
-              "score": task_score(task, dev), "settings": _settings_of(job, workdir)}
+            dev[name] = glue_metrics(
+                task,
+                [e.label for e in examples],
+                _predictions(run_job, run_labels, params, examples, f"{task.name} {name}"),
+            )
+    result = {
+        "learning_rate": plan.learning_rate,
+        "seed": plan.seed,
+        "run": run_dir,
+        "dev": dev,
+        "score": task_score(task, dev),
+        "settings": _settings_of(job, workdir),
+    }
     if jax.process_index() == 0:
         epath.Path(run_dir, RUN_FILE).write_text(json.dumps(result, indent=2))
     return result
@@ -284,16 +351,29 @@ def _choose(task: GlueTask, runs: list[dict]) -> dict:
     """The paper's choice: the best run on dev over every learning rate and seed; the spread over seeds kept."""
     best = max(runs, key=lambda r: r["score"])
     same_rate = [r for r in runs if r["learning_rate"] == best["learning_rate"]]
-    spread = {f"{name}/{m}" if len(task.dev) > 1 else m: scores_lib.summary([r["dev"][name][m] for r in same_rate])
-              for name, _ in task.dev for m in task.metrics}
-    by_rate = {f"{rate:g}": scores_lib.summary([r["score"] for r in runs if r["learning_rate"] == rate])
-               for rate in sorted({r["learning_rate"] for r in runs}, reverse=True)}
-    return {"learning_rate": best["learning_rate"], "seed": best["seed"], "run": best["run"], "dev": best["dev"],
-            "score": best["score"], "spread_over_seeds": spread, "by_learning_rate": by_rate,
-            "runs": [{k: r[k] for k in ("learning_rate", "seed", "score", "dev")} for r in runs]}
+    spread = {
+        f"{name}/{m}" if len(task.dev) > 1 else m: scores_lib.summary([r["dev"][name][m] for r in same_rate])
+        for name, _ in task.dev
+        for m in task.metrics
+    }
+    by_rate = {
+        f"{rate:g}": scores_lib.summary([r["score"] for r in runs if r["learning_rate"] == rate])
+        for rate in sorted({r["learning_rate"] for r in runs}, reverse=True)
+    }
+    return {
+        "learning_rate": best["learning_rate"],
+        "seed": best["seed"],
+        "run": best["run"],
+        "dev": best["dev"],
+        "score": best["score"],
+        "spread_over_seeds": spread,
+        "by_learning_rate": by_rate,
+        "runs": [{k: r[k] for k in ("learning_rate", "seed", "score", "dev")} for r in runs],
+    }
 
 
 # --- The suite ------------------------------------------------------------------------------------------
+
 
 def run_suite(config: Any, workdir: str) -> dict:
     """Runs (or resumes) the whole suite in workdir; returns glue.json's content ({} when stopped)."""
@@ -301,23 +381,36 @@ def run_suite(config: Any, workdir: str) -> dict:
     ownership.claim_workdir(workdir, primary=jax.process_index() == 0)
     settings, base = parse(config)
     need_test = settings.submission
-    data = {t.name: glue_data.read_task(t, settings.data_dir, need_test, settings.skip_ragged_rows)
-            for t in settings.tasks}  # every file is checked before the first run
-    ax = (glue_data.read_task(AX, settings.data_dir, True) if need_test and "mnli" in data else None)
+    data = {
+        t.name: glue_data.read_task(t, settings.data_dir, need_test, settings.skip_ragged_rows) for t in settings.tasks
+    }  # every file is checked before the first run
+    ax = glue_data.read_task(AX, settings.data_dir, True) if need_test and "mnli" in data else None
     for name, d in data.items():
-        log.info("glue: %s: %d train, %s dev, %s test examples", name, len(d.train.examples),
-                 "/".join(str(len(s.examples)) for s in d.dev.values()),
-                 "/".join(str(len(s.examples)) for s in d.test.values()) or "no")
+        log.info(
+            "glue: %s: %d train, %s dev, %s test examples",
+            name,
+            len(d.train.examples),
+            "/".join(str(len(s.examples)) for s in d.dev.values()),
+            "/".join(str(len(s.examples)) for s in d.test.values()) or "no",
+        )
     templates, plans = {}, []
     for task in settings.tasks:  # learning rates and seeds only; init_from of from_mnli tasks comes later
         templates[task.name] = t = task_template(settings, base, data[task.name], settings.init_from)
         rates, seeds = t.sweep.learning_rates or (t.optim.learning_rate,), t.sweep.seed_values or (t.seed,)
-        epochs = t.train.num_epochs if not t.train.num_train_steps else \
-            t.train.num_train_steps * t.train.global_batch_size / max(1, len(data[task.name].train.examples))
+        epochs = (
+            t.train.num_epochs
+            if not t.train.num_train_steps
+            else t.train.num_train_steps * t.train.global_batch_size / max(1, len(data[task.name].train.examples))
+        )
         plans += [Plan(task, r, s, len(data[task.name].train.examples) * epochs) for r in rates for s in seeds]
     progress = Progress(plans)
-    log.info("glue: %d runs over %d tasks (%s); results in %s", len(plans), len(settings.tasks),
-             ", ".join(f"{t.name} {sum(p.task is t for p in plans)}" for t in settings.tasks), workdir)
+    log.info(
+        "glue: %d runs over %d tasks (%s); results in %s",
+        len(plans),
+        len(settings.tasks),
+        ", ".join(f"{t.name} {sum(p.task is t for p in plans)}" for t in settings.tasks),
+        workdir,
+    )
 
     chosen: dict[str, dict] = {}
     for task in settings.tasks:
@@ -337,15 +430,26 @@ def run_suite(config: Any, workdir: str) -> dict:
                 return {}
             progress.done(plan, None if skipped else time.time() - began)
             runs.append(result)
-        chosen[task.name] = dict(_choose(task, runs), init_from=template.train.init_from,
-                                 examples={"train": len(data[task.name].train.examples),
-                                           **{n: len(s.examples) for n, s in data[task.name].dev.items()}})
-        log.info("glue: %s: best on dev lr %g seed %d: %s", task.name, chosen[task.name]["learning_rate"],
-                 chosen[task.name]["seed"], _format_dev(task, chosen[task.name]["dev"]))
+        chosen[task.name] = dict(
+            _choose(task, runs),
+            init_from=template.train.init_from,
+            examples={
+                "train": len(data[task.name].train.examples),
+                **{n: len(s.examples) for n, s in data[task.name].dev.items()},
+            },
+        )
+        log.info(
+            "glue: %s: best on dev lr %g seed %d: %s",
+            task.name,
+            chosen[task.name]["learning_rate"],
+            chosen[task.name]["seed"],
+            _format_dev(task, chosen[task.name]["dev"]),
+        )
     if need_test:
         write_submission(settings, data, ax, chosen, os.path.join(workdir, "submission"))
-    report = make_report(settings, chosen, time.time() - started, os.path.join(workdir, "submission")
-                         if need_test else None)
+    report = make_report(
+        settings, chosen, time.time() - started, os.path.join(workdir, "submission") if need_test else None
+    )
     table = markdown(settings, report)
     if jax.process_index() == 0:
         epath.Path(workdir).mkdir(parents=True, exist_ok=True)
@@ -356,12 +460,16 @@ def run_suite(config: Any, workdir: str) -> dict:
 
 
 def _format_dev(task: GlueTask, dev: dict) -> str:
-    return ", ".join(f"{name + ' ' if len(dev) > 1 else ''}{glue_data.CLASSES[m]} {v:.2f}"
-                     for name, values in dev.items() for m, v in values.items())
+    return ", ".join(
+        f"{name + ' ' if len(dev) > 1 else ''}{glue_data.CLASSES[m]} {v:.2f}"
+        for name, values in dev.items()
+        for m, v in values.items()
+    )
 
 
-def write_submission(settings: Settings, data: dict[str, TaskData], ax: Optional[TaskData], chosen: dict,
-                     directory: str) -> None:
+def write_submission(
+    settings: Settings, data: dict[str, TaskData], ax: Optional[TaskData], chosen: dict, directory: str
+) -> None:
     """The GLUE server's files from each task's chosen run; AX from MNLI's."""
     written = []
     todo = [(data[name].task, data[name], choice) for name, choice in chosen.items()]
@@ -379,25 +487,39 @@ def write_submission(settings: Settings, data: dict[str, TaskData], ax: Optional
             written.append(f"{stem}.tsv")
     wanted = [stem for t in (*glue_data.TASKS.values(), AX) for stem, _ in t.test]
     missing = [s for s in wanted if f"{s}.tsv" not in written]
-    log.info("glue: submission files in %s: %s%s", directory, ", ".join(written),
-             f"; the GLUE server also wants {', '.join(m + '.tsv' for m in missing)} (run those tasks too)"
-             if missing else " (all the GLUE server asks for: zip them and upload)")
+    log.info(
+        "glue: submission files in %s: %s%s",
+        directory,
+        ", ".join(written),
+        f"; the GLUE server also wants {', '.join(m + '.tsv' for m in missing)} (run those tasks too)"
+        if missing
+        else " (all the GLUE server asks for: zip them and upload)",
+    )
 
 
 def make_report(settings: Settings, chosen: dict, seconds: float, submission: Optional[str]) -> dict:
-    entries = {label: chosen[task]["dev"][split][metric] for task, split, metric, label in SCORE_ENTRIES
-               if task in chosen}
+    entries = {
+        label: chosen[task]["dev"][split][metric] for task, split, metric, label in SCORE_ENTRIES if task in chosen
+    }
     complete = len(entries) == len(SCORE_ENTRIES)
-    return {"init_from": settings.init_from, "data_dir": settings.data_dir,
-            "tasks": chosen, "score": float(np.mean(list(entries.values()))) if entries else math.nan,
-            "score_entries": entries, "score_complete": complete,
-            "score_definition": SCORE_DEFINITION + ("" if complete else "; partial: only the tasks run"),
-            "submission": submission, "time_s": round(seconds, 1)}
+    return {
+        "init_from": settings.init_from,
+        "data_dir": settings.data_dir,
+        "tasks": chosen,
+        "score": float(np.mean(list(entries.values()))) if entries else math.nan,
+        "score_entries": entries,
+        "score_complete": complete,
+        "score_definition": SCORE_DEFINITION + ("" if complete else "; partial: only the tasks run"),
+        "submission": submission,
+        "time_s": round(seconds, 1),
+    }
 
 
 def markdown(settings: Settings, report: dict) -> str:
-    rows = ["| task | metric | dev (best run) | mean ± std over seeds (n) | learning rate | seed | started from |",
-            "|---|---|---|---|---|---|---|"]
+    rows = [
+        "| task | metric | dev (best run) | mean ± std over seeds (n) | learning rate | seed | started from |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for name, choice in report["tasks"].items():
         task = glue_data.TASKS[name]
         start = "MNLI run" if name in settings.from_mnli else "init_from"
@@ -406,9 +528,15 @@ def markdown(settings: Settings, report: dict) -> str:
                 key = f"{split}/{metric}" if len(task.dev) > 1 else metric
                 s = choice["spread_over_seeds"][key]
                 label = f"{task.folder}-{split.split('_')[-1]}" if len(task.dev) > 1 else task.folder
-                rows.append(f"| {label} | {glue_data.CLASSES[metric]} | {value:.1f} | {s['mean']:.1f} ± {s['std']:.1f} "
-                            f"({s['n']}) | {choice['learning_rate']:g} | {choice['seed']} | {start} |")
+                rows.append(
+                    f"| {label} | {glue_data.CLASSES[metric]} | {value:.1f} | {s['mean']:.1f} ± {s['std']:.1f} "
+                    f"({s['n']}) | {choice['learning_rate']:g} | {choice['seed']} | {start} |"
+                )
     score = report["score"]
-    rows.append(f"| **GLUE score** | {'average' if report['score_complete'] else 'average of the tasks run'} | "
-                f"**{score:.1f}** | | | | |" if not math.isnan(score) else "| **GLUE score** | (WNLI only) | – | | | | |")
+    rows.append(
+        f"| **GLUE score** | {'average' if report['score_complete'] else 'average of the tasks run'} | "
+        f"**{score:.1f}** | | | | |"
+        if not math.isnan(score)
+        else "| **GLUE score** | (WNLI only) | – | | | | |"
+    )
     return "\n".join(rows)

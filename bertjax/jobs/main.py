@@ -39,33 +39,50 @@ def _pipeline(job: JobConfig, files: str, training: bool, batch_size: int) -> pi
         from bertjax.data.vocab import tokenization
 
         vocab = instances.Vocab.from_tokenizer(tokenization.load(d.vocab_file, d.do_lower_case))
-    return pipeline_lib.InputPipeline(pipeline_lib.PipelineConfig(
-        files=files, batch_size=batch_size, max_seq_length=d.max_seq_length,
-        max_predictions_per_seq=d.record_predictions, max_instances_per_row=d.record_instances, seed=job.seed,
-        shuffle_buffer=d.shuffle_buffer,
-        training=training, process_index=jax.process_index(), process_count=jax.process_count(),
-        vocab_size=job.model.vocab_size, max_batches=None if training else (job.eval.num_batches or None),
-        dynamic_masking=vocab is not None, vocab=vocab, masked_lm_prob=d.masked_lm_prob if vocab else None,
-        skip_damaged_records=d.skip_damaged_records,
-        verify_checksums=d.verify_checksums))
+    return pipeline_lib.InputPipeline(
+        pipeline_lib.PipelineConfig(
+            files=files,
+            batch_size=batch_size,
+            max_seq_length=d.max_seq_length,
+            max_predictions_per_seq=d.record_predictions,
+            max_instances_per_row=d.record_instances,
+            seed=job.seed,
+            shuffle_buffer=d.shuffle_buffer,
+            training=training,
+            process_index=jax.process_index(),
+            process_count=jax.process_count(),
+            vocab_size=job.model.vocab_size,
+            max_batches=None if training else (job.eval.num_batches or None),
+            dynamic_masking=vocab is not None,
+            vocab=vocab,
+            masked_lm_prob=d.masked_lm_prob if vocab else None,
+            skip_damaged_records=d.skip_damaged_records,
+            verify_checksums=d.verify_checksums,
+        )
+    )
 
 
 def _check_branch_schedule(job: JobConfig, step: int) -> None:
     """A branch must not start inside its own decay (the learning rate would drop at once) nor after its end."""
     t = job.train
     if step >= t.num_train_steps:
-        raise ValueError(f"config.train.branch_from={t.branch_from} starts at step {step}, at or after "
-                         f"config.train.num_train_steps={t.num_train_steps}; set num_train_steps beyond it "
-                         f"(a decay of N steps: {step} + N).")
+        raise ValueError(
+            f"config.train.branch_from={t.branch_from} starts at step {step}, at or after "
+            f"config.train.num_train_steps={t.num_train_steps}; set num_train_steps beyond it "
+            f"(a decay of N steps: {step} + N)."
+        )
     decay_start = t.num_train_steps - job.optim.decay_steps
     if job.optim.schedule == "wsd" and decay_start < step:
-        raise ValueError(f"config.train.branch_from={t.branch_from} starts at step {step}, inside the decay "
-                         f"(steps {decay_start}–{t.num_train_steps}); set config.train.num_train_steps="
-                         f"{step + job.optim.decay_steps} to decay over the {job.optim.decay_steps} steps after it.")
+        raise ValueError(
+            f"config.train.branch_from={t.branch_from} starts at step {step}, inside the decay "
+            f"(steps {decay_start}–{t.num_train_steps}); set config.train.num_train_steps="
+            f"{step + job.optim.decay_steps} to decay over the {job.optim.decay_steps} steps after it."
+        )
 
 
-def evaluate(trainer: trainer_lib.Trainer, params: Any, pipeline: pipeline_lib.InputPipeline,
-             num_batches: int) -> dict[str, float]:
+def evaluate(
+    trainer: trainer_lib.Trainer, params: Any, pipeline: pipeline_lib.InputPipeline, num_batches: int
+) -> dict[str, float]:
     """One pass over (at most num_batches of) the held-out pipeline: normalised metrics."""
     pipeline.reset()
     total = None
@@ -87,8 +104,12 @@ def _final_eval(workdir: str, step: int) -> dict | None:
 def _finished(job: JobConfig, workdir: str, latest: int | None) -> bool:
     """Whether the newest checkpoint is the last step and the final eval was written: then a rerun of the same
     command has nothing to do (it used to compile, evaluate and export again). Process 0 decides, for all."""
-    done = latest is not None and latest >= job.train.num_train_steps and (
-        not job.data.eval_files or _final_eval(workdir, latest) is not None) and _restores(workdir, latest)
+    done = (
+        latest is not None
+        and latest >= job.train.num_train_steps
+        and (not job.data.eval_files or _final_eval(workdir, latest) is not None)
+        and _restores(workdir, latest)
+    )
     if jax.process_count() > 1:  # only process 0 may see metrics.jsonl (hosts without a shared disk)
         from jax.experimental import multihost_utils
 
@@ -114,13 +135,18 @@ def _report_done(job: JobConfig, workdir: str, step: int) -> dict:
         from bertjax.jobs import export as exporting
 
         exporting.export(workdir, hf_dir)
-    log.info("done: %s already holds the final step %d (num_train_steps %d) and its eval; nothing to do. To train "
-             "on, raise --config.train.num_train_steps; to start over, use a new --workdir.", workdir, step,
-             job.train.num_train_steps)
+    log.info(
+        "done: %s already holds the final step %d (num_train_steps %d) and its eval; nothing to do. To train "
+        "on, raise --config.train.num_train_steps; to start over, use a new --workdir.",
+        workdir,
+        step,
+        job.train.num_train_steps,
+    )
     return (_final_eval(workdir, step) or {}) if jax.process_index() == 0 else {}
 
 
 # --- The job -----------------------------------------------------------------------------------------
+
 
 def train_and_evaluate(config: Any, workdir: str, compile_only: bool = False) -> dict:
     """Runs (or resumes) the configured pre-training job in workdir; returns the last eval metrics.
@@ -130,13 +156,19 @@ def train_and_evaluate(config: Any, workdir: str, compile_only: bool = False) ->
     job = config if isinstance(config, JobConfig) else JobConfig.from_configdict(config)  # mistakes: nothing written
     job = pretrained.adopt_init_from(job)  # init_from's architecture and vocab, before any data work
     if not compile_only:  # absurd sizes: refused before anything is allocated (--compile_only: by XLA's own count)
-        memory_check.check_training(job.model.architecture, job.model.dtype, job.train.global_batch_size,
-                                    job.data.max_seq_length, job.train.micro_batches)
+        memory_check.check_training(
+            job.model.architecture,
+            job.model.dtype,
+            job.train.global_batch_size,
+            job.data.max_seq_length,
+            job.train.micro_batches,
+        )
     return loop_lib.run_job(workdir, lambda stop, lock: _train_and_evaluate(job, workdir, compile_only, stop, lock))
 
 
-def _train_and_evaluate(job: JobConfig, workdir: str, compile_only: bool, stop: loop_lib.StopRequest,
-                        lock: lock_lib.WorkdirLock) -> dict:
+def _train_and_evaluate(
+    job: JobConfig, workdir: str, compile_only: bool, stop: loop_lib.StopRequest, lock: lock_lib.WorkdirLock
+) -> dict:
     # ===== setup =====
     from bertjax.jobs import stage as stage_lib  # corpus → vocab → records, when the config asks for it
     from bertjax.data.vocab import check as vocab_check
@@ -149,8 +181,14 @@ def _train_and_evaluate(job: JobConfig, workdir: str, compile_only: bool, stop: 
         epath.Path(workdir).mkdir(parents=True, exist_ok=True)
         (epath.Path(workdir) / "config.json").write_text(json.dumps(job.to_dict(), indent=2, sort_keys=True))
     architecture = job.model.architecture
-    log.info("setup: %d process(es), %d device(s) (%s), model %s: %s", jax.process_count(), jax.device_count(),
-             jax.default_backend(), job.model.size, architecture)
+    log.info(
+        "setup: %d process(es), %d device(s) (%s), model %s: %s",
+        jax.process_count(),
+        jax.device_count(),
+        jax.default_backend(),
+        job.model.size,
+        architecture,
+    )
     fingerprint = checkpoint_lib.model_fingerprint(architecture, job.model.scan_layers)
 
     # ===== data =====
@@ -158,8 +196,9 @@ def _train_and_evaluate(job: JobConfig, workdir: str, compile_only: bool, stop: 
     local_batch = trainer_lib.process_batch_size(job.train)
     warmup = batch_warmup.BatchWarmup(job.train, job.data.max_seq_length) if job.train.batch_warmup_tokens else None
     # With batch warmup the pipeline reads one micro-batch at a time and a step takes as many as it needs.
-    train_data = _pipeline(job, job.data.train_files, True, local_batch // job.train.micro_batches if warmup
-                           else local_batch)
+    train_data = _pipeline(
+        job, job.data.train_files, True, local_batch // job.train.micro_batches if warmup else local_batch
+    )
     eval_data = _pipeline(job, job.data.eval_files, False, local_batch) if job.data.eval_files else None
     baselines: dict[str, float] = {}
     if eval_data is not None:
@@ -172,19 +211,29 @@ def _train_and_evaluate(job: JobConfig, workdir: str, compile_only: bool, stop: 
 
     def data_row(parts: loop_lib.Parts) -> None:
         if job.data.skip_damaged_records:  # what this process skipped, beside the training metrics
-            parts.writer.write(0, {f"{name}_{key}": value for name, data in (("train", train_data), ("eval", eval_data))
-                                   if data is not None for key, value in (("damaged_files", len(data.damaged)),
-                                                                          ("skipped_records", data.skipped_records))},
-                               kind="data")
+            parts.writer.write(
+                0,
+                {
+                    f"{name}_{key}": value
+                    for name, data in (("train", train_data), ("eval", eval_data))
+                    if data is not None
+                    for key, value in (("damaged_files", len(data.damaged)), ("skipped_records", data.skipped_records))
+                },
+                kind="data",
+            )
 
     def fresh_state(parts: loop_lib.Parts) -> Any:
         trainer = parts.trainer
         if job.train.branch_from:
-            state = checkpoint_lib.restore_branch(job.train.branch_from, job.checkpoint, fingerprint,
-                                                  trainer.abstract_state, train_data)
+            state = checkpoint_lib.restore_branch(
+                job.train.branch_from, job.checkpoint, fingerprint, trainer.abstract_state, train_data
+            )
             _check_branch_schedule(job, int(state.step))
-            log.info("restore: branched from %s at step %d (params, optimizer state, data position)",
-                     job.train.branch_from, int(state.step))
+            log.info(
+                "restore: branched from %s at step %d (params, optimizer state, data position)",
+                job.train.branch_from,
+                int(state.step),
+            )
             return state
         if job.train.init_from:
             log.info("restore: weights from %s; fresh optimizer state", job.train.init_from)
@@ -194,8 +243,13 @@ def _train_and_evaluate(job: JobConfig, workdir: str, compile_only: bool, stop: 
     def feed(data: Any, step: int) -> Any:
         if warmup is None:
             return data
-        log.info("batch warmup: %d → %d rows over the first %s tokens (%d steps)", job.train.batch_warmup_start,
-                 job.train.global_batch_size, f"{job.train.batch_warmup_tokens:,}", warmup.steps())
+        log.info(
+            "batch warmup: %d → %d rows over the first %s tokens (%d steps)",
+            job.train.batch_warmup_start,
+            job.train.global_batch_size,
+            f"{job.train.batch_warmup_tokens:,}",
+            warmup.steps(),
+        )
         return batch_warmup.WarmupBatches(data, warmup, step)
 
     watch = loop_lib.NotLearningWatch(job)
@@ -210,18 +264,33 @@ def _train_and_evaluate(job: JobConfig, workdir: str, compile_only: bool, stop: 
             result["not_learning"] = 1.0
         parts.writer.write(step, result, kind="eval", notes={"warning": warning} if warning else None)
         shown = [("mlm_acc", "mlm_accuracy_baseline")] + (
-            [("nsp_acc", "nsp_accuracy_baseline")] if job.data.next_sentence_prediction else [])  # MLM-only: none
-        log.info("eval  %s | baselines: %s", metrics_lib.format_log_line(dict(result, step=step)), ", ".join(
-            f"{name} {100 * baselines.get(key, float('nan')):.2f}%" for name, key in shown))
+            [("nsp_acc", "nsp_accuracy_baseline")] if job.data.next_sentence_prediction else []
+        )  # MLM-only: none
+        log.info(
+            "eval  %s | baselines: %s",
+            metrics_lib.format_log_line(dict(result, step=step)),
+            ", ".join(f"{name} {100 * baselines.get(key, float('nan')):.2f}%" for name, key in shown),
+        )
         if warning:
             log.warning("%s", warning)
         return result
 
     # ===== trainer (mesh, sharded state, compiled step) → restore → loop: loop.run_training =====
-    parts, result = loop_lib.run_training(job, workdir, fingerprint, train_data, stop, lock,
-                                          make_trainer=lambda: trainer_lib.setup(job), fresh_state=fresh_state,
-                                          evaluate=run_eval, finished=finished, started=data_row, feed=feed,
-                                          compile_only=compile_only)
+    parts, result = loop_lib.run_training(
+        job,
+        workdir,
+        fingerprint,
+        train_data,
+        stop,
+        lock,
+        make_trainer=lambda: trainer_lib.setup(job),
+        fresh_state=fresh_state,
+        evaluate=run_eval,
+        finished=finished,
+        started=data_row,
+        feed=feed,
+        compile_only=compile_only,
+    )
     if parts is None or result.stopped:
         return result if parts is None else result.last_eval
     state, step, last_eval = result.state, result.step, result.last_eval
@@ -233,7 +302,13 @@ def _train_and_evaluate(job: JobConfig, workdir: str, compile_only: bool, stop: 
         from bertjax.jobs import predict as prediction
 
         eval_data.reset()
-        prediction.show_predictions(parts.trainer.model, jax.device_get(state.params), next(eval_data),
-                                    job.data.vocab_file, job.data.do_lower_case, job.eval.show_predictions)
+        prediction.show_predictions(
+            parts.trainer.model,
+            jax.device_get(state.params),
+            next(eval_data),
+            job.data.vocab_file,
+            job.data.do_lower_case,
+            job.eval.show_predictions,
+        )
     log.info("done: %d steps in %s", step, workdir)
     return last_eval

@@ -25,12 +25,21 @@ from bertjax.finetuning import tasks
 log = logging.getLogger(__name__)
 
 
-def top_k_predictions(model: Any, params: Any, batch: dict[str, np.ndarray], k: int = 5) -> tuple[np.ndarray, np.ndarray]:
+def top_k_predictions(
+    model: Any, params: Any, batch: dict[str, np.ndarray], k: int = 5
+) -> tuple[np.ndarray, np.ndarray]:
     """(ids, probabilities) of the k most likely tokens at every masked position: [batch, predictions, k]."""
     family = models_lib.of(model.config)
-    out = jax.jit(lambda p, b: model.apply({"params": p}, input_ids=b["input_ids"], segment_ids=b["segment_ids"],
-                                           input_mask=b["input_mask"], masked_lm_positions=b["masked_lm_positions"],
-                                           **family.model.pretraining_inputs(b)))(params, batch)
+    out = jax.jit(
+        lambda p, b: model.apply(
+            {"params": p},
+            input_ids=b["input_ids"],
+            segment_ids=b["segment_ids"],
+            input_mask=b["input_mask"],
+            masked_lm_positions=b["masked_lm_positions"],
+            **family.model.pretraining_inputs(b),
+        )
+    )(params, batch)
     probs = jax.nn.softmax(out.mlm_logits, axis=-1)
     top_probs, top_ids = jax.lax.top_k(probs, k)
     return np.asarray(top_ids), np.asarray(top_probs)
@@ -47,8 +56,13 @@ def _words(tokenizer: tokenization.Tokenizer, ids: list[int]) -> str:
     return text.strip()
 
 
-def format_predictions(tokenizer: tokenization.Tokenizer, batch: dict[str, np.ndarray], top_ids: np.ndarray,
-                       top_probs: np.ndarray, rows: int = 3) -> str:
+def format_predictions(
+    tokenizer: tokenization.Tokenizer,
+    batch: dict[str, np.ndarray],
+    top_ids: np.ndarray,
+    top_probs: np.ndarray,
+    rows: int = 3,
+) -> str:
     """Each row: the input with its masks, then for every masked position the truth and the top-k guesses."""
     lines = []
     for r in range(min(rows, len(batch["input_ids"]))):
@@ -56,15 +70,19 @@ def format_predictions(tokenizer: tokenization.Tokenizer, batch: dict[str, np.nd
         lines.append(f"[{r}] {_words(tokenizer, list(batch['input_ids'][r][:length]))}")
         for j in np.flatnonzero(batch["masked_lm_weights"][r] > 0):
             truth = tokenizer.convert_ids_to_tokens([batch["masked_lm_ids"][r][j]])[0]
-            guesses = ", ".join(f"{tok} {p:.2f}" for tok, p in
-                                zip(tokenizer.convert_ids_to_tokens(top_ids[r, j]), top_probs[r, j]))
+            guesses = ", ".join(
+                f"{tok} {p:.2f}" for tok, p in zip(tokenizer.convert_ids_to_tokens(top_ids[r, j]), top_probs[r, j])
+            )
             mark = "✓" if top_ids[r, j, 0] == batch["masked_lm_ids"][r][j] else " "
-            lines.append(f"    {mark} position {int(batch['masked_lm_positions'][r][j]):3d}  truth {truth:<14} top-5: {guesses}")
+            lines.append(
+                f"    {mark} position {int(batch['masked_lm_positions'][r][j]):3d}  truth {truth:<14} top-5: {guesses}"
+            )
     return "\n".join(lines)
 
 
-def show_predictions(model: Any, params: Any, batch: dict[str, np.ndarray], vocab_file: str, do_lower_case: bool,
-                     rows: int) -> None:
+def show_predictions(
+    model: Any, params: Any, batch: dict[str, np.ndarray], vocab_file: str, do_lower_case: bool, rows: int
+) -> None:
     """Prints the top-5 guesses for the masked words of the first `rows` sequences of a batch."""
     tokenizer = tokenization.load(vocab_file, do_lower_case)
     top_ids, top_probs = top_k_predictions(model, params, batch)
@@ -73,6 +91,7 @@ def show_predictions(model: Any, params: Any, batch: dict[str, np.ndarray], voca
 
 
 # --- A fine-tuned workdir on new inputs -------------------------------------------------------------------
+
 
 def _refuse_pre_training_run(workdir: str) -> None:
     """A pre-training workdir holds the encoder and its masked-LM/NSP heads, no task head to predict with:
@@ -85,14 +104,17 @@ def _refuse_pre_training_run(workdir: str) -> None:
     with open(path) as f:
         kind = json.load(f).get("kind")
     if kind != "finetune":
-        raise ValueError(f"--workdir={workdir} is a pre-training run, not a fine-tuned one: it has no task head "
-                         "(classifier or qa_outputs) to predict with; pass the workdir of a run fine-tuned from it "
-                         f"(python -m bertjax.finetune --config.train.init_from={workdir}), or use python -m "
-                         f"bertjax.extract_features --init_from={workdir} for its encoder's vectors.")
+        raise ValueError(
+            f"--workdir={workdir} is a pre-training run, not a fine-tuned one: it has no task head "
+            "(classifier or qa_outputs) to predict with; pass the workdir of a run fine-tuned from it "
+            f"(python -m bertjax.finetune --config.train.init_from={workdir}), or use python -m "
+            f"bertjax.extract_features --init_from={workdir} for its encoder's vectors."
+        )
 
 
-def predict_file(workdir: str, input_file: str, output_file: str, step: Optional[int] = None,
-                 batch_size: int = 32) -> int:
+def predict_file(
+    workdir: str, input_file: str, output_file: str, step: Optional[int] = None, batch_size: int = 32
+) -> int:
     """Runs a fine-tuned workdir on input_file and writes output_file (JSONL); returns the count."""
     from bertjax.jobs import finetune as finetuning
 
@@ -110,8 +132,9 @@ def predict_file(workdir: str, input_file: str, output_file: str, step: Optional
     return len(predictions)
 
 
-def run_on_examples(job: Any, labels: Any, params: Any, examples: list, name: str, batch_size: int = 32
-                    ) -> tuple[Any, np.ndarray]:
+def run_on_examples(
+    job: Any, labels: Any, params: Any, examples: list, name: str, batch_size: int = 32
+) -> tuple[Any, np.ndarray]:
     """(split, logits of every example in input order) of a fine-tuned run's params (finetuning.load_run)
     on examples of its task, rows built as the run built its own."""
     from bertjax.jobs import finetune as finetuning
@@ -123,13 +146,21 @@ def run_on_examples(job: Any, labels: Any, params: Any, examples: list, name: st
     num_labels = 1 if job.data.regression else (2 if labels is None else len(labels.labels))
     packed = finetuning.uses_packing(job)  # short inputs share rows, as in the run's own evaluation
     model = heads.model_for(job.model.architecture, job.task, num_labels, packed=packed)
-    forward = jax.jit(lambda p, b: model.apply({"params": p}, input_ids=b["input_ids"], segment_ids=b["segment_ids"],
-                                               input_mask=b["input_mask"], **heads.packed_inputs(b)))
+    forward = jax.jit(
+        lambda p, b: model.apply(
+            {"params": p},
+            input_ids=b["input_ids"],
+            segment_ids=b["segment_ids"],
+            input_mask=b["input_mask"],
+            **heads.packed_inputs(b),
+        )
+    )
     if packed:
         batches = example_packing.PackedBatches(split.arrays, batch_size, training=False)
-        logits = batches.unpack([np.asarray(forward(params, b)) for b in batches],
-                                per_token=tasks.get(job.task).per_token)
+        logits = batches.unpack(
+            [np.asarray(forward(params, b)) for b in batches], per_token=tasks.get(job.task).per_token
+        )
     else:
         batches = arrays.ArrayBatches(split.arrays, batch_size, training=False)
-        logits = np.concatenate([np.asarray(forward(params, b)) for b in batches])[:batches.rows]
+        logits = np.concatenate([np.asarray(forward(params, b)) for b in batches])[: batches.rows]
     return split, logits

@@ -12,11 +12,20 @@ from bertjax.data import files
 from bertjax.data.corpus import sources as corpus_lib
 from bertjax.data.corpus import table as table_corpus
 from bertjax.data.pretraining import records
-from bertjax.data.pretraining.shards import (COUNT_KEYS, SHARD_STATS_SUFFIX, PrepareConfig, Progress, load_tokenizer,
-                                             plan_shards, run_beam, run_local)
+from bertjax.data.pretraining.shards import (
+    COUNT_KEYS,
+    SHARD_STATS_SUFFIX,
+    PrepareConfig,
+    Progress,
+    load_tokenizer,
+    plan_shards,
+    run_beam,
+    run_local,
+)
 from bertjax.data.vocab import tokenization
 
 log = logging.getLogger(__name__)
+
 
 def check_inputs(cfg: PrepareConfig) -> tokenization.Tokenizer:
     """Fails before any work, in one sentence, on a bad flag, vocab or input."""
@@ -24,8 +33,10 @@ def check_inputs(cfg: PrepareConfig) -> tokenization.Tokenizer:
     if cfg.num_shards < 1:
         raise ValueError(f"--num_shards={cfg.num_shards} must be ≥ 1.")
     if not files.is_remote(cfg.output_dir) and os.path.isfile(cfg.output_dir):
-        raise NotADirectoryError(f"--output_dir={cfg.output_dir} is a file; pass a directory for the record shards "
-                                 "(it is created if missing).")
+        raise NotADirectoryError(
+            f"--output_dir={cfg.output_dir} is a file; pass a directory for the record shards "
+            "(it is created if missing)."
+        )
     tokenizer, _ = load_tokenizer(cfg)
     cfg.open_source().list_units()  # a glob that matches nothing, a missing file, an unknown dataset
     return tokenizer
@@ -44,7 +55,8 @@ def clear_output_dir(cfg: PrepareConfig, overwrite: bool) -> None:
         raise FileExistsError(
             f"--output_dir={cfg.output_dir} already holds a record set ({shards_there} .tfrecord file(s)"
             f"{' and metadata.json' if records.METADATA_NAME in old else ''}); pass --overwrite to replace it, or "
-            "choose an empty directory (mixing two runs' shards would train on both).")
+            "choose an empty directory (mixing two runs' shards would train on both)."
+        )
     files.rmtree(cfg.staging_dir)
     files.makedirs(cfg.staging_dir)
     for name in sorted(old, key=lambda n: n != records.METADATA_NAME):  # metadata.json first
@@ -59,13 +71,21 @@ def commit(cfg: PrepareConfig, metadata_fields: dict) -> dict:
         files.remove(cfg.shard_path(k) + SHARD_STATS_SUFFIX)
         files.rename(cfg.shard_path(k), os.path.join(cfg.output_dir, cfg.shard_name(k)))
     metadata = records.write_metadata(cfg.staging_dir, cfg.schema, **metadata_fields)
-    files.rename(os.path.join(cfg.staging_dir, records.METADATA_NAME), os.path.join(cfg.output_dir, records.METADATA_NAME))
+    files.rename(
+        os.path.join(cfg.staging_dir, records.METADATA_NAME), os.path.join(cfg.output_dir, records.METADATA_NAME)
+    )
     files.rmtree(cfg.staging_dir)
     return metadata
 
 
-def prepare(cfg: PrepareConfig, num_workers: int = 1, runner: str = "local", beam_args: tuple[str, ...] = (),
-            progress_stream=None, overwrite: bool = False) -> dict:
+def prepare(
+    cfg: PrepareConfig,
+    num_workers: int = 1,
+    runner: str = "local",
+    beam_args: tuple[str, ...] = (),
+    progress_stream=None,
+    overwrite: bool = False,
+) -> dict:
     """Runs the whole job; returns (and writes) the metadata. The set appears at once: shards are staged,
     then moved beside metadata.json (`commit`); a failed run leaves nothing a record glob matches."""
     if runner not in ("local", "beam"):
@@ -85,8 +105,7 @@ def prepare(cfg: PrepareConfig, num_workers: int = 1, runner: str = "local", bea
         else:
             results = run_beam(cfg, list(beam_args), plan)
         seconds = time.monotonic() - start
-        metadata = job_metadata(cfg, tokenizer, sorted(results, key=lambda r: r["shard"]), seconds, runner,
-                                num_workers)
+        metadata = job_metadata(cfg, tokenizer, sorted(results, key=lambda r: r["shard"]), seconds, runner, num_workers)
         metadata = commit(cfg, metadata)
     except BaseException:  # a full disk, an error, Ctrl-C: free what was written (a kill leaves it to the rerun)
         files.rmtree(cfg.staging_dir)
@@ -94,8 +113,14 @@ def prepare(cfg: PrepareConfig, num_workers: int = 1, runner: str = "local", bea
     return metadata
 
 
-def job_metadata(cfg: PrepareConfig, tokenizer: tokenization.Tokenizer, results: list[dict],
-                 seconds: float, runner: str, num_workers: int) -> dict:
+def job_metadata(
+    cfg: PrepareConfig,
+    tokenizer: tokenization.Tokenizer,
+    results: list[dict],
+    seconds: float,
+    runner: str,
+    num_workers: int,
+) -> dict:
     """metadata.json's fields: the settings, every shard (name, bytes, crc32c, records) and the counts."""
     totals = {key: sum(r[key] for r in results) for key in COUNT_KEYS}
     corpus = corpus_lib.CorpusStats()
@@ -104,39 +129,71 @@ def job_metadata(cfg: PrepareConfig, tokenizer: tokenization.Tokenizer, results:
             corpus = corpus + corpus_lib.CorpusStats(**r["corpus"])
     inst = cfg.instance
     metadata = dict(
-        created_by="bertjax.prepare", input_file=cfg.input_file,
-        vocab_file=os.path.abspath(cfg.vocab_file), vocab_size=tokenizer.vocab_size,
-        vocab_hash=tokenizer.vocab_hash(), tokenizer=type(tokenizer).__name__, do_lower_case=cfg.do_lower_case,
-        do_whole_word_mask=inst.do_whole_word_mask, next_sentence_prediction=inst.next_sentence_prediction,
-        masked_lm_prob=inst.masked_lm_prob, short_seq_prob=inst.short_seq_prob, dupe_factor=inst.dupe_factor,
-        random_seed=cfg.random_seed, num_shards=cfg.num_shards, text_field=cfg.text_field,
-        files=[{"file": r["file"], "records": r["rows"], "instances": r["instances"], "bytes": r["bytes"],
-                "crc32c": r["crc32c"]} for r in results],
-        counts=totals, corpus=corpus.as_dict(),
+        created_by="bertjax.prepare",
+        input_file=cfg.input_file,
+        vocab_file=os.path.abspath(cfg.vocab_file),
+        vocab_size=tokenizer.vocab_size,
+        vocab_hash=tokenizer.vocab_hash(),
+        tokenizer=type(tokenizer).__name__,
+        do_lower_case=cfg.do_lower_case,
+        do_whole_word_mask=inst.do_whole_word_mask,
+        next_sentence_prediction=inst.next_sentence_prediction,
+        masked_lm_prob=inst.masked_lm_prob,
+        short_seq_prob=inst.short_seq_prob,
+        dupe_factor=inst.dupe_factor,
+        random_seed=cfg.random_seed,
+        num_shards=cfg.num_shards,
+        text_field=cfg.text_field,
+        files=[
+            {
+                "file": r["file"],
+                "records": r["rows"],
+                "instances": r["instances"],
+                "bytes": r["bytes"],
+                "crc32c": r["crc32c"],
+            }
+            for r in results
+        ],
+        counts=totals,
+        corpus=corpus.as_dict(),
         skipped={  # everything not turned into instances, and why
-            "short_documents": corpus.short_documents, "empty_files": corpus.empty_files,
-            "unparsable_files": corpus.unparsable_files, "empty_sentences": totals["empty_sentences"],
+            "short_documents": corpus.short_documents,
+            "empty_files": corpus.empty_files,
+            "unparsable_files": corpus.unparsable_files,
+            "empty_sentences": totals["empty_sentences"],
             "empty_documents": totals["empty_documents"],  # then Parquet / JSON Lines rows with no text, if any rows
-            **({k: getattr(corpus, k) for k in table_corpus.SKIPPED_ROW_COUNTERS} if corpus.rows else {})},
-        replaced={"non_utf8_lines": corpus.replaced_lines, "over_long_lines_cut": corpus.over_long_lines,
-                  "long_lines_split_into_sentences": corpus.split_lines},
-        seconds=round(seconds, 2), instances_per_second=round(totals["instances"] / max(seconds, 1e-9), 1),
-        runner=runner, num_workers=num_workers,
+            **({k: getattr(corpus, k) for k in table_corpus.SKIPPED_ROW_COUNTERS} if corpus.rows else {}),
+        },
+        replaced={
+            "non_utf8_lines": corpus.replaced_lines,
+            "over_long_lines_cut": corpus.over_long_lines,
+            "long_lines_split_into_sentences": corpus.split_lines,
+        },
+        seconds=round(seconds, 2),
+        instances_per_second=round(totals["instances"] / max(seconds, 1e-9), 1),
+        runner=runner,
+        num_workers=num_workers,
     )
     if totals["instances"] == 0:  # no metadata.json: empty shards must not look like a finished data set
         skipped = ", ".join(f"{v:,} {k.replace('_', ' ')}" for k, v in metadata["skipped"].items() if v)
-        raise ValueError(f"{cfg.input_file} yielded no training instances ({totals['documents']:,} documents; "
-                         f"skipped {skipped or 'nothing'}): "
-                         + (f"check that --text_field={cfg.text_field!r} names the field holding the text."
-                            if corpus.rows else "point --input_file at plain text, one sentence per line "
-                            "and a blank line between documents."))
+        raise ValueError(
+            f"{cfg.input_file} yielded no training instances ({totals['documents']:,} documents; "
+            f"skipped {skipped or 'nothing'}): "
+            + (
+                f"check that --text_field={cfg.text_field!r} names the field holding the text."
+                if corpus.rows
+                else "point --input_file at plain text, one sentence per line and a blank line between documents."
+            )
+        )
     metadata["padding_fraction"] = round(1 - totals["real_tokens"] / max(totals["rows"] * inst.max_seq_length, 1), 4)
     # The corpus's tokens that some instance keeps (in any of the dupe_factor passes): pairs truncated to
     # max_seq_length lose a few (each pass cuts elsewhere), sentences far longer than an instance most.
     metadata["tokens_kept_share"] = round(totals["covered_tokens"] / max(totals["tokens"], 1), 4)
     if cfg.packing is not None:
-        metadata.update(max_predictions_per_seq=inst.max_predictions_per_seq,
-                        instances_per_row=round(totals["instances"] / max(totals["rows"], 1), 3))
+        metadata.update(
+            max_predictions_per_seq=inst.max_predictions_per_seq,
+            instances_per_row=round(totals["instances"] / max(totals["rows"], 1), 3),
+        )
     return metadata
 
 
@@ -154,17 +211,24 @@ def tokens_kept_warning(metadata: dict) -> str:
     limit = metadata.get("schema", {}).get("max_seq_length")
     causes = []
     if metadata["replaced"].get("long_lines_split_into_sentences"):
-        causes.append(f"{metadata['replaced']['long_lines_split_into_sentences']:,} line(s) too long for one "
-                      "sentence were cut where no sentence end was near")
+        causes.append(
+            f"{metadata['replaced']['long_lines_split_into_sentences']:,} line(s) too long for one "
+            "sentence were cut where no sentence end was near"
+        )
     if limit and tokens_per_sentence > limit / 2:
-        causes.append(f"sentences average {tokens_per_sentence:,.0f} tokens, more than half of max_seq_length="
-                      f"{limit}, so pairs are truncated: put one sentence per line")
+        causes.append(
+            f"sentences average {tokens_per_sentence:,.0f} tokens, more than half of max_seq_length="
+            f"{limit}, so pairs are truncated: put one sentence per line"
+        )
     if not causes and metadata.get("dupe_factor") == 1:
-        causes.append("pairs longer than max_seq_length are truncated, and with dupe_factor=1 no other pass "
-                      "keeps what one cut")
+        causes.append(
+            "pairs longer than max_seq_length are truncated, and with dupe_factor=1 no other pass keeps what one cut"
+        )
     causes = causes or ["pairs longer than max_seq_length are truncated"]
-    return (f"prepare: warning: the instances keep only {100 * share:.1f}% of the corpus's {c['tokens']:,} "
-            f"tokens; {'; '.join(causes)}.")
+    return (
+        f"prepare: warning: the instances keep only {100 * share:.1f}% of the corpus's {c['tokens']:,} "
+        f"tokens; {'; '.join(causes)}."
+    )
 
 
 def summary(metadata: dict) -> str:
@@ -173,11 +237,14 @@ def summary(metadata: dict) -> str:
     kept = f", {100 * metadata['tokens_kept_share']:.1f}% of the tokens kept" if "tokens_kept_share" in metadata else ""
     warning = tokens_kept_warning(metadata)
     by_file = table_corpus.skipped_by_file_note(metadata.get("corpus", {}).get("skipped_by_file", {}))
-    return (f"prepare: wrote {c['instances']:,} instances{packed} from {c['documents']:,} documents "
-            f"({c['sentences']:,} sentences, {c['tokens']:,} tokens{kept}) into {metadata['num_shards']} shards in "
-            f"{metadata['seconds']:.1f}s ({metadata['instances_per_second']:,.0f} instances/s; padding "
-            f"{100 * metadata['padding_fraction']:.1f}% of the tokens); skipped "
-            + ", ".join(f"{v:,} {k.replace('_', ' ')}" for k, v in s.items())
-            + "; replaced " + ", ".join(f"{v:,} {k.replace('_', ' ')}" for k, v in r.items())
-            + (f"; rows skipped by file: {by_file}" if by_file else "")
-            + (f"\n{warning}" if warning else ""))
+    return (
+        f"prepare: wrote {c['instances']:,} instances{packed} from {c['documents']:,} documents "
+        f"({c['sentences']:,} sentences, {c['tokens']:,} tokens{kept}) into {metadata['num_shards']} shards in "
+        f"{metadata['seconds']:.1f}s ({metadata['instances_per_second']:,.0f} instances/s; padding "
+        f"{100 * metadata['padding_fraction']:.1f}% of the tokens); skipped "
+        + ", ".join(f"{v:,} {k.replace('_', ' ')}" for k, v in s.items())
+        + "; replaced "
+        + ", ".join(f"{v:,} {k.replace('_', ' ')}" for k, v in r.items())
+        + (f"; rows skipped by file: {by_file}" if by_file else "")
+        + (f"\n{warning}" if warning else "")
+    )

@@ -36,26 +36,40 @@ def _document_text(doc: list[str]) -> str:
     return "\n".join(s.replace("\n", " ") for s in doc) + "\n\n"
 
 
-def split_corpus(spec: str, out_dir: str, heldout_every: int, tfds_data_dir: str | None = None,
-                 tfds_text_feature: str = "text", text_field: str = "text",
-                 skip_bad_json_lines: bool = False) -> tuple[str, str, dict]:
+def split_corpus(
+    spec: str,
+    out_dir: str,
+    heldout_every: int,
+    tfds_data_dir: str | None = None,
+    tfds_text_feature: str = "text",
+    text_field: str = "text",
+    skip_bad_json_lines: bool = False,
+) -> tuple[str, str, dict]:
     """Writes train.txt and heldout.txt (disjoint documents) under out_dir; returns their paths and counts.
 
     Every heldout_every-th document is held out (every 2nd of a corpus with fewer documents). Documents
     stream to the two files: only the first heldout_every are held, to know which of the two rules applies."""
-    source = corpus_lib.open_source(spec, data_dir=tfds_data_dir, text_field=text_field,
-                                    text_feature=tfds_text_feature, what="config.data.corpus",
-                                    skip_bad_json_lines=skip_bad_json_lines)
+    source = corpus_lib.open_source(
+        spec,
+        data_dir=tfds_data_dir,
+        text_field=text_field,
+        text_feature=tfds_text_feature,
+        what="config.data.corpus",
+        skip_bad_json_lines=skip_bad_json_lines,
+    )
     paths = {"train": os.path.join(out_dir, "train.txt"), "heldout": os.path.join(out_dir, "heldout.txt")}
     documents = source.documents()
     head = list(itertools.islice(documents, max(heldout_every, 2)))
     if len(head) < 2:
-        raise ValueError(f"config.data.corpus={spec} has {len(head)} document(s); a train/held-out "
-                         "split needs at least 2.")
+        raise ValueError(
+            f"config.data.corpus={spec} has {len(head)} document(s); a train/held-out split needs at least 2."
+        )
     every = max(2, min(heldout_every, len(head)))
     counts = {"train_documents": 0, "heldout_documents": 0}
-    with open(paths["train"] + ".tmp", "w", encoding="utf-8") as train, \
-            open(paths["heldout"] + ".tmp", "w", encoding="utf-8") as heldout:
+    with (
+        open(paths["train"] + ".tmp", "w", encoding="utf-8") as train,
+        open(paths["heldout"] + ".tmp", "w", encoding="utf-8") as heldout,
+    ):
         for i, doc in enumerate(itertools.chain(head, documents)):
             held = i % every == every - 1
             (heldout if held else train).write(_document_text(doc))
@@ -92,34 +106,58 @@ def prepare_data(config: JobConfig, workdir: str) -> JobConfig:
     done = os.path.join(out, DONE)
     if jax.process_index() == 0 and not os.path.exists(done):
         os.makedirs(out, exist_ok=True)
-        log.info("data: splitting %s into train and held-out documents (every %d-th held out)", d.corpus,
-                 d.heldout_every)
-        text_field = table_corpus.resolve_text_field(d.text_field, d.tfds_text_feature,
-                                                     "config.data.tfds_text_feature", "config.data.text_field")
-        train_txt, heldout_txt, counts = split_corpus(d.corpus, out, d.heldout_every, d.tfds_data_dir or None,
-                                                      text_field=text_field, skip_bad_json_lines=d.skip_bad_json_lines)
+        log.info(
+            "data: splitting %s into train and held-out documents (every %d-th held out)", d.corpus, d.heldout_every
+        )
+        text_field = table_corpus.resolve_text_field(
+            d.text_field, d.tfds_text_feature, "config.data.tfds_text_feature", "config.data.text_field"
+        )
+        train_txt, heldout_txt, counts = split_corpus(
+            d.corpus,
+            out,
+            d.heldout_every,
+            d.tfds_data_dir or None,
+            text_field=text_field,
+            skip_bad_json_lines=d.skip_bad_json_lines,
+        )
         vocab_file = d.vocab_file
         if vocab_file:
             log.info("data: the vocab %s, as given (none trained)", vocab_file)
         else:
             log.info("data: training a %d-token WordPiece vocab on the train documents", d.corpus_vocab_size)
-            tok = vocab_training.train_wordpiece(read_sentences(train_txt), d.corpus_vocab_size,
-                                               os.path.join(out, "vocab"), do_lower_case=d.do_lower_case)
+            tok = vocab_training.train_wordpiece(
+                read_sentences(train_txt),
+                d.corpus_vocab_size,
+                os.path.join(out, "vocab"),
+                do_lower_case=d.do_lower_case,
+            )
             vocab_file = str(tok.path)
         for name, text, dupe in (("train", train_txt, d.dupe_factor), ("heldout", heldout_txt, d.heldout_dupe_factor)):
             cfg = shards.PrepareConfig(
-                input_file=text, output_dir=os.path.join(out, name), vocab_file=vocab_file,
-                do_lower_case=d.do_lower_case, random_seed=config.seed + (name == "heldout"),
-                num_shards=d.num_shards if name == "train" else 1, instance=d.instance_config(dupe, name == "heldout"),
-                packing=d.packing_config())
+                input_file=text,
+                output_dir=os.path.join(out, name),
+                vocab_file=vocab_file,
+                do_lower_case=d.do_lower_case,
+                random_seed=config.seed + (name == "heldout"),
+                num_shards=d.num_shards if name == "train" else 1,
+                instance=d.instance_config(dupe, name == "heldout"),
+                packing=d.packing_config(),
+            )
             log.info("data: preparing %s records (dupe_factor %d) into %s", name, dupe, cfg.output_dir)
             # overwrite: a stage cut short before stage.json is redone from the start
             metadata = prepare_job.prepare(cfg, num_workers=d.num_workers or os.cpu_count() or 1, overwrite=True)
             log.info("data: %s", prepare_job.summary(metadata).replace("\n", "; "))
             counts[f"{name}_instances"] = metadata["counts"]["instances"]
         with open(done + ".tmp", "w") as f:
-            json.dump(dict(counts, vocab_file=_recorded(vocab_file, out),
-                           vocab_size=tokenization.load(vocab_file, d.do_lower_case).vocab_size), f, indent=2)
+            json.dump(
+                dict(
+                    counts,
+                    vocab_file=_recorded(vocab_file, out),
+                    vocab_size=tokenization.load(vocab_file, d.do_lower_case).vocab_size,
+                ),
+                f,
+                indent=2,
+            )
         os.replace(done + ".tmp", done)
     if jax.process_count() > 1:
         from jax.experimental import multihost_utils
@@ -130,9 +168,17 @@ def prepare_data(config: JobConfig, workdir: str) -> JobConfig:
     if not is_remote(stage["vocab_file"]) and not os.path.isabs(stage["vocab_file"]):  # under data/, wherever it is now
         stage["vocab_file"] = os.path.join(out, stage["vocab_file"])
     if config.model.vocab_size != stage["vocab_size"]:
-        log.info("data: config.model.vocab_size %s → %d, the size of %s", config.model.vocab_size or "unset",
-                 stage["vocab_size"], stage["vocab_file"])
-    return config.replace(model={"vocab_size": stage["vocab_size"]},
-                          data={"vocab_file": stage["vocab_file"],
-                                "train_files": os.path.join(out, "train", "*.tfrecord"),
-                                "eval_files": os.path.join(out, "heldout", "*.tfrecord")})
+        log.info(
+            "data: config.model.vocab_size %s → %d, the size of %s",
+            config.model.vocab_size or "unset",
+            stage["vocab_size"],
+            stage["vocab_file"],
+        )
+    return config.replace(
+        model={"vocab_size": stage["vocab_size"]},
+        data={
+            "vocab_file": stage["vocab_file"],
+            "train_files": os.path.join(out, "train", "*.tfrecord"),
+            "eval_files": os.path.join(out, "heldout", "*.tfrecord"),
+        },
+    )

@@ -1,11 +1,12 @@
 """Encoder families and the one registry the rest of the code asks about them.
 
-A family is named by its Hugging Face `model_type` and lives in its own folder, `models/<name>/`, of three
+A family is named by its Hugging Face `model_type` and lives in its own folder, `models/<name>/`, of four
 modules whose names are the contract (`CONTRACT` below; tests/test_house.py checks every family has each
 name, and that no code outside models/ names a family):
 
     config.py   the architecture dataclass, its sizes, `from_model_config(config.model)` (no JAX)
-    model.py    the Flax modules; building, initialising, FLOPs, layer stacking, fine-tuning heads
+    model.py    the Flax modules; building, initialising, FLOPs, layer stacking
+    heads.py    the fine-tuning heads: which tasks, and the module for one
     hf.py       transformers directories both ways: `load`, `save_pretrained`, `save_finetuned`
 
 What they share is in layers.py (activations, dtypes, remat, dropout), options.py (the option names) and
@@ -38,16 +39,29 @@ CONTRACT = {
         "with_finetuning_choices",  # a checkpoint's architecture + config.model's fine-tuning-only choices
     ),
     "model": (
-        "from_config", "from_architecture",  # the pre-training model, from config.model or an architecture
-        "init_params", "dummy_inputs",  # unboxed parameters; shapes-only inputs for init and eval_shape
+        "from_config",  # config.model → the pre-training model
+        "from_architecture",  # an architecture → the pre-training model
+        "init_params",  # unboxed parameters
+        "dummy_inputs",  # shapes-only inputs for init and eval_shape
         "pretraining_inputs",  # what a batch adds to `apply` beyond ids, mask and masked positions
-        "flops_per_sequence", "module_param_counts",  # the summary's and MFU's figures
-        "stack_layers", "unstack_layers",  # the scan layout of the parameters, both ways
+        "flops_per_sequence",  # MFU's and the summary's FLOPs
+        "module_param_counts",  # the summary's parameter rows
+        "stack_layers",  # the loop layout → the scan layout
+        "unstack_layers",  # the scan layout → the loop layout (checkpoints and HF files speak it)
         "encoder_states",  # every layer's output of the encoder alone (extract_features)
-        "FINETUNING_TASKS", "finetuning_model",  # the heads it has, and the fine-tuning module
-        "BODY", "ENCODER",  # the encoder's subtree; what fine-tuning takes from a pre-trained model
+        "BODY",  # the encoder's subtree
+        "ENCODER",  # what fine-tuning takes from a pre-trained model
     ),
-    "hf": ("load", "load_config", "save_pretrained", "save_finetuned"),
+    "heads": (
+        "FINETUNING_TASKS",  # the tasks it has heads for (finetuning/tasks/ names)
+        "finetuning_model",  # the body and a task's output layer
+    ),
+    "hf": (
+        "load",  # a transformers directory → (architecture, params)
+        "load_config",  # its config.json → the architecture
+        "save_pretrained",  # the pre-training model → a transformers directory
+        "save_finetuned",  # a fine-tuned model → its task's transformers class
+    ),
 }
 
 
@@ -67,6 +81,11 @@ class Family:
     def model(self) -> ModuleType:
         """The Flax modules and the family's FLOPs formula."""
         return self._module("model")
+
+    @property
+    def heads(self) -> ModuleType:
+        """The fine-tuning heads."""
+        return self._module("heads")
 
     @property
     def hf(self) -> ModuleType:
@@ -99,6 +118,8 @@ def family_of(path: str) -> str:
         except (json.JSONDecodeError, AttributeError):
             return DEFAULT_FAMILY  # its reader says what is wrong with the file
     if model_type not in FAMILIES:
-        raise ValueError(f"{config}: model_type={model_type!r} is not BERT or ModernBERT; bertjax loads "
-                         f"{' and '.join(repr(f) for f in FAMILIES)} checkpoints (load this one with transformers).")
+        raise ValueError(
+            f"{config}: model_type={model_type!r} is not BERT or ModernBERT; bertjax loads "
+            f"{' and '.join(repr(f) for f in FAMILIES)} checkpoints (load this one with transformers)."
+        )
     return model_type

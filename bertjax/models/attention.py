@@ -42,23 +42,35 @@ def choose(requested: str, attention_probs_dropout_prob: float, platform: str) -
     if requested == "auto":
         best = {"tpu": "splash", "gpu": "cudnn"}.get(platform, "xla")
         if best != "xla" and attention_probs_dropout_prob > 0:
-            log.info("attention: auto chose xla on %s: config.model.attention_probs_dropout_prob=%g, and %s "
-                     "has no attention dropout (set it to 0 for %s)", platform, attention_probs_dropout_prob,
-                     best, best)
+            log.info(
+                "attention: auto chose xla on %s: config.model.attention_probs_dropout_prob=%g, and %s "
+                "has no attention dropout (set it to 0 for %s)",
+                platform,
+                attention_probs_dropout_prob,
+                best,
+                best,
+            )
             return "xla"
         log.info("attention: auto chose %s on %s", best, platform)
         return best
     if requested in FUSED and attention_probs_dropout_prob > 0:
-        raise ValueError(f"config.model.attention={requested} has no attention-probability dropout but "
-                         f"config.model.attention_probs_dropout_prob={attention_probs_dropout_prob}; set "
-                         "--config.model.attention_probs_dropout_prob=0 (as MosaicBERT and ModernBERT do) or "
-                         "use --config.model.attention=xla.")
+        raise ValueError(
+            f"config.model.attention={requested} has no attention-probability dropout but "
+            f"config.model.attention_probs_dropout_prob={attention_probs_dropout_prob}; set "
+            "--config.model.attention_probs_dropout_prob=0 (as MosaicBERT and ModernBERT do) or "
+            "use --config.model.attention=xla."
+        )
     if requested == "cudnn" and platform != "gpu":
-        raise ValueError(f"config.model.attention=cudnn needs an NVIDIA GPU, but the devices are {platform}; "
-                         "use --config.model.attention=xla (or auto).")
+        raise ValueError(
+            f"config.model.attention=cudnn needs an NVIDIA GPU, but the devices are {platform}; "
+            "use --config.model.attention=xla (or auto)."
+        )
     if requested == "splash" and platform != "tpu":
-        log.info("attention: splash on %s runs the TPU kernel in Pallas interpret mode (slow: for checking "
-                 "numerics, not for training)", platform)
+        log.info(
+            "attention: splash on %s runs the TPU kernel in Pallas interpret mode (slow: for checking "
+            "numerics, not for training)",
+            platform,
+        )
     return requested
 
 
@@ -77,8 +89,15 @@ def xla_bias(input_mask: jax.Array, packed: bool, window: Optional[int] = None) 
     return jnp.where(allowed, 0.0, jnp.finfo(jnp.float32).min).astype(jnp.float32)
 
 
-def fused(implementation: str, q: jax.Array, k: jax.Array, v: jax.Array, input_mask: jax.Array,
-          packed: bool, window: Optional[int] = None) -> jax.Array:
+def fused(
+    implementation: str,
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    input_mask: jax.Array,
+    packed: bool,
+    window: Optional[int] = None,
+) -> jax.Array:
     """Attention output [batch, length, heads, kv] of q, k, v [batch, length, heads, kv] by a fused kernel;
     `window`: each query sees keys at most that many positions away (ModernBERT's local layers)."""
     if implementation == "splash":
@@ -87,6 +106,7 @@ def fused(implementation: str, q: jax.Array, k: jax.Array, v: jax.Array, input_m
 
 
 # --- splash -------------------------------------------------------------------------------------------
+
 
 def splash_block(length: int, window: Optional[int] = None) -> int:
     """Splash's block size: the largest of 512, 256, 128 dividing the (padded) length; with a sliding window
@@ -101,8 +121,11 @@ def _splash_mask(heads: int, length: int, window: Optional[int]):
     from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask as mask_lib
 
     # A local mask lets the kernel skip the blocks wholly outside the window (fewer FLOPs, not only masked).
-    one = mask_lib.FullMask((length, length)) if window is None else \
-        mask_lib.LocalMask((length, length), window_size=(window, window), offset=0)
+    one = (
+        mask_lib.FullMask((length, length))
+        if window is None
+        else mask_lib.LocalMask((length, length), window_size=(window, window), offset=0)
+    )
     return mask_lib.MultiHeadMask([one for _ in range(heads)])
 
 
@@ -121,15 +144,24 @@ def _splash_kernel(heads: int, length: int, interpret: bool, window: Optional[in
     from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel as kernel_lib
 
     block = splash_block(length, window)
-    sizes = kernel_lib.BlockSizes(block_q=block, block_kv=block, block_kv_compute=block, block_q_dkv=block,
-                                  block_kv_dkv=block, block_kv_dkv_compute=block, block_q_dq=block,
-                                  block_kv_dq=block)
-    return kernel_lib.make_splash_mha(_splash_mask(heads, length, window), block_sizes=sizes, head_shards=1, q_seq_shards=1,
-                                      interpret=interpret), kernel_lib.SegmentIds
+    sizes = kernel_lib.BlockSizes(
+        block_q=block,
+        block_kv=block,
+        block_kv_compute=block,
+        block_q_dkv=block,
+        block_kv_dkv=block,
+        block_kv_dkv_compute=block,
+        block_q_dq=block,
+        block_kv_dq=block,
+    )
+    return kernel_lib.make_splash_mha(
+        _splash_mask(heads, length, window), block_sizes=sizes, head_shards=1, q_seq_shards=1, interpret=interpret
+    ), kernel_lib.SegmentIds
 
 
-def _splash_local(q: jax.Array, k: jax.Array, v: jax.Array, segments: jax.Array, interpret: bool,
-                  window: Optional[int] = None) -> jax.Array:
+def _splash_local(
+    q: jax.Array, k: jax.Array, v: jax.Array, segments: jax.Array, interpret: bool, window: Optional[int] = None
+) -> jax.Array:
     """One device's share: q, k, v [batch, length, heads, kv], segments [batch, length]."""
     length, heads, head_dim = q.shape[1:]
     padded = math.ceil(length / _SPLASH_LANES) * _SPLASH_LANES
@@ -140,14 +172,14 @@ def _splash_local(q: jax.Array, k: jax.Array, v: jax.Array, segments: jax.Array,
     scale = jnp.asarray(1.0 / np.sqrt(head_dim), q.dtype)  # the kernel does not scale by 1/√d itself
 
     def one_row(q, k, v, s):  # kernel layout: [heads, length, kv]
-        return kernel(q.swapaxes(0, 1) * scale, k.swapaxes(0, 1), v.swapaxes(0, 1),
-                      segment_ids=segment_ids(s, s)).swapaxes(0, 1)
+        return kernel(
+            q.swapaxes(0, 1) * scale, k.swapaxes(0, 1), v.swapaxes(0, 1), segment_ids=segment_ids(s, s)
+        ).swapaxes(0, 1)
 
     return jax.vmap(one_row)(q, k, v, segments)[:, :length]
 
 
-def _splash(q: jax.Array, k: jax.Array, v: jax.Array, segments: jax.Array, window: Optional[int] = None
-            ) -> jax.Array:
+def _splash(q: jax.Array, k: jax.Array, v: jax.Array, segments: jax.Array, window: Optional[int] = None) -> jax.Array:
     context = sharding_lib.current_mesh_and_rules()
     if context is None:  # eager use or one device outside the trainer
         return _splash_local(q, k, v, segments, jax.default_backend() != "tpu", window)
@@ -155,15 +187,19 @@ def _splash(q: jax.Array, k: jax.Array, v: jax.Array, segments: jax.Array, windo
     qkv_spec = sharding_lib.logical_spec(q.shape, ("batch", "length", "heads", "kv"), mesh, rules)
     segment_spec = sharding_lib.logical_spec(segments.shape, ("batch", "length"), mesh, rules)
     if qkv_spec[1] is not None:
-        raise ValueError("config.mesh.logical_axis_rules shard 'length', which splash attention needs whole on "
-                         "each device; map 'length' to None.")
+        raise ValueError(
+            "config.mesh.logical_axis_rules shard 'length', which splash attention needs whole on "
+            "each device; map 'length' to None."
+        )
     interpret = mesh.devices.flat[0].platform != "tpu"
     local = functools.partial(_splash_local, interpret=interpret, window=window)
-    return jax.shard_map(local, mesh=mesh, in_specs=(qkv_spec, qkv_spec, qkv_spec, segment_spec),
-                         out_specs=qkv_spec, check_vma=False)(q, k, v, segments)
+    return jax.shard_map(
+        local, mesh=mesh, in_specs=(qkv_spec, qkv_spec, qkv_spec, segment_spec), out_specs=qkv_spec, check_vma=False
+    )(q, k, v, segments)
 
 
 # --- cuDNN --------------------------------------------------------------------------------------------
+
 
 def cudnn_arguments(mask: jax.Array, packed: bool, window: Optional[int] = None, dtype=jnp.float32) -> dict:
     """What `jax.nn.dot_product_attention` gets besides q, k, v of `dtype`. Unpacked rows (real tokens first,
@@ -181,7 +217,8 @@ def cudnn_arguments(mask: jax.Array, packed: bool, window: Optional[int] = None,
     return dict(query_seq_lengths=lengths, key_value_seq_lengths=lengths)
 
 
-def _cudnn(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, packed: bool,
-           window: Optional[int] = None) -> jax.Array:
+def _cudnn(
+    q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, packed: bool, window: Optional[int] = None
+) -> jax.Array:
     arguments = cudnn_arguments(mask, packed, window, q.dtype)
     return jax.nn.dot_product_attention(q, k, v, **arguments, implementation="cudnn")

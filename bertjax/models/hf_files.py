@@ -41,8 +41,9 @@ def set_path(tree: dict, path: tuple[str, ...], value: Any) -> None:
 
 def new_directory(path: str) -> None:
     if os.path.exists(path) and not os.path.isdir(path):
-        raise NotADirectoryError(f"{path} is a file, not a directory; pass a new or existing directory for the "
-                                 "Hugging Face files.")
+        raise NotADirectoryError(
+            f"{path} is a file, not a directory; pass a new or existing directory for the Hugging Face files."
+        )
     os.makedirs(path, exist_ok=True)
 
 
@@ -64,9 +65,11 @@ def weight_files(path: str, hf_class: str = "BertForPreTraining") -> list[str]:
         raise FileNotFoundError(
             f"{path} holds only {pickled[0]}, which bertjax will not read (pickled weights can run arbitrary "
             f"code); convert it once with transformers: `{hf_class}.from_pretrained(path)"
-            f".save_pretrained(path, safe_serialization=True)`.")
-    raise FileNotFoundError(f"{path} has no {WEIGHTS_NAME} (or {WEIGHTS_INDEX_NAME}); point at a directory written "
-                            "by save_pretrained.")
+            f".save_pretrained(path, safe_serialization=True)`."
+        )
+    raise FileNotFoundError(
+        f"{path} has no {WEIGHTS_NAME} (or {WEIGHTS_INDEX_NAME}); point at a directory written by save_pretrained."
+    )
 
 
 def read_safetensors(files: list[str]) -> tuple[dict[str, np.ndarray], dict[str, str]]:
@@ -79,17 +82,20 @@ def read_safetensors(files: list[str]) -> tuple[dict[str, np.ndarray], dict[str,
                     tensors[key] = f.get_tensor(key)
                     origin[key] = file
         except Exception as e:  # safetensors raises its own error types for truncated/corrupt files
-            raise ValueError(f"{file} is not a readable safetensors file ({' '.join(str(e).split())}); re-export "
-                             "or re-download it.") from None
+            raise ValueError(
+                f"{file} is not a readable safetensors file ({' '.join(str(e).split())}); re-export or re-download it."
+            ) from None
     return tensors, origin
 
 
 # Tensors whose shapes the config fixes, by name suffix (BERT's and ModernBERT's): (config fields of each dim).
-HEADER_SHAPES = (("word_embeddings.weight", ("vocab_size", "hidden_size")),
-                 ("tok_embeddings.weight", ("vocab_size", "hidden_size")),
-                 ("position_embeddings.weight", ("max_position_embeddings", "hidden_size")),
-                 ("intermediate.dense.weight", ("intermediate_size", "hidden_size")),
-                 ("mlp.Wi.weight", ("2×intermediate_size", "hidden_size")))
+HEADER_SHAPES = (
+    ("word_embeddings.weight", ("vocab_size", "hidden_size")),
+    ("tok_embeddings.weight", ("vocab_size", "hidden_size")),
+    ("position_embeddings.weight", ("max_position_embeddings", "hidden_size")),
+    ("intermediate.dense.weight", ("intermediate_size", "hidden_size")),
+    ("mlp.Wi.weight", ("2×intermediate_size", "hidden_size")),
+)
 
 
 def check_header(files: list[str], config: Any, source: str) -> None:
@@ -102,8 +108,9 @@ def check_header(files: list[str], config: Any, source: str) -> None:
             with safe_open(file, framework="np") as f:
                 shapes.update({key: tuple(f.get_slice(key).get_shape()) for key in f.keys()})
         except Exception as e:  # safetensors' own error types: a truncated or corrupt header
-            raise ValueError(f"{file} is not a readable safetensors file ({' '.join(str(e).split())}); re-export "
-                             "or re-download it.") from None
+            raise ValueError(
+                f"{file} is not a readable safetensors file ({' '.join(str(e).split())}); re-export or re-download it."
+            ) from None
     for suffix, fields in HEADER_SHAPES:
         found = next((shape for key, shape in shapes.items() if key.endswith(suffix)), None)
         if found is None:
@@ -111,18 +118,23 @@ def check_header(files: list[str], config: Any, source: str) -> None:
         expected = tuple(2 * getattr(config, f[2:]) if f.startswith("2×") else getattr(config, f) for f in fields)
         if found != expected:
             said = ", ".join(f"{f}={getattr(config, f.lstrip('2×')):,}" for f in dict.fromkeys(fields))
-            raise ValueError(f"{source}/{CONFIG_NAME} says {said}, but the weights' {suffix} is "
-                             f"{' × '.join(f'{n:,}' for n in found)}: the config.json does not belong to these "
-                             "weights; put back the one saved with them.")
+            raise ValueError(
+                f"{source}/{CONFIG_NAME} says {said}, but the weights' {suffix} is "
+                f"{' × '.join(f'{n:,}' for n in found)}: the config.json does not belong to these "
+                "weights; put back the one saved with them."
+            )
     layers = {int(m.group(1)) for key in shapes for m in [re.search(r"\.layers?\.(\d+)\.", key)] if m}
     if layers and len(layers) != config.num_hidden_layers:
-        raise ValueError(f"{source}/{CONFIG_NAME} says num_hidden_layers={config.num_hidden_layers:,}, but the "
-                         f"weights hold {len(layers)} layers: the config.json does not belong to these weights; put "
-                         "back the one saved with them.")
+        raise ValueError(
+            f"{source}/{CONFIG_NAME} says num_hidden_layers={config.num_hidden_layers:,}, but the "
+            f"weights hold {len(layers)} layers: the config.json does not belong to these weights; put "
+            "back the one saved with them."
+        )
 
 
-def write_tokenizer(path: str, vocab_file: str, do_lower_case: bool, max_length: int,
-                    model_input_names: Optional[list[str]] = None) -> None:
+def write_tokenizer(
+    path: str, vocab_file: str, do_lower_case: bool, max_length: int, model_input_names: Optional[list[str]] = None
+) -> None:
     """The run's tokenizer files in `path`, which transformers' AutoTokenizer loads and which tokenize as bertjax
     did: a WordPiece vocab.txt as a BertTokenizer, or a tokenizer.json (byte-level BPE, ...) as is, beside a
     tokenizer_config.json. `model_input_names`: what the tokenizer returns (a model without token types takes no
@@ -137,9 +149,14 @@ def write_tokenizer(path: str, vocab_file: str, do_lower_case: bool, max_length:
     if not (os.path.exists(target) and os.path.samefile(vocab_file, target)):  # re-exporting in place
         shutil.copyfile(vocab_file, target)
     tokenizer_config = {
-        "tokenizer_class": "BertTokenizer", "do_lower_case": do_lower_case,
-        "model_max_length": max_length, "unk_token": "[UNK]", "sep_token": "[SEP]",
-        "pad_token": "[PAD]", "cls_token": "[CLS]", "mask_token": "[MASK]",
+        "tokenizer_class": "BertTokenizer",
+        "do_lower_case": do_lower_case,
+        "model_max_length": max_length,
+        "unk_token": "[UNK]",
+        "sep_token": "[SEP]",
+        "pad_token": "[PAD]",
+        "cls_token": "[CLS]",
+        "mask_token": "[MASK]",
     }
     if model_input_names:  # a model whose own tokenizer class is a fast one: it needs tokenizer.json as well
         from bertjax.data.vocab import tokenization
@@ -150,17 +167,25 @@ def write_tokenizer(path: str, vocab_file: str, do_lower_case: bool, max_length:
         json.dump(tokenizer_config, f, indent=2)
 
 
-def _write_json_tokenizer(path: str, tokenizer_file: str, max_length: int,
-                          model_input_names: Optional[list[str]]) -> None:
+def _write_json_tokenizer(
+    path: str, tokenizer_file: str, max_length: int, model_input_names: Optional[list[str]]
+) -> None:
     from bertjax.data.vocab import tokenization
 
     tok = tokenization.load(tokenizer_file)
     target = os.path.join(path, tokenization.TOKENIZER_JSON)
     if not (os.path.exists(target) and os.path.samefile(tokenizer_file, target)):
         shutil.copyfile(tokenizer_file, target)
-    names = {role: tok.vocab[i] for role, i in (("pad_token", tok.pad_id), ("unk_token", tok.unk_id),
-                                                 ("cls_token", tok.cls_id), ("sep_token", tok.sep_id),
-                                                 ("mask_token", tok.mask_id))}
+    names = {
+        role: tok.vocab[i]
+        for role, i in (
+            ("pad_token", tok.pad_id),
+            ("unk_token", tok.unk_id),
+            ("cls_token", tok.cls_id),
+            ("sep_token", tok.sep_id),
+            ("mask_token", tok.mask_id),
+        )
+    }
     tokenizer_config = dict(tokenizer_class="PreTrainedTokenizerFast", model_max_length=max_length, **names)
     if model_input_names:
         tokenizer_config["model_input_names"] = model_input_names

@@ -17,23 +17,35 @@ from bertjax.models import options
 Array = jax.Array
 
 # The functions options.ACTIVATION_NAMES and REMAT_POLICY_NAMES stand for (keyed in that order).
-ACTIVATIONS: dict[str, Callable[[Array], Array]] = dict(zip(options.ACTIVATION_NAMES, (
-    functools.partial(jax.nn.gelu, approximate=False),  # gelu
-    functools.partial(jax.nn.gelu, approximate=True),  # gelu_new
-    functools.partial(jax.nn.gelu, approximate=True),  # gelu_pytorch_tanh
-    jax.nn.relu,  # relu
-    jax.nn.silu,  # silu
-    jax.nn.silu,  # swish
-    jnp.tanh,  # tanh
-), strict=True))
+ACTIVATIONS: dict[str, Callable[[Array], Array]] = dict(
+    zip(
+        options.ACTIVATION_NAMES,
+        (
+            functools.partial(jax.nn.gelu, approximate=False),  # gelu
+            functools.partial(jax.nn.gelu, approximate=True),  # gelu_new
+            functools.partial(jax.nn.gelu, approximate=True),  # gelu_pytorch_tanh
+            jax.nn.relu,  # relu
+            jax.nn.silu,  # silu
+            jax.nn.silu,  # swish
+            jnp.tanh,  # tanh
+        ),
+        strict=True,
+    )
+)
 
 # Named rematerialisation policies: which intermediates a layer keeps for the backward pass.
-REMAT_POLICIES: dict[str, Optional[Callable[..., bool]]] = dict(zip(options.REMAT_POLICY_NAMES, (
-    None,  # none: no remat, keep everything
-    jax.checkpoint_policies.nothing_saveable,  # full: recompute the whole layer
-    jax.checkpoint_policies.checkpoint_dots,  # dots: keep matmul outputs
-    jax.checkpoint_policies.checkpoint_dots_with_no_batch_dims,  # dots_no_batch: keep weight matmuls
-), strict=True))
+REMAT_POLICIES: dict[str, Optional[Callable[..., bool]]] = dict(
+    zip(
+        options.REMAT_POLICY_NAMES,
+        (
+            None,  # none: no remat, keep everything
+            jax.checkpoint_policies.nothing_saveable,  # full: recompute the whole layer
+            jax.checkpoint_policies.checkpoint_dots,  # dots: keep matmul outputs
+            jax.checkpoint_policies.checkpoint_dots_with_no_batch_dims,  # dots_no_batch: keep weight matmuls
+        ),
+        strict=True,
+    )
+)
 
 
 DTYPES = dict(zip(options.DTYPE_NAMES, (jnp.float32, jnp.bfloat16), strict=True))
@@ -80,7 +92,6 @@ class Dropout(nn.Module):
         threshold = jnp.uint32(min(round(self.rate * 2**32), 2**32 - 1))
         keep = hash_bits(self.make_rng(self.rng_collection), x.shape) >= threshold
         return jnp.where(keep, x / jnp.asarray(1.0 - self.rate, x.dtype), jnp.zeros_like(x))
-
 
 
 # Tables of at most this many rows (token types) are looked up by a one-hot matmul: no scatter in the backward.

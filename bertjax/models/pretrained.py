@@ -56,8 +56,11 @@ def load(path: str, seed: int = 0, encoder_only: bool = False) -> tuple[Any, dic
         if encoder_only:
             return config, {name: params[name] for name in family.model.ENCODER if name in params}
         if "task" in fingerprint:
-            log.warning("%s is a fine-tuned %s run: using its encoder, with the pre-training heads initialised "
-                        "fresh", path, fingerprint["task"])
+            log.warning(
+                "%s is a fine-tuned %s run: using its encoder, with the pre-training heads initialised fresh",
+                path,
+                fingerprint["task"],
+            )
             model = family.model.from_architecture(config)
             fresh = jax.device_get(family.model.init_params(model, jax.random.PRNGKey(seed)))
             params = dict(fresh, **{family.model.BODY: params[family.model.BODY]})
@@ -69,8 +72,9 @@ def load(path: str, seed: int = 0, encoder_only: bool = False) -> tuple[Any, dic
     return config, {name: params[name] for name in models.of(config).model.ENCODER} if encoder_only else params
 
 
-def from_pretrained(path: str, *, dtype: Any = jnp.float32, scan_layers: bool = False,
-                    remat_policy: str = "none", seed: int = 0) -> tuple[Any, dict]:
+def from_pretrained(
+    path: str, *, dtype: Any = jnp.float32, scan_layers: bool = False, remat_policy: str = "none", seed: int = 0
+) -> tuple[Any, dict]:
     """(model, params) from a Hugging Face BERT or ModernBERT directory (safetensors), a bertjax workdir or
     a google-research/bert TF1 directory. `scan_layers` is BERT's (ModernBERT's layers are a loop)."""
     config, params = load(path, seed)
@@ -80,8 +84,14 @@ def from_pretrained(path: str, *, dtype: Any = jnp.float32, scan_layers: bool = 
     return model, family.model.stack_layers(params, config.num_hidden_layers) if scan_layers else params
 
 
-def save_pretrained(path: str, model: Any, params: dict, vocab_file: Optional[str] = None,
-                    do_lower_case: bool = True, tokenizer_dir: Optional[str] = None) -> None:
+def save_pretrained(
+    path: str,
+    model: Any,
+    params: dict,
+    vocab_file: Optional[str] = None,
+    do_lower_case: bool = True,
+    tokenizer_dir: Optional[str] = None,
+) -> None:
     """A directory transformers loads as it is: `BertForPreTraining` for a BERT, `ModernBertForMaskedLM` for a
     ModernBERT, with `vocab_file`'s BertTokenizer files (or, for ModernBERT, `tokenizer_dir`'s tokenizer files)."""
     family = models.of(model.config)
@@ -133,9 +143,11 @@ def run_vocab(workdir: str) -> tuple[Optional[str], bool]:
 
 def _check_source(path: str) -> None:
     if not (checkpoint_lib.is_workdir(path) or hf_files.has_config(path) or tf1.is_tf1_dir(path)):
-        raise FileNotFoundError(f"config.train.init_from={path} is neither a bertjax workdir (with "
-                                f"{checkpoint_lib.CHECKPOINTS}/), a Hugging Face directory (with {hf_files.CONFIG_NAME}) "
-                                f"nor a google-research/bert TF1 directory (with {tf1.LAYOUT}).")
+        raise FileNotFoundError(
+            f"config.train.init_from={path} is neither a bertjax workdir (with "
+            f"{checkpoint_lib.CHECKPOINTS}/), a Hugging Face directory (with {hf_files.CONFIG_NAME}) "
+            f"nor a google-research/bert TF1 directory (with {tf1.LAYOUT})."
+        )
 
 
 def architecture_of(path: str) -> Any:
@@ -163,8 +175,11 @@ def adopt_init_from(job: Any) -> Any:
     fields = models.of(theirs).config.model_config_fields(theirs)
     if job.model.family == theirs.model_type:
         fields.update({f: getattr(job.model, f) for f in type(theirs).init_from_may_change})
-    taken = [f"{k} {getattr(job.model, k)} → {v}" for k, v in fields.items()
-             if k != "vocab_size" and getattr(job.model, k, v) != v]
+    taken = [
+        f"{k} {getattr(job.model, k)} → {v}"
+        for k, v in fields.items()
+        if k != "vocab_size" and getattr(job.model, k, v) != v
+    ]
     log.info("init_from: the architecture of %s%s", path, f" ({', '.join(taken)})" if taken else "")
     vocab, lower = vocab_of(path)
     data: dict = {}
@@ -176,14 +191,22 @@ def adopt_init_from(job: Any) -> Any:
             raise ValueError(
                 f"config.data.vocab_file={job.data.vocab_file} has {size:,} tokens but config.train.init_from={path} "
                 f"holds a model with vocab_size {theirs.vocab_size:,}: leave config.data.vocab_file empty to take "
-                f"{path}'s own vocab{f' ({vocab})' if vocab else ''}, or start from a model of this vocab.")
+                f"{path}'s own vocab{f' ({vocab})' if vocab else ''}, or start from a model of this vocab."
+            )
     elif vocab:
         data = {"vocab_file": vocab, "do_lower_case": lower}
-        log.info("init_from: its vocab %s (%s tokens, do_lower_case=%s)%s", vocab, f"{theirs.vocab_size:,}", lower,
-                 "; the corpus stage trains none" if job.data.corpus else "")
+        log.info(
+            "init_from: its vocab %s (%s tokens, do_lower_case=%s)%s",
+            vocab,
+            f"{theirs.vocab_size:,}",
+            lower,
+            "; the corpus stage trains none" if job.data.corpus else "",
+        )
     elif job.data.corpus:
-        raise FileNotFoundError(f"no vocab comes with config.train.init_from={path}; set --config.data.vocab_file "
-                                "(and --config.data.do_lower_case) to the vocab it was trained with.")
+        raise FileNotFoundError(
+            f"no vocab comes with config.train.init_from={path}; set --config.data.vocab_file "
+            "(and --config.data.do_lower_case) to the vocab it was trained with."
+        )
     return job.replace(model=fields, data=data)
 
 
@@ -193,19 +216,28 @@ def init_params(path: str, model: Any) -> dict:
     _check_source(path)
     arch, params = load(path)
     if arch.model_type != model.config.model_type:
-        raise ValueError(f"config.train.init_from={path} holds a {arch.model_type} model, but config.model.family is "
-                         f"{model.config.model_type!r}; start from a {model.config.model_type} checkpoint, or train "
-                         f"with config.model.family={arch.model_type!r} and its architecture.")
+        raise ValueError(
+            f"config.train.init_from={path} holds a {arch.model_type} model, but config.model.family is "
+            f"{model.config.model_type!r}; start from a {model.config.model_type} checkpoint, or train "
+            f"with config.model.family={arch.model_type!r} and its architecture."
+        )
     theirs = arch.to_dict()
-    changed = [f"{f} {theirs.get(f)} → {getattr(model.config, f)}" for f in model.config.init_from_may_change
-               if theirs.get(f) != getattr(model.config, f)]
+    changed = [
+        f"{f} {theirs.get(f)} → {getattr(model.config, f)}"
+        for f in model.config.init_from_may_change
+        if theirs.get(f) != getattr(model.config, f)
+    ]
     if changed:
         log.info("init_from: %s (the same weights, as context extension does)", ", ".join(changed))
     may_change = {f: getattr(model.config, f) for f in model.config.init_from_may_change}
     diff = model.config.differences({**theirs, **may_change})
     if diff:
-        raise ValueError(f"config.train.init_from={path} holds a different model ({'; '.join(diff)}); set "
-                         "config.model to match it.")
+        raise ValueError(
+            f"config.train.init_from={path} holds a different model ({'; '.join(diff)}); set config.model to match it."
+        )
     params = jax.device_get(params)
-    return models.of(arch).model.stack_layers(params, arch.num_hidden_layers) if getattr(model, "scan_layers", False) \
+    return (
+        models.of(arch).model.stack_layers(params, arch.num_hidden_layers)
+        if getattr(model, "scan_layers", False)
         else params
+    )

@@ -64,7 +64,8 @@ class WorkdirLock:
                         f"{os.path.dirname(self.path)} is in use by another job (pid {holder.get('pid')} on "
                         f"{holder.get('host')}, alive {age:.0f} s ago); wait for it to end, stop it, or use another "
                         f"--workdir. A job that died releases {self.path} by itself: at once on the same host, after "
-                        f"{STALE_AFTER_S // 60} minutes from another; delete it only if you are sure no job uses it.")
+                        f"{STALE_AFTER_S // 60} minutes from another; delete it only if you are sure no job uses it."
+                    )
                 log.warning("lock: taking over %s from a job that is gone (%s)", self.path, stale)
                 try:
                     os.remove(self.path)

@@ -30,17 +30,29 @@ from bertjax.data import files
 MARKER = ".bertjax.json"
 # Names a job writes at the top of its workdir (pre-training, fine-tuning, the GLUE suite, the demo); a
 # test holds this list to what the jobs write. Not job.lock: the lock (lock.py) judges a lock file itself.
-WORKDIR_FILES = ("config.json", "metrics.jsonl", "compile_report.json", "labels.json",
-                 "eval_predictions.jsonl", "sweep.json", "glue.json", "glue.md", "glue_run.json", "scores.json",
-                 "scores.md")
+WORKDIR_FILES = (
+    "config.json",
+    "metrics.jsonl",
+    "compile_report.json",
+    "labels.json",
+    "eval_predictions.jsonl",
+    "sweep.json",
+    "glue.json",
+    "glue.md",
+    "glue_run.json",
+    "scores.json",
+    "scores.md",
+)
 EVENTS_PREFIX = "events.out.tfevents."
 
 
 def _refuse_remote(path: str, flag: str) -> None:
     if files.is_remote(path):
-        raise ValueError(f"{flag}={path} is an object-store path, which bertjax cannot write a run or an export to "
-                         "yet (its checkpoints, data stage and export write local files); pass a local or shared-"
-                         "disk directory and copy it to the bucket afterwards (gsutil -m cp -r).")
+        raise ValueError(
+            f"{flag}={path} is an object-store path, which bertjax cannot write a run or an export to "
+            "yet (its checkpoints, data stage and export write local files); pass a local or shared-"
+            "disk directory and copy it to the bucket afterwards (gsutil -m cp -r)."
+        )
 
 
 def read_marker(directory: str) -> Optional[dict]:
@@ -69,15 +81,19 @@ def _legacy_workdir(directory: str, depth: int = 2) -> bool:
     try:
         with open(os.path.join(directory, "config.json")) as f:
             config = json.load(f)
-        if isinstance(config, dict) and ({"model", "train", "data"} <= config.keys() or
-                                         config.get("kind") == "finetune"):
+        if isinstance(config, dict) and (
+            {"model", "train", "data"} <= config.keys() or config.get("kind") == "finetune"
+        ):
             return True
     except (OSError, ValueError):
         pass
     if any(os.path.isfile(os.path.join(directory, *name)) for name in (("data", "stage.json"), ("glue.json",))):
         return True
-    return depth > 0 and any(_legacy_workdir(os.path.join(directory, n), depth - 1) for n in os.listdir(directory)
-                             if os.path.isdir(os.path.join(directory, n)))
+    return depth > 0 and any(
+        _legacy_workdir(os.path.join(directory, n), depth - 1)
+        for n in os.listdir(directory)
+        if os.path.isdir(os.path.join(directory, n))
+    )
 
 
 def _written_by_a_job(name: str, path: str) -> bool:
@@ -91,13 +107,17 @@ def claim_workdir(workdir: str, flag: str = "--workdir", primary: bool = True) -
     if os.path.exists(workdir) and not os.path.isdir(workdir):
         raise NotADirectoryError(f"{flag}={workdir} is a file, not a directory; pass a new or empty directory.")
     if os.path.isdir(workdir) and read_marker(workdir) is None and not _legacy_workdir(workdir):
-        foreign = sorted(n + ("/" if os.path.isdir(os.path.join(workdir, n)) else "") for n in os.listdir(workdir)
-                         if _written_by_a_job(n, os.path.join(workdir, n)))
+        foreign = sorted(
+            n + ("/" if os.path.isdir(os.path.join(workdir, n)) else "")
+            for n in os.listdir(workdir)
+            if _written_by_a_job(n, os.path.join(workdir, n))
+        )
         if foreign:
             shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
             raise FileExistsError(
                 f"{flag}={workdir} holds {shown}, which bertjax did not write (it has no {MARKER}) and a job would "
-                "overwrite or read as its own; nothing was changed. Pass a new or empty directory.")
+                "overwrite or read as its own; nothing was changed. Pass a new or empty directory."
+            )
     if primary and read_marker(workdir) is None:
         write_marker(workdir, "workdir")
 
@@ -110,8 +130,10 @@ def _earlier_export(output_dir: str, inside_own_workdir: bool) -> list[str]:
     if not os.path.exists(output_dir):
         return []
     if not os.path.isdir(output_dir):
-        raise NotADirectoryError(f"--output_dir={output_dir} is a file, not a directory; pass a new or empty "
-                                 "directory for the Hugging Face files.")
+        raise NotADirectoryError(
+            f"--output_dir={output_dir} is a file, not a directory; pass a new or empty "
+            "directory for the Hugging Face files."
+        )
     marker = read_marker(output_dir)
     present = sorted(n for n in os.listdir(output_dir) if n != MARKER)
     if marker is not None and marker.get("kind") == "export":
@@ -120,7 +142,8 @@ def _earlier_export(output_dir: str, inside_own_workdir: bool) -> list[str]:
         shown = ", ".join(present[:5]) + (f" and {len(present) - 5} more" if len(present) > 5 else "")
         raise FileExistsError(
             f"--output_dir={output_dir} already holds {shown}, which bertjax did not write; left-over model files "
-            "would change what transformers loads, so nothing was written. Pass a new or empty directory.")
+            "would change what transformers loads, so nothing was written. Pass a new or empty directory."
+        )
     return [n for n in present if os.path.isfile(os.path.join(output_dir, n))]
 
 
@@ -146,6 +169,9 @@ def finish_export(output_dir: str, before: Iterable[str]) -> None:
     """Marks output_dir as an export, listing the files it wrote (those not in `before`, what
     clear_earlier_export left)."""
     kept = set(before)
-    written = [n for n in os.listdir(output_dir) if n != MARKER and n not in kept
-               and os.path.isfile(os.path.join(output_dir, n))]
+    written = [
+        n
+        for n in os.listdir(output_dir)
+        if n != MARKER and n not in kept and os.path.isfile(os.path.join(output_dir, n))
+    ]
     write_marker(output_dir, "export", written)

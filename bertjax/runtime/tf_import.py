@@ -36,8 +36,9 @@ class _KerasAfterTensorFlow(importlib.abc.MetaPathFinder):
         if real is None:
             return None
         # The real origin (TensorFlow reads Keras's directory from it for the lazy tf.keras), but no loading.
-        return importlib.machinery.ModuleSpec(name, _Refused(), origin=real.origin,
-                                              is_package=real.submodule_search_locations is not None)
+        return importlib.machinery.ModuleSpec(
+            name, _Refused(), origin=real.origin, is_package=real.submodule_search_locations is not None
+        )
 
 
 def skip_keras_while_tensorflow_imports() -> None:

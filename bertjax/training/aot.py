@@ -61,7 +61,9 @@ class DoesNotFit(ValueError):
 
 
 def _valid_topologies() -> str:
-    return f"CHIP:SHAPE with CHIP one of {', '.join(CHIPS)} and SHAPE its chips per dimension, e.g. {', '.join(EXAMPLES)}"
+    return (
+        f"CHIP:SHAPE with CHIP one of {', '.join(CHIPS)} and SHAPE its chips per dimension, e.g. {', '.join(EXAMPLES)}"
+    )
 
 
 def no_tpu_here() -> bool:
@@ -87,8 +89,10 @@ def topology_devices(name: str) -> tuple[str, int, Sequence[jax.Device]]:
     if not match or match["chip"] not in CHIPS:
         raise ValueError(f"--topology={name!r} is not a TPU topology bertjax knows; use {_valid_topologies()}.")
     if importlib.util.find_spec("libtpu") is None:  # the compiler for TPU programs
-        raise ValueError("--topology compiles with libtpu, which is not installed; install it with "
-                         "`pip install 'bertjax[tpu]'` (jax[tpu] at the installed jax's version).")
+        raise ValueError(
+            "--topology compiles with libtpu, which is not installed; install it with "
+            "`pip install 'bertjax[tpu]'` (jax[tpu] at the installed jax's version)."
+        )
     from jax.experimental import topologies
 
     try:
@@ -96,8 +100,9 @@ def topology_devices(name: str) -> tuple[str, int, Sequence[jax.Device]]:
         devices = topologies.get_topology_desc(topology_name=match.group(0), platform="tpu", **options).devices
     except jax.errors.JaxRuntimeError as e:
         reason = str(e).splitlines()[0]
-        raise ValueError(f"--topology={name!r}: libtpu cannot lay it out ({reason}); use "
-                         f"{_valid_topologies()}.") from None
+        raise ValueError(
+            f"--topology={name!r}: libtpu cannot lay it out ({reason}); use {_valid_topologies()}."
+        ) from None
     return match["chip"], math.prod(int(n) for n in match["shape"].split("x")), devices
 
 
@@ -119,9 +124,16 @@ def _out_of_memory(message: str, state_bytes: int, batch_bytes: int) -> dict[str
         temp = max(total - arguments, 0)
     else:
         return None
-    return dict(argument_bytes=arguments, output_bytes=state_bytes, alias_bytes=state_bytes, temp_bytes=temp,
-                code_bytes=0, total_bytes=total, compiler_available_bytes=available,
-                compiler_message=message.strip().splitlines()[0][:500])
+    return dict(
+        argument_bytes=arguments,
+        output_bytes=state_bytes,
+        alias_bytes=state_bytes,
+        temp_bytes=temp,
+        code_bytes=0,
+        total_bytes=total,
+        compiler_available_bytes=available,
+        compiler_message=message.strip().splitlines()[0][:500],
+    )
 
 
 def compile_for_topology(job: "JobConfig", workdir: str, topology: str) -> dict[str, Any]:
@@ -138,22 +150,45 @@ def compile_for_topology(job: "JobConfig", workdir: str, topology: str) -> dict[
     hbm = int(CHIPS[chip].hbm_gib * GIB * chips / len(devices))  # per device (a chip's share)
     if job.data.corpus and not job.data.vocab_file:  # the data stage would train a vocab of this size
         job = job.replace(model={"vocab_size": job.data.corpus_vocab_size})
-    log.info("aot: compiling %s's train step for %s (%d devices, %s), without TPUs and without data",
-             job.model.size, topology, len(devices), devices[0].device_kind)
+    log.info(
+        "aot: compiling %s's train step for %s (%d devices, %s), without TPUs and without data",
+        job.model.size,
+        topology,
+        len(devices),
+        devices[0].device_kind,
+    )
     trainer = trainer_lib.setup(job, devices, compile=False)
     mesh = dict(trainer.mesh.shape)
-    log.info("aot: mesh %s, global batch %d × seq %d, %s, attention %s, remat %s, micro-batches %d", mesh,
-             job.train.global_batch_size, job.data.max_seq_length, job.model.dtype, trainer.model.attention,
-             job.model.remat_policy, job.train.micro_batches)
+    log.info(
+        "aot: mesh %s, global batch %d × seq %d, %s, attention %s, remat %s, micro-batches %d",
+        mesh,
+        job.train.global_batch_size,
+        job.data.max_seq_length,
+        job.model.dtype,
+        trainer.model.attention,
+        job.model.remat_policy,
+        job.train.micro_batches,
+    )
     # What the state and batch alone take per device: known before compiling, and the floor of any plan.
     state_bytes = sharding_lib.per_device_bytes(trainer.abstract_state)
     batch_bytes = sharding_lib.per_device_bytes(trainer.batch_abstract)
     report: dict[str, Any] = dict(
-        topology=topology, chip=chip, device_kind=devices[0].device_kind, num_devices=len(devices), mesh=mesh,
-        hbm_bytes_per_device=hbm, hbm_source=CHIPS[chip].source, global_batch_size=job.train.global_batch_size,
-        max_seq_length=job.data.max_seq_length, micro_batches=job.train.micro_batches,
-        remat_policy=job.model.remat_policy, dtype=job.model.dtype, attention=trainer.model.attention,
-        packing=job.data.packing, state_bytes=state_bytes)
+        topology=topology,
+        chip=chip,
+        device_kind=devices[0].device_kind,
+        num_devices=len(devices),
+        mesh=mesh,
+        hbm_bytes_per_device=hbm,
+        hbm_source=CHIPS[chip].source,
+        global_batch_size=job.train.global_batch_size,
+        max_seq_length=job.data.max_seq_length,
+        micro_batches=job.train.micro_batches,
+        remat_policy=job.model.remat_policy,
+        dtype=job.model.dtype,
+        attention=trainer.model.attention,
+        packing=job.data.packing,
+        state_bytes=state_bytes,
+    )
     try:
         compiled = trainer.compile_step()
     except jax.errors.JaxRuntimeError as e:
@@ -168,11 +203,16 @@ def compile_for_topology(job: "JobConfig", workdir: str, topology: str) -> dict[
         flops_per_device = float(cost.get("flops", 0.0)) if cost else None
         if flops_per_device is not None:  # XLA counts the micro-batch loop's body once; it runs k times
             flops_per_device *= job.train.micro_batches
-        report.update({f"{k}_bytes": v for k, v in mem.items()}, fits=mem["total"] <= hbm,
-                      flops_per_device=flops_per_device,
-                      flops_per_step=None if flops_per_device is None else flops_per_device * len(devices))
-    model_flops = metrics_lib.flops_per_sequence(job.model.architecture, job.data.max_seq_length,
-                                                 job.data.record_predictions) * job.train.global_batch_size
+        report.update(
+            {f"{k}_bytes": v for k, v in mem.items()},
+            fits=mem["total"] <= hbm,
+            flops_per_device=flops_per_device,
+            flops_per_step=None if flops_per_device is None else flops_per_device * len(devices),
+        )
+    model_flops = (
+        metrics_lib.flops_per_sequence(job.model.architecture, job.data.max_seq_length, job.data.record_predictions)
+        * job.train.global_batch_size
+    )
     report["model_flops_per_step"] = model_flops
     if trainer.model.attention == "splash":  # XLA's count does not see inside the kernel: the blocks it computes
         report.update(splash_score_share(job.model.architecture, job.data.max_seq_length))
@@ -189,7 +229,8 @@ def compile_for_topology(job: "JobConfig", workdir: str, topology: str) -> dict[
             f"{hbm / GIB:.0f} GiB (mesh {mesh}, batch {job.train.global_batch_size} × {job.data.max_seq_length}); "
             f"shard the state over a larger fsdp axis (--config.mesh.shape='(-1,N,1)'), recompute activations "
             f"(--config.model.remat_policy=full or dots), split the step into micro-batches "
-            f"(--config.train.micro_batches=K), or lower --config.train.global_batch_size.")
+            f"(--config.train.micro_batches=K), or lower --config.train.global_batch_size."
+        )
     return report
 
 
@@ -207,18 +248,31 @@ def splash_score_share(architecture: Any, seq_len: int) -> dict[str, Any]:
 
 def _log(report: dict[str, Any]) -> None:
     hbm = report["hbm_bytes_per_device"]
-    rows = [("arguments (state + batch)", report["argument_bytes"]),
-            ("outputs (aliased with arguments: %.2f GiB)" % (report["alias_bytes"] / GIB), report["output_bytes"]),
-            ("temporaries (activations, gradients)", report["temp_bytes"]), ("generated code", report["code_bytes"]),
-            ("total (donated state counted once)", report["total_bytes"])]
+    rows = [
+        ("arguments (state + batch)", report["argument_bytes"]),
+        ("outputs (aliased with arguments: %.2f GiB)" % (report["alias_bytes"] / GIB), report["output_bytes"]),
+        ("temporaries (activations, gradients)", report["temp_bytes"]),
+        ("generated code", report["code_bytes"]),
+        ("total (donated state counted once)", report["total_bytes"]),
+    ]
     lines = [f"  {name:<44} {value / GIB:9.3f} GiB" for name, value in rows]
-    lines.append(f"  {report['chip'] + ' HBM per chip':<44} {hbm / GIB:9.3f} GiB  → "
-                 f"{'fits' if report['fits'] else 'DOES NOT FIT'} ({100 * report['total_bytes'] / hbm:.0f}%)")
+    lines.append(
+        f"  {report['chip'] + ' HBM per chip':<44} {hbm / GIB:9.3f} GiB  → "
+        f"{'fits' if report['fits'] else 'DOES NOT FIT'} ({100 * report['total_bytes'] / hbm:.0f}%)"
+    )
     log.info("aot: per device on %s:\n%s", report["topology"], "\n".join(lines))
     if "splash_score_share" in report:
-        log.info("aot: splash computes %.1f%% of the attention scores every layer attending globally would (XLA's "
-                 "FLOPs count cannot see inside the kernel)", 100 * report["splash_score_share"])
+        log.info(
+            "aot: splash computes %.1f%% of the attention scores every layer attending globally would (XLA's "
+            "FLOPs count cannot see inside the kernel)",
+            100 * report["splash_score_share"],
+        )
     if report["flops_per_step"]:
-        log.info("aot: %.3g FLOPs per step (%.3g per device); model FLOPs %.3g: %.0f%% of the compiled FLOPs are "
-                 "the model's (the rest: remat recomputation, softmax, norms, optimizer)", report["flops_per_step"],
-                 report["flops_per_device"], report["model_flops_per_step"], 100 * report["model_flops_share"])
+        log.info(
+            "aot: %.3g FLOPs per step (%.3g per device); model FLOPs %.3g: %.0f%% of the compiled FLOPs are "
+            "the model's (the rest: remat recomputation, softmax, norms, optimizer)",
+            report["flops_per_step"],
+            report["flops_per_device"],
+            report["model_flops_per_step"],
+            100 * report["model_flops_share"],
+        )

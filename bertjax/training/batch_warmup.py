@@ -48,13 +48,14 @@ class BatchWarmup:
 
     def steps(self) -> int:
         """Steps until the full batch."""
-        self.micro_batches_at(10 ** 9)
+        self.micro_batches_at(10**9)
         return len(self._sizes)
 
 
 def spread(rows: dict[str, np.ndarray], n: int, k: int) -> dict[str, np.ndarray]:
     """n micro-batches' rows (as one batch of n micro-batches takes them: micro-batch i is rows i, i+n, ...) laid
     out as the first n of k micro-batches (micro-batch i of k is rows i, i+k, ...); the others empty."""
+
     def one(x: np.ndarray) -> np.ndarray:
         per = x.shape[0] // n
         grid = x.reshape((per, n) + x.shape[1:])

@@ -23,34 +23,33 @@ is the user's mistake, not damage: that stays an error.
 
 from __future__ import annotations
 
-import asyncio
-import dataclasses
 import errno
 import glob
-import json
 import logging
 import os
 import shutil
 from typing import Any, Optional
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
-from etils import epath
 
 from bertjax import models as models_lib
 from bertjax.config.schema import CheckpointConfig
 from bertjax.data.pretraining import pipeline as pipeline_lib
 from bertjax.data.files import is_remote
+from bertjax.training.checkpoint_items import (  # IncompatibleCheckpoint: raised here too; callers catch it here
+    IncompatibleCheckpoint,
+    NoReadOnlyNotice,
+    PipelineHandler,
+    PipelineRestore,
+    PipelineSave,
+    checksums,
+)
 
 log = logging.getLogger(__name__)
 CHECKPOINTS = "checkpoints"
 DAMAGED_PREFIX = "damaged-"
-
-
-class IncompatibleCheckpoint(ValueError):
-    """A checkpoint made by another model or process count: the config is wrong, the files are fine."""
 
 
 class DiskFull(OSError):
@@ -75,71 +74,25 @@ class DamagedCheckpoint(ValueError):
     """A step whose arrays read but do not match the checksums saved with them."""
 
 
-def _words(x: jax.Array) -> jax.Array:
-    """An array's bits as uint32 words."""
-    if x.dtype.itemsize in (4, 8):
-        return jax.lax.bitcast_convert_type(x, jnp.uint32)  # 8-byte values: a trailing axis of two words
-    return jax.lax.bitcast_convert_type(x, {1: jnp.uint8, 2: jnp.uint16}[x.dtype.itemsize]).astype(jnp.uint32)
-
-
-@jax.jit
-def _checksums(tree: Any) -> list[jax.Array]:
-    """One uint32 per array: the wrapping sum of its words. Tensorstore keeps no checksum of array data, so
-    flipped bytes would restore silently; any single flipped bit changes this sum, on any sharding (the sum
-    is order-free), and it costs one reduction over the state on the device at each save and restore."""
-    return [jnp.sum(_words(x), dtype=jnp.uint32) for x in jax.tree.leaves(tree)]
-
-
-def checksums(tree: Any) -> list[int]:
-    return [int(v) for v in jax.device_get(_checksums(tree))]
-
-
-# --- The input-pipeline position as an orbax item ------------------------------------------------
-
-class PipelineHandler(ocp.CheckpointHandler):
-    """Saves/restores `InputPipeline` positions: each process writes and reads its own file."""
-
-    def save(self, directory: epath.Path, args: "PipelineSave") -> None:
-        directory.mkdir(parents=True, exist_ok=True)
-        args.pipeline.save_state(str(directory / f"process_{jax.process_index()}"))
-        if jax.process_index() == 0:
-            (directory / "processes.json").write_text(json.dumps({"process_count": jax.process_count()}))
-
-    def restore(self, directory: epath.Path, args: "PipelineRestore") -> Any:
-        saved = json.loads((directory / "processes.json").read_text())["process_count"]
-        if saved != jax.process_count():
-            raise IncompatibleCheckpoint(
-                f"{directory} holds input positions for {saved} process(es) but this run has {jax.process_count()}; "
-                f"resume with {saved}, or start a new workdir with "
-                f"--config.train.init_from={directory.parent.parent.parent} (weights only).")
-        args.pipeline.restore_state(str(directory / f"process_{jax.process_index()}"))
-        return args.pipeline
-
-
-@ocp.args.register_with_handler(PipelineHandler, for_save=True)
-@dataclasses.dataclass
-class PipelineSave(ocp.args.CheckpointArgs):
-    pipeline: Any
-
-
-@ocp.args.register_with_handler(PipelineHandler, for_restore=True)
-@dataclasses.dataclass
-class PipelineRestore(ocp.args.CheckpointArgs):
-    pipeline: Any
-
-
 def model_fingerprint(architecture: Any, scan_layers: bool) -> dict:
     """What a checkpoint's params depend on: the family, the architecture and the layer layout (not the dtype,
     remat or attention implementation, which compute the same function of the same params). Checkpoints
     written before ModernBERT have no "family": they are BERT's."""
-    return {"family": architecture.model_type, "model": architecture.to_dict(),
-            "scan_layers": bool(scan_layers) and architecture.scans_layers}
+    return {
+        "family": architecture.model_type,
+        "model": architecture.to_dict(),
+        "scan_layers": bool(scan_layers) and architecture.scans_layers,
+    }
 
 
 def _handlers() -> dict:
-    return {"params": ocp.PyTreeCheckpointHandler(), "opt_state": ocp.PyTreeCheckpointHandler(),
-            "train": ocp.PyTreeCheckpointHandler(), "config": ocp.JsonCheckpointHandler(),
-            "pipeline": PipelineHandler()}
+    return {
+        "params": ocp.PyTreeCheckpointHandler(),
+        "opt_state": ocp.PyTreeCheckpointHandler(),
+        "train": ocp.PyTreeCheckpointHandler(),
+        "config": ocp.JsonCheckpointHandler(),
+        "pipeline": PipelineHandler(),
+    }
 
 
 def _restore_args(abstract: Any) -> Any:
@@ -147,46 +100,8 @@ def _restore_args(abstract: Any) -> Any:
     return ocp.checkpoint_utils.construct_restore_args(abstract)
 
 
-class _NoReadOnlyNotice(logging.Filter):
-    """Drops orbax's warning that a manager opened read-only is read-only: bertjax opens one on purpose
-    to read a run (export, predict, fine-tuning's init_from), and the warning reads like a fault."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not record.getMessage().startswith("Given directory is read only")
-
-
-def _run_sync_draining(coro: Any) -> Any:
-    """orbax's `_run_sync_via_new_loop`, except that the loop is closed only once every task on it has ended.
-
-    A restore whose first array read fails (a truncated file) returns at that error while its other reads
-    are still running; orbax then closed their event loop under them, and each ended in a traceback on stderr
-    ("Event loop is closed", "Exception ignored in: <coroutine object _read_array_index_and_device_put>"):
-    ~80 of them after the restore's one warning, which a user reads as a crash. Draining them takes as long
-    as their reads."""
-    loop = asyncio.new_event_loop()
-    try:
-        asyncio.set_event_loop(loop)
-        return loop.run_until_complete(coro)
-    finally:
-        pending = [task for task in asyncio.all_tasks(loop) if not task.done()]
-        if pending:  # their errors are retrieved here, not printed as never-retrieved
-            loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
-        asyncio.set_event_loop(None)
-        loop.close()
-
-
-def _drain_abandoned_reads() -> None:
-    from orbax.checkpoint._src import asyncio_utils  # private: where run_sync makes its loop (orbax 0.12)
-
-    if callable(getattr(asyncio_utils, "_run_sync_via_new_loop", None)):
-        asyncio_utils._run_sync_via_new_loop = _run_sync_draining  # noqa: SLF001
-
-
-_drain_abandoned_reads()
-
-
 def _manager(directory: str, options: ocp.CheckpointManagerOptions) -> ocp.CheckpointManager:
-    quiet = _NoReadOnlyNotice()
+    quiet = NoReadOnlyNotice()
     absl_logger = logging.getLogger("absl")  # orbax logs through absl.logging
     absl_logger.addFilter(quiet)
     try:
@@ -198,15 +113,21 @@ def _manager(directory: str, options: ocp.CheckpointManagerOptions) -> ocp.Check
 class Checkpointer:
     """Saves and resumes a training run in `workdir/checkpoints`."""
 
-    def __init__(self, workdir: str, cfg: CheckpointConfig, fingerprint: dict, read_only: bool = False,
-                 async_save: bool = True):
+    def __init__(
+        self, workdir: str, cfg: CheckpointConfig, fingerprint: dict, read_only: bool = False, async_save: bool = True
+    ):
         self.directory = os.path.abspath(os.path.join(workdir, CHECKPOINTS))
         self.fingerprint = fingerprint
         self.every_steps = cfg.every_steps
         options = ocp.CheckpointManagerOptions(
-            max_to_keep=cfg.keep, keep_period=cfg.keep_every or None, create=not read_only,
-            enable_async_checkpointing=async_save, read_only=read_only, save_interval_steps=0 if read_only else 1,
-            cleanup_tmp_directories=not read_only)
+            max_to_keep=cfg.keep,
+            keep_period=cfg.keep_every or None,
+            create=not read_only,
+            enable_async_checkpointing=async_save,
+            read_only=read_only,
+            save_interval_steps=0 if read_only else 1,
+            cleanup_tmp_directories=not read_only,
+        )
         self.manager = _manager(self.directory, options)
         self.keep = cfg.keep
         self._state_bytes = 0  # of the last save: what the next one needs on disk
@@ -223,23 +144,32 @@ class Checkpointer:
         if family != saved_family:
             raise IncompatibleCheckpoint(
                 f"{self.directory}/{step} holds a {saved_family} model, but this run's config.model.family is "
-                f"{family!r}; use a new --workdir, or the config the checkpoint was made with.")
-        diff = models_lib.get(family).config.from_fingerprint(self.fingerprint["model"]).differences(
-            saved.get("model", {}))
+                f"{family!r}; use a new --workdir, or the config the checkpoint was made with."
+            )
+        diff = (
+            models_lib.get(family)
+            .config.from_fingerprint(self.fingerprint["model"])
+            .differences(saved.get("model", {}))
+        )
         if diff:
             raise IncompatibleCheckpoint(
                 f"{self.directory}/{step} was made with a different model config ({'; '.join(diff)}); use a new "
-                "--workdir, or --config.train.init_from for weights from a compatible model.")
+                "--workdir, or --config.train.init_from for weights from a compatible model."
+            )
         if saved.get("scan_layers") != self.fingerprint["scan_layers"]:
             raise IncompatibleCheckpoint(
                 f"{self.directory}/{step} was saved with scan_layers={saved.get('scan_layers')}; resume with "
                 f"--config.model.scan_layers={saved.get('scan_layers')} (export and init_from convert between "
-                "layouts, resume does not).")
-        for key in sorted(self.fingerprint.keys() - {"family", "model", "scan_layers"}):  # a fine-tuned run's task, labels
+                "layouts, resume does not)."
+            )
+        for key in sorted(
+            self.fingerprint.keys() - {"family", "model", "scan_layers"}
+        ):  # a fine-tuned run's task, labels
             if saved.get(key) != self.fingerprint[key]:
                 raise IncompatibleCheckpoint(
                     f"{self.directory}/{step} was saved with {key}={saved.get(key)!r}, but this run has "
-                    f"{key}={self.fingerprint[key]!r}; use a new --workdir (or the data and config it was made with).")
+                    f"{key}={self.fingerprint[key]!r}; use a new --workdir (or the data and config it was made with)."
+                )
         return saved
 
     def due(self, step: int) -> bool:
@@ -255,10 +185,12 @@ class Checkpointer:
         self._state_bytes = sum(x.nbytes for x in jax.tree.leaves((state.params, state.opt_state)))
         self.wait()  # the previous save's failure first: it decides what this one finds on disk
         self._check_room(step)
-        items = dict(params=ocp.args.PyTreeSave(state.params), opt_state=ocp.args.PyTreeSave(state.opt_state),
-                     train=ocp.args.PyTreeSave({"step": state.step, "rng": state.rng}),
-                     config=ocp.args.JsonSave(dict(self.fingerprint,
-                                                   checksums=checksums((state.params, state.opt_state)))))
+        items = dict(
+            params=ocp.args.PyTreeSave(state.params),
+            opt_state=ocp.args.PyTreeSave(state.opt_state),
+            train=ocp.args.PyTreeSave({"step": state.step, "rng": state.rng}),
+            config=ocp.args.JsonSave(dict(self.fingerprint, checksums=checksums((state.params, state.opt_state)))),
+        )
         if pipeline is not None:
             items["pipeline"] = PipelineSave(pipeline)
         try:
@@ -278,14 +210,22 @@ class Checkpointer:
             raise
 
     def _committed(self) -> list[int]:
-        return sorted(int(d) for d in os.listdir(self.directory) if d.isdigit()) if os.path.isdir(self.directory) \
-            else []
+        return (
+            sorted(int(d) for d in os.listdir(self.directory) if d.isdigit()) if os.path.isdir(self.directory) else []
+        )
 
     def _needed_bytes(self) -> int:
         """What one more checkpoint takes: the newest one's size on disk, at least the state's bytes."""
         committed = self._committed()
-        on_disk = sum(os.path.getsize(os.path.join(root, f)) for root, _, files in
-                      os.walk(os.path.join(self.directory, str(committed[-1]))) for f in files) if committed else 0
+        on_disk = (
+            sum(
+                os.path.getsize(os.path.join(root, f))
+                for root, _, files in os.walk(os.path.join(self.directory, str(committed[-1])))
+                for f in files
+            )
+            if committed
+            else 0
+        )
         return int(max(on_disk, self._state_bytes) * ROOM_MARGIN)
 
     def _check_room(self, step: int) -> None:
@@ -304,13 +244,18 @@ class Checkpointer:
         if free is None:  # after a failed write: what is free once its partial files are gone
             free = shutil.disk_usage(self.directory).free if not is_remote(self.directory) else 0
         committed = self._committed()
-        kept = (f"the newest committed checkpoint, step {committed[-1]}, is intact and resumes" if committed
-                else "no checkpoint had been committed yet")
+        kept = (
+            f"the newest committed checkpoint, step {committed[-1]}, is intact and resumes"
+            if committed
+            else "no checkpoint had been committed yet"
+        )
         mib = 2**20
-        return DiskFull(f"no space left on device for {what} in {self.directory}: a checkpoint needs about "
-                        f"{self._needed_bytes() / mib:,.1f} MiB and {free / mib:,.1f} MiB are free; free some space "
-                        f"(config.checkpoint.keep={self.keep} steps are kept) or move the workdir to a larger disk, "
-                        f"then rerun: {kept}.")
+        return DiskFull(
+            f"no space left on device for {what} in {self.directory}: a checkpoint needs about "
+            f"{self._needed_bytes() / mib:,.1f} MiB and {free / mib:,.1f} MiB are free; free some space "
+            f"(config.checkpoint.keep={self.keep} steps are kept) or move the workdir to a larger disk, "
+            f"then rerun: {kept}."
+        )
 
     def _remove_partial_saves(self) -> None:
         if jax.process_index() == 0:
@@ -322,9 +267,14 @@ class Checkpointer:
         Arrays that do not match their saved checksums are `DamagedCheckpoint`."""
         saved = self.check_compatible(step)
         abstract_train = {"step": abstract_state.step, "rng": abstract_state.rng}
-        items = {name: ocp.args.PyTreeRestore(item=value, restore_args=_restore_args(value))
-                 for name, value in (("params", abstract_state.params), ("opt_state", abstract_state.opt_state),
-                                     ("train", abstract_train))}
+        items = {
+            name: ocp.args.PyTreeRestore(item=value, restore_args=_restore_args(value))
+            for name, value in (
+                ("params", abstract_state.params),
+                ("opt_state", abstract_state.opt_state),
+                ("train", abstract_train),
+            )
+        }
         if pipeline is not None:
             items["pipeline"] = PipelineRestore(pipeline)
         try:
@@ -338,16 +288,25 @@ class Checkpointer:
                 f"{self.directory}/{step} holds optimizer state of another layout than config.optim makes (the "
                 "optimizer, or clipping on or off, changed); resume with the optim settings it was saved with, "
                 f"or start a new workdir with --config.train.init_from={os.path.dirname(self.directory)} "
-                "(weights only).") from None
+                "(weights only)."
+            ) from None
         if "checksums" in saved:  # steps saved before checksums existed restore unchecked
             restored = (out["params"], out["opt_state"])
-            bad = [jax.tree_util.keystr(path) for (path, _), now, then in zip(
-                jax.tree_util.tree_leaves_with_path(restored), checksums(restored), saved["checksums"]) if now != then]
+            bad = [
+                jax.tree_util.keystr(path)
+                for (path, _), now, then in zip(
+                    jax.tree_util.tree_leaves_with_path(restored), checksums(restored), saved["checksums"]
+                )
+                if now != then
+            ]
             if bad or len(saved["checksums"]) != len(jax.tree.leaves(restored)):
-                raise DamagedCheckpoint(f"{len(bad)} array(s) differ from the checksums saved with them, first "
-                                        f"{bad[0] if bad else 'the count'}")
-        return abstract_state.replace(step=out["train"]["step"], params=out["params"],
-                                      opt_state=out["opt_state"], rng=out["train"]["rng"])
+                raise DamagedCheckpoint(
+                    f"{len(bad)} array(s) differ from the checksums saved with them, first "
+                    f"{bad[0] if bad else 'the count'}"
+                )
+        return abstract_state.replace(
+            step=out["train"]["step"], params=out["params"], opt_state=out["opt_state"], rng=out["train"]["rng"]
+        )
 
     def check_compatible_with_newest(self) -> None:
         """check_compatible on the newest step whose config item reads (damaged ones are restore's
@@ -377,20 +336,26 @@ class Checkpointer:
             except Exception as e:  # noqa: BLE001  (orbax, tensorstore and TF each raise their own types)
                 first_line = (str(e).strip() or "no message").splitlines()[0].split(". See full TensorStore")[0]
                 reason = f"{type(e).__name__}: {first_line[:200]}"
-                log.warning("checkpoint: %s/%d does not restore (%s); trying the step before it", self.directory,
-                            step, reason)
+                log.warning(
+                    "checkpoint: %s/%d does not restore (%s); trying the step before it", self.directory, step, reason
+                )
                 damaged.append((step, reason))
                 continue
             self._move_aside([s for s, _ in damaged])
             return state
         if damaged and not start_over_if_damaged:
             tried = "; ".join(f"step {s}: {r}" for s, r in damaged)
-            raise ValueError(f"no checkpoint in {self.directory} restores ({tried}); nothing was changed. Restore "
-                             "the files, or rerun with --config.checkpoint.start_over_if_damaged=true to move them "
-                             "aside and train from scratch.")
+            raise ValueError(
+                f"no checkpoint in {self.directory} restores ({tried}); nothing was changed. Restore "
+                "the files, or rerun with --config.checkpoint.start_over_if_damaged=true to move them "
+                "aside and train from scratch."
+            )
         if damaged:
-            log.warning("checkpoint: no step restores; moving all %d aside and starting over "
-                        "(config.checkpoint.start_over_if_damaged)", len(damaged))
+            log.warning(
+                "checkpoint: no step restores; moving all %d aside and starting over "
+                "(config.checkpoint.start_over_if_damaged)",
+                len(damaged),
+            )
             self._move_aside([s for s, _ in damaged])
             if pipeline is not None:
                 pipeline.reset()  # a failed restore may have moved it
@@ -409,8 +374,11 @@ class Checkpointer:
                     n += 1
                     target = os.path.join(self.directory, f"{DAMAGED_PREFIX}{step}.{n}")
                 shutil.move(source, target)
-                log.warning("checkpoint: moved the damaged step %d aside to %s (delete it when you no longer "
-                            "need it)", step, target)
+                log.warning(
+                    "checkpoint: moved the damaged step %d aside to %s (delete it when you no longer need it)",
+                    step,
+                    target,
+                )
         if jax.process_count() > 1:
             from jax.experimental import multihost_utils
 
@@ -447,12 +415,14 @@ class Checkpointer:
         try:
             pending.result()
         except Exception as e:  # noqa: BLE001  (leftovers are only untidy: the next run's manager retries)
-            log.warning("checkpoint: could not remove unfinished saves' temporary directories in %s: %s",
-                        self.directory, e)
+            log.warning(
+                "checkpoint: could not remove unfinished saves' temporary directories in %s: %s", self.directory, e
+            )
         self.manager._cleanup_tmp_directory_future = None  # noqa: SLF001  (as orbax's own wait leaves it)
 
 
 # --- Branching -----------------------------------------------------------------------------------------
+
 
 def branch_source(branch_from: str) -> tuple[str, Optional[int]]:
     """`config.train.branch_from`: `WORKDIR` (its newest step) or `WORKDIR/STEP` → (workdir, step or None)."""
@@ -463,15 +433,18 @@ def branch_source(branch_from: str) -> tuple[str, Optional[int]]:
     return path, None
 
 
-def restore_branch(branch_from: str, cfg: CheckpointConfig, fingerprint: dict, abstract_state: Any,
-                   pipeline: Any = None) -> Any:
+def restore_branch(
+    branch_from: str, cfg: CheckpointConfig, fingerprint: dict, abstract_state: Any, pipeline: Any = None
+) -> Any:
     """Another run's whole state at a step — params, optimizer state, step, rng and the data position — for a
     run that goes on from there in its own workdir (a decay branch of a stable-phase run). As `restore`:
     another model or optimizer layout, or damaged arrays, are one sentence."""
     workdir, step = branch_source(branch_from)
     if not is_workdir(workdir):
-        raise FileNotFoundError(f"config.train.branch_from={branch_from}: {workdir} is not a bertjax workdir (no "
-                                f"{CHECKPOINTS}/ in it); name a pre-training run's workdir, or WORKDIR/STEP.")
+        raise FileNotFoundError(
+            f"config.train.branch_from={branch_from}: {workdir} is not a bertjax workdir (no "
+            f"{CHECKPOINTS}/ in it); name a pre-training run's workdir, or WORKDIR/STEP."
+        )
     source = Checkpointer(workdir, cfg, fingerprint, read_only=True)
     try:
         steps = sorted(source.manager.all_steps())
@@ -479,8 +452,10 @@ def restore_branch(branch_from: str, cfg: CheckpointConfig, fingerprint: dict, a
             raise FileNotFoundError(f"config.train.branch_from={branch_from}: {source.directory} holds no checkpoint.")
         step = steps[-1] if step is None else step
         if step not in steps:
-            raise ValueError(f"config.train.branch_from={branch_from}: {source.directory} has no step {step}, only "
-                             f"{steps}; branch from one of those (config.checkpoint.keep_every keeps more).")
+            raise ValueError(
+                f"config.train.branch_from={branch_from}: {source.directory} has no step {step}, only "
+                f"{steps}; branch from one of those (config.checkpoint.keep_every keeps more)."
+            )
         return source.restore(step, abstract_state, pipeline)
     finally:
         source.close()
@@ -488,14 +463,16 @@ def restore_branch(branch_from: str, cfg: CheckpointConfig, fingerprint: dict, a
 
 # --- Weights only ------------------------------------------------------------------------------------
 
+
 def is_workdir(path: str) -> bool:
     return os.path.isdir(os.path.join(path, CHECKPOINTS))
 
 
 def _reader(workdir: str) -> tuple[str, ocp.CheckpointManager]:
     directory = os.path.join(workdir, CHECKPOINTS)
-    return directory, _manager(os.path.abspath(directory), ocp.CheckpointManagerOptions(
-        read_only=True, create=False, save_interval_steps=0))
+    return directory, _manager(
+        os.path.abspath(directory), ocp.CheckpointManagerOptions(read_only=True, create=False, save_interval_steps=0)
+    )
 
 
 def read_fingerprint(workdir: str) -> dict:
@@ -520,31 +497,36 @@ def load_params(workdir: str, step: Optional[int] = None) -> tuple[dict, dict]:
     try:
         step = manager.latest_step() if step is None else step
         if step is None or step not in manager.all_steps():
-            raise FileNotFoundError(f"{directory} has no checkpoint{'' if step is None else f' for step {step}'}"
-                                    f" (it has {list(manager.all_steps()) or 'none'}); train first or pick a "
-                                    "saved step.")
+            raise FileNotFoundError(
+                f"{directory} has no checkpoint{'' if step is None else f' for step {step}'}"
+                f" (it has {list(manager.all_steps()) or 'none'}); train first or pick a "
+                "saved step."
+            )
         fingerprint = manager.restore(step, args=ocp.args.Composite(config=ocp.args.JsonRestore()))["config"]
         metadata = manager.item_metadata(step)["params"]
         meta_tree = getattr(metadata, "tree", metadata)
         restore_args = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), meta_tree)
-        params = manager.restore(step, args=ocp.args.Composite(
-            params=ocp.args.PyTreeRestore(restore_args=restore_args)))["params"]
+        params = manager.restore(
+            step, args=ocp.args.Composite(params=ocp.args.PyTreeRestore(restore_args=restore_args))
+        )["params"]
         others = [s for s in manager.all_steps() if s != step]
     finally:
         manager.close()
     saved = fingerprint.get("checksums")
     if saved is not None:  # the params' sums lead the list: they flatten before the optimizer state's
         leaves = jax.tree_util.tree_leaves_with_path(params)
-        bad = [jax.tree_util.keystr(path) for (path, _), now, then in zip(leaves, checksums(params), saved) if now != then]
+        bad = [
+            jax.tree_util.keystr(path) for (path, _), now, then in zip(leaves, checksums(params), saved) if now != then
+        ]
         if bad:
             raise DamagedCheckpoint(
                 f"{directory}/{step} is damaged: {len(bad)} parameter array(s) differ from the checksums saved with "
-                f"them, first {bad[0]}; use another step with --step (saved: {others or 'none'}).")
+                f"them, first {bad[0]}; use another step with --step (saved: {others or 'none'})."
+            )
     log.info("checkpoint: loaded params of step %d from %s", step, directory)
     return fingerprint, models_lib.of_fingerprint(fingerprint).model.unstack_layers(params)
 
 
 def place(params: Any, shardings: Any) -> Any:
     """Host arrays → global arrays with the given shardings (every process holds the whole value)."""
-    return jax.tree.map(lambda x, s: jax.make_array_from_callback(x.shape, s, lambda idx: x[idx]),
-                        params, shardings)
+    return jax.tree.map(lambda x, s: jax.make_array_from_callback(x.shape, s, lambda idx: x[idx]), params, shardings)

@@ -94,8 +94,12 @@ class Profile:
             self.active = True
         elif self.active:
             self.stop()
-            log.info("profile: steps %d–%d traced into %s", self.first + 1, self.last,
-                     os.path.join(self.workdir, PROFILE_DIR))
+            log.info(
+                "profile: steps %d–%d traced into %s",
+                self.first + 1,
+                self.last,
+                os.path.join(self.workdir, PROFILE_DIR),
+            )
 
     def stop(self) -> None:
         if self.active:
@@ -137,19 +141,31 @@ class NonfiniteGuard:
         self.in_a_row += 1
         self.total += 1
         self.since_log += 1
-        log.warning("step %d: the loss or gradients are not finite; its update was not applied (%d such steps in "
-                    "a row, %d in all)", step, self.in_a_row, self.total)
+        log.warning(
+            "step %d: the loss or gradients are not finite; its update was not applied (%d such steps in "
+            "a row, %d in all)",
+            step,
+            self.in_a_row,
+            self.total,
+        )
         if self.policy == "skip" and self.in_a_row < self.limit:
             return
-        why = ("config.train.on_nonfinite=stop" if self.policy == "stop" else
-               f"{self.in_a_row} steps in a row, config.train.max_consecutive_nonfinite={self.limit}")
+        why = (
+            "config.train.on_nonfinite=stop"
+            if self.policy == "stop"
+            else f"{self.in_a_row} steps in a row, config.train.max_consecutive_nonfinite={self.limit}"
+        )
         newest = self.checkpoints.latest_step()
-        kept = (f"the newest checkpoint, {self.checkpoints.directory}/{newest}, holds finite weights"
-                if newest is not None else "no checkpoint was written yet")
+        kept = (
+            f"the newest checkpoint, {self.checkpoints.directory}/{newest}, holds finite weights"
+            if newest is not None
+            else "no checkpoint was written yet"
+        )
         raise FloatingPointError(
             f"the loss or gradients of step {step} are not finite ({why}); no such update was applied and {kept}: "
             f"lower config.optim.learning_rate (now {self.learning_rate}), raise config.optim.warmup_steps or "
-            "clip with config.optim.max_grad_norm, then rerun the same command to resume.")
+            "clip with config.optim.max_grad_norm, then rerun the same command to resume."
+        )
 
 
 class NotLearningWatch:
@@ -162,18 +178,23 @@ class NotLearningWatch:
     def check(self, step: int, result: dict) -> Optional[str]:
         """The warning, the first time `result` (an eval with its baselines and mlm_targets) calls for one."""
         job = self.job
-        why = None if self.warned else metrics_lib.not_learning(
-            result, step, job.train.num_train_steps, job.eval.not_learning_after)
+        why = (
+            None
+            if self.warned
+            else metrics_lib.not_learning(result, step, job.train.num_train_steps, job.eval.not_learning_after)
+        )
         if why is None:
             return None
         self.warned = True
         arch = job.model.architecture
-        return (f"step {step}: this run is not learning: {why}; the usual causes are the learning rate for this "
-                f"model size (config.optim.learning_rate={job.optim.learning_rate:g} for {arch.num_hidden_layers} "
-                f"layer(s) of hidden size {arch.hidden_size}), the warmup (config.optim.warmup_steps="
-                f"{job.optim.warmup_steps} of {job.train.num_train_steps} steps) and the batch size "
-                f"(config.train.global_batch_size={job.train.global_batch_size}), so change those "
-                f"(config.eval.not_learning_after=0 turns this check off).")
+        return (
+            f"step {step}: this run is not learning: {why}; the usual causes are the learning rate for this "
+            f"model size (config.optim.learning_rate={job.optim.learning_rate:g} for {arch.num_hidden_layers} "
+            f"layer(s) of hidden size {arch.hidden_size}), the warmup (config.optim.warmup_steps="
+            f"{job.optim.warmup_steps} of {job.train.num_train_steps} steps) and the batch size "
+            f"(config.train.global_batch_size={job.train.global_batch_size}), so change those "
+            f"(config.eval.not_learning_after=0 turns this check off)."
+        )
 
 
 _stopped_before_training = False
@@ -199,8 +220,10 @@ def run_job(workdir: str, body: Callable[[StopRequest, lock_lib.WorkdirLock], di
             # What the signal unwound (a compile, half built) is kept, never freed: freeing it crashed in XLA's
             # destructors (a segfault here, 1 of 7 fine-tuning stops under load); cli.run_job ends the process.
             _unwound = e
-            log.info("stopped on request before training started: no step had been taken, so nothing was lost; "
-                     "rerun the same command to go on")
+            log.info(
+                "stopped on request before training started: no step had been taken, so nothing was lost; "
+                "rerun the same command to go on"
+            )
             return {}
 
 
@@ -212,17 +235,28 @@ class LoopResult:
     stopped: bool  # on request (SIGTERM or preemption), after saving
 
 
-def train_loop(trainer: trainer_lib.Trainer, state: Any, train_data: Any, evaluate: Callable[[int, Any], dict],
-               checkpoints: checkpoint_lib.Checkpointer, writer: metrics_lib.MetricWriter, lock: lock_lib.WorkdirLock,
-               stop: StopRequest, workdir: str) -> LoopResult:
+def train_loop(
+    trainer: trainer_lib.Trainer,
+    state: Any,
+    train_data: Any,
+    evaluate: Callable[[int, Any], dict],
+    checkpoints: checkpoint_lib.Checkpointer,
+    writer: metrics_lib.MetricWriter,
+    lock: lock_lib.WorkdirLock,
+    stop: StopRequest,
+    workdir: str,
+) -> LoopResult:
     """Steps from `state` to `config.train.num_train_steps` on batches of `train_data` (an iterator of
     host batches that checkpoints save the position of). `evaluate(step, params)` runs the held-out
     evaluation, writes and logs it, and returns its metrics ({} when there is none)."""
     job = trainer.config
     start_step = int(state.step)
     # Rows the compiled step runs: global_batch_size, or fewer when examples are packed several to a row.
-    num_steps, global_batch, seq_len = (job.train.num_train_steps, trainer.batch_abstract["input_ids"].shape[0],
-                                        trainer.task.seq_len)
+    num_steps, global_batch, seq_len = (
+        job.train.num_train_steps,
+        trainer.batch_abstract["input_ids"].shape[0],
+        trainer.task.seq_len,
+    )
     peak = metrics_lib.peak_flops_per_device(jax.devices()[0].device_kind, job.model.dtype)
     meter = metrics_lib.Throughput(num_steps)
     profile = Profile(workdir, start_step, job.train.profile_steps)
@@ -251,9 +285,19 @@ def train_loop(trainer: trainer_lib.Trainer, state: Any, train_data: Any, evalua
                 if isinstance(train_data, batch_warmup.WarmupBatches):  # the batch is still growing
                     rows = values["batch_rows"] = train_data.rows_at(step - 1)
                 if timing:
-                    values.update(timing, **metrics_lib.throughput(
-                        timing["step_time_s"], rows, seq_len, trainer.task.flops_per_row, peak,
-                        jax.device_count(), values["instances_per_row"], values["real_tokens_per_row"]))
+                    values.update(
+                        timing,
+                        **metrics_lib.throughput(
+                            timing["step_time_s"],
+                            rows,
+                            seq_len,
+                            trainer.task.flops_per_row,
+                            peak,
+                            jax.device_count(),
+                            values["instances_per_row"],
+                            values["real_tokens_per_row"],
+                        ),
+                    )
                 try:
                     writer.write(step, values, kind="train")
                 except OSError as e:
@@ -287,6 +331,7 @@ def train_loop(trainer: trainer_lib.Trainer, state: Any, train_data: Any, evalua
 
 # --- The skeleton every training job runs ----------------------------------------------------------------
 
+
 @dataclasses.dataclass(frozen=True)
 class Parts:
     """What a job's hooks are handed once the trainer is built."""
@@ -296,13 +341,22 @@ class Parts:
     writer: metrics_lib.MetricWriter
 
 
-def run_training(job: Any, workdir: str, fingerprint: dict, train_data: Any, stop: StopRequest,
-                 lock: lock_lib.WorkdirLock, *, make_trainer: Callable[[], trainer_lib.Trainer],
-                 fresh_state: Callable[[Parts], Any], evaluate: Callable[[Parts, int, Any], dict],
-                 finished: Optional[Callable[[checkpoint_lib.Checkpointer], Optional[dict]]] = None,
-                 started: Optional[Callable[[Parts], None]] = None,
-                 feed: Optional[Callable[[Any, int], Any]] = None,
-                 compile_only: bool = False) -> tuple[Optional[Parts], LoopResult | dict]:
+def run_training(
+    job: Any,
+    workdir: str,
+    fingerprint: dict,
+    train_data: Any,
+    stop: StopRequest,
+    lock: lock_lib.WorkdirLock,
+    *,
+    make_trainer: Callable[[], trainer_lib.Trainer],
+    fresh_state: Callable[[Parts], Any],
+    evaluate: Callable[[Parts, int, Any], dict],
+    finished: Optional[Callable[[checkpoint_lib.Checkpointer], Optional[dict]]] = None,
+    started: Optional[Callable[[Parts], None]] = None,
+    feed: Optional[Callable[[Any, int], Any]] = None,
+    compile_only: bool = False,
+) -> tuple[Optional[Parts], LoopResult | dict]:
     """The pre-training and fine-tuning jobs' shared middle, under one exit path that waits for pending
     checkpoint writes and closes the metric writer: the checkpointer (a foreign workdir refused before
     compiling) → `finished` (a result when there is nothing left to do) → the trainer (`compile_only`: stop
@@ -331,6 +385,15 @@ def run_training(job: Any, workdir: str, fingerprint: dict, train_data: Any, sto
         else:
             state = fresh_state(parts)
         data = feed(train_data, int(state.step)) if feed is not None else train_data
-        result = train_loop(trainer, state, data, lambda step, params: evaluate(parts, step, params), checkpoints,
-                            writer, lock, stop, workdir)
+        result = train_loop(
+            trainer,
+            state,
+            data,
+            lambda step, params: evaluate(parts, step, params),
+            checkpoints,
+            writer,
+            lock,
+            stop,
+            workdir,
+        )
     return parts, result

@@ -50,6 +50,7 @@ def device_memory(devices: Optional[list] = None) -> tuple[int, str]:
 def param_count(family: Any, architecture: Any) -> int:
     """The parameters of an architecture, from the shapes of a one- and a two-layer model (no allocation,
     no tracing of every layer): a model's layers are alike after the first."""
+
     def count(layers: int) -> int:
         fewer = {"num_hidden_layers": layers}
         if getattr(architecture, "layer_types", None):  # ModernBERT's per-layer attention kinds: the first ones
@@ -69,9 +70,16 @@ def _model_fields(architecture: Any) -> str:
     return ", ".join(f"{n}={getattr(architecture, n):,}" for n in names if hasattr(architecture, n))
 
 
-def check_training(architecture: Any, dtype: str, global_batch_size: int, max_seq_length: int,
-                   micro_batches: int = 1, source: str = "config.model",
-                   memory: Optional[tuple[int, str]] = None, host: Optional[int] = None) -> None:
+def check_training(
+    architecture: Any,
+    dtype: str,
+    global_batch_size: int,
+    max_seq_length: int,
+    micro_batches: int = 1,
+    source: str = "config.model",
+    memory: Optional[tuple[int, str]] = None,
+    host: Optional[int] = None,
+) -> None:
     """A job's model, batch and activations against this host's and devices' memory, before anything is
     allocated. `memory`, `host`: what there is (the tests' small machines); default, what this one has."""
     available, where = memory or device_memory()
@@ -79,21 +87,27 @@ def check_training(architecture: Any, dtype: str, global_batch_size: int, max_se
     params = param_count(models_lib.of(architecture), architecture)
     need = params * STATE_BYTES_PER_PARAM
     if need > available:
-        raise ValueError(f"the model of {source} ({_model_fields(architecture)}) has {params:,} parameters, whose "
-                         f"training state (parameters, gradients, optimizer moments: {STATE_BYTES_PER_PARAM} bytes "
-                         f"each) is {_size(need)}, more than the {_size(available)} of {where}; make it smaller.")
+        raise ValueError(
+            f"the model of {source} ({_model_fields(architecture)}) has {params:,} parameters, whose "
+            f"training state (parameters, gradients, optimizer moments: {STATE_BYTES_PER_PARAM} bytes "
+            f"each) is {_size(need)}, more than the {_size(available)} of {where}; make it smaller."
+        )
     rows = global_batch_size // jax.process_count()
     inputs = rows * max_seq_length * INPUT_BYTES_PER_TOKEN
     if inputs > host:
-        raise ValueError(f"config.train.global_batch_size={global_batch_size:,} rows of config.data.max_seq_length="
-                         f"{max_seq_length:,} tokens are {_size(inputs)} of input arrays on this host alone, more "
-                         f"than its {_size(host)} of RAM; lower them.")
+        raise ValueError(
+            f"config.train.global_batch_size={global_batch_size:,} rows of config.data.max_seq_length="
+            f"{max_seq_length:,} tokens are {_size(inputs)} of input arrays on this host alone, more "
+            f"than its {_size(host)} of RAM; lower them."
+        )
     micro_tokens = rows * max_seq_length // max(1, micro_batches)
     dtype_bytes = 2 if dtype == "bfloat16" else 4
     kept = micro_tokens * architecture.hidden_size * architecture.num_hidden_layers * dtype_bytes
     if kept > available:
-        raise ValueError(f"one step keeps at least {_size(kept)} of activations for its backward pass (each of "
-                         f"the {architecture.num_hidden_layers:,} layers' input: {micro_tokens:,} tokens of a micro-"
-                         f"batch × hidden_size {architecture.hidden_size:,} × {dtype_bytes} bytes), more than the "
-                         f"{_size(available)} of {where}; lower config.train.global_batch_size or "
-                         "config.data.max_seq_length, or raise config.train.micro_batches.")
+        raise ValueError(
+            f"one step keeps at least {_size(kept)} of activations for its backward pass (each of "
+            f"the {architecture.num_hidden_layers:,} layers' input: {micro_tokens:,} tokens of a micro-"
+            f"batch × hidden_size {architecture.hidden_size:,} × {dtype_bytes} bytes), more than the "
+            f"{_size(available)} of {where}; lower config.train.global_batch_size or "
+            "config.data.max_seq_length, or raise config.train.micro_batches."
+        )

@@ -37,6 +37,7 @@ MLM_DENOMINATOR_EPS = 1e-5
 
 # --- Loss and on-device metrics ----------------------------------------------------------------------
 
+
 def _example_weight(example_weight: Optional[Array], batch: int) -> Array:
     if example_weight is None:
         return jnp.ones((batch,), jnp.float32)
@@ -88,10 +89,16 @@ def _prediction_bits(predicted: Array, vocab_size: int, w: Array) -> Array:
     return jnp.sum((shifted & 1).astype(jnp.float32) * w[..., None], axis=tuple(range(w.ndim)))
 
 
-def pretraining_metrics(mlm_logits: Array, masked_lm_ids: Array, masked_lm_weights: Array,
-                        nsp_logits: Optional[Array] = None, next_sentence_labels: Optional[Array] = None,
-                        example_weight: Optional[Array] = None,
-                        next_sentence_weights: Optional[Array] = None, constant_prediction: bool = False) -> Metrics:
+def pretraining_metrics(
+    mlm_logits: Array,
+    masked_lm_ids: Array,
+    masked_lm_weights: Array,
+    nsp_logits: Optional[Array] = None,
+    next_sentence_labels: Optional[Array] = None,
+    example_weight: Optional[Array] = None,
+    next_sentence_weights: Optional[Array] = None,
+    constant_prediction: bool = False,
+) -> Metrics:
     """{mlm_loss, mlm_accuracy[, mlm_constant_prediction][, nsp_loss, nsp_accuracy]} as (sum, count) float32.
 
     MLM terms are weighted by masked_lm_weights × example_weight, NSP terms by example_weight (times
@@ -113,21 +120,33 @@ def pretraining_metrics(mlm_logits: Array, masked_lm_ids: Array, masked_lm_weigh
     return out
 
 
-def loss(mlm_logits: Array, masked_lm_ids: Array, masked_lm_weights: Array,
-         nsp_logits: Optional[Array] = None, next_sentence_labels: Optional[Array] = None,
-         example_weight: Optional[Array] = None) -> Array:
+def loss(
+    mlm_logits: Array,
+    masked_lm_ids: Array,
+    masked_lm_weights: Array,
+    nsp_logits: Optional[Array] = None,
+    next_sentence_labels: Optional[Array] = None,
+    example_weight: Optional[Array] = None,
+) -> Array:
     """The scalar training loss, float32, as google-research/bert:
     sum(w·ce_mlm) / (sum(w) + 1e-5)  +  mean NSP cross-entropy (weighted by example_weight)."""
-    return loss_and_metrics(mlm_logits, masked_lm_ids, masked_lm_weights, nsp_logits, next_sentence_labels,
-                            example_weight)[0]
+    return loss_and_metrics(
+        mlm_logits, masked_lm_ids, masked_lm_weights, nsp_logits, next_sentence_labels, example_weight
+    )[0]
 
 
-def loss_and_metrics(mlm_logits: Array, masked_lm_ids: Array, masked_lm_weights: Array,
-                     nsp_logits: Optional[Array] = None, next_sentence_labels: Optional[Array] = None,
-                     example_weight: Optional[Array] = None) -> tuple[Array, Metrics]:
+def loss_and_metrics(
+    mlm_logits: Array,
+    masked_lm_ids: Array,
+    masked_lm_weights: Array,
+    nsp_logits: Optional[Array] = None,
+    next_sentence_labels: Optional[Array] = None,
+    example_weight: Optional[Array] = None,
+) -> tuple[Array, Metrics]:
     """`loss(...)` and `pretraining_metrics(...)` from one log-softmax (for value_and_grad(has_aux=True))."""
-    metrics = pretraining_metrics(mlm_logits, masked_lm_ids, masked_lm_weights, nsp_logits,
-                                  next_sentence_labels, example_weight)
+    metrics = pretraining_metrics(
+        mlm_logits, masked_lm_ids, masked_lm_weights, nsp_logits, next_sentence_labels, example_weight
+    )
     return pretraining_loss(metrics), metrics
 
 
@@ -159,9 +178,14 @@ def normalize(metrics: Metrics) -> dict[str, float]:
     """(sum, count) → sum / count as Python floats on the host (NaN where nothing was counted); a vector
     sum (mlm_constant_prediction's bits) → the one id all predictions were, or -1 if they were not one."""
     host = jax.device_get(metrics)
-    return {k: float("nan") if not float(c) > 0 else
-            float(s) / float(c) if np.ndim(s) == 0 else _constant_id(np.asarray(s, np.float64), float(c))
-            for k, (s, c) in host.items()}
+    return {
+        k: float("nan")
+        if not float(c) > 0
+        else float(s) / float(c)
+        if np.ndim(s) == 0
+        else _constant_id(np.asarray(s, np.float64), float(c))
+        for k, (s, c) in host.items()
+    }
 
 
 def _constant_id(bit_sums: np.ndarray, count: float) -> float:
@@ -175,6 +199,7 @@ def _constant_id(bit_sums: np.ndarray, count: float) -> float:
 
 # --- Baselines (numpy, on the host) ------------------------------------------------------------------
 
+
 def baselines(batches: Iterable[Mapping[str, np.ndarray]]) -> dict[str, float]:
     """Accuracy a constant predictor gets on these eval batches, weighted like the metrics.
 
@@ -187,15 +212,18 @@ def baselines(batches: Iterable[Mapping[str, np.ndarray]]) -> dict[str, float]:
     has_nsp = False
     for batch in batches:
         ids = np.asarray(batch["masked_lm_ids"]).astype(np.int64)
-        ew = np.ones(ids.shape[0]) if batch.get("example_weight") is None else \
-            np.asarray(batch["example_weight"], np.float64).reshape(ids.shape[0])
+        ew = (
+            np.ones(ids.shape[0])
+            if batch.get("example_weight") is None
+            else np.asarray(batch["example_weight"], np.float64).reshape(ids.shape[0])
+        )
         w = np.asarray(batch["masked_lm_weights"], np.float64) * ew[:, None]
         counts = np.bincount(ids.ravel(), weights=w.ravel())
         if counts.size > token_counts.size:
-            counts[:token_counts.size] += token_counts
+            counts[: token_counts.size] += token_counts
             token_counts = counts
         else:
-            token_counts[:counts.size] += counts
+            token_counts[: counts.size] += counts
         if batch.get("next_sentence_labels") is not None:
             has_nsp = True
             labels = np.asarray(batch["next_sentence_labels"]).reshape(ids.shape[0], -1)
@@ -224,10 +252,16 @@ def not_learning(result: Mapping[str, float], step: int, num_train_steps: int, a
     constant, n = result.get("mlm_constant_prediction", -1.0), result.get("mlm_targets", 0.0)
     if constant is not None and constant >= 0:
         why = f"every held-out MLM prediction is the same token (id {int(constant)})"
-    elif n > 0 and math.isfinite(accuracy) and math.isfinite(baseline) and \
-            accuracy <= baseline + math.sqrt(baseline * (1 - baseline) / n):
-        why = (f"held-out MLM accuracy {accuracy:.2%} has not left its unigram baseline {baseline:.2%} (standard "
-               f"error {math.sqrt(baseline * (1 - baseline) / n):.2%} over {int(n):,} masked targets)")
+    elif (
+        n > 0
+        and math.isfinite(accuracy)
+        and math.isfinite(baseline)
+        and accuracy <= baseline + math.sqrt(baseline * (1 - baseline) / n)
+    ):
+        why = (
+            f"held-out MLM accuracy {accuracy:.2%} has not left its unigram baseline {baseline:.2%} (standard "
+            f"error {math.sqrt(baseline * (1 - baseline) / n):.2%} over {int(n):,} masked targets)"
+        )
     else:
         return None
     nsp, nsp_baseline = result.get("nsp_accuracy", math.nan), result.get("nsp_accuracy_baseline", math.nan)
@@ -238,8 +272,10 @@ def not_learning(result: Mapping[str, float], step: int, num_train_steps: int, a
 
 # --- FLOPs, throughput, MFU --------------------------------------------------------------------------
 
-def flops_per_sequence(architecture: Any, seq_len: int, num_predictions: Optional[int] = None,
-                       training: bool = True) -> float:
+
+def flops_per_sequence(
+    architecture: Any, seq_len: int, num_predictions: Optional[int] = None, training: bool = True
+) -> float:
     """Model FLOPs of one sequence by the family's own formula (models/<family>.py `flops_per_sequence`)."""
     return models_lib.of(architecture).model.flops_per_sequence(architecture, seq_len, num_predictions, training)
 
@@ -269,18 +305,25 @@ def peak_flops_per_device(device_kind: str, dtype: str = "bfloat16") -> Optional
     return None
 
 
-def throughput(step_time_s: float, global_batch_size: int, seq_len: int,
-               flops_per_seq: Optional[float] = None, peak_flops: Optional[float] = None,
-               num_devices: int = 1, instances_per_row: float = 1.0,
-               real_tokens_per_row: Optional[float] = None) -> dict[str, float]:
+def throughput(
+    step_time_s: float,
+    global_batch_size: int,
+    seq_len: int,
+    flops_per_seq: Optional[float] = None,
+    peak_flops: Optional[float] = None,
+    num_devices: int = 1,
+    instances_per_row: float = 1.0,
+    real_tokens_per_row: Optional[float] = None,
+) -> dict[str, float]:
     """seq_per_s (instances: several a row when packed), tokens_per_s (positions computed), and with
     `real_tokens_per_row` real_tokens_per_s and padding_fraction; mfu (0-1) when flops_per_seq (per row)
     and a peak (per device) are known."""
     rows_per_s = global_batch_size / step_time_s
     out = {"seq_per_s": rows_per_s * instances_per_row, "tokens_per_s": rows_per_s * seq_len}
     if real_tokens_per_row is not None:
-        out.update(real_tokens_per_s=rows_per_s * real_tokens_per_row,
-                   padding_fraction=1.0 - real_tokens_per_row / seq_len)
+        out.update(
+            real_tokens_per_s=rows_per_s * real_tokens_per_row, padding_fraction=1.0 - real_tokens_per_row / seq_len
+        )
     if flops_per_seq and peak_flops:
         out["mfu"] = flops_per_seq * rows_per_s / (peak_flops * num_devices)
     return out
@@ -311,8 +354,11 @@ class Throughput:
             elapsed = max(now - self._last[1] - self._excluded, 1e-9)
             step_time = elapsed / (step - self._last[0])
             wall_per_step = (now - self._start[1]) / (step - self._start[0])
-            out = {"step_time_s": step_time, "steps_per_s": 1.0 / step_time,
-                   "eta_s": max(self.num_train_steps - step, 0) * wall_per_step}
+            out = {
+                "step_time_s": step_time,
+                "steps_per_s": 1.0 / step_time,
+                "eta_s": max(self.num_train_steps - step, 0) * wall_per_step,
+            }
         if self._start is None:
             self._start = (int(step), now)
         self._last, self._excluded = (int(step), now), 0.0
@@ -334,6 +380,7 @@ class Throughput:
 
 # --- Log line ----------------------------------------------------------------------------------------
 
+
 def format_eta(seconds: float) -> str:
     """h:mm:ss (hours unbounded)."""
     if seconds is None or not math.isfinite(seconds):
@@ -353,11 +400,18 @@ def format_log_line(m: Mapping[str, Any], extra: Sequence[str] = ()) -> str:
     if "step" in m:
         total = f"/{int(m['num_train_steps'])}" if "num_train_steps" in m else ""
         parts.append(f"step {int(m['step'])}{total}")
-    fields = (("loss", "loss {:.4f}", 1), ("mlm_accuracy", "mlm_acc {:.2f}%", 100),
-              ("nsp_accuracy", "nsp_acc {:.2f}%", 100), ("learning_rate", "lr {:.3e}", 1),
-              ("grad_norm", "grad_norm {:.3f}", 1), ("seq_per_s", "{:,.1f} seq/s", 1),
-              ("tokens_per_s", "{:,.0f} tok/s", 1), ("real_tokens_per_s", "{:,.0f} real tok/s", 1),
-              ("padding_fraction", "padding {:.1f}%", 100), ("mfu", "MFU {:.1f}%", 100))
+    fields = (
+        ("loss", "loss {:.4f}", 1),
+        ("mlm_accuracy", "mlm_acc {:.2f}%", 100),
+        ("nsp_accuracy", "nsp_acc {:.2f}%", 100),
+        ("learning_rate", "lr {:.3e}", 1),
+        ("grad_norm", "grad_norm {:.3f}", 1),
+        ("seq_per_s", "{:,.1f} seq/s", 1),
+        ("tokens_per_s", "{:,.0f} tok/s", 1),
+        ("real_tokens_per_s", "{:,.0f} real tok/s", 1),
+        ("padding_fraction", "padding {:.1f}%", 100),
+        ("mfu", "MFU {:.1f}%", 100),
+    )
     for key, fmt, scale in fields:
         if m.get(key) is not None:
             parts.append(fmt.format(float(m[key]) * scale))
@@ -370,6 +424,7 @@ def format_log_line(m: Mapping[str, Any], extra: Sequence[str] = ()) -> str:
 
 
 # --- Writers -----------------------------------------------------------------------------------------
+
 
 class _AppendOnlyFile:
     """A text file lines are appended to and flushed: appended locally, rewritten whole on object stores."""
@@ -410,8 +465,7 @@ class MetricWriter:
     with its whole new content (a few MB over a long run).
     """
 
-    def __init__(self, workdir: str, is_primary: bool, tensorboard: bool = True,
-                 filename: str = "metrics.jsonl"):
+    def __init__(self, workdir: str, is_primary: bool, tensorboard: bool = True, filename: str = "metrics.jsonl"):
         self.is_primary = bool(is_primary)
         self._jsonl = None
         self._tb = None
@@ -422,8 +476,9 @@ class MetricWriter:
         if tensorboard:  # what tf.summary.scalar writes, without importing TensorFlow (event_file.py)
             self._tb = event_file.EventFileWriter(workdir)
 
-    def write(self, step: int, metrics: Mapping[str, Any], kind: str = "train",
-              notes: Optional[Mapping[str, str]] = None) -> None:
+    def write(
+        self, step: int, metrics: Mapping[str, Any], kind: str = "train", notes: Optional[Mapping[str, str]] = None
+    ) -> None:
         """`notes` (key → text, e.g. a warning) go into metrics.jsonl only: TensorBoard takes numbers."""
         if not self.is_primary:
             return
@@ -453,8 +508,11 @@ class MetricWriter:
             except OSError as e:  # the job is stopping for the full disk already: that is its one sentence
                 if e.errno != errno.ENOSPC:
                     raise
-                log.warning("metrics: the TensorBoard file %s lost its last rows: no space left on device "
-                            "(metrics.jsonl has them)", tb.path)
+                log.warning(
+                    "metrics: the TensorBoard file %s lost its last rows: no space left on device "
+                    "(metrics.jsonl has them)",
+                    tb.path,
+                )
 
     def __enter__(self) -> "MetricWriter":
         return self

@@ -28,6 +28,7 @@ SCANNED_LAYERS = "layers"
 
 # --- Learning-rate schedule ------------------------------------------------------------------------
 
+
 def schedule(cfg: OptimConfig, num_train_steps: int) -> optax.Schedule:
     """lr(step): 0 → peak linearly over warmup_steps, then `cfg.schedule` to 0 at num_train_steps.
 
@@ -68,6 +69,7 @@ def schedule(cfg: OptimConfig, num_train_steps: int) -> optax.Schedule:
 
 # --- Weight-decay mask -------------------------------------------------------------------------------
 
+
 def _dict_keys(path: tuple) -> list[str]:
     # Only dict keys name modules and params; GetAttrKey("value") of boxed (nn.Partitioned) leaves is skipped.
     return [str(k.key) for k in path if isinstance(k, jax.tree_util.DictKey)]
@@ -94,6 +96,7 @@ def _is_scanned(path: tuple) -> bool:
 
 # --- Transformations ---------------------------------------------------------------------------------
 
+
 class BertAdamState(NamedTuple):
     count: jax.Array  # updates applied (int32); unused by the update, kept for inspection
     mu: Any  # first moment, same tree as params
@@ -110,8 +113,9 @@ def scale_by_bert_adam(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-6) ->
 
     def init_fn(params: Any) -> BertAdamState:
         zeros = lambda p: jnp.zeros_like(p)  # noqa: E731
-        return BertAdamState(count=jnp.zeros([], jnp.int32), mu=jax.tree.map(zeros, params),
-                             nu=jax.tree.map(zeros, params))
+        return BertAdamState(
+            count=jnp.zeros([], jnp.int32), mu=jax.tree.map(zeros, params), nu=jax.tree.map(zeros, params)
+        )
 
     def update_fn(updates: Any, state: BertAdamState, params: Any = None):
         del params
@@ -182,4 +186,3 @@ def make_optimizer(cfg: OptimConfig, num_train_steps: int) -> optax.GradientTran
         parts.append(optax.masked(scale_by_layerwise_trust_ratio(), weight_decay_mask))
     parts.append(optax.scale_by_learning_rate(lr))
     return optax.chain(*parts)
-

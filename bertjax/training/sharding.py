@@ -32,18 +32,24 @@ def resolve_mesh_shape(shape: Sequence[int], num_devices: int) -> tuple[int, ...
     if len(shape) != len(MESH_AXES):
         raise ValueError(f"config.mesh.shape={shape} must have {len(MESH_AXES)} entries, one per axis {MESH_AXES}.")
     if shape.count(-1) > 1 or any(s == 0 or s < -1 for s in shape):
-        raise ValueError(f"config.mesh.shape={shape}: sizes must be positive, with at most one -1 (= the rest); "
-                         "e.g. (-1, 1, 1) puts every device on the data axis.")
+        raise ValueError(
+            f"config.mesh.shape={shape}: sizes must be positive, with at most one -1 (= the rest); "
+            "e.g. (-1, 1, 1) puts every device on the data axis."
+        )
     known = math.prod(s for s in shape if s != -1)
     if -1 in shape:
         if num_devices % known:
-            raise ValueError(f"config.mesh.shape={shape}: {num_devices} devices do not divide by {known}; "
-                             f"choose sizes whose product divides {num_devices} ({_divisors(num_devices)}).")
+            raise ValueError(
+                f"config.mesh.shape={shape}: {num_devices} devices do not divide by {known}; "
+                f"choose sizes whose product divides {num_devices} ({_divisors(num_devices)})."
+            )
         shape = tuple(num_devices // known if s == -1 else s for s in shape)
     if math.prod(shape) != num_devices:
-        raise ValueError(f"config.mesh.shape={shape} needs {math.prod(shape)} devices but {num_devices} are "
-                         f"available; make the product {num_devices}, or set one axis to -1 and the others to "
-                         f"sizes whose product divides {num_devices} ({_divisors(num_devices)}).")
+        raise ValueError(
+            f"config.mesh.shape={shape} needs {math.prod(shape)} devices but {num_devices} are "
+            f"available; make the product {num_devices}, or set one axis to -1 and the others to "
+            f"sizes whose product divides {num_devices} ({_divisors(num_devices)})."
+        )
     return shape
 
 
@@ -87,21 +93,29 @@ def logical_shardings(boxed_abstract: Any, mesh: Mesh, rules: Rules) -> Any:
             dropped.append(f"{jax.tree_util.keystr(path)} {value.shape} {spec}")
         return NamedSharding(mesh, fitted)
 
-    out = jax.tree_util.tree_map_with_path(shard, values, mesh_specs,
-                                           is_leaf=lambda x: isinstance(x, PartitionSpec))
+    out = jax.tree_util.tree_map_with_path(shard, values, mesh_specs, is_leaf=lambda x: isinstance(x, PartitionSpec))
     if dropped:
-        log.info("sharding: %d parameter dimension(s) not divisible by their mesh axes stay replicated "
-                     "along them: %s", len(dropped), "; ".join(dropped[:4]) + (" …" if len(dropped) > 4 else ""))
+        log.info(
+            "sharding: %d parameter dimension(s) not divisible by their mesh axes stay replicated along them: %s",
+            len(dropped),
+            "; ".join(dropped[:4]) + (" …" if len(dropped) > 4 else ""),
+        )
     return out
 
 
-def optimizer_shardings(tx: optax.GradientTransformation, opt_state_abstract: Any, param_shardings: Any,
-                        mesh: Mesh) -> Any:
+def optimizer_shardings(
+    tx: optax.GradientTransformation, opt_state_abstract: Any, param_shardings: Any, mesh: Mesh
+) -> Any:
     """Optimizer state sharded like the parameters it mirrors (Adam's mu and nu); counters replicated."""
     replicated = NamedSharding(mesh, PartitionSpec())
-    return optax.tree_map_params(tx, lambda _, s: s, opt_state_abstract, param_shardings,
-                                 transform_non_params=lambda _: replicated,
-                                 is_leaf=lambda x: isinstance(x, NamedSharding))
+    return optax.tree_map_params(
+        tx,
+        lambda _, s: s,
+        opt_state_abstract,
+        param_shardings,
+        transform_non_params=lambda _: replicated,
+        is_leaf=lambda x: isinstance(x, NamedSharding),
+    )
 
 
 _ACTIVATION_CONTEXT: contextvars.ContextVar = contextvars.ContextVar("bertjax_activation_rules", default=None)
@@ -189,8 +203,9 @@ def global_batch(local: Mapping[str, np.ndarray], mesh: Mesh, rules: Rules) -> d
 
 def per_device_bytes(abstract: Any) -> int:
     """Bytes one device holds of a tree of ShapeDtypeStructs carrying shardings (the largest shard)."""
-    return sum(math.prod(x.sharding.shard_shape(x.shape)) * np.dtype(x.dtype).itemsize
-               for x in jax.tree.leaves(abstract))
+    return sum(
+        math.prod(x.sharding.shard_shape(x.shape)) * np.dtype(x.dtype).itemsize for x in jax.tree.leaves(abstract)
+    )
 
 
 def replicated(mesh: Mesh) -> NamedSharding:

@@ -46,6 +46,7 @@ class TrainState:
 
 # --- Tasks -------------------------------------------------------------------------------------------
 
+
 @dataclasses.dataclass(frozen=True)
 class Task:
     """What a job trains: the model, its weighted (sum, count) metrics of a batch, the loss made from
@@ -69,15 +70,27 @@ def _pretraining_sums(model: nn.Module, nsp: bool, params: Any, batch: Batch, rn
     """Weighted (sum, count) metrics of one batch; dropout on when rng is given. Packed rows carry
     per-instance positions (and, for NSP, [CLS] positions and one NSP term per instance)."""
     family = models_lib.of(model.config)
-    out = model.apply({"params": params}, input_ids=batch["input_ids"], segment_ids=batch["segment_ids"],
-                      input_mask=batch["input_mask"], masked_lm_positions=batch["masked_lm_positions"],
-                      deterministic=rng is None, rngs=None if rng is None else {"dropout": rng},
-                      **family.model.pretraining_inputs(batch))
+    out = model.apply(
+        {"params": params},
+        input_ids=batch["input_ids"],
+        segment_ids=batch["segment_ids"],
+        input_mask=batch["input_mask"],
+        masked_lm_positions=batch["masked_lm_positions"],
+        deterministic=rng is None,
+        rngs=None if rng is None else {"dropout": rng},
+        **family.model.pretraining_inputs(batch),
+    )
     weight = batch[pipeline_lib.EXAMPLE_WEIGHT]
     sums = metrics_lib.pretraining_metrics(
-        out.mlm_logits, batch["masked_lm_ids"], batch["masked_lm_weights"], out.nsp_logits if nsp else None,
-        batch["next_sentence_labels"], weight, batch.get("next_sentence_weights"),
-        constant_prediction=rng is None)  # evals only: whether a collapsed model predicts one token
+        out.mlm_logits,
+        batch["masked_lm_ids"],
+        batch["masked_lm_weights"],
+        out.nsp_logits if nsp else None,
+        batch["next_sentence_labels"],
+        weight,
+        batch.get("next_sentence_weights"),
+        constant_prediction=rng is None,
+    )  # evals only: whether a collapsed model predicts one token
     packed = "position_ids" in batch
     instances = jnp.sum(batch["next_sentence_weights"] * weight[:, None]) if packed else jnp.sum(weight)
     return dict(sums, **row_counts(batch, instances))
@@ -95,8 +108,11 @@ def row_counts(batch: Batch, instances: Optional[jax.Array] = None) -> dict:
 def _pretraining_denominators(batch: Batch) -> tuple[jax.Array, jax.Array]:
     weight = batch[pipeline_lib.EXAMPLE_WEIGHT]
     mlm_count = jnp.sum(batch["masked_lm_weights"] * weight[:, None])
-    nsp_count = jnp.sum(batch["next_sentence_weights"] * weight[:, None]) if "next_sentence_weights" in batch \
+    nsp_count = (
+        jnp.sum(batch["next_sentence_weights"] * weight[:, None])
+        if "next_sentence_weights" in batch
         else jnp.sum(weight)
+    )
     return mlm_count, nsp_count
 
 
@@ -105,21 +121,31 @@ def pretraining_task(config: JobConfig, platform: Optional[str] = None) -> Task:
     data = config.data
     model = models_lib.get(config.model.family).model.from_config(config.model, platform=platform, packed=data.packing)
     return Task(
-        model=model, forward_sums=functools.partial(_pretraining_sums, model, data.next_sentence_prediction),
+        model=model,
+        forward_sums=functools.partial(_pretraining_sums, model, data.next_sentence_prediction),
         loss_denominators=_pretraining_denominators,
         loss=lambda sums, counts: metrics_lib.pretraining_loss(sums, *counts),
-        batch_shapes=lambda n: pipeline_lib.batch_shapes(n, data.max_seq_length, data.record_predictions,
-                                                         data.record_instances),
+        batch_shapes=lambda n: pipeline_lib.batch_shapes(
+            n, data.max_seq_length, data.record_predictions, data.record_instances
+        ),
         seq_len=data.max_seq_length,
-        flops_per_row=metrics_lib.flops_per_sequence(config.model.architecture, data.max_seq_length,
-                                                     data.max_predictions_per_seq))
+        flops_per_row=metrics_lib.flops_per_sequence(
+            config.model.architecture, data.max_seq_length, data.max_predictions_per_seq
+        ),
+    )
 
 
 # --- The steps ---------------------------------------------------------------------------------------
 
-def make_train_step(task: Task, tx: optax.GradientTransformation, micro_batches: int,
-                    learning_rate: Callable[[jax.Array], jax.Array], compute_shardings: Any = None,
-                    skip_empty_micro_batches: bool = False) -> Callable:
+
+def make_train_step(
+    task: Task,
+    tx: optax.GradientTransformation,
+    micro_batches: int,
+    learning_rate: Callable[[jax.Array], jax.Array],
+    compute_shardings: Any = None,
+    skip_empty_micro_batches: bool = False,
+) -> Callable:
     """(state, batch) → (state, metrics). Gradients are summed over micro-batches inside the step.
 
     A step whose loss or gradient norm is not finite changes nothing but the step count (the batch is
@@ -156,21 +182,31 @@ def make_train_step(task: Task, tx: optax.GradientTransformation, micro_batches:
             def accumulate(carry, inputs):
                 index, micro = inputs
                 if skip_empty_micro_batches:
+
                     def empty(params, micro, rng):
                         return jax.tree.map(jnp.zeros_like, ((carry[0], carry[1]), carry[2]))
 
                     (loss_i, sums_i), grads_i = jax.lax.cond(
-                        jnp.any(micro[pipeline_lib.EXAMPLE_WEIGHT] > 0), grad_fn, empty, state.params, micro,
-                        jax.random.fold_in(step_rng, index))
+                        jnp.any(micro[pipeline_lib.EXAMPLE_WEIGHT] > 0),
+                        grad_fn,
+                        empty,
+                        state.params,
+                        micro,
+                        jax.random.fold_in(step_rng, index),
+                    )
                 else:
                     (loss_i, sums_i), grads_i = grad_fn(state.params, micro, jax.random.fold_in(step_rng, index))
                 loss, sums, grads = carry
                 return (loss + loss_i, jax.tree.map(jnp.add, sums, sums_i), jax.tree.map(jnp.add, grads, grads_i)), None
 
-            zero_sums = jax.eval_shape(lambda: task.forward_sums(state.params, jax.tree.map(lambda x: x[0], split),
-                                                                 step_rng))  # a train step's sums (rng given)
-            init = (jnp.zeros((), jnp.float32), jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), zero_sums),
-                    jax.tree.map(jnp.zeros_like, state.params))
+            zero_sums = jax.eval_shape(
+                lambda: task.forward_sums(state.params, jax.tree.map(lambda x: x[0], split), step_rng)
+            )  # a train step's sums (rng given)
+            init = (
+                jnp.zeros((), jnp.float32),
+                jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), zero_sums),
+                jax.tree.map(jnp.zeros_like, state.params),
+            )
             (loss, sums, grads), _ = jax.lax.scan(accumulate, init, (jnp.arange(micro_batches), split))
         # Named, so that a profile (benchmarks/profile_summary.py) tells the update's time from the model's.
         with jax.named_scope("optimizer"):
@@ -181,14 +217,17 @@ def make_train_step(task: Task, tx: optax.GradientTransformation, micro_batches:
             # for clipping anyway, so the check costs one scalar and the selects fuse into the update.
             grad_norm = optax.global_norm(grads)
             finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
-            params, opt_state = jax.tree.map(lambda new, old: jnp.where(finite, new, old), (params, opt_state),
-                                             (state.params, state.opt_state))
+            params, opt_state = jax.tree.map(
+                lambda new, old: jnp.where(finite, new, old), (params, opt_state), (state.params, state.opt_state)
+            )
         one = jnp.ones((), jnp.float32)
         # A skipped step's loss and accuracies stay out of the logged means; the host counts the skips.
-        metrics = jax.tree.map(lambda x: jnp.where(finite, x, jnp.zeros_like(x)),
-                               dict(sums, loss=(loss, one), grad_norm=(grad_norm, one)))
-        metrics.update(learning_rate=(learning_rate(state.step), one),
-                       nonfinite=(1.0 - finite.astype(jnp.float32), one))
+        metrics = jax.tree.map(
+            lambda x: jnp.where(finite, x, jnp.zeros_like(x)), dict(sums, loss=(loss, one), grad_norm=(grad_norm, one))
+        )
+        metrics.update(
+            learning_rate=(learning_rate(state.step), one), nonfinite=(1.0 - finite.astype(jnp.float32), one)
+        )
         return state.replace(step=state.step + 1, params=params, opt_state=opt_state), metrics
 
     return step
@@ -196,6 +235,7 @@ def make_train_step(task: Task, tx: optax.GradientTransformation, micro_batches:
 
 def make_eval_step(forward: Callable[[Any, Batch], Any], compute_shardings: Any = None) -> Callable:
     """(params, batch) → forward(params, batch), with the parameters laid out for compute."""
+
     def step(params, batch):
         if compute_shardings is not None:
             params = jax.lax.with_sharding_constraint(params, compute_shardings)
@@ -206,13 +246,20 @@ def make_eval_step(forward: Callable[[Any, Batch], Any], compute_shardings: Any 
 
 # --- State -------------------------------------------------------------------------------------------
 
+
 def initial_step_and_rng(seed: int) -> tuple[jax.Array, jax.Array]:
     """A fresh state's step (0) and dropout key: one derivation for a random init and for init_from."""
     return jnp.zeros((), jnp.int32), jax.random.fold_in(jax.random.PRNGKey(seed), 1)
 
 
-def sharded_state(model: nn.Module, tx: optax.GradientTransformation, seed: int, seq_len: int,
-                  mesh: jax.sharding.Mesh, rules: sharding_lib.Rules) -> tuple[TrainState, TrainState, Callable]:
+def sharded_state(
+    model: nn.Module,
+    tx: optax.GradientTransformation,
+    seed: int,
+    seq_len: int,
+    mesh: jax.sharding.Mesh,
+    rules: sharding_lib.Rules,
+) -> tuple[TrainState, TrainState, Callable]:
     """(abstract state with shardings, shardings, jitted init that creates the state already sharded)."""
     dummy_inputs = models_lib.of(model.config).model.dummy_inputs(1, seq_len)
 
@@ -225,11 +272,15 @@ def sharded_state(model: nn.Module, tx: optax.GradientTransformation, seed: int,
     param_shardings = sharding_lib.logical_shardings(boxed, mesh, rules)
     opt_abstract = jax.eval_shape(tx.init, nn.meta.unbox(boxed))
     replicated = sharding_lib.replicated(mesh)
-    shardings = TrainState(step=replicated, params=param_shardings,
-                           opt_state=sharding_lib.optimizer_shardings(tx, opt_abstract, param_shardings, mesh),
-                           rng=replicated)
-    abstract = jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh),
-                            jax.eval_shape(create), shardings)
+    shardings = TrainState(
+        step=replicated,
+        params=param_shardings,
+        opt_state=sharding_lib.optimizer_shardings(tx, opt_abstract, param_shardings, mesh),
+        rng=replicated,
+    )
+    abstract = jax.tree.map(
+        lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh), jax.eval_shape(create), shardings
+    )
     jitted = jax.jit(create, out_shardings=shardings)
 
     def init() -> TrainState:
@@ -247,12 +298,15 @@ def sharded_state(model: nn.Module, tx: optax.GradientTransformation, seed: int,
     return abstract, shardings, init
 
 
-def jit_train_step(step_fn: Callable, shardings: TrainState, batch_abstract: dict,
-                   mesh: jax.sharding.Mesh) -> Any:
+def jit_train_step(step_fn: Callable, shardings: TrainState, batch_abstract: dict, mesh: jax.sharding.Mesh) -> Any:
     """The train step jitted with explicit shardings and donated state (not yet lowered)."""
     batch_shardings = {k: v.sharding for k, v in batch_abstract.items()}
-    return jax.jit(step_fn, in_shardings=(shardings, batch_shardings),
-                   out_shardings=(shardings, sharding_lib.replicated(mesh)), donate_argnums=0)
+    return jax.jit(
+        step_fn,
+        in_shardings=(shardings, batch_shardings),
+        out_shardings=(shardings, sharding_lib.replicated(mesh)),
+        donate_argnums=0,
+    )
 
 
 def memory_bytes(compiled: Any) -> Optional[dict[str, int]]:
@@ -265,14 +319,20 @@ def memory_bytes(compiled: Any) -> Optional[dict[str, int]]:
         mem = None
     if mem is None:
         return None
-    out = dict(argument=mem.argument_size_in_bytes, output=mem.output_size_in_bytes, alias=mem.alias_size_in_bytes,
-               temp=mem.temp_size_in_bytes, code=mem.generated_code_size_in_bytes)
+    out = dict(
+        argument=mem.argument_size_in_bytes,
+        output=mem.output_size_in_bytes,
+        alias=mem.alias_size_in_bytes,
+        temp=mem.temp_size_in_bytes,
+        code=mem.generated_code_size_in_bytes,
+    )
     out["total"] = out["argument"] + out["output"] - out["alias"] + out["temp"] + out["code"]
     return out
 
 
-def compile_train_step(jitted: Any, abstract: TrainState, batch_abstract: dict, mesh: jax.sharding.Mesh,
-                       rules: sharding_lib.Rules) -> Any:
+def compile_train_step(
+    jitted: Any, abstract: TrainState, batch_abstract: dict, mesh: jax.sharding.Mesh, rules: sharding_lib.Rules
+) -> Any:
     """Lowers and compiles the jitted step ahead of time; logs the time taken and the memory per device.
 
     Traced under the mesh and the logical-axis rules, so that the model's activation constraints
@@ -287,13 +347,20 @@ def compile_train_step(jitted: Any, abstract: TrainState, batch_abstract: dict, 
         log.info("compile: memory analysis not available on %s", mesh.devices.flat[0].platform)
     else:
         gib = 2**30
-        log.info("compile: per-device memory — arguments %.3f GiB, outputs %.3f GiB, temporaries %.3f GiB, "
-                 "code %.3f GiB (arguments aliased with outputs: %.3f GiB)", mem["argument"] / gib,
-                 mem["output"] / gib, mem["temp"] / gib, mem["code"] / gib, mem["alias"] / gib)
+        log.info(
+            "compile: per-device memory — arguments %.3f GiB, outputs %.3f GiB, temporaries %.3f GiB, "
+            "code %.3f GiB (arguments aliased with outputs: %.3f GiB)",
+            mem["argument"] / gib,
+            mem["output"] / gib,
+            mem["temp"] / gib,
+            mem["code"] / gib,
+            mem["alias"] / gib,
+        )
     return compiled
 
 
 # --- The trainer -------------------------------------------------------------------------------------
+
 
 @dataclasses.dataclass(frozen=True)
 class Trainer:
@@ -320,8 +387,9 @@ class Trainer:
 
     def compile_step(self) -> Any:
         """The train step lowered and compiled for this mesh (what `setup` does unless compile=False)."""
-        return compile_train_step(self.jitted_train_step, self.abstract_state, self.batch_abstract, self.mesh,
-                                  self.rules)
+        return compile_train_step(
+            self.jitted_train_step, self.abstract_state, self.batch_abstract, self.mesh, self.rules
+        )
 
     def global_batch(self, local: dict[str, np.ndarray]) -> Batch:
         """Every process's host batch → one global batch sharded over the mesh's batch axes."""
@@ -348,21 +416,29 @@ class Trainer:
         params = checkpoint_lib.place(params, self.state_shardings.params)
         opt_state = jax.jit(self.tx.init, out_shardings=self.state_shardings.opt_state)(params)
         # Without building (and compiling) a random model to drop, as init_state would.
-        step, rng = jax.jit(functools.partial(initial_step_and_rng, self.config.seed),
-                            out_shardings=(self.state_shardings.step, self.state_shardings.rng))()
+        step, rng = jax.jit(
+            functools.partial(initial_step_and_rng, self.config.seed),
+            out_shardings=(self.state_shardings.step, self.state_shardings.rng),
+        )()
         return TrainState(step=step, params=params, opt_state=opt_state, rng=rng)
 
 
 def process_batch_size(train: Any) -> int:
     """Rows of the global batch each process feeds (its input pipeline's batch size)."""
     if train.global_batch_size % jax.process_count():
-        raise ValueError(f"config.train.global_batch_size={train.global_batch_size} must divide by the "
-                         f"process count {jax.process_count()}.")
+        raise ValueError(
+            f"config.train.global_batch_size={train.global_batch_size} must divide by the "
+            f"process count {jax.process_count()}."
+        )
     return train.global_batch_size // jax.process_count()
 
 
-def setup(config: Any, devices: Optional[Sequence[jax.Device]] = None, compile: bool = True,
-          task: Optional[Callable[[str], Task]] = None) -> Trainer:
+def setup(
+    config: Any,
+    devices: Optional[Sequence[jax.Device]] = None,
+    compile: bool = True,
+    task: Optional[Callable[[str], Task]] = None,
+) -> Trainer:
     """Model, optimizer, mesh over `devices` (default: all), sharded abstract state, compiled train step
     (with compile=False only jitted: `aot` lowers it for a TPU topology and reads what compiling says).
 
@@ -380,26 +456,53 @@ def setup(config: Any, devices: Optional[Sequence[jax.Device]] = None, compile: 
     learning_rate = optim_lib.schedule(config.optim, train.num_train_steps)
     split = sharding_lib.batch_axis_size(mesh, rules)
     if (train.global_batch_size // train.micro_batches) % split:
-        raise ValueError(f"config.train.global_batch_size / micro_batches = "
-                         f"{train.global_batch_size // train.micro_batches} must divide by the {split} ways the "
-                         f"batch is split over mesh {dict(mesh.shape)}.")
+        raise ValueError(
+            f"config.train.global_batch_size / micro_batches = "
+            f"{train.global_batch_size // train.micro_batches} must divide by the {split} ways the "
+            f"batch is split over mesh {dict(mesh.shape)}."
+        )
     abstract, shardings, init = sharded_state(task.model, tx, config.seed, task.seq_len, mesh, rules)
     batch_abstract = {
         name: jax.ShapeDtypeStruct(shape, dtype, sharding=sharding_lib.batch_sharding(mesh, rules, len(shape)))
-        for name, (shape, dtype) in task.batch_shapes(train.global_batch_size).items()}
+        for name, (shape, dtype) in task.batch_shapes(train.global_batch_size).items()
+    }
     batch_shardings = {k: v.sharding for k, v in batch_abstract.items()}
     compute_shardings = sharding_lib.gathered_for_compute(shardings.params)
-    jitted = jit_train_step(make_train_step(task, tx, train.micro_batches, learning_rate, compute_shardings,
-                                            skip_empty_micro_batches=getattr(train, "batch_warmup_tokens", 0) > 0),
-                            shardings, batch_abstract, mesh)
+    jitted = jit_train_step(
+        make_train_step(
+            task,
+            tx,
+            train.micro_batches,
+            learning_rate,
+            compute_shardings,
+            skip_empty_micro_batches=getattr(train, "batch_warmup_tokens", 0) > 0,
+        ),
+        shardings,
+        batch_abstract,
+        mesh,
+    )
 
     def jit_eval(forward: Callable) -> Callable:
-        return jax.jit(make_eval_step(forward, compute_shardings), in_shardings=(shardings.params, batch_shardings),
-                       out_shardings=sharding_lib.replicated(mesh))
+        return jax.jit(
+            make_eval_step(forward, compute_shardings),
+            in_shardings=(shardings.params, batch_shardings),
+            out_shardings=sharding_lib.replicated(mesh),
+        )
 
-    trainer = Trainer(config=config, task=task, tx=tx, learning_rate=learning_rate, mesh=mesh, rules=rules,
-                      abstract_state=abstract, state_shardings=shardings, batch_abstract=batch_abstract,
-                      jitted_train_step=jitted, train_step=None, init_state=init,
-                      _eval_step=jit_eval(lambda params, batch: task.forward_sums(params, batch, None)),
-                      _predict_step=jit_eval(task.predict) if task.predict is not None else None)
+    trainer = Trainer(
+        config=config,
+        task=task,
+        tx=tx,
+        learning_rate=learning_rate,
+        mesh=mesh,
+        rules=rules,
+        abstract_state=abstract,
+        state_shardings=shardings,
+        batch_abstract=batch_abstract,
+        jitted_train_step=jitted,
+        train_step=None,
+        init_state=init,
+        _eval_step=jit_eval(lambda params, batch: task.forward_sums(params, batch, None)),
+        _predict_step=jit_eval(task.predict) if task.predict is not None else None,
+    )
     return dataclasses.replace(trainer, train_step=trainer.compile_step()) if compile else trainer

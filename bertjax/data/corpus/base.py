@@ -60,8 +60,11 @@ class CorpusStats:
     skipped_by_file: dict[str, dict[str, int]] = dataclasses.field(default_factory=dict)
 
     def __add__(self, other: CorpusStats) -> CorpusStats:
-        merged = {f.name: getattr(self, f.name) + getattr(other, f.name)
-                  for f in dataclasses.fields(self) if f.name != "skipped_by_file"}
+        merged = {
+            f.name: getattr(self, f.name) + getattr(other, f.name)
+            for f in dataclasses.fields(self)
+            if f.name != "skipped_by_file"
+        }
         by_file = {path: dict(counts) for path, counts in self.skipped_by_file.items()}
         for path, counts in other.skipped_by_file.items():
             mine = by_file.setdefault(path, {})
@@ -118,8 +121,7 @@ def expand_patterns(patterns: str | Iterable[str], what: str = "--input_file") -
     else:
         names = [str(name).strip() for name in patterns if str(name).strip()]
     if not names:
-        raise ValueError(f"{what} {patterns!r} names no file: give a path, a glob or a "
-                         "comma-separated list of them.")
+        raise ValueError(f"{what} {patterns!r} names no file: give a path, a glob or a comma-separated list of them.")
     files: dict[str, None] = {}
     for name in names:
         if is_remote(name):
@@ -130,14 +132,18 @@ def expand_patterns(patterns: str | Iterable[str], what: str = "--input_file") -
             matches = sorted(m for m in glob.glob(name) if not os.path.isdir(m))
         if not matches:
             if not is_remote(name) and os.path.isdir(name):
-                raise IsADirectoryError(f"{what} {name!r} is a directory: name its files, e.g. "
-                                        f"{os.path.join(name, '*.txt')!r}.")
+                raise IsADirectoryError(
+                    f"{what} {name!r} is a directory: name its files, e.g. {os.path.join(name, '*.txt')!r}."
+                )
             if set(name) & set("*?["):
                 raise FileNotFoundError(
                     f"{what} pattern {name!r} matches no files: check the directory and "
-                    "the pattern (quote it so that the shell does not expand it).")
-            raise FileNotFoundError(f"{what} {name!r} does not exist: check the path, or "
-                                    "pass a glob or a comma-separated list of existing files.")
+                    "the pattern (quote it so that the shell does not expand it)."
+                )
+            raise FileNotFoundError(
+                f"{what} {name!r} does not exist: check the path, or "
+                "pass a glob or a comma-separated list of existing files."
+            )
         files.update(dict.fromkeys(matches))
     return list(files)
 
@@ -202,6 +208,7 @@ class Source(abc.ABC):
             stats.over_long_lines += 1
             yield from text_checks.cut_sentences(sentence, self.max_sentence_chars)[0]
 
+
 class _RawGFile(io.RawIOBase):
     """Lets io.BufferedReader wrap a tf.io.gfile.GFile, whose readline() takes no size limit."""
 
@@ -213,14 +220,13 @@ class _RawGFile(io.RawIOBase):
 
     def readinto(self, buffer: Any) -> int:
         data = self._f.read(len(buffer))
-        buffer[:len(data)] = data
+        buffer[: len(data)] = data
         return len(data)
 
     def close(self) -> None:
         if not self.closed:
             self._f.close()
         super().close()
-
 
 
 def _file_size(path: str) -> int:

@@ -33,8 +33,11 @@ log = logging.getLogger(__name__)
 
 PREFIX = "hf:"
 # The Hub's split keywords (datasets' data_files.py: the words a directory or file name is matched on).
-SPLIT_WORDS = {"train": ("train", "training"), "validation": ("validation", "valid", "val", "dev"),
-               "test": ("test", "testing", "eval", "evaluation")}
+SPLIT_WORDS = {
+    "train": ("train", "training"),
+    "validation": ("validation", "valid", "val", "dev"),
+    "test": ("test", "testing", "eval", "evaluation"),
+}
 _WORD_OF = {word: split for split, words in SPLIT_WORDS.items() for word in words}
 _HIDDEN = re.compile(r"(^|/)(\.|__)")  # .git, .cache/huggingface (hf download leaves it), __pycache__
 
@@ -45,7 +48,7 @@ def is_hf_spec(spec: str) -> bool:
 
 def parse(spec: str) -> tuple[str, str]:
     """`hf:DIR[:SPLIT]` → (DIR, SPLIT or ""). A ':' ends DIR only when what follows it is no path (`gs://`)."""
-    rest = spec.strip()[len(PREFIX):]
+    rest = spec.strip()[len(PREFIX) :]
     head, sep, tail = rest.rpartition(":")
     if sep and head and not tail.startswith("//"):
         return head, tail
@@ -58,11 +61,15 @@ def resolve(spec: str, what: str = "--input_file") -> tuple[list[str], str]:
     if not root:
         raise ValueError(f"{what}={spec!r} names no directory: use hf:DIR[:SPLIT].")
     if is_remote(root):
-        raise ValueError(f"{what}={spec!r}: hf: reads local directories only; name the data files of a remote "
-                         f"dataset directly, e.g. {root.rstrip('/')}/data/*.parquet.")
+        raise ValueError(
+            f"{what}={spec!r}: hf: reads local directories only; name the data files of a remote "
+            f"dataset directly, e.g. {root.rstrip('/')}/data/*.parquet."
+        )
     if not os.path.isdir(root):
-        raise FileNotFoundError(f"{what}={spec!r}: {root} is not a directory: point hf: at a dataset directory "
-                                "(written by save_to_disk, or a dataset repository downloaded from the Hub).")
+        raise FileNotFoundError(
+            f"{what}={spec!r}: {root} is not a directory: point hf: at a dataset directory "
+            "(written by save_to_disk, or a dataset repository downloaded from the Hub)."
+        )
     if os.path.exists(os.path.join(root, "dataset_dict.json")):
         return _saved_dict(root, wanted, spec, what)
     if os.path.exists(os.path.join(root, "state.json")):
@@ -75,8 +82,9 @@ def _load_json(path: str) -> Any:
         with open(path, encoding="utf-8") as f:
             return json.load(f)
     except (OSError, ValueError) as e:
-        raise ValueError(f"{path} cannot be read as JSON ({e}): the dataset directory is damaged; save or "
-                         "download it again.") from None
+        raise ValueError(
+            f"{path} cannot be read as JSON ({e}): the dataset directory is damaged; save or download it again."
+        ) from None
 
 
 def _saved_split(root: str) -> str:
@@ -87,14 +95,17 @@ def _saved_dataset(root: str, wanted: str, spec: str, what: str) -> list[str]:
     state = _load_json(os.path.join(root, "state.json"))
     split = state.get("_split") or ""
     if wanted and split and wanted != split:
-        raise ValueError(f"{what}={spec!r}: {root} holds one saved split, {split!r}, not {wanted!r}: use "
-                         f"hf:{root} or hf:{root}:{split}.")
+        raise ValueError(
+            f"{what}={spec!r}: {root} holds one saved split, {split!r}, not {wanted!r}: use "
+            f"hf:{root} or hf:{root}:{split}."
+        )
     names = [entry["filename"] for entry in state.get("_data_files", [])]
     files = [os.path.join(root, name) for name in names]
     missing = [f for f in files if not os.path.exists(f)]
     if missing:
-        raise FileNotFoundError(f"{missing[0]} is missing: {root}/state.json lists it; save or copy the dataset "
-                                "directory again, whole.")
+        raise FileNotFoundError(
+            f"{missing[0]} is missing: {root}/state.json lists it; save or copy the dataset directory again, whole."
+        )
     if not files:
         raise ValueError(f"{what}={spec!r}: {root}/state.json lists no data files: save the dataset again.")
     return files
@@ -115,8 +126,7 @@ def _pick_split(splits: list[str], wanted: str, spec: str, what: str) -> str:
         return "train"
     if len(splits) == 1:
         return splits[0]
-    raise ValueError(f"{what}={spec!r}: the dataset has no train split; name one of its splits {splits}: "
-                     f"{spec}:SPLIT.")
+    raise ValueError(f"{what}={spec!r}: the dataset has no train split; name one of its splits {splits}: {spec}:SPLIT.")
 
 
 def _data_files(root: str, pattern: str = "**/*") -> list[str]:
@@ -145,8 +155,10 @@ def _readme_configs(root: str) -> list[dict]:
     try:
         header = yaml.safe_load(match.group(1)) or {}
     except yaml.YAMLError as e:
-        raise ValueError(f"{path}: its YAML header does not parse ({' '.join(str(e).split())}): fix it, or move "
-                         "the README away to use the Hub's file-name conventions.") from None
+        raise ValueError(
+            f"{path}: its YAML header does not parse ({' '.join(str(e).split())}): fix it, or move "
+            "the README away to use the Hub's file-name conventions."
+        ) from None
     configs = header.get("configs") if isinstance(header, dict) else None
     return [c for c in configs if isinstance(c, dict)] if isinstance(configs, list) else []
 
@@ -181,8 +193,10 @@ def _pick_config(configs: list[dict], name: str, root: str, spec: str, what: str
         return configs[names.index("default")]
     if len(configs) == 1:
         return configs[0]
-    raise ValueError(f"{what}={spec!r}: {root}/README.md names several configs and none is the default: pick one "
-                     f"of {names}, as hf:{root}:CONFIG/SPLIT.")
+    raise ValueError(
+        f"{what}={spec!r}: {root}/README.md names several configs and none is the default: pick one "
+        f"of {names}, as hf:{root}:CONFIG/SPLIT."
+    )
 
 
 def _hub_layout(root: str, wanted: str, spec: str, what: str) -> tuple[list[str], str]:
@@ -197,23 +211,35 @@ def _hub_layout(root: str, wanted: str, spec: str, what: str) -> tuple[list[str]
         split = _pick_split(list(patterns), wanted, spec, what)
         files = sorted({f for pattern in patterns[split] for f in _data_files(root, pattern)})
         if not files:
-            with_files = [c.get("config_name", "default") for c in configs
-                          if any(_data_files(root, p) for ps in _config_splits(c).values() for p in ps)]
+            with_files = [
+                c.get("config_name", "default")
+                for c in configs
+                if any(_data_files(root, p) for ps in _config_splits(c).values() for p in ps)
+            ]
             raise FileNotFoundError(
                 f"{what}={spec!r}: {root}/README.md's config {config.get('config_name', 'default')!r} lists "
                 f"{patterns[split]} for split {split!r}, which match no data file here"
-                + (f"; configs with files here: {with_files} (pick one as hf:{root}:CONFIG/{split})" if with_files
-                   else ": download those files, or point hf: at the directory that holds them") + ".")
+                + (
+                    f"; configs with files here: {with_files} (pick one as hf:{root}:CONFIG/{split})"
+                    if with_files
+                    else ": download those files, or point hf: at the directory that holds them"
+                )
+                + "."
+            )
         return files, split
     if config_name:
-        raise ValueError(f"{what}={spec!r}: {root} has no README.md with configs, so {config_name!r} names no "
-                         "config: use hf:DIR[:SPLIT].")
+        raise ValueError(
+            f"{what}={spec!r}: {root} has no README.md with configs, so {config_name!r} names no "
+            "config: use hf:DIR[:SPLIT]."
+        )
     files = _data_files(root)
     if not files:
-        raise FileNotFoundError(f"{what}={spec!r}: {root} holds no data files (Parquet, JSON Lines "
-                                f"{', '.join(table_corpus.JSONL_SUFFIXES)}, or the .arrow files save_to_disk writes): "
-                                "download the dataset's data files into it, or point hf: at the directory that "
-                                "holds them.")
+        raise FileNotFoundError(
+            f"{what}={spec!r}: {root} holds no data files (Parquet, JSON Lines "
+            f"{', '.join(table_corpus.JSONL_SUFFIXES)}, or the .arrow files save_to_disk writes): "
+            "download the dataset's data files into it, or point hf: at the directory that "
+            "holds them."
+        )
     by_split: dict[str, list[str]] = {}
     unnamed = []
     for path in files:
@@ -225,8 +251,12 @@ def _hub_layout(root: str, wanted: str, spec: str, what: str) -> tuple[list[str]
     if not by_split:  # no split named anywhere: all of it is train, as on the Hub
         by_split = {"train": files}
     elif unnamed:
-        log.warning("%s: %d data file(s) name no split (e.g. %s) and are left out, as the Hub leaves them out",
-                    spec, len(unnamed), unnamed[0])
+        log.warning(
+            "%s: %d data file(s) name no split (e.g. %s) and are left out, as the Hub leaves them out",
+            spec,
+            len(unnamed),
+            unnamed[0],
+        )
     split = _pick_split(list(by_split), wanted, spec, what)
     return by_split[split], split
 

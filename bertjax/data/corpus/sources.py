@@ -32,10 +32,21 @@ from collections.abc import Iterator
 from typing import Any, Optional
 
 from bertjax.data.corpus import hf_datasets, table as table_corpus, text_checks
+
 # The shared pieces live in base.py (table.py imports them too); re-exported: callers use corpus.X.
 from bertjax.data.corpus.base import (  # noqa: F401
-    DEFAULT_MAX_LINE_CHARS, DEFAULT_MAX_SENTENCE_CHARS, CorpusStats, Document, FileRange, Source, _file_size,
-    _open_binary, expand_patterns, shard_units, split_sentences)
+    DEFAULT_MAX_LINE_CHARS,
+    DEFAULT_MAX_SENTENCE_CHARS,
+    CorpusStats,
+    Document,
+    FileRange,
+    Source,
+    _file_size,
+    _open_binary,
+    expand_patterns,
+    shard_units,
+    split_sentences,
+)
 
 log = logging.getLogger(__name__)
 
@@ -59,9 +70,14 @@ class TextSource(Source):
     spreads over all shards and every byte is read by one shard only; `.gz` files stay whole.
     """
 
-    def __init__(self, patterns: str, min_sentences: int = 1,
-                 max_line_chars: int = DEFAULT_MAX_LINE_CHARS, what: str = "--input_file",
-                 max_sentence_chars: int = DEFAULT_MAX_SENTENCE_CHARS):
+    def __init__(
+        self,
+        patterns: str,
+        min_sentences: int = 1,
+        max_line_chars: int = DEFAULT_MAX_LINE_CHARS,
+        what: str = "--input_file",
+        max_sentence_chars: int = DEFAULT_MAX_SENTENCE_CHARS,
+    ):
         super().__init__(min_sentences, max_line_chars, max_sentence_chars)
         self._files = expand_patterns(patterns, what)
 
@@ -96,13 +112,15 @@ class TextSource(Source):
         try:
             yield from self._read_range(part, stats)
         except (gzip.BadGzipFile, EOFError, zlib.error) as e:  # only a .gz stream raises these
-            raise ValueError(f"{part.path} is not a readable gzip file ({e}); re-compress it with gzip, or "
-                             "drop the .gz from the name of a plain-text file.") from None
+            raise ValueError(
+                f"{part.path} is not a readable gzip file ({e}); re-compress it with gzip, or "
+                "drop the .gz from the name of a plain-text file."
+            ) from None
 
     def _read_range(self, part: FileRange, stats: CorpusStats) -> Iterator[Document]:
         if part.start == 0:  # once per file: one range of each file starts at byte 0
             gz = part.path.endswith(".gz")
-            with _open_binary(part.path, 0) as raw, (gzip.GzipFile(fileobj=raw, mode="rb") if gz else raw) as f:
+            with _open_binary(part.path, 0) as raw, gzip.GzipFile(fileobj=raw, mode="rb") if gz else raw as f:
                 text_checks.check_text_head(part.path, f.read(text_checks.SNIFF_BYTES), decompressed=gz)
         with _open_binary(part.path, part.start - 1 if part.start else 0) as raw:
             if part.path.endswith(".gz"):
@@ -191,7 +209,6 @@ class TextSource(Source):
             continued = cut
 
 
-
 # --------------------------------------------------------------------------------------------------
 # TFDS datasets
 # --------------------------------------------------------------------------------------------------
@@ -203,33 +220,46 @@ class TfdsSource(Source):
     The text feature is cut into sentences at blank lines and by `split_sentences`.
     """
 
-    def __init__(self, name: str, split: str = "train", data_dir: str | None = None,
-                 text_feature: str = "text", language: str = "en", min_sentences: int = 1,
-                 max_line_chars: int = DEFAULT_MAX_LINE_CHARS, max_sentence_chars: int = DEFAULT_MAX_SENTENCE_CHARS):
+    def __init__(
+        self,
+        name: str,
+        split: str = "train",
+        data_dir: str | None = None,
+        text_feature: str = "text",
+        language: str = "en",
+        min_sentences: int = 1,
+        max_line_chars: int = DEFAULT_MAX_LINE_CHARS,
+        max_sentence_chars: int = DEFAULT_MAX_SENTENCE_CHARS,
+    ):
         super().__init__(min_sentences, max_line_chars, max_sentence_chars)
         import tensorflow_datasets as tfds  # Deferred: heavy, and only this source needs it.
 
         self.name, self.split = name, split
         self.text_feature, self.language = text_feature, language
         where = f"data_dir {data_dir!r}" if data_dir else "the default TFDS data_dir"
-        fix = (f"run `tfds build {name.split('/')[0]} --data_dir=DIR` (or copy a prepared copy "
-               "there) and pass --tfds_data_dir=DIR.")
+        fix = (
+            f"run `tfds build {name.split('/')[0]} --data_dir=DIR` (or copy a prepared copy "
+            "there) and pass --tfds_data_dir=DIR."
+        )
         try:
             self._builder = tfds.builder(name, data_dir=data_dir)
         except tfds.core.registered.DatasetNotFoundError:
-            raise FileNotFoundError(f"TFDS dataset {name!r} is neither registered nor prepared in "
-                                    f"{where}: {fix}") from None
+            raise FileNotFoundError(
+                f"TFDS dataset {name!r} is neither registered nor prepared in {where}: {fix}"
+            ) from None
         if not self._builder.is_prepared():
-            raise FileNotFoundError(f"TFDS dataset {name!r} is not prepared in {where} (no "
-                                    f"{self._builder.data_dir}): {fix}")
+            raise FileNotFoundError(
+                f"TFDS dataset {name!r} is not prepared in {where} (no {self._builder.data_dir}): {fix}"
+            )
         info = self._builder.info
         split_name = split.split("[", 1)[0]
         if split_name not in info.splits:
-            raise ValueError(f"TFDS dataset {name!r} has no split {split_name!r}: use one of "
-                             f"{sorted(info.splits)}.")
+            raise ValueError(f"TFDS dataset {name!r} has no split {split_name!r}: use one of {sorted(info.splits)}.")
         if text_feature not in info.features:
-            raise ValueError(f"TFDS dataset {name!r} has no feature {text_feature!r}: pass "
-                             f"--text_field (config.data.text_field) one of {sorted(info.features)}.")
+            raise ValueError(
+                f"TFDS dataset {name!r} has no feature {text_feature!r}: pass "
+                f"--text_field (config.data.text_field) one of {sorted(info.features)}."
+            )
         self._num_shards = 1 if "[" in split else info.splits[split].num_shards
 
     def list_units(self) -> list[str]:
@@ -241,8 +271,8 @@ class TfdsSource(Source):
         import tensorflow_datasets as tfds
 
         dataset = self._builder.as_dataset(
-            split=unit, shuffle_files=False,
-            decoders=tfds.decode.PartialDecoding({self.text_feature: True}))
+            split=unit, shuffle_files=False, decoders=tfds.decode.PartialDecoding({self.text_feature: True})
+        )
         for example in dataset.as_numpy_iterator():
             text = example[self.text_feature]
             if isinstance(text, bytes):
@@ -257,8 +287,7 @@ class TfdsSource(Source):
 # --------------------------------------------------------------------------------------------------
 # builtin:pydocs — docstrings of the installed Python standard library
 # --------------------------------------------------------------------------------------------------
-_SKIP_DIRS = frozenset({"site-packages", "dist-packages", "__pycache__", "test", "tests",
-                        "idle_test", "lib-dynload"})
+_SKIP_DIRS = frozenset({"site-packages", "dist-packages", "__pycache__", "test", "tests", "idle_test", "lib-dynload"})
 _DOC_NODES = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
 _BODY_FIELDS = ("body", "orelse", "finalbody", "handlers", "cases")  # fields holding statements
 _RULE_CHARS = frozenset("=-~^*+#|_:. ")
@@ -324,14 +353,22 @@ class PyDocsSource(Source):
     Python version and differs between versions.
     """
 
-    def __init__(self, root: str | None = None, language: str = "en", min_sentences: int = 2,
-                 max_line_chars: int = DEFAULT_MAX_LINE_CHARS, max_sentence_chars: int = DEFAULT_MAX_SENTENCE_CHARS):
+    def __init__(
+        self,
+        root: str | None = None,
+        language: str = "en",
+        min_sentences: int = 2,
+        max_line_chars: int = DEFAULT_MAX_LINE_CHARS,
+        max_sentence_chars: int = DEFAULT_MAX_SENTENCE_CHARS,
+    ):
         super().__init__(min_sentences, max_line_chars, max_sentence_chars)
         self.root = root or sysconfig.get_paths()["stdlib"]
         self.language = language
         if not os.path.isdir(self.root):
-            raise FileNotFoundError(f"Python standard library directory {self.root!r} does not "
-                                    "exist: builtin:pydocs needs a Python with its .py sources.")
+            raise FileNotFoundError(
+                f"Python standard library directory {self.root!r} does not "
+                "exist: builtin:pydocs needs a Python with its .py sources."
+            )
 
     def list_units(self) -> list[str]:
         units = []
@@ -366,10 +403,19 @@ class PyDocsSource(Source):
 BUILTIN_CORPORA = ("builtin:pydocs",)
 
 
-def open_source(spec: str, *, data_dir: str | None = None, text_field: str = "text", text_feature: str = "text",
-                language: str = "en", min_sentences: int | None = None,
-                max_line_chars: int = DEFAULT_MAX_LINE_CHARS, what: str = "--input_file",
-                max_sentence_chars: int = DEFAULT_MAX_SENTENCE_CHARS, skip_bad_json_lines: bool = False) -> Source:
+def open_source(
+    spec: str,
+    *,
+    data_dir: str | None = None,
+    text_field: str = "text",
+    text_feature: str = "text",
+    language: str = "en",
+    min_sentences: int | None = None,
+    max_line_chars: int = DEFAULT_MAX_LINE_CHARS,
+    what: str = "--input_file",
+    max_sentence_chars: int = DEFAULT_MAX_SENTENCE_CHARS,
+    skip_bad_json_lines: bool = False,
+) -> Source:
     """Opens the corpus a spec names; fails here, in one clear sentence, if it cannot be read.
 
     spec: `tfds:NAME[/CONFIG][:SPLIT]` (SPLIT defaults to train; `data_dir` is --tfds_data_dir),
@@ -391,28 +437,50 @@ def open_source(spec: str, *, data_dir: str | None = None, text_field: str = "te
     spec = spec.strip()
     text_field = text_feature if text_field == "text" else text_field
     if spec.startswith("tfds:"):
-        name, _, split = spec[len("tfds:"):].partition(":")
+        name, _, split = spec[len("tfds:") :].partition(":")
         if not name:
-            raise ValueError(f"Corpus spec {spec!r} names no dataset: use "
-                             "tfds:NAME[/CONFIG][:SPLIT].")
-        return TfdsSource(name, split or "train", data_dir=data_dir, text_feature=text_field,
-                          language=language, min_sentences=min_sentences or 1,
-                          max_line_chars=max_line_chars, max_sentence_chars=max_sentence_chars)
+            raise ValueError(f"Corpus spec {spec!r} names no dataset: use tfds:NAME[/CONFIG][:SPLIT].")
+        return TfdsSource(
+            name,
+            split or "train",
+            data_dir=data_dir,
+            text_feature=text_field,
+            language=language,
+            min_sentences=min_sentences or 1,
+            max_line_chars=max_line_chars,
+            max_sentence_chars=max_sentence_chars,
+        )
     if spec.startswith("builtin:"):
         if spec not in BUILTIN_CORPORA:
             raise ValueError(f"Unknown builtin corpus {spec!r}: use one of {BUILTIN_CORPORA}.")
-        return PyDocsSource(language=language, min_sentences=min_sentences or 2,
-                            max_line_chars=max_line_chars, max_sentence_chars=max_sentence_chars)
-    table_args = dict(text_field=text_field, language=language, min_sentences=min_sentences or 1,
-                      max_line_chars=max_line_chars, max_sentence_chars=max_sentence_chars, what=what,
-                      skip_bad_json_lines=skip_bad_json_lines)
+        return PyDocsSource(
+            language=language,
+            min_sentences=min_sentences or 2,
+            max_line_chars=max_line_chars,
+            max_sentence_chars=max_sentence_chars,
+        )
+    table_args = dict(
+        text_field=text_field,
+        language=language,
+        min_sentences=min_sentences or 1,
+        max_line_chars=max_line_chars,
+        max_sentence_chars=max_sentence_chars,
+        what=what,
+        skip_bad_json_lines=skip_bad_json_lines,
+    )
     if hf_datasets.is_hf_spec(spec):
         files, split = hf_datasets.resolve(spec, what)
-        log.info("%s: split %r, %d data file(s) (%s%s)", spec, split, len(files), files[0],
-                 ", ..." if len(files) > 1 else "")
+        log.info(
+            "%s: split %r, %d data file(s) (%s%s)", spec, split, len(files), files[0], ", ..." if len(files) > 1 else ""
+        )
         return table_corpus.TableSource(spec, files=files, **table_args)
     names = [name.strip() for name in spec.split(",") if name.strip()]
     if any(table_corpus.is_table_file(name) for name in names):  # by extension; raw text is the rest
         return table_corpus.TableSource(spec, **table_args)
-    return TextSource(spec, min_sentences=min_sentences or 1, max_line_chars=max_line_chars, what=what,
-                      max_sentence_chars=max_sentence_chars)
+    return TextSource(
+        spec,
+        min_sentences=min_sentences or 1,
+        max_line_chars=max_line_chars,
+        what=what,
+        max_sentence_chars=max_sentence_chars,
+    )

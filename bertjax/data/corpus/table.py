@@ -19,15 +19,22 @@ file, never dropped silently; a damaged file is one sentence naming it (and its 
 from __future__ import annotations
 
 import bisect
-import gzip
 import json
 import logging
 import re
-import zlib
 from collections.abc import Iterator
 from typing import Any, NamedTuple, Optional
 
-from bertjax.data.corpus.base import DEFAULT_MAX_LINE_CHARS, DEFAULT_MAX_SENTENCE_CHARS, CorpusStats, Document, Source, _open_binary, expand_patterns, split_sentences
+from bertjax.data.corpus.base import (
+    DEFAULT_MAX_LINE_CHARS,
+    DEFAULT_MAX_SENTENCE_CHARS,
+    CorpusStats,
+    Document,
+    Source,
+    expand_patterns,
+    split_sentences,
+)
+from bertjax.data.corpus import table_files
 from bertjax.data.files import is_remote
 
 log = logging.getLogger(__name__)
@@ -40,17 +47,8 @@ TABLE_SUFFIXES = PARQUET_SUFFIXES + JSONL_SUFFIXES + ARROW_SUFFIXES
 DEFAULT_TEXT_FIELD = "text"
 # The CorpusStats counters of rows skipped for holding no text (metadata.json's `skipped`, the logs).
 SKIPPED_ROW_COUNTERS = ("empty_texts", "missing_texts", "non_string_texts", "non_object_lines", "bad_json_lines")
-_CHUNK = 1 << 20
-# zstd input is fed 64 KiB at a time: one call's output is the input times the compression ratio (20x and
-# more on repetitive text), and a 1 MiB feed made peak RSS grow with such a corpus.
-_ZSTD_FEED = 1 << 16
 _SURROGATE = re.compile("[\ud800-\udfff]")  # a lone surrogate (json.loads pairs the valid ones)
 _FIELD_FIX = "set --text_field (config.data.text_field in the job) to the field that holds each document's text"
-
-
-def _why(e: Exception) -> str:
-    """An exception's message on one line (Arrow's run over several)."""
-    return " ".join(str(e).split()).rstrip(".")
 
 
 def is_table_file(name: str) -> bool:
@@ -63,14 +61,17 @@ def resolve_text_field(text_field: str, legacy: str, legacy_name: str, new_name:
     it is set and text_field is left at its default."""
     if legacy == DEFAULT_TEXT_FIELD:
         return text_field
-    log.warning("%s is deprecated: use %s, which names the text field of TFDS, Parquet and JSON Lines "
-                "corpora alike%s.", legacy_name, new_name,
-                "" if text_field == DEFAULT_TEXT_FIELD else f" ({new_name}={text_field!r} wins over it)")
+    log.warning(
+        "%s is deprecated: use %s, which names the text field of TFDS, Parquet and JSON Lines corpora alike%s.",
+        legacy_name,
+        new_name,
+        "" if text_field == DEFAULT_TEXT_FIELD else f" ({new_name}={text_field!r} wins over it)",
+    )
     return legacy if text_field == DEFAULT_TEXT_FIELD else text_field
 
 
 def skipped_rows_note(stats: CorpusStats, max_files: int = 5) -> str:
-    """"N rows, skipped 2 empty texts, ...; by file: a.parquet: 2 empty texts" for a log line; "" for corpora
+    """ "N rows, skipped 2 empty texts, ...; by file: a.parquet: 2 empty texts" for a log line; "" for corpora
     without rows (raw text)."""
     if not stats.rows:
         return ""
@@ -80,11 +81,13 @@ def skipped_rows_note(stats: CorpusStats, max_files: int = 5) -> str:
 
 
 def skipped_by_file_note(by_file: dict[str, dict[str, int]], max_files: int = 5) -> str:
-    """"a.parquet: 2 empty texts; b.jsonl: 1 bad json lines" for the first `max_files` files, the rest counted
+    """ "a.parquet: 2 empty texts; b.jsonl: 1 bad json lines" for the first `max_files` files, the rest counted
     (metadata.json's corpus.skipped_by_file lists them all)."""
     files = sorted(by_file.items())
-    note = "; ".join(f"{path}: " + ", ".join(f"{n:,} {k.replace('_', ' ')}" for k, n in sorted(counts.items()))
-                     for path, counts in files[:max_files])
+    note = "; ".join(
+        f"{path}: " + ", ".join(f"{n:,} {k.replace('_', ' ')}" for k, n in sorted(counts.items()))
+        for path, counts in files[:max_files]
+    )
     if len(files) > max_files:
         note += f"; and {len(files) - max_files:,} more file(s)"
     return note
@@ -141,8 +144,10 @@ def _open_parquet(path: str) -> Any:
             return pq.ParquetFile(fs.open_input_file(inner))
         return pq.ParquetFile(path)
     except (pa.ArrowException, OSError) as e:
-        raise ValueError(f"{path} is not a readable Parquet file ({_why(e)}): its footer is damaged or the file is "
-                         "truncated; write or download it again.") from None
+        raise ValueError(
+            f"{path} is not a readable Parquet file ({table_files.why(e)}): its footer is damaged or the file is "
+            "truncated; write or download it again."
+        ) from None
 
 
 def _is_string_type(kind: Any) -> bool:
@@ -150,8 +155,11 @@ def _is_string_type(kind: Any) -> bool:
 
     if pa.types.is_dictionary(kind):
         kind = kind.value_type
-    return (pa.types.is_string(kind) or pa.types.is_large_string(kind)
-            or getattr(pa.types, "is_string_view", lambda _: False)(kind))
+    return (
+        pa.types.is_string(kind)
+        or pa.types.is_large_string(kind)
+        or getattr(pa.types, "is_string_view", lambda _: False)(kind)
+    )
 
 
 def _leaves(schema: Any, prefix: str = "") -> list[tuple[str, Any]]:
@@ -195,19 +203,29 @@ class TableSource(Source):
     as hf_datasets resolves them) replaces `patterns`' globs.
     """
 
-    def __init__(self, patterns: str, text_field: str = DEFAULT_TEXT_FIELD, language: str = "en",
-                 min_sentences: int = 1, max_line_chars: int = DEFAULT_MAX_LINE_CHARS,
-                 max_sentence_chars: int = DEFAULT_MAX_SENTENCE_CHARS, what: str = "--input_file",
-                 skip_bad_json_lines: bool = False, files: Optional[list[str]] = None):
+    def __init__(
+        self,
+        patterns: str,
+        text_field: str = DEFAULT_TEXT_FIELD,
+        language: str = "en",
+        min_sentences: int = 1,
+        max_line_chars: int = DEFAULT_MAX_LINE_CHARS,
+        max_sentence_chars: int = DEFAULT_MAX_SENTENCE_CHARS,
+        what: str = "--input_file",
+        skip_bad_json_lines: bool = False,
+        files: Optional[list[str]] = None,
+    ):
         super().__init__(min_sentences, max_line_chars, max_sentence_chars)
         self.text_field, self.language = text_field, language
         self.skip_bad_json_lines = skip_bad_json_lines
         files = list(files) if files is not None else expand_patterns(patterns, what)
         others = [f for f in files if not is_table_file(f)]
         if others:
-            raise ValueError(f"{what} mixes Parquet / JSON Lines files with {others[0]!r}, which is neither "
-                             f"(by its extension: {', '.join(TABLE_SUFFIXES)}): a corpus is either raw-text files "
-                             "or Parquet / JSON Lines files, so convert the others or leave them out.")
+            raise ValueError(
+                f"{what} mixes Parquet / JSON Lines files with {others[0]!r}, which is neither "
+                f"(by its extension: {', '.join(TABLE_SUFFIXES)}): a corpus is either raw-text files "
+                "or Parquet / JSON Lines files, so convert the others or leave them out."
+            )
         self._units: list[Any] = []
         self._parquet: tuple[str, Any, tuple[str, ...]] | None = None  # the last Parquet file opened, its text
         # field's names inside a struct column: the footer is read and the schema checked once per file
@@ -234,7 +252,7 @@ class TableSource(Source):
             pf = self._parquet_file(unit.path)
             return pf.metadata.row_group(unit.index).num_rows if pf.num_row_groups else 0
         if unit.lower().endswith(ARROW_SUFFIXES):
-            return sum(batch.num_rows for batch in _arrow_batches(unit, mapped=True))
+            return sum(batch.num_rows for batch in table_files.arrow_batches(unit, mapped=True))
         seekable = not is_remote(unit) and not unit.lower().endswith((".gz", ".zst"))
         points, rows = [], 0
         for rows, (row, number, line, offset) in enumerate(_rows(unit, CorpusStats()), 1):
@@ -267,8 +285,11 @@ class TableSource(Source):
                 if lo >= size:
                     break
                 if lo < hi:
-                    work[k].append(unit if (lo, hi) == (0, size) else RowSpan(unit, lo, None if hi == size else hi,
-                                                                              self._seek(unit, lo)))
+                    work[k].append(
+                        unit
+                        if (lo, hi) == (0, size)
+                        else RowSpan(unit, lo, None if hi == size else hi, self._seek(unit, lo))
+                    )
             offset += size
         return work
 
@@ -295,19 +316,24 @@ class TableSource(Source):
         parts = (self.text_field,) if self.text_field in schema.names else tuple(self.text_field.split("."))
         kind = schema.field(parts[0]).type if parts[0] in schema.names else None
         for part in parts[1:]:
-            kind = kind.field(part).type if (kind is not None and pa.types.is_struct(kind)
-                                             and kind.get_field_index(part) >= 0) else None
+            kind = (
+                kind.field(part).type
+                if (kind is not None and pa.types.is_struct(kind) and kind.get_field_index(part) >= 0)
+                else None
+            )
         if kind is None:
             names = [n for n, _ in _leaves(schema)]
             raise ValueError(f"{path} has no column {self.text_field!r} (its columns: {names}): {_FIELD_FIX}.")
         if not _is_string_type(kind):
             strings = [n for n, t in _leaves(schema) if _is_string_type(t)]
-            raise ValueError(f"{path}: column {self.text_field!r} holds {kind}, not strings: {_FIELD_FIX} "
-                             f"(its string columns: {strings}).")
+            raise ValueError(
+                f"{path}: column {self.text_field!r} holds {kind}, not strings: {_FIELD_FIX} "
+                f"(its string columns: {strings})."
+            )
         return schema.get_field_index(parts[0]), parts[1:]
 
     def _arrow_column(self, path: str) -> tuple[int, tuple[str, ...]]:
-        return self._check_column(path, _arrow_schema(path))
+        return self._check_column(path, table_files.arrow_schema(path))
 
     def _read_unit(self, unit: Any, stats: CorpusStats) -> Iterator[Document]:
         start, stop, seek = 0, None, ()
@@ -337,8 +363,9 @@ class TableSource(Source):
                         yield doc
 
     # --- Parquet ---------------------------------------------------------------------------------
-    def _read_row_group(self, unit: RowGroup, start: int, stop: Optional[int],
-                        stats: CorpusStats) -> Iterator[Document]:
+    def _read_row_group(
+        self, unit: RowGroup, start: int, stop: Optional[int], stats: CorpusStats
+    ) -> Iterator[Document]:
         import pyarrow as pa
 
         pf = self._parquet_file(unit.path)
@@ -348,8 +375,10 @@ class TableSource(Source):
         try:
             column = _inside(pf.read_row_group(unit.index, columns=[self.text_field]).column(0), self._parquet[2])
         except (pa.ArrowException, OSError) as e:
-            raise ValueError(f"{unit.path}, row group {unit.index} of {pf.num_row_groups}, cannot be read ({_why(e)}): "
-                             "the file is damaged; write or download it again.") from None
+            raise ValueError(
+                f"{unit.path}, row group {unit.index} of {pf.num_row_groups}, cannot be read ({table_files.why(e)}): "
+                "the file is damaged; write or download it again."
+            ) from None
         if start or stop is not None:
             column = column.slice(start, (len(column) if stop is None else stop) - start)
         yield from self._column_documents(column, unit.path, stats)
@@ -357,7 +386,7 @@ class TableSource(Source):
     # --- Arrow (datasets.save_to_disk) ------------------------------------------------------------
     def _read_arrow(self, path: str, start: int, stop: Optional[int], stats: CorpusStats) -> Iterator[Document]:
         (index, inner), offset = self._arrow_column(path), 0
-        for batch in _arrow_batches(path):
+        for batch in table_files.arrow_batches(path):
             size = batch.num_rows
             lo, hi = max(start - offset, 0), size if stop is None else min(stop - offset, size)
             offset += size
@@ -369,8 +398,9 @@ class TableSource(Source):
             stats.empty_files += 1
 
     # --- JSON Lines ------------------------------------------------------------------------------
-    def _read_jsonl(self, path: str, start: int, stop: Optional[int], stats: CorpusStats,
-                    seek: Optional[SeekPoint] = None) -> Iterator[Document]:
+    def _read_jsonl(
+        self, path: str, start: int, stop: Optional[int], stats: CorpusStats, seek: Optional[SeekPoint] = None
+    ) -> Iterator[Document]:
         row_count = 0
         for _, number, line, _ in _rows(path, stats, start, stop, seek):
             row_count += 1
@@ -386,8 +416,10 @@ class TableSource(Source):
                 if self.skip_bad_json_lines:
                     _skip(stats, path, "bad_json_lines")
                     continue
-                raise ValueError(f"{path}, line {number}, is not valid JSON ({_why(e)}): fix or delete the line, or pass "
-                                 "--skip_bad_json_lines to skip and count such lines.") from None
+                raise ValueError(
+                    f"{path}, line {number}, is not valid JSON ({table_files.why(e)}): fix or delete the line, or pass "
+                    "--skip_bad_json_lines to skip and count such lines."
+                ) from None
             if not isinstance(value, dict):
                 _skip(stats, path, "non_object_lines")
                 continue
@@ -414,15 +446,19 @@ def check_json_lines(path: str) -> None:
     for _, number, line, _ in _rows(path, CorpusStats(), 0, 1):
         head = line.lstrip()[:1]
         if head == b"[":
-            raise ValueError(f"{path} holds a JSON array, not JSON Lines (one object per line); write it as JSON "
-                             "Lines: datasets' Dataset.to_json(path) does by default, pandas' to_json(path, "
-                             "orient='records', lines=True).")
+            raise ValueError(
+                f"{path} holds a JSON array, not JSON Lines (one object per line); write it as JSON "
+                "Lines: datasets' Dataset.to_json(path) does by default, pandas' to_json(path, "
+                "orient='records', lines=True)."
+            )
         try:
             json.loads(line)
         except ValueError:
-            raise ValueError(f"{path}: line {number} is not a JSON object by itself, so the file is one JSON "
-                             "document over several lines, not JSON Lines (one object per line); write one "
-                             "object per line (datasets' Dataset.to_json(path) does).") from None
+            raise ValueError(
+                f"{path}: line {number} is not a JSON object by itself, so the file is one JSON "
+                "document over several lines, not JSON Lines (one object per line); write one "
+                "object per line (datasets' Dataset.to_json(path) does)."
+            ) from None
 
 
 def _skip(stats: CorpusStats, path: str, counter: str) -> None:
@@ -449,53 +485,15 @@ def _texts(chunk: Any, stats: CorpusStats) -> list[Any]:
         return texts
 
 
-def _arrow_reader(path: str, mapped: bool = False) -> Any:
-    """An Arrow IPC stream reader (what datasets writes), or a file reader. `mapped`: memory-mapped, for
-    reading batch headers only (row counts, the schema); the texts are read through a plain file, whose
-    buffers are freed batch by batch, where touched mapped pages would add the file's size to the RSS."""
-    import pyarrow as pa
-
-    try:
-        if is_remote(path):
-            fs, inner = pa.fs.FileSystem.from_uri(path)
-            data = fs.open_input_file(inner)
-        else:
-            data = pa.memory_map(path) if mapped else pa.OSFile(path, "rb")
-        try:
-            return pa.ipc.open_stream(data)
-        except pa.ArrowInvalid:
-            data.seek(0)
-            return pa.ipc.open_file(data)
-    except (pa.ArrowException, OSError) as e:
-        raise ValueError(f"{path} is not a readable Arrow file ({_why(e)}): it is damaged or truncated; write or "
-                         "download it again.") from None
-
-
-def _arrow_schema(path: str) -> Any:
-    return _arrow_reader(path, mapped=True).schema
-
-
-def _arrow_batches(path: str, mapped: bool = False) -> Iterator[Any]:
-    import pyarrow as pa
-
-    reader = _arrow_reader(path, mapped)
-    batches = (reader.get_batch(i) for i in range(reader.num_record_batches)) if hasattr(
-        reader, "num_record_batches") else reader
-    try:
-        yield from batches
-    except (pa.ArrowException, OSError) as e:
-        raise ValueError(f"{path} is not a readable Arrow file ({_why(e)}): it is damaged or truncated; write or "
-                         "download it again.") from None
-
-
-def _rows(path: str, stats: CorpusStats, start: int = 0, stop: Optional[int] = None,
-          seek: Optional[SeekPoint] = None) -> Iterator[tuple[int, int, bytes, int]]:
+def _rows(
+    path: str, stats: CorpusStats, start: int = 0, stop: Optional[int] = None, seek: Optional[SeekPoint] = None
+) -> Iterator[tuple[int, int, bytes, int]]:
     """(row, line number, line, byte offset) for the non-blank lines of a JSON Lines file whose row (counted from
     0) is in [start, stop); reading begins at `seek` if given. The blank lines before a row (and, with stop None,
     those at the end) are counted in stats.empty_lines by the span that reads that row. Offsets are of the
     decompressed stream; lines end at b"\\n"."""
     row, number, offset = (seek.row, seek.line - 1, seek.offset) if seek else (0, 0, 0)
-    for line in _lines(path, offset):
+    for line in table_files.json_lines(path, offset):
         number += 1
         line_offset, offset = offset, offset + len(line) + 1
         if number == 1 and line.startswith(b"\xef\xbb\xbf"):  # a UTF-8 byte-order mark
@@ -508,65 +506,3 @@ def _rows(path: str, stats: CorpusStats, start: int = 0, stop: Optional[int] = N
         if row >= start:
             yield row, number, line, line_offset
         row += 1
-
-
-def _lines(path: str, offset: int = 0) -> Iterator[bytes]:
-    """The lines of a JSON Lines file (newline kept off), decompressed as its extension says, streamed; from
-    byte `offset` of an uncompressed file (a line's start)."""
-    name = path.lower()
-    with _open_binary(path, offset) as raw:
-        if name.endswith(".gz"):
-            chunks = _gzip_chunks(raw, path)
-        elif name.endswith(".zst"):
-            chunks = _zstd_chunks(raw, path)
-        else:
-            chunks = iter(lambda: raw.read(_CHUNK), b"")
-        pending: list[bytes] = []  # the start of a line that goes on in the next chunk(s): joined once
-        for chunk in chunks:
-            if b"\n" not in chunk:
-                pending.append(chunk)
-                continue
-            lines = chunk.split(b"\n")
-            if pending:
-                lines[0] = b"".join(pending + [lines[0]])
-            pending = [lines.pop()]
-            yield from lines
-        if rest := b"".join(pending):
-            yield rest
-
-
-def _gzip_chunks(raw: Any, path: str) -> Iterator[bytes]:
-    try:
-        with gzip.GzipFile(fileobj=raw, mode="rb") as f:
-            while chunk := f.read(_CHUNK):
-                yield chunk
-    except (gzip.BadGzipFile, EOFError, zlib.error) as e:
-        raise ValueError(f"{path} is not a complete gzip stream ({_why(e)}): it is truncated or damaged; compress or "
-                         "download it again.") from None
-
-
-def _zstd_chunks(raw: Any, path: str) -> Iterator[bytes]:
-    """Decompressed chunks of every zstd frame. A stream that stops inside a frame is refused: zstandard's
-    own stream reader ends such a stream silently, losing its last documents."""
-    try:
-        import zstandard
-    except ImportError:
-        raise ImportError(f"Reading {path} needs zstandard: pip install zstandard.") from None
-    dctx = zstandard.ZstdDecompressor()
-    dobj, in_frame = dctx.decompressobj(), False
-    try:
-        while data := raw.read(_ZSTD_FEED):
-            while data:
-                in_frame = True
-                out = dobj.decompress(data)
-                if out:
-                    yield out
-                data = b""
-                if dobj.eof:  # a frame ended: the next one (if any) starts in unused_data
-                    data, dobj, in_frame = dobj.unused_data, dctx.decompressobj(), False
-    except zstandard.ZstdError as e:
-        raise ValueError(f"{path} is not a valid zstd stream ({_why(e)}): it is damaged; compress or download it "
-                         "again.") from None
-    if in_frame:
-        raise ValueError(f"{path} is a truncated zstd stream (it ends inside a frame): compress or download it "
-                         "again.")

@@ -50,15 +50,19 @@ def check_text_head(path: str, head: bytes, decompressed: bool = False) -> None:
     """Raises NotTextError, naming `path`, when the first SNIFF_BYTES of a file are not UTF-8 text."""
     where = f"the first {SNIFF_BYTES // 1024} KiB {'it decompresses to' if decompressed else 'of it'}"
     if b"\0" in head:
-        raise NotTextError(f"{path} is not text (NUL bytes in {where}): pass plain-text files, UTF-8 with one "
-                           "sentence per line and a blank line between documents (re-encode UTF-16 as UTF-8).")
+        raise NotTextError(
+            f"{path} is not text (NUL bytes in {where}): pass plain-text files, UTF-8 with one "
+            "sentence per line and a blank line between documents (re-encode UTF-16 as UTF-8)."
+        )
     if len(head) >= SNIFF_BYTES:  # a character cut off by the 64 KiB boundary is not an error
-        head = head[:len(head) - incomplete_utf8_tail(head)]
+        head = head[: len(head) - incomplete_utf8_tail(head)]
     undecodable = head.decode("utf-8", errors="replace").count("\ufffd")
     if head and undecodable > MAX_UNDECODABLE_SHARE * len(head):
-        raise NotTextError(f"{path} is not UTF-8 text ({undecodable / len(head):.0%} of the bytes in {where} "
-                           "are not UTF-8): re-encode it as UTF-8 (e.g. iconv -f latin1 -t utf-8), or pass "
-                           "plain-text files.")
+        raise NotTextError(
+            f"{path} is not UTF-8 text ({undecodable / len(head):.0%} of the bytes in {where} "
+            "are not UTF-8): re-encode it as UTF-8 (e.g. iconv -f latin1 -t utf-8), or pass "
+            "plain-text files."
+        )
 
 
 def _cut_long(text: str, max_chars: int, pieces: list[str], keep_rest: bool) -> str:
@@ -86,11 +90,11 @@ def cut_sentences(text: str, max_chars: int, final: bool = True) -> tuple[list[s
     """Cuts text into stripped sentences of at most max_chars: at every sentence end, then a longer
     sentence at whitespace, then anywhere. With final=False the text goes on in a next piece: the end
     after the last cut (at most max_chars, unstripped) is returned, to be put in front of that piece, so
-    that a sentence or a word across the boundary stays whole; with final=True it is "". """
+    that a sentence or a word across the boundary stays whole; with final=True it is ""."""
     pieces: list[str] = []
     pos = 0
     for match in _SENTENCE_END.finditer(text):
-        _cut_long(text[pos:match.end()], max_chars, pieces, keep_rest=False)
+        _cut_long(text[pos : match.end()], max_chars, pieces, keep_rest=False)
         pos = match.end()
     rest = _cut_long(text[pos:], max_chars, pieces, keep_rest=not final)
     return pieces, rest

@@ -40,8 +40,10 @@ class InstanceConfig:
         if self.max_predictions_per_seq < 1:
             raise ValueError(f"--max_predictions_per_seq={self.max_predictions_per_seq} must be ≥ 1.")
         if self.max_predictions_per_seq > self.max_seq_length:
-            raise ValueError(f"--max_predictions_per_seq={self.max_predictions_per_seq} is larger than "
-                             f"--max_seq_length={self.max_seq_length}; a sequence cannot hold that many masks.")
+            raise ValueError(
+                f"--max_predictions_per_seq={self.max_predictions_per_seq} is larger than "
+                f"--max_seq_length={self.max_seq_length}; a sequence cannot hold that many masks."
+            )
         if not 0.0 < self.masked_lm_prob < 1.0:
             raise ValueError(f"--masked_lm_prob={self.masked_lm_prob} must be in (0, 1).")
         if not 0.0 <= self.short_seq_prob <= 1.0:
@@ -63,10 +65,12 @@ class InstanceConfig:
         if length is None:
             return None
         need = round(self.max_seq_length * self.masked_lm_prob)
-        return (f"{prefix}max_predictions_per_seq={self.max_predictions_per_seq} masks fewer than "
-                f"{prefix}masked_lm_prob={self.masked_lm_prob:g} of every sequence of {length} tokens or more "
-                f"(a full {self.max_seq_length}-token one would get {need}); set it to {need} to mask that share "
-                "of every sequence")
+        return (
+            f"{prefix}max_predictions_per_seq={self.max_predictions_per_seq} masks fewer than "
+            f"{prefix}masked_lm_prob={self.masked_lm_prob:g} of every sequence of {length} tokens or more "
+            f"(a full {self.max_seq_length}-token one would get {need}); set it to {need} to mask that share "
+            "of every sequence"
+        )
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -83,8 +87,14 @@ class Vocab:
     @classmethod
     def from_tokenizer(cls, tokenizer) -> "Vocab":
         """From a `tokenization.Tokenizer` (WordPiece or SentencePiece)."""
-        return cls(size=tokenizer.vocab_size, pad_id=tokenizer.pad_id, cls_id=tokenizer.cls_id,
-                   sep_id=tokenizer.sep_id, mask_id=tokenizer.mask_id, is_continuation=tokenizer.continuation_mask())
+        return cls(
+            size=tokenizer.vocab_size,
+            pad_id=tokenizer.pad_id,
+            cls_id=tokenizer.cls_id,
+            sep_id=tokenizer.sep_id,
+            mask_id=tokenizer.mask_id,
+            is_continuation=tokenizer.continuation_mask(),
+        )
 
 
 @dataclasses.dataclass
@@ -103,13 +113,15 @@ class TokenizedBlock:
 
 # --- Pairing: the original's walk over each document, on sentence lengths only ----------------------
 
+
 def _randint(rng: random.Random, a: int, b: int) -> int:
     """Uniform in [a, b], as rng.randint but ~4× faster (one float draw; the walk is the hot loop)."""
     return a + int(rng.random() * (b - a + 1))
 
 
-def _pairs_from_document(starts: list[int], doc_starts: list[int], d: int, cfg: InstanceConfig,
-                         rng: random.Random, out: list) -> None:
+def _pairs_from_document(
+    starts: list[int], doc_starts: list[int], d: int, cfg: InstanceConfig, rng: random.Random, out: list
+) -> None:
     """Appends (a_start, a_end, b_start, b_end, is_random_next) token offsets for document d.
 
     `starts` are the block's sentence offsets and `doc_starts` its document offsets, as lists: the
@@ -146,8 +158,9 @@ def _pairs_from_document(starts: list[int], doc_starts: list[int], d: int, cfg: 
         i += 1
 
 
-def _single_segments_from_document(starts: list[int], doc_starts: list[int], d: int, cfg: InstanceConfig,
-                                   rng: random.Random, out: list) -> None:
+def _single_segments_from_document(
+    starts: list[int], doc_starts: list[int], d: int, cfg: InstanceConfig, rng: random.Random, out: list
+) -> None:
     """MLM-only: contiguous sentences up to the target length, one segment per instance."""
     first, last = doc_starts[d], doc_starts[d + 1]
     max_num_tokens = cfg.max_seq_length - 2
@@ -204,12 +217,17 @@ def assemble(block: TokenizedBlock, pairs: np.ndarray, cfg: InstanceConfig, voca
     mask = pos <= end
     ids = np.where(mask, ids, vocab.pad_id).astype(np.int32)
     segment = ((pos > la + 1) & mask).astype(np.int32)
-    return dict(input_ids=ids, input_mask=mask.astype(np.int32), segment_ids=segment,
-                next_sentence_labels=pairs[:, 4:5].astype(np.int32))
+    return dict(
+        input_ids=ids,
+        input_mask=mask.astype(np.int32),
+        segment_ids=segment,
+        next_sentence_labels=pairs[:, 4:5].astype(np.int32),
+    )
 
 
-def mask_tokens(input_ids: np.ndarray, input_mask: np.ndarray, cfg: InstanceConfig, vocab: Vocab,
-                rng: np.random.Generator) -> dict[str, np.ndarray]:
+def mask_tokens(
+    input_ids: np.ndarray, input_mask: np.ndarray, cfg: InstanceConfig, vocab: Vocab, rng: np.random.Generator
+) -> dict[str, np.ndarray]:
     """Chooses up to max_predictions_per_seq positions per row (whole words when do_whole_word_mask)
     and replaces them 80% [MASK] / 10% random / 10% kept, one decision per word."""
     n, length = input_ids.shape
@@ -272,8 +290,14 @@ def covered_tokens(pairs: np.ndarray, num_tokens: int) -> int:
     return int((np.cumsum(delta[:-1]) > 0).sum())
 
 
-def create_instances(block: TokenizedBlock, cfg: InstanceConfig, vocab: Vocab, seed: int,
-                     shuffle: bool = True, counts: Optional[dict] = None) -> dict[str, np.ndarray]:
+def create_instances(
+    block: TokenizedBlock,
+    cfg: InstanceConfig,
+    vocab: Vocab,
+    seed: int,
+    shuffle: bool = True,
+    counts: Optional[dict] = None,
+) -> dict[str, np.ndarray]:
     """All instances of a block (dupe_factor passes), masked and shuffled, as record-ready arrays.
     `counts["covered_tokens"]`, when given, grows by the block's tokens that some instance keeps."""
     rng = random.Random(seed)
@@ -287,7 +311,7 @@ def create_instances(block: TokenizedBlock, cfg: InstanceConfig, vocab: Vocab, s
         pairs = pairs[np_rng.permutation(len(pairs))]
     parts = []
     for i in range(0, max(len(pairs), 1), _CHUNK):  # chunks that stay in cache: ~3× faster than one array
-        arrays = assemble(block, pairs[i:i + _CHUNK], cfg, vocab)
+        arrays = assemble(block, pairs[i : i + _CHUNK], cfg, vocab)
         arrays.update(mask_tokens(arrays["input_ids"], arrays["input_mask"], cfg, vocab, np_rng))
         parts.append(arrays)
     return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}

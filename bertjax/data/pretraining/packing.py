@@ -50,8 +50,10 @@ def assign_rows(lengths: np.ndarray, predictions: np.ndarray, cfg: PackingConfig
     row's token, instance and prediction limits."""
     cfg.validate()
     if np.any(lengths > cfg.max_seq_length) or np.any(predictions > cfg.max_predictions_per_row):
-        raise ValueError(f"an instance longer than max_seq_length={cfg.max_seq_length} or with more than "
-                         f"max_predictions_per_row={cfg.max_predictions_per_row} predictions cannot be packed.")
+        raise ValueError(
+            f"an instance longer than max_seq_length={cfg.max_seq_length} or with more than "
+            f"max_predictions_per_row={cfg.max_predictions_per_row} predictions cannot be packed."
+        )
     rows: list[list[int]] = []
     room: list[int] = []  # free tokens per row
     budget: list[int] = []  # free prediction slots per row
@@ -88,14 +90,18 @@ def pack(arrays: dict[str, np.ndarray], cfg: PackingConfig) -> dict[str, np.ndar
     weights = arrays["masked_lm_weights"] > 0
     rows = assign_rows(lengths, weights.sum(axis=1), cfg)
     seq, k, budget = cfg.max_seq_length, cfg.max_instances_per_row, cfg.max_predictions_per_row
-    out = {name: np.zeros((len(rows), seq), np.int64) for name in ("input_ids", "segment_ids", "input_mask",
-                                                                  "position_ids")}
-    out.update(masked_lm_positions=np.zeros((len(rows), budget), np.int64),
-               masked_lm_ids=np.zeros((len(rows), budget), np.int64),
-               masked_lm_weights=np.zeros((len(rows), budget), np.float32),
-               next_sentence_positions=np.zeros((len(rows), k), np.int64),
-               next_sentence_labels=np.zeros((len(rows), k), np.int64),
-               next_sentence_weights=np.zeros((len(rows), k), np.float32))
+    out = {
+        name: np.zeros((len(rows), seq), np.int64)
+        for name in ("input_ids", "segment_ids", "input_mask", "position_ids")
+    }
+    out.update(
+        masked_lm_positions=np.zeros((len(rows), budget), np.int64),
+        masked_lm_ids=np.zeros((len(rows), budget), np.int64),
+        masked_lm_weights=np.zeros((len(rows), budget), np.float32),
+        next_sentence_positions=np.zeros((len(rows), k), np.int64),
+        next_sentence_labels=np.zeros((len(rows), k), np.int64),
+        next_sentence_weights=np.zeros((len(rows), k), np.float32),
+    )
     labels = arrays["next_sentence_labels"].reshape(len(lengths))
     for r, members in enumerate(rows):
         start = slot = 0
@@ -107,9 +113,9 @@ def pack(arrays: dict[str, np.ndarray], cfg: PackingConfig) -> dict[str, np.ndar
             out["input_mask"][r, span] = j + 1
             out["position_ids"][r, span] = np.arange(n)
             p = np.flatnonzero(weights[i])
-            out["masked_lm_positions"][r, slot:slot + len(p)] = arrays["masked_lm_positions"][i, p] + start
-            out["masked_lm_ids"][r, slot:slot + len(p)] = arrays["masked_lm_ids"][i, p]
-            out["masked_lm_weights"][r, slot:slot + len(p)] = 1.0
+            out["masked_lm_positions"][r, slot : slot + len(p)] = arrays["masked_lm_positions"][i, p] + start
+            out["masked_lm_ids"][r, slot : slot + len(p)] = arrays["masked_lm_ids"][i, p]
+            out["masked_lm_weights"][r, slot : slot + len(p)] = 1.0
             out["next_sentence_positions"][r, j] = start
             out["next_sentence_labels"][r, j] = labels[i]
             out["next_sentence_weights"][r, j] = 1.0
@@ -117,26 +123,37 @@ def pack(arrays: dict[str, np.ndarray], cfg: PackingConfig) -> dict[str, np.ndar
     return out
 
 
-def mask_rows(input_ids: np.ndarray, input_mask: np.ndarray, cfg: instances.InstanceConfig,
-              vocab: instances.Vocab, rng: np.random.Generator, max_predictions_per_row: int) -> dict[str, np.ndarray]:
+def mask_rows(
+    input_ids: np.ndarray,
+    input_mask: np.ndarray,
+    cfg: instances.InstanceConfig,
+    vocab: instances.Vocab,
+    rng: np.random.Generator,
+    max_predictions_per_row: int,
+) -> dict[str, np.ndarray]:
     """`instances.mask_tokens` for packed rows (dynamic masking): each instance masked as if it stood alone
     (its own 15%, at most cfg.max_predictions_per_seq), its predictions in the row's slots in instance order."""
     n, length = input_ids.shape
     k = max(int(input_mask.max()) if input_mask.size else 0, 1)
     own = input_mask[:, None, :] == np.arange(1, k + 1)[None, :, None]  # [row, instance, token]
-    alone = instances.mask_tokens(np.repeat(input_ids, k, axis=0), own.reshape(n * k, length).astype(np.int32),
-                                  cfg, vocab, rng)  # one virtual row per (row, instance), tokens in place
+    alone = instances.mask_tokens(
+        np.repeat(input_ids, k, axis=0), own.reshape(n * k, length).astype(np.int32), cfg, vocab, rng
+    )  # one virtual row per (row, instance), tokens in place
     masked = np.where(own, alone["input_ids"].reshape(n, k, length), 0).sum(axis=1)
     masked = np.where(input_mask > 0, masked, input_ids).astype(np.int32)
     weights = alone["masked_lm_weights"].reshape(n, -1)
     used = (weights > 0).sum(axis=1)
     if used.max(initial=0) > max_predictions_per_row:
-        raise ValueError(f"a packed row needs {used.max()} prediction slots after re-masking but the records have "
-                         f"max_predictions_per_row={max_predictions_per_row}; re-run prepare with a larger "
-                         "--max_predictions_per_row.")
+        raise ValueError(
+            f"a packed row needs {used.max()} prediction slots after re-masking but the records have "
+            f"max_predictions_per_row={max_predictions_per_row}; re-run prepare with a larger "
+            "--max_predictions_per_row."
+        )
     first = np.argsort(weights == 0, axis=1, kind="stable")[:, :max_predictions_per_row]  # used slots first
     # A batch of one-instance rows has fewer slots than the row holds (k × the instance cap): pad with empty ones.
     pad = [(0, 0), (0, max_predictions_per_row - first.shape[1])]
-    out = {key: np.pad(np.take_along_axis(alone[key].reshape(n, -1), first, axis=1), pad)
-           for key in ("masked_lm_positions", "masked_lm_ids", "masked_lm_weights")}
+    out = {
+        key: np.pad(np.take_along_axis(alone[key].reshape(n, -1), first, axis=1), pad)
+        for key in ("masked_lm_positions", "masked_lm_ids", "masked_lm_weights")
+    }
     return dict(input_ids=masked, **out)

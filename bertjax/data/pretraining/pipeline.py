@@ -32,13 +32,16 @@ EXAMPLE_WEIGHT = "example_weight"
 _MASKED = ("input_ids", "masked_lm_positions", "masked_lm_ids", "masked_lm_weights")
 
 
-def batch_shapes(batch_size: int, max_seq_length: int, max_predictions_per_seq: int,
-                 max_instances_per_row: int = 0) -> dict[str, tuple[tuple[int, ...], type]]:
+def batch_shapes(
+    batch_size: int, max_seq_length: int, max_predictions_per_seq: int, max_instances_per_row: int = 0
+) -> dict[str, tuple[tuple[int, ...], type]]:
     """Name → (shape, dtype) of the batches `InputPipeline` yields: the record features (ints as int32;
     unpacked `next_sentence_labels` as [batch]) plus `example_weight`."""
     schema = records.RecordSchema(max_seq_length, max_predictions_per_seq, max_instances_per_row)
-    out = {name: ((batch_size, n), np.float32 if dtype == "float32" else np.int32)
-           for name, (dtype, n) in schema.features().items()}
+    out = {
+        name: ((batch_size, n), np.float32 if dtype == "float32" else np.int32)
+        for name, (dtype, n) in schema.features().items()
+    }
     if not max_instances_per_row:
         out["next_sentence_labels"] = ((batch_size,), np.int32)
     out[EXAMPLE_WEIGHT] = ((batch_size,), np.float32)
@@ -78,8 +81,7 @@ class PipelineConfig:
         if self.batch_size < 1:
             raise ValueError(f"batch_size={self.batch_size} must be ≥ 1.")
         if not 0 <= self.process_index < self.process_count:
-            raise ValueError(f"process_index={self.process_index} must be in [0, process_count="
-                             f"{self.process_count}).")
+            raise ValueError(f"process_index={self.process_index} must be in [0, process_count={self.process_count}).")
         if self.max_batches is not None and self.max_batches < 1:
             raise ValueError(f"max_batches={self.max_batches} must be ≥ 1, or None for the whole eval set.")
         if self.num_epochs is not None and self.num_epochs < 1:
@@ -87,18 +89,26 @@ class PipelineConfig:
         if self.shuffle_buffer < 1:
             raise ValueError(f"shuffle_buffer={self.shuffle_buffer} must be ≥ 1 (1 = no shuffling).")
         if self.dynamic_masking and self.vocab is None:
-            raise ValueError("dynamic_masking=True needs vocab (an instances.Vocab, e.g. from "
-                             "instances.Vocab.from_tokenizer(tokenizer)); pass it or turn dynamic masking off.")
+            raise ValueError(
+                "dynamic_masking=True needs vocab (an instances.Vocab, e.g. from "
+                "instances.Vocab.from_tokenizer(tokenizer)); pass it or turn dynamic masking off."
+            )
         if self.vocab is not None and len(self.vocab.is_continuation) != self.vocab.size:
-            raise ValueError(f"vocab.is_continuation has {len(self.vocab.is_continuation)} entries but "
-                             f"vocab.size={self.vocab.size}; build the Vocab from one tokenizer.")
+            raise ValueError(
+                f"vocab.is_continuation has {len(self.vocab.is_continuation)} entries but "
+                f"vocab.size={self.vocab.size}; build the Vocab from one tokenizer."
+            )
         m = self.masking
         # Packed rows: the pipeline's predictions are the row's slots, the masking's are each instance's cap.
-        if m is not None and (m.max_seq_length != self.max_seq_length or (
-                not self.max_instances_per_row and m.max_predictions_per_seq != self.max_predictions_per_seq)):
-            raise ValueError(f"masking has max_seq_length={m.max_seq_length}, max_predictions_per_seq="
-                             f"{m.max_predictions_per_seq} but the pipeline {self.max_seq_length}, "
-                             f"{self.max_predictions_per_seq}; make them equal.")
+        if m is not None and (
+            m.max_seq_length != self.max_seq_length
+            or (not self.max_instances_per_row and m.max_predictions_per_seq != self.max_predictions_per_seq)
+        ):
+            raise ValueError(
+                f"masking has max_seq_length={m.max_seq_length}, max_predictions_per_seq="
+                f"{m.max_predictions_per_seq} but the pipeline {self.max_seq_length}, "
+                f"{self.max_predictions_per_seq}; make them equal."
+            )
 
 
 _HIDDEN = False
@@ -115,8 +125,12 @@ def _tf():
                 if tf.config.get_visible_devices(kind):
                     tf.config.set_visible_devices([], kind)
             except (RuntimeError, ValueError) as e:  # runtime already initialised by someone else
-                log.warning("pipeline: could not hide %s devices from TensorFlow (%s); it may hold "
-                            "accelerator memory. Build the pipeline before other TF use.", kind, e)
+                log.warning(
+                    "pipeline: could not hide %s devices from TensorFlow (%s); it may hold "
+                    "accelerator memory. Build the pipeline before other TF use.",
+                    kind,
+                    e,
+                )
         _HIDDEN = True
     return tf
 
@@ -165,8 +179,10 @@ def files_difference(saved: list, mine: list) -> Optional[str]:
     if list(then) != list(now):  # the seeded file shuffle permutes positions: the order is part of the state
         return "the record files are listed in another order than at the checkpoint"
     if legacy and saved != mine:
-        return (f"it was saved before record files were named relative to their directory, so it resumes only with "
-                f"them at {os.path.dirname(saved[0])}")
+        return (
+            f"it was saved before record files were named relative to their directory, so it resumes only with "
+            f"them at {os.path.dirname(saved[0])}"
+        )
     return None
 
 
@@ -209,16 +225,24 @@ class InputPipeline:
         self._legacy = False  # restored from a state saved with absolute paths (before names): read by path
         self._sizes: Optional[dict[str, int]] = None  # bytes per file, for the saved fingerprint
         not_records = self._check_headers(all_files)
-        for here in records.check_record_set([f for f in all_files if f not in not_records],
-                                             damaged_ok=c.skip_damaged_records):
-            log.warning("pipeline: the record files in %s have no metadata.json listing them (google-research/bert's "
-                        "records?), so missing, extra or changed shards cannot be detected", here)
+        for here in records.check_record_set(
+            [f for f in all_files if f not in not_records], damaged_ok=c.skip_damaged_records
+        ):
+            log.warning(
+                "pipeline: the record files in %s have no metadata.json listing them (google-research/bert's "
+                "records?), so missing, extra or changed shards cannot be detected",
+                here,
+            )
         if c.verify_checksums:
             records.verify_checksums([f for f in all_files if f not in not_records])
         vocab_size = c.vocab_size if c.vocab_size is not None else (c.vocab.size if c.vocab else None)
-        self.metadata = records.check_schema([f for f in all_files if f not in not_records] or all_files,
-                                             c.max_seq_length, c.max_predictions_per_seq, vocab_size,
-                                             c.max_instances_per_row)
+        self.metadata = records.check_schema(
+            [f for f in all_files if f not in not_records] or all_files,
+            c.max_seq_length,
+            c.max_predictions_per_seq,
+            vocab_size,
+            c.max_instances_per_row,
+        )
         self.schema = records.RecordSchema(c.max_seq_length, c.max_predictions_per_seq, c.max_instances_per_row)
         self.files, self.split_by_example = split_files(all_files, c.process_index, c.process_count)
         # With skip_damaged_records: readable records per file (each file is read up to its first damage).
@@ -251,11 +275,16 @@ class InputPipeline:
         bad = {f: p for f, p in problems.items() if p}
         if bad and not self.config.skip_damaged_records:
             path = next(iter(bad))
-            hint = " (it describes the record set: name the shards, or their directory)" \
-                if os.path.basename(path) == records.METADATA_NAME else ""
-            raise ValueError(f"record file {path} has {bad[path]}{hint}; drop it from the file list, or set "
-                             "config.data.skip_damaged_records=true to skip unreadable files and records (counted "
-                             "in the log).")
+            hint = (
+                " (it describes the record set: name the shards, or their directory)"
+                if os.path.basename(path) == records.METADATA_NAME
+                else ""
+            )
+            raise ValueError(
+                f"record file {path} has {bad[path]}{hint}; drop it from the file list, or set "
+                "config.data.skip_damaged_records=true to skip unreadable files and records (counted "
+                "in the log)."
+            )
         return set(bad)
 
     def _scan_for_damage(self, files: list[str]) -> None:
@@ -267,59 +296,84 @@ class InputPipeline:
             self.readable[scan.path] = scan.records
             if scan.problem:
                 self.damaged.append(scan)
-                log.warning("pipeline: skipping the rest of a damaged file (config.data.skip_damaged_records): %s",
-                            scan.describe(listed.get(scan.path)))
+                log.warning(
+                    "pipeline: skipping the rest of a damaged file (config.data.skip_damaged_records): %s",
+                    scan.describe(listed.get(scan.path)),
+                )
         if self.config.training:  # files with nothing readable leave the rotation
             self.files = [f for f in self.files if self.readable[f]]
         self.skipped_records = sum(max(listed[d.path] - d.records, 0) for d in self.damaged if d.path in listed)
         if self.damaged:
-            log.warning("pipeline: %d of %d record file(s) damaged; %s record(s) skipped where metadata.json lists "
-                        "them, %s bytes unread", len(self.damaged), len(files), f"{self.skipped_records:,}",
-                        f"{sum(d.size - d.end for d in self.damaged):,}")
+            log.warning(
+                "pipeline: %d of %d record file(s) damaged; %s record(s) skipped where metadata.json lists "
+                "them, %s bytes unread",
+                len(self.damaged),
+                len(files),
+                f"{self.skipped_records:,}",
+                f"{sum(d.size - d.end for d in self.damaged):,}",
+            )
 
     def _masking_config(self) -> instances.InstanceConfig:
         c, md = self.config, self.metadata or {}
         if c.masking is not None:
             return c.masking
         # Packed records: the pipeline's predictions are the row's slots; each instance keeps its own cap.
-        per_instance = md.get("max_predictions_per_seq", c.max_predictions_per_seq) if c.max_instances_per_row \
+        per_instance = (
+            md.get("max_predictions_per_seq", c.max_predictions_per_seq)
+            if c.max_instances_per_row
             else c.max_predictions_per_seq
+        )
         rate = md.get("masked_lm_prob", 0.15) if c.masked_lm_prob is None else c.masked_lm_prob
         if rate != md.get("masked_lm_prob", rate):
-            log.info("pipeline: dynamic masking masks %g of each sequence (the records were masked at %g)", rate,
-                     md["masked_lm_prob"])
-        masking = instances.InstanceConfig(max_seq_length=c.max_seq_length, max_predictions_per_seq=per_instance,
-                                           masked_lm_prob=rate, do_whole_word_mask=md.get("do_whole_word_mask", False))
+            log.info(
+                "pipeline: dynamic masking masks %g of each sequence (the records were masked at %g)",
+                rate,
+                md["masked_lm_prob"],
+            )
+        masking = instances.InstanceConfig(
+            max_seq_length=c.max_seq_length,
+            max_predictions_per_seq=per_instance,
+            masked_lm_prob=rate,
+            do_whole_word_mask=md.get("do_whole_word_mask", False),
+        )
         masking.validate()
         if masking.cap_warning():
-            log.warning("pipeline: dynamic masking: %s (re-run prepare with more prediction slots).",
-                        masking.cap_warning(""))
+            log.warning(
+                "pipeline: dynamic masking: %s (re-run prepare with more prediction slots).", masking.cap_warning("")
+            )
         return masking
 
     def _examples(self, epochs: Optional[int], shuffle_files: bool):
         """Serialized records of this process: files (shuffled per epoch) → interleave → split."""
         tf, c = _tf(), self.config
-        names, read_file = (self.files, tf.data.TFRecordDataset) if self._legacy else \
-            ([self.name(f) for f in self.files], self._read_name)
+        names, read_file = (
+            (self.files, tf.data.TFRecordDataset)
+            if self._legacy
+            else ([self.name(f) for f in self.files], self._read_name)
+        )
         if self.readable is None:
             ds, read = tf.data.Dataset.from_tensor_slices(names), read_file
         else:  # each file up to its first damage
-            ds = tf.data.Dataset.from_tensor_slices((names, np.array([self.readable[f] for f in self.files],
-                                                                     np.int64)))
+            ds = tf.data.Dataset.from_tensor_slices((names, np.array([self.readable[f] for f in self.files], np.int64)))
             read = lambda name, count: read_file(name).take(count)  # noqa: E731
         if shuffle_files:
             ds = ds.shuffle(len(self.files), seed=c.seed, reshuffle_each_iteration=True)
         if epochs != 1:
             ds = ds.repeat(epochs)
-        ds = ds.interleave(read, cycle_length=min(c.cycle_length, len(self.files)),
-                           block_length=1, num_parallel_calls=self._parallel, deterministic=self._deterministic)
+        ds = ds.interleave(
+            read,
+            cycle_length=min(c.cycle_length, len(self.files)),
+            block_length=1,
+            num_parallel_calls=self._parallel,
+            deterministic=self._deterministic,
+        )
         if self.split_by_example:  # every process reads the same stream and keeps every P-th record
             ds = ds.shard(c.process_count, c.process_index)
         return ds
 
     def name(self, path: str) -> str:
         """A record file's name relative to `base` (the path itself when the files share no directory)."""
-        return path[len(self.base) + 1:] if self.base else path
+        return path[len(self.base) + 1 :] if self.base else path
 
     def _read_name(self, name):
         """One file's records, by name under `base`. Not tf.data.TFRecordDataset: it opens files through a
@@ -328,7 +382,8 @@ class InputPipeline:
         path = tf.strings.join([self.base + "/", name]) if self.base else name
         return tf.data.experimental.from_variant(
             tf.raw_ops.TFRecordDataset(filenames=path, compression_type="", buffer_size=256 << 10),
-            tf.TensorSpec([], tf.string))
+            tf.TensorSpec([], tf.string),
+        )
 
     def _check_not_empty(self) -> None:
         """A process with no records would spin forever on repeat(); say why instead."""
@@ -338,16 +393,24 @@ class InputPipeline:
         except (tf.errors.DataLossError, tf.errors.InvalidArgumentError) as e:
             raise self._read_error(e) from None
         if empty:
-            what = (f"hold fewer records than process_count={c.process_count}" if self.split_by_example
-                    else f"given to process {c.process_index} ({', '.join(self.files)}) are empty"
-                    + (" or wholly damaged" if self.damaged else ""))
-            raise ValueError(f"the record files {what}, so process {c.process_index} gets no examples; write "
-                             f"more records or shards, or use fewer processes.")
+            what = (
+                f"hold fewer records than process_count={c.process_count}"
+                if self.split_by_example
+                else f"given to process {c.process_index} ({', '.join(self.files)}) are empty"
+                + (" or wholly damaged" if self.damaged else "")
+            )
+            raise ValueError(
+                f"the record files {what}, so process {c.process_index} gets no examples; write "
+                f"more records or shards, or use fewer processes."
+            )
 
     def _count_eval(self, all_files: list[str]) -> None:
         c = self.config
-        counts = [self.readable[f] for f in all_files] if self.readable is not None else \
-            count_records(all_files, self.metadata)
+        counts = (
+            [self.readable[f] for f in all_files]
+            if self.readable is not None
+            else count_records(all_files, self.metadata)
+        )
         total, p = sum(counts), c.process_count
         if total == 0:
             raise ValueError(f"the eval files {', '.join(all_files)} hold no records; re-run prepare.")
@@ -356,8 +419,12 @@ class InputPipeline:
         else:
             per_process = [sum(counts[i::p]) for i in range(p)]
         if total < p:
-            log.warning("pipeline: %d eval records for %d processes; processes %s get only padding rows.",
-                        total, p, [i for i, n in enumerate(per_process) if n == 0])
+            log.warning(
+                "pipeline: %d eval records for %d processes; processes %s get only padding rows.",
+                total,
+                p,
+                [i for i, n in enumerate(per_process) if n == 0],
+            )
         self.num_examples = per_process[c.process_index]
         self.num_batches = max(1, math.ceil(max(per_process) / c.batch_size))
         if c.max_batches:
@@ -391,9 +458,12 @@ class InputPipeline:
 
     def _zeros(self) -> dict:
         tf, c = _tf(), self.config
-        return {name: tf.zeros(shape, tf.as_dtype(dtype))
-                for name, (shape, dtype) in batch_shapes(c.batch_size, c.max_seq_length, c.max_predictions_per_seq,
-                                                         c.max_instances_per_row).items()}
+        return {
+            name: tf.zeros(shape, tf.as_dtype(dtype))
+            for name, (shape, dtype) in batch_shapes(
+                c.batch_size, c.max_seq_length, c.max_predictions_per_seq, c.max_instances_per_row
+            ).items()
+        }
 
     def _parse(self, index, serialized) -> dict:
         tf, c = _tf(), self.config
@@ -404,14 +474,20 @@ class InputPipeline:
         rows = tf.shape(serialized)[0]
         batch[EXAMPLE_WEIGHT] = tf.ones([rows], tf.float32)
         if c.dynamic_masking:
-            out = tf.numpy_function(self._remask, [index] + [batch[k] for k in ("input_mask",) + _MASKED],
-                                    [tf.int32, tf.int32, tf.int32, tf.float32], stateful=False)
+            out = tf.numpy_function(
+                self._remask,
+                [index] + [batch[k] for k in ("input_mask",) + _MASKED],
+                [tf.int32, tf.int32, tf.int32, tf.float32],
+                stateful=False,
+            )
             for k, v in zip(_MASKED, out):
                 batch[k] = tf.ensure_shape(v, batch[k].shape)
         if not c.training:  # pad the last partial batch with zero rows of weight 0
             pad = [[0, c.batch_size - rows]]
-            batch = {k: tf.ensure_shape(tf.pad(v, pad + [[0, 0]] * (v.shape.rank - 1)), [c.batch_size] + v.shape[1:])
-                     for k, v in batch.items()}
+            batch = {
+                k: tf.ensure_shape(tf.pad(v, pad + [[0, 0]] * (v.shape.rank - 1)), [c.batch_size] + v.shape[1:])
+                for k, v in batch.items()
+            }
         return batch
 
     def _remask(self, index, input_mask, input_ids, positions, ids, weights) -> tuple:
@@ -419,8 +495,10 @@ class InputPipeline:
         c = self.config
         original = instances.unmask(input_ids, positions, ids, weights)
         if original.size and original.max() >= c.vocab.size:
-            raise ValueError(f"records hold token id {original.max()} ≥ vocab.size={c.vocab.size}; the vocab "
-                             "does not belong to these records.")
+            raise ValueError(
+                f"records hold token id {original.max()} ≥ vocab.size={c.vocab.size}; the vocab "
+                "does not belong to these records."
+            )
         rng = np.random.default_rng([c.seed, c.process_index, int(index)])
         if c.max_instances_per_row:
             m = packing.mask_rows(original, input_mask, self.masking, c.vocab, rng, c.max_predictions_per_seq)
@@ -465,8 +543,10 @@ class InputPipeline:
         for scan in map(records.scan_file, self.files):
             if scan.problem:
                 return records.damaged_file_error(scan, listed)
-        return ValueError(f"reading {', '.join(self.files)} failed: {_tf_message(error)}; these are not BERT "
-                          "pre-training records of this schema: re-run prepare, or drop the file that is not.")
+        return ValueError(
+            f"reading {', '.join(self.files)} failed: {_tf_message(error)}; these are not BERT "
+            "pre-training records of this schema: re-run prepare, or drop the file that is not."
+        )
 
     # --- State -------------------------------------------------------------------------------------
     def _file_sizes(self) -> list[int]:
@@ -483,11 +563,19 @@ class InputPipeline:
         c = self.config
         # Names and sizes, not paths: the same files elsewhere match, a changed one does not.
         files = self.files if self._legacy else [[self.name(f), n] for f, n in zip(self.files, self._file_sizes())]
-        return {"files": files, "batch_size": c.batch_size, "seed": c.seed, "training": c.training,
-                "process_index": c.process_index, "process_count": c.process_count,
-                "shuffle_buffer": c.shuffle_buffer, "num_epochs": c.num_epochs,
-                "dynamic_masking": c.dynamic_masking, "max_seq_length": c.max_seq_length,
-                "max_predictions_per_seq": c.max_predictions_per_seq}
+        return {
+            "files": files,
+            "batch_size": c.batch_size,
+            "seed": c.seed,
+            "training": c.training,
+            "process_index": c.process_index,
+            "process_count": c.process_count,
+            "shuffle_buffer": c.shuffle_buffer,
+            "num_epochs": c.num_epochs,
+            "dynamic_masking": c.dynamic_masking,
+            "max_seq_length": c.max_seq_length,
+            "max_predictions_per_seq": c.max_predictions_per_seq,
+        }
 
     def save_state(self, path: str) -> str:
         """Writes the iterator position (shuffle buffer and prefetched batches included) under prefix path."""
@@ -512,11 +600,13 @@ class InputPipeline:
         mine = self._fingerprint()
         diff = sorted(k for k in set(saved) | set(mine) if k != "files" and saved.get(k) != mine.get(k))
         if diff:
-            raise PipelineMismatch(f"{info}: the saved pipeline differs in {', '.join(diff)}; restore with the "
-                                   "config it was saved with.")
+            raise PipelineMismatch(
+                f"{info}: the saved pipeline differs in {', '.join(diff)}; restore with the config it was saved with."
+            )
         changed = files_difference(saved.get("files", []), mine["files"])
         if changed:
-            raise PipelineMismatch(f"{info}: {changed}; restore with the files it was saved with or start a new "
-                                   "workdir.")
+            raise PipelineMismatch(
+                f"{info}: {changed}; restore with the files it was saved with or start a new workdir."
+            )
         self._iterator, self._exhausted = iter(self.dataset), False
         tf.train.Checkpoint(iterator=self._iterator).read(path).assert_consumed()

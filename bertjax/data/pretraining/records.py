@@ -57,8 +57,12 @@ class RecordSchema:
         out = {name: (dtype, sizes.get(size, size)) for name, (dtype, size) in FEATURES.items()}
         k = self.max_instances_per_row
         if k:
-            out.update(next_sentence_labels=("int64", k), position_ids=("int64", self.max_seq_length),
-                       next_sentence_positions=("int64", k), next_sentence_weights=("float32", k))
+            out.update(
+                next_sentence_labels=("int64", k),
+                position_ids=("int64", self.max_seq_length),
+                next_sentence_positions=("int64", k),
+                next_sentence_weights=("float32", k),
+            )
         return out
 
     def length(self, feature: str) -> int:
@@ -68,12 +72,17 @@ class RecordSchema:
         """`tf.io.parse_example` spec."""
         import tensorflow as tf
 
-        return {name: tf.io.FixedLenFeature([n], tf.float32 if dtype == "float32" else tf.int64)
-                for name, (dtype, n) in self.features().items()}
+        return {
+            name: tf.io.FixedLenFeature([n], tf.float32 if dtype == "float32" else tf.int64)
+            for name, (dtype, n) in self.features().items()
+        }
 
     def to_dict(self) -> dict:
-        out = {"max_seq_length": self.max_seq_length, "max_predictions_per_seq": self.max_predictions_per_seq,
-               "features": {name: {"dtype": dtype, "shape": [n]} for name, (dtype, n) in self.features().items()}}
+        out = {
+            "max_seq_length": self.max_seq_length,
+            "max_predictions_per_seq": self.max_predictions_per_seq,
+            "features": {name: {"dtype": dtype, "shape": [n]} for name, (dtype, n) in self.features().items()},
+        }
         if self.max_instances_per_row:
             out["max_instances_per_row"] = self.max_instances_per_row
         return out
@@ -82,7 +91,6 @@ class RecordSchema:
 # --- Wire format ---------------------------------------------------------------------------------
 # Example{features=1: Features{feature=1: map<string, Feature>}}; a map entry is {key=1, value=2};
 # Feature{float_list=2 | int64_list=3}; each list is {value=1, packed}.
-
 
 
 def _varint(n: int) -> bytes:
@@ -117,8 +125,9 @@ def _packed_varints(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     out[starts] = (v & 0x7F).astype(np.uint8) | ((nbytes > 1).astype(np.uint8) << 7)
     for k in range(1, width):  # byte k of the values that have more than k bytes
         has = np.flatnonzero(nbytes > k)
-        out[starts[has] + k] = (((v[has] >> (7 * k)) & 0x7F).astype(np.uint8)
-                                | ((nbytes[has] > k + 1).astype(np.uint8) << 7))
+        out[starts[has] + k] = ((v[has] >> (7 * k)) & 0x7F).astype(np.uint8) | (
+            (nbytes[has] > k + 1).astype(np.uint8) << 7
+        )
     return out, nbytes.reshape(values.shape).sum(axis=1, dtype=np.int64)
 
 
@@ -156,7 +165,7 @@ def _table_lookup(entries: Sequence[bytes], which: np.ndarray) -> tuple[np.ndarr
     sizes = np.array([len(e) for e in entries], np.int64)
     table = np.zeros((len(entries), int(sizes.max())), np.uint8)
     for i, e in enumerate(entries):
-        table[i, :len(e)] = np.frombuffer(e, np.uint8)
+        table[i, : len(e)] = np.frombuffer(e, np.uint8)
     rows = table[which]
     return rows[np.arange(table.shape[1])[None, :] < sizes[which][:, None]], sizes[which]
 
@@ -215,8 +224,9 @@ def encode_framed(arrays: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np.ndar
     record_start = row_start + 12
     record_len = prefix_len - 12 + features_len
     data = out.tobytes()  # google_crc32c takes bytes only: one copy, then a slice per record
-    crcs = np.fromiter((google_crc32c.value(data[a:b]) for a, b in zip(record_start.tolist(), at.tolist())),
-                       np.uint32, rows)
+    crcs = np.fromiter(
+        (google_crc32c.value(data[a:b]) for a, b in zip(record_start.tolist(), at.tolist())), np.uint32, rows
+    )
     out[(at[:, None] + np.arange(4)).ravel()] = _mask_crc_array(crcs).view(np.uint8)
     return out, record_start, record_len
 
@@ -229,8 +239,7 @@ def disk_full_error(path: str, error: OSError) -> OSError:
     """ENOSPC as one sentence naming the file being written and the bytes left (local disks)."""
     where = os.path.dirname(os.path.abspath(path)) if not files.is_remote(path) else ""
     free = f" ({shutil.disk_usage(where).free:,} bytes free)" if where and os.path.isdir(where) else ""
-    full = OSError(f"no space left on the device writing {path}{free}: free space there or choose another "
-                   "--output_dir")
+    full = OSError(f"no space left on the device writing {path}{free}: free space there or choose another --output_dir")
     full.errno = error.errno  # str() stays the sentence alone, without "[Errno 28]"
     return full
 
@@ -262,7 +271,7 @@ class RecordWriter:
     def write_block(self, arrays: Mapping[str, np.ndarray], chunk: int = 2048) -> None:
         rows = len(next(iter(arrays.values())))
         for start in range(0, rows, chunk):  # chunks that stay in cache
-            framed, _, _ = encode_framed({k: v[start:start + chunk] for k, v in arrays.items()})
+            framed, _, _ = encode_framed({k: v[start : start + chunk] for k, v in arrays.items()})
             data = framed.tobytes()  # google_crc32c takes read-only bytes only
             try:
                 self._file.write(data)
@@ -303,6 +312,7 @@ class RecordWriter:
 
 # --- Metadata ------------------------------------------------------------------------------------
 
+
 def write_metadata(output_dir: str, schema: RecordSchema, **fields) -> dict:
     """Writes output_dir/metadata.json; returns what it holds."""
     path = os.path.join(output_dir, METADATA_NAME)
@@ -336,8 +346,9 @@ def infer_schema(files: Sequence[str]) -> tuple[RecordSchema, Optional[dict]]:
     metadata = read_metadata(files)
     if metadata is not None:
         s = metadata["schema"]
-        return RecordSchema(s["max_seq_length"], s["max_predictions_per_seq"],
-                            s.get("max_instances_per_row", 0)), metadata
+        return RecordSchema(
+            s["max_seq_length"], s["max_predictions_per_seq"], s.get("max_instances_per_row", 0)
+        ), metadata
     import tensorflow as tf
 
     for first in tf.data.TFRecordDataset(files[0]).take(1):
@@ -350,43 +361,64 @@ def infer_schema(files: Sequence[str]) -> tuple[RecordSchema, Optional[dict]]:
     if missing:
         raise ValueError(f"{files[0]}: records lack feature(s) {missing}; they are not BERT pre-training records.")
     packed = "next_sentence_positions" in feature
-    return RecordSchema(len(feature["input_ids"].int64_list.value), len(feature["masked_lm_ids"].int64_list.value),
-                        len(feature["next_sentence_positions"].int64_list.value) if packed else 0), None
+    return RecordSchema(
+        len(feature["input_ids"].int64_list.value),
+        len(feature["masked_lm_ids"].int64_list.value),
+        len(feature["next_sentence_positions"].int64_list.value) if packed else 0,
+    ), None
 
 
-def check_schema(files: Sequence[str], max_seq_length: int, max_predictions_per_seq: int,
-                 vocab_size: Optional[int] = None, max_instances_per_row: int = 0) -> Optional[dict]:
+def check_schema(
+    files: Sequence[str],
+    max_seq_length: int,
+    max_predictions_per_seq: int,
+    vocab_size: Optional[int] = None,
+    max_instances_per_row: int = 0,
+) -> Optional[dict]:
     """Raises one clear error when the records disagree with the config; returns their metadata.
 
     For packed records (max_instances_per_row > 0) max_predictions_per_seq is the row's budget."""
     schema, metadata = infer_schema(files)
     where = os.path.join(os.path.dirname(files[0]), METADATA_NAME) if metadata else files[0]
     if bool(schema.max_instances_per_row) != bool(max_instances_per_row):
-        raise ValueError(f"{where}: the records are {'packed' if schema.max_instances_per_row else 'unpacked'} but "
-                         f"config.data.packing={bool(max_instances_per_row)}; set it to "
-                         f"{bool(schema.max_instances_per_row)} or use records made with"
-                         f"{'out' if not max_instances_per_row else ''} `prepare --packing`.")
+        raise ValueError(
+            f"{where}: the records are {'packed' if schema.max_instances_per_row else 'unpacked'} but "
+            f"config.data.packing={bool(max_instances_per_row)}; set it to "
+            f"{bool(schema.max_instances_per_row)} or use records made with"
+            f"{'out' if not max_instances_per_row else ''} `prepare --packing`."
+        )
     if schema.max_instances_per_row != max_instances_per_row:
-        raise ValueError(f"{where}: records pack up to {schema.max_instances_per_row} instances a row but "
-                         f"config.data.max_instances_per_row={max_instances_per_row}; set the config to match.")
+        raise ValueError(
+            f"{where}: records pack up to {schema.max_instances_per_row} instances a row but "
+            f"config.data.max_instances_per_row={max_instances_per_row}; set the config to match."
+        )
     if max_instances_per_row and schema.max_predictions_per_seq != max_predictions_per_seq:
-        raise ValueError(f"{where}: packed records have {schema.max_predictions_per_seq} prediction slots a row "
-                         f"but config.data.max_predictions_per_row={max_predictions_per_seq}; set the config to "
-                         "match or re-run prepare.")
+        raise ValueError(
+            f"{where}: packed records have {schema.max_predictions_per_seq} prediction slots a row "
+            f"but config.data.max_predictions_per_row={max_predictions_per_seq}; set the config to "
+            "match or re-run prepare."
+        )
     if schema.max_seq_length != max_seq_length:
-        raise ValueError(f"{where}: records have max_seq_length={schema.max_seq_length} but config.data."
-                         f"max_seq_length={max_seq_length}; set the config to match or re-run prepare.")
+        raise ValueError(
+            f"{where}: records have max_seq_length={schema.max_seq_length} but config.data."
+            f"max_seq_length={max_seq_length}; set the config to match or re-run prepare."
+        )
     if schema.max_predictions_per_seq != max_predictions_per_seq:
-        raise ValueError(f"{where}: records have max_predictions_per_seq={schema.max_predictions_per_seq} but "
-                         f"config.data.max_predictions_per_seq={max_predictions_per_seq}; set the config to "
-                         "match or re-run prepare.")
+        raise ValueError(
+            f"{where}: records have max_predictions_per_seq={schema.max_predictions_per_seq} but "
+            f"config.data.max_predictions_per_seq={max_predictions_per_seq}; set the config to "
+            "match or re-run prepare."
+        )
     if vocab_size is not None and metadata and metadata.get("vocab_size") not in (None, vocab_size):
-        raise ValueError(f"{where}: records were made with a vocabulary of {metadata['vocab_size']} tokens but "
-                         f"config.model.vocab_size={vocab_size}; set the config to match or re-run prepare.")
+        raise ValueError(
+            f"{where}: records were made with a vocabulary of {metadata['vocab_size']} tokens but "
+            f"config.model.vocab_size={vocab_size}; set the config to match or re-run prepare."
+        )
     return metadata
 
 
 # --- Complete and fresh record sets ---------------------------------------------------------------------
+
 
 def expand_record_files(patterns: str | Sequence[str], what: str = "record") -> list[str]:
     """Record globs → files, as `expand_patterns`; a directory stands for the shards its metadata.json lists."""
@@ -399,18 +431,24 @@ def expand_record_files(patterns: str | Sequence[str], what: str = "record") -> 
         if listing is not None:
             out += [os.path.join(name, entry["file"]) for entry in listing.get("files", ())]
         else:  # a glob such as DIR/* means the shards, not the metadata.json beside them
-            out += [f for f in expand_patterns(name, what)
-                    if not (set(name) & set("*?[") and os.path.basename(f) == METADATA_NAME)]
+            out += [
+                f
+                for f in expand_patterns(name, what)
+                if not (set(name) & set("*?[") and os.path.basename(f) == METADATA_NAME)
+            ]
     if not out:
-        raise FileNotFoundError(f"{what} {patterns!r} matches only {METADATA_NAME}: name the record shards, or "
-                                "their directory.")
+        raise FileNotFoundError(
+            f"{what} {patterns!r} matches only {METADATA_NAME}: name the record shards, or their directory."
+        )
     return list(dict.fromkeys(out))
 
 
 def damaged_file_error(scan: "FileScan", listed: dict[str, int]) -> ValueError:
-    return ValueError(f"record file {scan.describe(listed.get(scan.path))}; re-create it with `python -m "
-                      "bertjax.prepare`, drop it from the file list, or set config.data.skip_damaged_records=true "
-                      "to read every file up to its first damage (counted in the log).")
+    return ValueError(
+        f"record file {scan.describe(listed.get(scan.path))}; re-create it with `python -m "
+        "bertjax.prepare`, drop it from the file list, or set config.data.skip_damaged_records=true "
+        "to read every file up to its first damage (counted in the log)."
+    )
 
 
 def check_record_set(files: Sequence[str], damaged_ok: bool = False) -> list[str]:
@@ -427,8 +465,10 @@ def check_record_set(files: Sequence[str], damaged_ok: bool = False) -> list[str
         by_dir.setdefault(os.path.dirname(f), []).append(f)
     for here, matched in by_dir.items():
         if tf.io.gfile.exists(os.path.join(here, STAGING_NAME)):
-            raise ValueError(f"{here} holds an unfinished record set ({STAGING_NAME}: a prepare into it failed or "
-                             "was killed); re-run `python -m bertjax.prepare` into it (it clears the leftovers).")
+            raise ValueError(
+                f"{here} holds an unfinished record set ({STAGING_NAME}: a prepare into it failed or "
+                "was killed); re-run `python -m bertjax.prepare` into it (it clears the leftovers)."
+            )
         metadata = metadata_in(here)
         if metadata is None or "files" not in metadata:  # none, or written by hand: no shards listed to check
             unchecked.append(here or ".")
@@ -437,13 +477,17 @@ def check_record_set(files: Sequence[str], damaged_ok: bool = False) -> list[str
         listed = {entry["file"]: entry for entry in metadata["files"]}
         for path in matched:
             if os.path.basename(path) not in listed:
-                raise ValueError(f"record file {path} is not in {listing}: it is left from another run; delete it, "
-                                 "or re-run prepare with --overwrite, which replaces the whole set.")
+                raise ValueError(
+                    f"record file {path} is not in {listing}: it is left from another run; delete it, "
+                    "or re-run prepare with --overwrite, which replaces the whole set."
+                )
         for name, entry in listed.items():
             path = os.path.join(here, name)
             if not tf.io.gfile.exists(path):
-                raise ValueError(f"{listing} lists {name}, which is missing from {here}: the record set is "
-                                 "incomplete; restore the file or re-run prepare.")
+                raise ValueError(
+                    f"{listing} lists {name}, which is missing from {here}: the record set is "
+                    "incomplete; restore the file or re-run prepare."
+                )
             if path not in matched or "bytes" not in entry:
                 continue
             size = tf.io.gfile.stat(path).length
@@ -453,8 +497,10 @@ def check_record_set(files: Sequence[str], damaged_ok: bool = False) -> list[str
                     continue
                 if scan.problem:
                     raise damaged_file_error(scan, {path: int(entry.get("records", entry.get("instances", 0)))})
-                raise ValueError(f"record file {path} has {size:,} bytes but {listing} lists {entry['bytes']:,}: it "
-                                 "was changed or cut short since prepare wrote it; restore it or re-run prepare.")
+                raise ValueError(
+                    f"record file {path} has {size:,} bytes but {listing} lists {entry['bytes']:,}: it "
+                    "was changed or cut short since prepare wrote it; restore it or re-run prepare."
+                )
     return unchecked
 
 
@@ -476,9 +522,11 @@ def verify_checksums(files: Sequence[str]) -> None:
             while chunk := f.read(1 << 24):
                 crc.update(chunk)
         if crc.hexdigest().decode() != entry["crc32c"]:
-            raise ValueError(f"record file {path} fails its checksum (crc32c {crc.hexdigest().decode()}, "
-                             f"{os.path.join(here, METADATA_NAME)} lists {entry['crc32c']}): its bytes changed since "
-                             "prepare wrote it; re-run prepare.")
+            raise ValueError(
+                f"record file {path} fails its checksum (crc32c {crc.hexdigest().decode()}, "
+                f"{os.path.join(here, METADATA_NAME)} lists {entry['crc32c']}): its bytes changed since "
+                "prepare wrote it; re-run prepare."
+            )
 
 
 # --- Damaged files -------------------------------------------------------------------------------------
@@ -503,8 +551,11 @@ class FileScan:
 
     def describe(self, listed: Optional[int] = None) -> str:
         """'PATH has a truncated record at byte N after K good records (...)': one clause for a sentence."""
-        lost = (f"{listed - self.records:,} of the {listed:,} records metadata.json lists are lost"
-                if listed is not None and listed >= self.records else f"{self.size - self.end:,} bytes unread")
+        lost = (
+            f"{listed - self.records:,} of the {listed:,} records metadata.json lists are lost"
+            if listed is not None and listed >= self.records
+            else f"{self.size - self.end:,} bytes unread"
+        )
         return f"{self.path} has {self.problem} at byte {self.end:,} after {self.records:,} good records ({lost})"
 
 
@@ -538,7 +589,7 @@ def scan_file(path: str, chunk_bytes: int = 1 << 24) -> FileScan:
             pos = end - base
             if len(buf) - pos < _HEADER.size:
                 buf, base, pos = buf[pos:] + f.read(max(chunk_bytes, _HEADER.size)), end, 0
-            problem = _frame_problem(buf[pos:pos + _HEADER.size], end)
+            problem = _frame_problem(buf[pos : pos + _HEADER.size], end)
             if problem:
                 return FileScan(path, records, end, size, problem)
             length = _HEADER.unpack_from(buf, pos)[0]
@@ -548,7 +599,7 @@ def scan_file(path: str, chunk_bytes: int = 1 << 24) -> FileScan:
                 stop = _HEADER.size + length + 4
                 if stop > len(buf):
                     return FileScan(path, records, end, size, "a truncated record")
-            if masked_crc(buf[pos + _HEADER.size:stop - 4]) != buf[stop - 4:stop]:
+            if masked_crc(buf[pos + _HEADER.size : stop - 4]) != buf[stop - 4 : stop]:
                 return FileScan(path, records, end, size, "a record whose data fails its CRC check")
             records, end = records + 1, end + FRAME_BYTES + length
     return FileScan(path, records, end, size)

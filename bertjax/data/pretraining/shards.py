@@ -42,8 +42,18 @@ BLOCK_CHARS = 1_000_000
 # Sentences per tokenizer call: bounds the tokenizer's per-sentence objects (offsets, strings).
 ENCODE_BATCH = 4096
 SHARD_STATS_SUFFIX = ".stats.json"
-COUNT_KEYS = ("documents", "sentences", "tokens", "empty_sentences", "empty_documents", "instances", "masked",
-              "rows", "real_tokens", "covered_tokens")
+COUNT_KEYS = (
+    "documents",
+    "sentences",
+    "tokens",
+    "empty_sentences",
+    "empty_documents",
+    "instances",
+    "masked",
+    "rows",
+    "real_tokens",
+    "covered_tokens",
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,8 +76,9 @@ class PrepareConfig:
     def schema(self) -> records.RecordSchema:
         if self.packing is None:
             return records.RecordSchema(self.instance.max_seq_length, self.instance.max_predictions_per_seq)
-        return records.RecordSchema(self.instance.max_seq_length, self.packing.max_predictions_per_row,
-                                    self.packing.max_instances_per_row)
+        return records.RecordSchema(
+            self.instance.max_seq_length, self.packing.max_predictions_per_row, self.packing.max_instances_per_row
+        )
 
     @property
     def staging_dir(self) -> str:
@@ -82,9 +93,13 @@ class PrepareConfig:
         return os.path.join(self.staging_dir, self.shard_name(k))
 
     def open_source(self) -> corpus_lib.Source:
-        return corpus_lib.open_source(self.input_file, data_dir=self.tfds_data_dir, text_field=self.text_field,
-                                      text_feature=self.tfds_text_feature,
-                                      skip_bad_json_lines=self.skip_bad_json_lines)
+        return corpus_lib.open_source(
+            self.input_file,
+            data_dir=self.tfds_data_dir,
+            text_field=self.text_field,
+            text_feature=self.tfds_text_feature,
+            skip_bad_json_lines=self.skip_bad_json_lines,
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,8 +137,7 @@ def load_tokenizer(cfg: PrepareConfig) -> tuple[tokenization.Tokenizer, instance
     return _TOKENIZERS[key]
 
 
-def _shard_documents(work: ShardWork, source: corpus_lib.Source,
-                     stats: corpus_lib.CorpusStats) -> Iterator[list[str]]:
+def _shard_documents(work: ShardWork, source: corpus_lib.Source, stats: corpus_lib.CorpusStats) -> Iterator[list[str]]:
     documents = source.read(work.units, stats)
     if work.stride == 1:
         return documents
@@ -142,13 +156,14 @@ def _blocks(documents: Iterator[list[str]], block_chars: int) -> Iterator[list[l
         yield block
 
 
-def tokenize_block(tokenizer: tokenization.Tokenizer, documents: list[list[str]],
-                   counts: dict[str, int]) -> instances_lib.TokenizedBlock:
+def tokenize_block(
+    tokenizer: tokenization.Tokenizer, documents: list[list[str]], counts: dict[str, int]
+) -> instances_lib.TokenizedBlock:
     """Tokenizes a block in batches; sentences and documents left with no tokens are counted and dropped."""
     sentences = [s for doc in documents for s in doc]
     pieces, lengths = [], []
     for i in range(0, len(sentences), ENCODE_BATCH):
-        ids = tokenizer.encode_batch(sentences[i:i + ENCODE_BATCH])
+        ids = tokenizer.encode_batch(sentences[i : i + ENCODE_BATCH])
         lengths.append(np.fromiter(map(len, ids), np.int64, len(ids)))
         pieces.append(np.fromiter(itertools.chain.from_iterable(ids), np.int32, int(lengths[-1].sum())))
     del sentences
@@ -164,16 +179,21 @@ def tokenize_block(tokenizer: tokenization.Tokenizer, documents: list[list[str]]
     counts["documents"] += len(doc_sentences)
     counts["sentences"] += len(sentence_lengths)
     counts["tokens"] += len(tokens)
-    return instances_lib.TokenizedBlock(tokens, np.concatenate([[0], np.cumsum(sentence_lengths)]),
-                                        np.concatenate([[0], np.cumsum(doc_sentences)]))
+    return instances_lib.TokenizedBlock(
+        tokens, np.concatenate([[0], np.cumsum(sentence_lengths)]), np.concatenate([[0], np.cumsum(doc_sentences)])
+    )
 
 
 def shard_seed(random_seed: int, shard: int, block: int) -> int:
     return int(np.random.SeedSequence([random_seed, shard, block]).generate_state(1)[0])
 
 
-def process_shard(cfg: PrepareConfig, work: ShardWork | int, progress: Optional[Callable[[dict], None]] = None,
-                  source: Optional[corpus_lib.Source] = None) -> dict:
+def process_shard(
+    cfg: PrepareConfig,
+    work: ShardWork | int,
+    progress: Optional[Callable[[dict], None]] = None,
+    source: Optional[corpus_lib.Source] = None,
+) -> dict:
     """Writes one shard and its stats file; returns the stats. `work` may be a shard index (planned here)."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # one core per worker: scale with --num_workers
     source = source or cfg.open_source()
@@ -189,8 +209,9 @@ def process_shard(cfg: PrepareConfig, work: ShardWork | int, progress: Optional[
             del block_docs
             if block.num_documents == 0:
                 continue
-            arrays = instances_lib.create_instances(block, cfg.instance, vocab, shard_seed(cfg.random_seed, k, b),
-                                                    counts=counts)
+            arrays = instances_lib.create_instances(
+                block, cfg.instance, vocab, shard_seed(cfg.random_seed, k, b), counts=counts
+            )
             made = len(arrays["input_ids"])
             counts["instances"] += made
             counts["masked"] += int(arrays["masked_lm_weights"].sum())
@@ -203,14 +224,21 @@ def process_shard(cfg: PrepareConfig, work: ShardWork | int, progress: Optional[
                 progress(dict(shard=k, instances=made, documents=block.num_documents))
             del arrays, block
     # A shard that read the whole corpus to keep its share reports the corpus only as shard 0.
-    result = dict(shard=k, file=cfg.shard_name(k), bytes=writer.size, crc32c=writer.crc32c, **counts,
-                  corpus=corpus_stats.as_dict() if (k == 0 or not work.reads_whole_corpus) else None)
+    result = dict(
+        shard=k,
+        file=cfg.shard_name(k),
+        bytes=writer.size,
+        crc32c=writer.crc32c,
+        **counts,
+        corpus=corpus_stats.as_dict() if (k == 0 or not work.reads_whole_corpus) else None,
+    )
     with records.open_for_write(cfg.shard_path(k) + SHARD_STATS_SUFFIX) as f:
         f.write(json.dumps(result).encode())
     return result
 
 
 # --- Runners -------------------------------------------------------------------------------------
+
 
 class Progress:
     """Rate and ETA on stderr, at most every `interval` seconds."""
@@ -235,9 +263,11 @@ class Progress:
         elapsed = max(now - self.start, 1e-9)
         done = self.shards_done / self.total
         eta = f"{(elapsed / done - elapsed):.0f}s" if 0 < done < 1 else ("0s" if done >= 1 else "?")
-        return (f"prepare: shards {self.shards_done}/{self.total}, {self.documents:,} documents, "
-                f"{self.instances:,} instances, {self.instances / elapsed:,.0f} instances/s, "
-                f"elapsed {elapsed:.0f}s, ETA {eta}")
+        return (
+            f"prepare: shards {self.shards_done}/{self.total}, {self.documents:,} documents, "
+            f"{self.instances:,} instances, {self.instances / elapsed:,.0f} instances/s, "
+            f"elapsed {elapsed:.0f}s, ETA {eta}"
+        )
 
 
 def _take(counter: Any, total: int) -> Optional[int]:
@@ -272,18 +302,32 @@ def _die_with_parent(parent_pid: int) -> None:
     threading.Thread(target=watch, daemon=True, name="bertjax-prepare-parent-watch").start()
 
 
-def _worker_main(cfg: PrepareConfig, plan: list[ShardWork], counter: Any, events: Any,
-                 tokenizer: tokenization.Tokenizer, parent_pid: int) -> None:
+def _worker_main(
+    cfg: PrepareConfig,
+    plan: list[ShardWork],
+    counter: Any,
+    events: Any,
+    tokenizer: tokenization.Tokenizer,
+    parent_pid: int,
+) -> None:
     """A spawned worker: takes shards until none are left, reporting on `events`."""
     _die_with_parent(parent_pid)
     try:
         # The parent's tokenizer comes with the spawn arguments (~25 ms) instead of being rebuilt (~1 s).
-        _TOKENIZERS[(os.path.abspath(cfg.vocab_file), cfg.do_lower_case)] = tokenizer, instances_lib.Vocab.from_tokenizer(tokenizer)
+        _TOKENIZERS[(os.path.abspath(cfg.vocab_file), cfg.do_lower_case)] = (
+            tokenizer,
+            instances_lib.Vocab.from_tokenizer(tokenizer),
+        )
         source = cfg.open_source()
         while (i := _take(counter, len(plan))) is not None:
             events.put(("start", i, os.getpid()))
-            events.put(("done", i, process_shard(cfg, plan[i], progress=lambda e: events.put(("progress", i, e)),
-                                                 source=source)))
+            events.put(
+                (
+                    "done",
+                    i,
+                    process_shard(cfg, plan[i], progress=lambda e: events.put(("progress", i, e)), source=source),
+                )
+            )
     except BaseException as e:  # noqa: BLE001 (reported to the parent, which raises it)
         try:
             pickle.dumps(e)
@@ -292,8 +336,9 @@ def _worker_main(cfg: PrepareConfig, plan: list[ShardWork], counter: Any, events
         events.put(("error", None, e))
 
 
-def run_local(cfg: PrepareConfig, num_workers: int, progress: Progress,
-              plan: Optional[list[ShardWork]] = None) -> list[dict]:
+def run_local(
+    cfg: PrepareConfig, num_workers: int, progress: Progress, plan: Optional[list[ShardWork]] = None
+) -> list[dict]:
     """Shards on `num_workers` processes: this one and num_workers - 1 spawned ones. This process
     works too, so that the workers' start-up (imports, ~0.5 s) overlaps with real work."""
     source = cfg.open_source()
@@ -309,8 +354,15 @@ def run_local(cfg: PrepareConfig, num_workers: int, progress: Progress,
     ctx = multiprocessing.get_context("spawn")
     events, counter = ctx.Queue(), ctx.Value("i", 0)
     tokenizer = load_tokenizer(cfg)[0]
-    workers = [ctx.Process(target=_worker_main, args=(cfg, plan, counter, events, tokenizer, os.getpid()),
-                           daemon=True, name=f"bertjax-prepare-{w}") for w in range(1, num_workers)]
+    workers = [
+        ctx.Process(
+            target=_worker_main,
+            args=(cfg, plan, counter, events, tokenizer, os.getpid()),
+            daemon=True,
+            name=f"bertjax-prepare-{w}",
+        )
+        for w in range(1, num_workers)
+    ]
     results: dict[int, dict] = {}
     running: dict[int, int] = {}  # worker pid → shard it is writing
 
@@ -338,8 +390,9 @@ def run_local(cfg: PrepareConfig, num_workers: int, progress: Progress,
         for w in workers:
             w.start()
         while (i := _take(counter, len(plan))) is not None:
-            results[i] = process_shard(cfg, plan[i], source=source,
-                                       progress=lambda e: (progress.update(e), drain(block=False)))
+            results[i] = process_shard(
+                cfg, plan[i], source=source, progress=lambda e: (progress.update(e), drain(block=False))
+            )
             progress.update(dict(shard_done=1))
             drain(block=False)
         while len(results) < len(plan):
@@ -347,9 +400,11 @@ def run_local(cfg: PrepareConfig, num_workers: int, progress: Progress,
             for w in workers:
                 if w.exitcode not in (None, 0) and running.get(w.pid) not in results:
                     drain(block=False)  # an error it reported is clearer than its exit code
-                    raise RuntimeError(f"prepare worker {w.pid} died (exit code {w.exitcode}; -9 is usually out "
-                                       f"of memory) while writing shard {running.get(w.pid)}; re-run with fewer "
-                                       "--num_workers.")
+                    raise RuntimeError(
+                        f"prepare worker {w.pid} died (exit code {w.exitcode}; -9 is usually out "
+                        f"of memory) while writing shard {running.get(w.pid)}; re-run with fewer "
+                        "--num_workers."
+                    )
     finally:
         for w in workers:
             if w.pid is None:  # never started: joining would hide the error that stopped us
@@ -369,9 +424,12 @@ def run_beam(cfg: PrepareConfig, beam_args: list[str], plan: Optional[list[Shard
         raise RuntimeError("--runner=beam needs Apache Beam: pip install 'bertjax[beam]'.") from None
     plan = plan or plan_shards(cfg)
     with beam.Pipeline(options=PipelineOptions(beam_args)) as pipeline:
-        _ = (pipeline | "Shards" >> beam.Create(plan)
-             | "Spread" >> beam.Reshuffle()
-             | "WriteShard" >> beam.Map(_beam_process_shard, cfg))
+        _ = (
+            pipeline
+            | "Shards" >> beam.Create(plan)
+            | "Spread" >> beam.Reshuffle()
+            | "WriteShard" >> beam.Map(_beam_process_shard, cfg)
+        )
     return [read_shard_stats(cfg, k) for k in range(cfg.num_shards)]
 
 

@@ -35,24 +35,34 @@ def check_job_vocab(job: Any) -> Any:
             log.info("setup: config.model.vocab_size unset: %d, the size of %s", vocab_size, d.vocab_file)
         else:
             vocab_size = models_lib.get(job.model.family).config.config_for_size("base").vocab_size
-            log.warning("setup: config.model.vocab_size unset and the records have no metadata.json: using "
-                        "%s-base's %d; set it, or config.data.vocab_file, to the records' vocabulary",
-                        job.model.family, vocab_size)
+            log.warning(
+                "setup: config.model.vocab_size unset and the records have no metadata.json: using "
+                "%s-base's %d; set it, or config.data.vocab_file, to the records' vocabulary",
+                job.model.family,
+                vocab_size,
+            )
     if tokenizer is not None:
         if tokenizer.vocab_size != vocab_size:
-            raise ValueError(f"config.data.vocab_file={d.vocab_file} has {tokenizer.vocab_size:,} tokens but "
-                             f"config.model.vocab_size={vocab_size:,}: use the vocab the records were made with "
-                             "(a vocab that lost a line shifts every id after it), or set the size to match.")
+            raise ValueError(
+                f"config.data.vocab_file={d.vocab_file} has {tokenizer.vocab_size:,} tokens but "
+                f"config.model.vocab_size={vocab_size:,}: use the vocab the records were made with "
+                "(a vocab that lost a line shifts every id after it), or set the size to match."
+            )
         made_with = (metadata or {}).get("vocab_hash")
         if made_with and tokenizer.vocab_hash() != made_with:
-            raise ValueError(f"config.data.vocab_file={d.vocab_file} is not the vocabulary the records were made "
-                             f"with (its sha256 differs from {where}' vocab_hash; prepare used "
-                             f"{metadata.get('vocab_file', 'another file')}): set config.data.vocab_file to that "
-                             "file.")
+            raise ValueError(
+                f"config.data.vocab_file={d.vocab_file} is not the vocabulary the records were made "
+                f"with (its sha256 differs from {where}' vocab_hash; prepare used "
+                f"{metadata.get('vocab_file', 'another file')}): set config.data.vocab_file to that "
+                "file."
+            )
     model = {"vocab_size": vocab_size}
     if tokenizer is not None:  # special ids the vocab has (ModernBERT's config.json carries them); -1 = unset
-        for name, token_id in (("pad_token_id", tokenizer.pad_id), ("cls_token_id", tokenizer.cls_id),
-                               ("sep_token_id", tokenizer.sep_id)):
+        for name, token_id in (
+            ("pad_token_id", tokenizer.pad_id),
+            ("cls_token_id", tokenizer.cls_id),
+            ("sep_token_id", tokenizer.sep_id),
+        ):
             if getattr(job.model, name) < 0:
                 model[name] = token_id
     return job.replace(model=model)

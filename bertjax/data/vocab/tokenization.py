@@ -38,8 +38,16 @@ BYTE_LEVEL_SPACE = "\u0120"  # "Ġ": byte-level BPE's mark of a piece that start
 ROBERTA_SPECIALS = {PAD: "<pad>", UNK: "<unk>", CLS: "<s>", SEP: "</s>", MASK: "<mask>"}
 
 # BERT's _is_chinese_char ranges (CJK ideographs, not Hangul or kana).
-_CJK_RANGES = ((0x4E00, 0x9FFF), (0x3400, 0x4DBF), (0x20000, 0x2A6DF), (0x2A700, 0x2B73F), (0x2B740, 0x2B81F),
-               (0x2B820, 0x2CEAF), (0xF900, 0xFAFF), (0x2F800, 0x2FA1F))
+_CJK_RANGES = (
+    (0x4E00, 0x9FFF),
+    (0x3400, 0x4DBF),
+    (0x20000, 0x2A6DF),
+    (0x2A700, 0x2B73F),
+    (0x2B740, 0x2B81F),
+    (0x2B820, 0x2CEAF),
+    (0xF900, 0xFAFF),
+    (0x2F800, 0x2FA1F),
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,19 +96,25 @@ class Tokenizer(abc.ABC):
     def _set_vocab(self, vocab: list[str]) -> None:
         """Validates the vocab once so every later failure is impossible, then records the special ids."""
         if not vocab:
-            raise ValueError(f"Vocabulary file {self.path} is empty; point to a real vocab or train one with "
-                             "`python -m bertjax.tokenizer`.")
+            raise ValueError(
+                f"Vocabulary file {self.path} is empty; point to a real vocab or train one with "
+                "`python -m bertjax.tokenizer`."
+            )
         seen: dict[str, int] = {}
         for i, token in enumerate(vocab):
             if token in seen:
-                raise ValueError(f"Vocabulary file {self.path} lists {token!r} twice (entries {seen[token]} and {i}); "
-                                 "remove the duplicate so every token has one id.")
+                raise ValueError(
+                    f"Vocabulary file {self.path} lists {token!r} twice (entries {seen[token]} and {i}); "
+                    "remove the duplicate so every token has one id."
+                )
             seen[token] = i
         missing = [t for t in SPECIAL_TOKENS if t not in seen]
         if missing:
-            raise ValueError(f"Vocabulary file {self.path} lacks the special token(s) {' '.join(missing)}; add them "
-                             f"(BERT's vocab.txt has [PAD] at 0 and [UNK] [CLS] [SEP] [MASK] at 100-103) or retrain "
-                             "with `python -m bertjax.tokenizer`.")
+            raise ValueError(
+                f"Vocabulary file {self.path} lacks the special token(s) {' '.join(missing)}; add them "
+                f"(BERT's vocab.txt has [PAD] at 0 and [UNK] [CLS] [SEP] [MASK] at 100-103) or retrain "
+                "with `python -m bertjax.tokenizer`."
+            )
         self.vocab = vocab
         self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id = (seen[t] for t in SPECIAL_TOKENS)
 
@@ -193,9 +207,14 @@ def _bert_char_classes() -> dict[str, str]:
         if cat == "Mn":
             marks.append(cp)
     cjk = [cp for a, b in _CJK_RANGES for cp in range(a, b + 1)]
-    return {"control": _char_class(control), "whitespace": _char_class(
-        cp for cp in range(sys.maxunicode + 1) if chr(cp) in " \t\n\r" or unicodedata.category(chr(cp)) == "Zs"),
-        "split": _char_class(sorted(set(punct) | set(cjk))), "marks": _char_class(marks)}
+    return {
+        "control": _char_class(control),
+        "whitespace": _char_class(
+            cp for cp in range(sys.maxunicode + 1) if chr(cp) in " \t\n\r" or unicodedata.category(chr(cp)) == "Zs"
+        ),
+        "split": _char_class(sorted(set(punct) | set(cjk))),
+        "marks": _char_class(marks),
+    }
 
 
 # Python's str.lower() Final_Sigma rule: Σ after a cased letter and not before one, case-ignorables skipped both ways.
@@ -210,20 +229,28 @@ def bert_pipeline(do_lower_case: bool) -> tuple[normalizers.Normalizer, pre_toke
     and CJK ideographs.
     """
     classes = _bert_char_classes()
-    steps = [normalizers.Replace(Regex(classes["control"]), ""),
-             normalizers.Replace(Regex(classes["whitespace"]), " ")]
+    steps = [normalizers.Replace(Regex(classes["control"]), ""), normalizers.Replace(Regex(classes["whitespace"]), " ")]
     if do_lower_case:
-        steps += [normalizers.Replace(Regex(_FINAL_SIGMA), "ς"),
-                  normalizers.Lowercase(), normalizers.NFD(), normalizers.Replace(Regex(classes["marks"]), "")]
-    pre = pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(),
-                                   pre_tokenizers.Split(Regex(classes["split"]), behavior="isolated")])
+        steps += [
+            normalizers.Replace(Regex(_FINAL_SIGMA), "ς"),
+            normalizers.Lowercase(),
+            normalizers.NFD(),
+            normalizers.Replace(Regex(classes["marks"]), ""),
+        ]
+    pre = pre_tokenizers.Sequence(
+        [pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Split(Regex(classes["split"]), behavior="isolated")]
+    )
     return normalizers.Sequence(steps), pre
 
 
 def _hf_wordpiece(vocab: dict[str, int] | None, do_lower_case: bool) -> tokenizers.Tokenizer:
     kwargs = {} if vocab is None else {"vocab": vocab}  # No vocab: an empty model for the trainer to fill.
-    model = tokenizers.models.WordPiece(**kwargs, unk_token=UNK, max_input_chars_per_word=MAX_INPUT_CHARS_PER_WORD,
-                                        continuing_subword_prefix=WORDPIECE_PREFIX)
+    model = tokenizers.models.WordPiece(
+        **kwargs,
+        unk_token=UNK,
+        max_input_chars_per_word=MAX_INPUT_CHARS_PER_WORD,
+        continuing_subword_prefix=WORDPIECE_PREFIX,
+    )
     tok = tokenizers.Tokenizer(model)
     tok.normalizer, tok.pre_tokenizer = bert_pipeline(do_lower_case)
     tok.decoder = decoders.WordPiece(prefix=WORDPIECE_PREFIX)
@@ -235,9 +262,11 @@ def read_vocab_txt(path: pathlib.Path) -> list[str]:
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except UnicodeDecodeError as e:  # a gzip, a binary or a Latin-1 file: name it rather than the codec
-        raise ValueError(f"Vocabulary file {path} is not UTF-8 text (byte {e.object[e.start]:#04x} at offset "
-                         f"{e.start}); pass a WordPiece vocab.txt with one token per line, or a SentencePiece "
-                         "file named *.model.") from None
+        raise ValueError(
+            f"Vocabulary file {path} is not UTF-8 text (byte {e.object[e.start]:#04x} at offset "
+            f"{e.start}); pass a WordPiece vocab.txt with one token per line, or a SentencePiece "
+            "file named *.model."
+        ) from None
     vocab = [line.strip() for line in lines]
     for i, token in enumerate(vocab):
         if not token:
@@ -270,8 +299,10 @@ class WordPieceTokenizer(_TokenizersEngine):
         self.path = pathlib.Path(path)
         self.do_lower_case = do_lower_case
         if not self.path.is_file():
-            raise FileNotFoundError(f"Vocabulary file {self.path} does not exist; pass the vocab.txt of your BERT "
-                                    "checkpoint or train one with `python -m bertjax.tokenizer`.")
+            raise FileNotFoundError(
+                f"Vocabulary file {self.path} does not exist; pass the vocab.txt of your BERT "
+                "checkpoint or train one with `python -m bertjax.tokenizer`."
+            )
         self._set_vocab(read_vocab_txt(self.path))
         self._tok = _hf_wordpiece({t: i for i, t in enumerate(self.vocab)}, do_lower_case)
 
@@ -284,8 +315,10 @@ class WordPieceTokenizer(_TokenizersEngine):
         tok = _hf_wordpiece({t: i for i, t in enumerate(self.vocab)}, self.do_lower_case)
         cls, sep = self.vocab[self.cls_id], self.vocab[self.sep_id]
         tok.post_processor = processors.TemplateProcessing(
-            single=f"{cls} $A {sep}", pair=f"{cls} $A {sep} $B:1 {sep}:1",
-            special_tokens=[(cls, self.cls_id), (sep, self.sep_id)])
+            single=f"{cls} $A {sep}",
+            pair=f"{cls} $A {sep} $B:1 {sep}:1",
+            special_tokens=[(cls, self.cls_id), (sep, self.sep_id)],
+        )
         tok.save(str(path))
 
 
@@ -299,13 +332,17 @@ class SentencePieceTokenizer(Tokenizer):
         self.path = pathlib.Path(path)
         self.do_lower_case = do_lower_case
         if not self.path.is_file():
-            raise FileNotFoundError(f"SentencePiece model {self.path} does not exist; pass the .model file or train "
-                                    "one with `python -m bertjax.tokenizer --model_type=sentencepiece`.")
+            raise FileNotFoundError(
+                f"SentencePiece model {self.path} does not exist; pass the .model file or train "
+                "one with `python -m bertjax.tokenizer --model_type=sentencepiece`."
+            )
         try:
             self._sp = spm.SentencePieceProcessor(model_file=str(self.path))
         except (OSError, RuntimeError) as e:
-            raise ValueError(f"SentencePiece model {self.path} cannot be read ({' '.join(str(e).split())}); pass "
-                             "a file written by sentencepiece training.") from None
+            raise ValueError(
+                f"SentencePiece model {self.path} cannot be read ({' '.join(str(e).split())}); pass "
+                "a file written by sentencepiece training."
+            ) from None
         self._set_vocab([self._sp.id_to_piece(i) for i in range(self._sp.get_piece_size())])
 
     def _prep(self, text: str) -> str:
@@ -340,13 +377,17 @@ class JsonTokenizer(_TokenizersEngine):
         self.path = pathlib.Path(path)
         self.do_lower_case = do_lower_case
         if not self.path.is_file():
-            raise FileNotFoundError(f"Tokenizer file {self.path} does not exist; pass a tokenizer.json or train one "
-                                    "with `python -m bertjax.tokenizer --model_type=bpe`.")
+            raise FileNotFoundError(
+                f"Tokenizer file {self.path} does not exist; pass a tokenizer.json or train one "
+                "with `python -m bertjax.tokenizer --model_type=bpe`."
+            )
         try:
             self._tok = tokenizers.Tokenizer.from_file(str(self.path))
         except Exception as e:  # noqa: BLE001  (tokenizers raises its own Exception subclass)
-            raise ValueError(f"Tokenizer file {self.path} cannot be read by `tokenizers` ({str(e).strip()[:200]}); "
-                             "pass a tokenizer.json that transformers' fast tokenizers load.") from None
+            raise ValueError(
+                f"Tokenizer file {self.path} cannot be read by `tokenizers` ({str(e).strip()[:200]}); "
+                "pass a tokenizer.json that transformers' fast tokenizers load."
+            ) from None
         index = self._tok.get_vocab(with_added_tokens=True)
         vocab = [""] * (max(index.values()) + 1 if index else 0)
         for token, i in index.items():
@@ -362,17 +403,22 @@ class JsonTokenizer(_TokenizersEngine):
         self._set_vocab(vocab)
         spec = self._tok.to_str()
         model = self._tok.model
-        self._prefix = getattr(model, "continuing_subword_prefix", None) if type(model).__name__ == "WordPiece" else None
-        self._word_start = BYTE_LEVEL_SPACE if '"ByteLevel"' in spec else SENTENCEPIECE_SPACE if '"Metaspace"' in spec \
-            else None
+        self._prefix = (
+            getattr(model, "continuing_subword_prefix", None) if type(model).__name__ == "WordPiece" else None
+        )
+        self._word_start = (
+            BYTE_LEVEL_SPACE if '"ByteLevel"' in spec else SENTENCEPIECE_SPACE if '"Metaspace"' in spec else None
+        )
 
     def _set_vocab(self, vocab: list[str]) -> None:
         mapped = {self._specials[t]: t for t in SPECIAL_TOKENS}  # RoBERTa's names stand in for BERT's
         missing = [t for t in SPECIAL_TOKENS if self._specials[t] not in set(vocab)]
         if missing:
-            raise ValueError(f"Tokenizer file {self.path} lacks the special token(s) {' '.join(missing)} (or RoBERTa's "
-                             "<pad> <unk> <s> </s> <mask>); add them, or train one with `python -m bertjax.tokenizer "
-                             "--model_type=bpe`, which places them at ids 0-4.")
+            raise ValueError(
+                f"Tokenizer file {self.path} lacks the special token(s) {' '.join(missing)} (or RoBERTa's "
+                "<pad> <unk> <s> </s> <mask>); add them, or train one with `python -m bertjax.tokenizer "
+                "--model_type=bpe`, which places them at ids 0-4."
+            )
         super()._set_vocab([mapped.get(t, t) for t in vocab])
         self.vocab = vocab  # the file's own names
 
@@ -420,9 +466,11 @@ def load(path: str | os.PathLike, do_lower_case: bool = True) -> Tokenizer:
         for name in (VOCAB_FILE, f"{SPM_PREFIX}.model", TOKENIZER_JSON):
             if (path / name).is_file():
                 return load(path / name, do_lower_case)
-        raise FileNotFoundError(f"Directory {path} holds none of {VOCAB_FILE}, {SPM_PREFIX}.model or "
-                                f"{TOKENIZER_JSON}; pass the vocab file itself or train one with "
-                                "`python -m bertjax.tokenizer`.")
+        raise FileNotFoundError(
+            f"Directory {path} holds none of {VOCAB_FILE}, {SPM_PREFIX}.model or "
+            f"{TOKENIZER_JSON}; pass the vocab file itself or train one with "
+            "`python -m bertjax.tokenizer`."
+        )
     if path.suffix == ".model":
         return SentencePieceTokenizer(path, do_lower_case)
     if path.suffix == ".json":

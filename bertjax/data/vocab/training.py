@@ -168,9 +168,8 @@ def count_words(lines: Iterable[str], do_lower_case: bool = True, ascii_fast_pat
         k, is_ascii = key
         group = by_count.pop(key)
         for start in range(0, len(group), 1 << 16):
-            part = group[start:start + (1 << 16)]
-            found = (_words_ascii(part, do_lower_case) if is_ascii else
-                     _words_rust(part, normalizer, pre_tokenizer))
+            part = group[start : start + (1 << 16)]
+            found = _words_ascii(part, do_lower_case) if is_ascii else _words_rust(part, normalizer, pre_tokenizer)
             if k == 1:
                 words.update(found)
             else:
@@ -179,22 +178,43 @@ def count_words(lines: Iterable[str], do_lower_case: bool = True, ascii_fast_pat
     return dict(words)
 
 
-def train_from_counts(word_counts: dict[str, int], vocab_size: int, min_frequency: int = 2,
-                      special_tokens: Iterable[str] = tokenization.SPECIAL_TOKENS, limit_alphabet: int | None = None,
-                      initial_alphabet: Iterable[str] = (), continuing_subword_prefix: str = tokenization.WORDPIECE_PREFIX,
-                      continuation_order: list[str] | None = None) -> list[str]:
+def train_from_counts(
+    word_counts: dict[str, int],
+    vocab_size: int,
+    min_frequency: int = 2,
+    special_tokens: Iterable[str] = tokenization.SPECIAL_TOKENS,
+    limit_alphabet: int | None = None,
+    initial_alphabet: Iterable[str] = (),
+    continuing_subword_prefix: str = tokenization.WORDPIECE_PREFIX,
+    continuation_order: list[str] | None = None,
+) -> list[str]:
     """The vocab (tokens in id order) HF's WordPieceTrainer would learn from these word counts, with fixed ids/ties.
 
     `continuation_order` gives the "##c" forms their ids in that order instead of sorted: it replays one HF run's
     random order, so that the rest of the algorithm can be checked against HF merge for merge (the tests do).
     """
-    return _train_from_counts(word_counts, vocab_size, min_frequency, special_tokens, limit_alphabet,
-                              initial_alphabet, continuing_subword_prefix, continuation_order)[0]
+    return _train_from_counts(
+        word_counts,
+        vocab_size,
+        min_frequency,
+        special_tokens,
+        limit_alphabet,
+        initial_alphabet,
+        continuing_subword_prefix,
+        continuation_order,
+    )[0]
 
 
-def _train_from_counts(word_counts, vocab_size, min_frequency, special_tokens, limit_alphabet=None,
-                       initial_alphabet=(), continuing_subword_prefix=tokenization.WORDPIECE_PREFIX,
-                       continuation_order=None) -> tuple[list[str], str]:
+def _train_from_counts(
+    word_counts,
+    vocab_size,
+    min_frequency,
+    special_tokens,
+    limit_alphabet=None,
+    initial_alphabet=(),
+    continuing_subword_prefix=tokenization.WORDPIECE_PREFIX,
+    continuation_order=None,
+) -> tuple[list[str], str]:
     """`train_from_counts`, and why it stopped: "full", "no_pairs" (every word is one piece) or "min_frequency"."""
     prefix = continuing_subword_prefix
     id2w: list[str] = []
@@ -223,7 +243,7 @@ def _train_from_counts(word_counts, vocab_size, min_frequency, special_tokens, l
     if limit_alphabet is not None and len(kept) > limit_alphabet:
         # HF drops the rarest chars, equal counts in hash order; here equal counts drop the lower code point first.
         by_rarity = sorted(kept, key=lambda ch: (char_count[ch], ord(ch)))
-        dropped = set(by_rarity[:len(kept) - limit_alphabet])
+        dropped = set(by_rarity[: len(kept) - limit_alphabet])
         kept = [ch for ch in kept if ch not in dropped]
     alphabet = set(kept)
     for ch in kept:
@@ -309,7 +329,7 @@ def _train_from_counts(word_counts, vocab_size, min_frequency, special_tokens, l
                         q = left << 32 | new
                         pair_counts[q] += c
                         where[q].add(wi)
-                    ids[i:i + 2] = (new,)
+                    ids[i : i + 2] = (new,)
                     n -= 1
                     if i < n - 1:
                         right = ids[i + 1]
@@ -330,15 +350,22 @@ def _train_from_counts(word_counts, vocab_size, min_frequency, special_tokens, l
     return id2w, stopped
 
 
-def learn_wordpiece(lines: Iterable[str], vocab_size: int, do_lower_case: bool = True, min_frequency: int = 2,
-                    special_tokens: Iterable[str] = tokenization.SPECIAL_TOKENS,
-                    limit_alphabet: int | None = None) -> list[str]:
+def learn_wordpiece(
+    lines: Iterable[str],
+    vocab_size: int,
+    do_lower_case: bool = True,
+    min_frequency: int = 2,
+    special_tokens: Iterable[str] = tokenization.SPECIAL_TOKENS,
+    limit_alphabet: int | None = None,
+) -> list[str]:
     """Learns a WordPiece vocab from text lines; returns the tokens in id order (specials first, ids 0..4)."""
-    return train_from_counts(count_words(lines, do_lower_case), vocab_size, min_frequency, special_tokens,
-                             limit_alphabet)
+    return train_from_counts(
+        count_words(lines, do_lower_case), vocab_size, min_frequency, special_tokens, limit_alphabet
+    )
 
 
 # --- Writing vocab files ---------------------------------------------------------------------------------
+
 
 def _nonempty(texts: Iterable[str]) -> Iterator[str]:
     for text in texts:
@@ -365,37 +392,50 @@ def _output_dir(output_dir: str | os.PathLike) -> pathlib.Path:
     """Creates the trainers' output directory; a file in its place is one sentence, not mkdir's errno."""
     out = pathlib.Path(output_dir)
     if out.exists() and not out.is_dir():
-        raise NotADirectoryError(f"Tokenizer output directory {out} is a file; pass a directory (it is created if "
-                                 "missing).")
+        raise NotADirectoryError(
+            f"Tokenizer output directory {out} is a file; pass a directory (it is created if missing)."
+        )
     out.mkdir(parents=True, exist_ok=True)
     return out
 
 
-def size_note(vocab: list[str], vocab_size: int, word_counts: dict[str, int], min_frequency: int,
-              stopped: str) -> str | None:
+def size_note(
+    vocab: list[str], vocab_size: int, word_counts: dict[str, int], min_frequency: int, stopped: str
+) -> str | None:
     """One line saying why a learned WordPiece vocab is not the size asked (None when it is)."""
     if len(vocab) == vocab_size:
         return None
     words, chars = len(word_counts), len({ch for w in word_counts for ch in w})
     head = f"WordPiece vocab has {len(vocab):,} entries, not the {vocab_size:,} asked for: "
     if len(vocab) > vocab_size:  # HF's rule too: every char and its ##form get an entry, whatever the size
-        return head + (f"the corpus has {chars:,} distinct characters and each, with its ## form, takes an entry "
-                       f"whatever the size; ask for more than {len(vocab):,} to leave room for merges.")
+        return head + (
+            f"the corpus has {chars:,} distinct characters and each, with its ## form, takes an entry "
+            f"whatever the size; ask for more than {len(vocab):,} to leave room for merges."
+        )
     if stopped == "no_pairs":
-        return head + (f"the corpus has only {words:,} distinct words ({chars:,} distinct characters) and every one "
-                       "is already a single piece; give it more text or ask for fewer.")
-    return head + (f"every pair of pieces left occurs fewer than min_frequency={min_frequency} times in the "
-                   f"corpus's {words:,} distinct words ({sum(word_counts.values()):,} in all); give it more text "
-                   "or ask for fewer.")
+        return head + (
+            f"the corpus has only {words:,} distinct words ({chars:,} distinct characters) and every one "
+            "is already a single piece; give it more text or ask for fewer."
+        )
+    return head + (
+        f"every pair of pieces left occurs fewer than min_frequency={min_frequency} times in the "
+        f"corpus's {words:,} distinct words ({sum(word_counts.values()):,} in all); give it more text "
+        "or ask for fewer."
+    )
 
 
 class NoText(ValueError):
     """The corpus gave no text to learn from (the command then says what it read)."""
 
 
-def train_wordpiece(texts: Iterable[str], vocab_size: int, output_dir: str | os.PathLike, do_lower_case: bool = True,
-                    min_frequency: int = 2,
-                    report: Callable[[str], None] | None = None) -> tokenization.WordPieceTokenizer:
+def train_wordpiece(
+    texts: Iterable[str],
+    vocab_size: int,
+    output_dir: str | os.PathLike,
+    do_lower_case: bool = True,
+    min_frequency: int = 2,
+    report: Callable[[str], None] | None = None,
+) -> tokenization.WordPieceTokenizer:
     """Learns a WordPiece vocab from an iterator of text lines (any corpus source) and writes output_dir/vocab.txt.
 
     The specials take ids 0..4 as [PAD] [UNK] [CLS] [SEP] [MASK], not BERT's 0/100-103: a small trained vocab should
@@ -404,8 +444,10 @@ def train_wordpiece(texts: Iterable[str], vocab_size: int, output_dir: str | os.
     min_frequency) is said in one line (`size_note`) to `report` (default: a logged warning).
     """
     if vocab_size <= len(SPECIAL_TOKENS):
-        raise ValueError(f"vocab_size={vocab_size} leaves no room beside the {len(SPECIAL_TOKENS)} special tokens; "
-                         "ask for a larger --vocab_size.")
+        raise ValueError(
+            f"vocab_size={vocab_size} leaves no room beside the {len(SPECIAL_TOKENS)} special tokens; "
+            "ask for a larger --vocab_size."
+        )
     out = _output_dir(output_dir)
     counts = count_words(_nonempty(texts), do_lower_case)
     vocab, stopped = _train_from_counts(counts, vocab_size, min_frequency, SPECIAL_TOKENS)
@@ -414,16 +456,22 @@ def train_wordpiece(texts: Iterable[str], vocab_size: int, output_dir: str | os.
     note = size_note(vocab, vocab_size, counts, min_frequency, stopped)
     if note:
         (report or log.warning)(note)
-    assert tuple(vocab[:len(SPECIAL_TOKENS)]) == SPECIAL_TOKENS, vocab[:len(SPECIAL_TOKENS)]
+    assert tuple(vocab[: len(SPECIAL_TOKENS)]) == SPECIAL_TOKENS, vocab[: len(SPECIAL_TOKENS)]
     (out / VOCAB_FILE).write_text("".join(f"{t}\n" for t in vocab), encoding="utf-8")
     return tokenization.WordPieceTokenizer(out / VOCAB_FILE, do_lower_case)
 
 
-def train_sentencepiece(texts: Iterable[str], vocab_size: int, output_dir: str | os.PathLike,
-                        do_lower_case: bool = True, model_type: str = "unigram",
-                        character_coverage: float = 0.9995,
-                        input_sentence_size: int = 10_000_000, seed: int = 12345,
-                        num_threads: int = 1) -> tokenization.SentencePieceTokenizer:
+def train_sentencepiece(
+    texts: Iterable[str],
+    vocab_size: int,
+    output_dir: str | os.PathLike,
+    do_lower_case: bool = True,
+    model_type: str = "unigram",
+    character_coverage: float = 0.9995,
+    input_sentence_size: int = 10_000_000,
+    seed: int = 12345,
+    num_threads: int = 1,
+) -> tokenization.SentencePieceTokenizer:
     """Learns a SentencePiece model from an iterator of text lines; writes output_dir/spm.model and spm.vocab.
 
     [PAD]=0 and [UNK]=1 are SentencePiece's own pad/unk pieces; [CLS]=2 [SEP]=3 [MASK]=4 are control symbols, so
@@ -441,22 +489,43 @@ def train_sentencepiece(texts: Iterable[str], vocab_size: int, output_dir: str |
     model = io.BytesIO()  # written here, not by SentencePiece: its files would record their own path
     try:
         spm.SentencePieceTrainer.train(
-            sentence_iterator=iter(lines), model_writer=model, vocab_size=vocab_size,
-            model_type=model_type, character_coverage=character_coverage, input_sentence_size=0,
-            shuffle_input_sentence=False, num_threads=num_threads, pad_id=0, pad_piece=PAD, unk_id=1, unk_piece=UNK,
-            bos_id=-1, eos_id=-1, control_symbols=[CLS, SEP, MASK], minloglevel=2)
+            sentence_iterator=iter(lines),
+            model_writer=model,
+            vocab_size=vocab_size,
+            model_type=model_type,
+            character_coverage=character_coverage,
+            input_sentence_size=0,
+            shuffle_input_sentence=False,
+            num_threads=num_threads,
+            pad_id=0,
+            pad_piece=PAD,
+            unk_id=1,
+            unk_piece=UNK,
+            bos_id=-1,
+            eos_id=-1,
+            control_symbols=[CLS, SEP, MASK],
+            minloglevel=2,
+        )
     except RuntimeError as e:
-        raise ValueError(f"SentencePiece training into {out} failed ({str(e).strip()}); lower --vocab_size or give it "
-                         "more text.") from None
+        raise ValueError(
+            f"SentencePiece training into {out} failed ({str(e).strip()}); lower --vocab_size or give it more text."
+        ) from None
     (out / f"{SPM_PREFIX}.model").write_bytes(model.getvalue())
     trained = spm.SentencePieceProcessor(model_proto=model.getvalue())
-    (out / f"{SPM_PREFIX}.vocab").write_text("".join(f"{trained.id_to_piece(i)}\t{trained.get_score(i):g}\n"
-                                                      for i in range(trained.get_piece_size())), encoding="utf-8")
+    (out / f"{SPM_PREFIX}.vocab").write_text(
+        "".join(f"{trained.id_to_piece(i)}\t{trained.get_score(i):g}\n" for i in range(trained.get_piece_size())),
+        encoding="utf-8",
+    )
     return tokenization.SentencePieceTokenizer(out / f"{SPM_PREFIX}.model", do_lower_case)
 
 
-def train_bpe(texts: Iterable[str], vocab_size: int, output_dir: str | os.PathLike, do_lower_case: bool = False,
-              min_frequency: int = 2) -> tokenization.JsonTokenizer:
+def train_bpe(
+    texts: Iterable[str],
+    vocab_size: int,
+    output_dir: str | os.PathLike,
+    do_lower_case: bool = False,
+    min_frequency: int = 2,
+) -> tokenization.JsonTokenizer:
     """Learns a byte-level BPE (as RoBERTa and ModernBERT tokenize) with HF `tokenizers` and writes
     output_dir/tokenizer.json: NFC (and lower-casing with do_lower_case) in the file's normalizer, a "Ġ" before
     every word (add_prefix_space, so a sentence's first word is the same piece as elsewhere), all 256 bytes
@@ -466,23 +535,32 @@ def train_bpe(texts: Iterable[str], vocab_size: int, output_dir: str | os.PathLi
     <mask>): "installs [MASK] from" is then "Ġinstalls [MASK] Ġfrom", not a lone "Ġ" piece before the mask,
     a sequence pre-training never shows the model. Reproducible: the same lines and arguments give the same bytes in every process."""
     if vocab_size <= len(SPECIAL_TOKENS) + 256:
-        raise ValueError(f"vocab_size={vocab_size} leaves no room for merges beside the 256 bytes and "
-                         f"{len(SPECIAL_TOKENS)} special tokens; ask for a larger --vocab_size.")
+        raise ValueError(
+            f"vocab_size={vocab_size} leaves no room for merges beside the 256 bytes and "
+            f"{len(SPECIAL_TOKENS)} special tokens; ask for a larger --vocab_size."
+        )
     out = _output_dir(output_dir)
     tok = tokenizers.Tokenizer(tokenizers.models.BPE(unk_token=UNK))
     tok.normalizer = tokenizers.normalizers.Sequence(
-        [tokenizers.normalizers.NFC()] + [tokenizers.normalizers.Lowercase()] * do_lower_case)
+        [tokenizers.normalizers.NFC()] + [tokenizers.normalizers.Lowercase()] * do_lower_case
+    )
     tok.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=True)
     tok.decoder = tokenizers.decoders.ByteLevel()
     trainer = tokenizers.trainers.BpeTrainer(
-        vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=list(SPECIAL_TOKENS), show_progress=False,
-        initial_alphabet=tokenizers.pre_tokenizers.ByteLevel.alphabet())
+        vocab_size=vocab_size,
+        min_frequency=min_frequency,
+        special_tokens=list(SPECIAL_TOKENS),
+        show_progress=False,
+        initial_alphabet=tokenizers.pre_tokenizers.ByteLevel.alphabet(),
+    )
     tok.train_from_iterator(_nonempty(texts), trainer=trainer)
     if tok.get_vocab_size() <= len(SPECIAL_TOKENS) + 256:
         raise ValueError("BPE training learned no merges; check that --input_file matches non-empty text files.")
     tok.post_processor = tokenizers.processors.TemplateProcessing(
-        single=f"{CLS} $A {SEP}", pair=f"{CLS} $A {SEP} $B:1 {SEP}:1",
-        special_tokens=[(CLS, tok.token_to_id(CLS)), (SEP, tok.token_to_id(SEP))])
+        single=f"{CLS} $A {SEP}",
+        pair=f"{CLS} $A {SEP} $B:1 {SEP}:1",
+        special_tokens=[(CLS, tok.token_to_id(CLS)), (SEP, tok.token_to_id(SEP))],
+    )
     tok.add_special_tokens([tokenizers.AddedToken(MASK, lstrip=True, special=True, normalized=False)])  # same id
     path = out / tokenization.TOKENIZER_JSON
     tok.save(str(path))

@@ -45,8 +45,9 @@ class TaskKind(abc.ABC):
         """The label order, from the training examples (None: no label set)."""
 
     @abc.abstractmethod
-    def rows(self, examples: list, tokenizer: Any, data: Any, labels: Optional[readers.LabelMap],
-             training: bool) -> tuple[dict[str, np.ndarray], Any, int]:
+    def rows(
+        self, examples: list, tokenizer: Any, data: Any, labels: Optional[readers.LabelMap], training: bool
+    ) -> tuple[dict[str, np.ndarray], Any, int]:
         """(arrays of rows, what maps rows back to examples, how many examples were truncated to fit)."""
 
     @abc.abstractmethod
@@ -68,8 +69,9 @@ class TaskKind(abc.ABC):
         """One prediction per example."""
 
     @abc.abstractmethod
-    def scores(self, split: Any, logits: np.ndarray, labels: Optional[readers.LabelMap], data: Any,
-               predictions: list[dict]) -> tuple[dict[str, float], list]:
+    def scores(
+        self, split: Any, logits: np.ndarray, labels: Optional[readers.LabelMap], data: Any, predictions: list[dict]
+    ) -> tuple[dict[str, float], list]:
         """(held-out scores, each example's truth as its prediction record shows it)."""
 
     def prediction_record(self, example: Any, prediction: dict) -> dict:

@@ -23,8 +23,11 @@ class QuestionAnswering(TaskKind):
         super().validate(data)
         room = data.max_seq_length - data.max_query_length - 3
         if not 0 < data.doc_stride < room:
-            raise _bad("config.data.doc_stride", data.doc_stride, "must be > 0 and leave room for the question: "
-                       f"below max_seq_length - max_query_length - 3 = {room}.")
+            raise _bad(
+                "config.data.doc_stride",
+                data.doc_stride,
+                f"must be > 0 and leave room for the question: below max_seq_length - max_query_length - 3 = {room}.",
+            )
 
     def primary_metric(self, regression: bool) -> str:
         return "f1"
@@ -42,8 +45,9 @@ class QuestionAnswering(TaskKind):
         return None
 
     def rows(self, examples, tokenizer, data, labels, training):
-        arrays, features = squad.qa_features(examples, tokenizer, data.max_seq_length, data.doc_stride,
-                                             data.max_query_length, training=training)
+        arrays, features = squad.qa_features(
+            examples, tokenizer, data.max_seq_length, data.doc_stride, data.max_query_length, training=training
+        )
         return arrays, features, 0
 
     def targets(self, regression: bool, rows: int, seq_len: int, slots: int) -> dict:
@@ -55,21 +59,32 @@ class QuestionAnswering(TaskKind):
         start, end = logits[..., 0], logits[..., 1]
         both = cross_entropy(start, batch["start_positions"]) + cross_entropy(end, batch["end_positions"])
         rows = jnp.sum(examples)
-        return {"cross_entropy": (jnp.sum(0.5 * both * weight), rows),
-                "span_accuracy": (jnp.sum(correct(start, batch["start_positions"]) *
-                                          correct(end, batch["end_positions"]) * weight), rows)}
+        return {
+            "cross_entropy": (jnp.sum(0.5 * both * weight), rows),
+            "span_accuracy": (
+                jnp.sum(correct(start, batch["start_positions"]) * correct(end, batch["end_positions"]) * weight),
+                rows,
+            ),
+        }
 
     def predictions(self, split, logits, labels, data) -> list[dict]:
-        answers = squad.qa_predictions(split.examples, split.features, logits[..., 0], logits[..., 1],
-                                       n_best_size=data.n_best_size, max_answer_length=data.max_answer_length,
-                                       version_2=data.version_2_with_negative,
-                                       null_score_diff_threshold=data.null_score_diff_threshold)
+        answers = squad.qa_predictions(
+            split.examples,
+            split.features,
+            logits[..., 0],
+            logits[..., 1],
+            n_best_size=data.n_best_size,
+            max_answer_length=data.max_answer_length,
+            version_2=data.version_2_with_negative,
+            null_score_diff_threshold=data.null_score_diff_threshold,
+        )
         return [{"id": e.qid, "question": e.question, "prediction": answers.get(e.qid, "")} for e in split.examples]
 
     def scores(self, split, logits, labels, data, predictions):
         gold = [[text for text, _ in e.answers] or [""] for e in split.examples]
-        result = scores.squad_scores({p["id"]: p["prediction"] for p in predictions},
-                                     {e.qid: g for e, g in zip(split.examples, gold)})
+        result = scores.squad_scores(
+            {p["id"]: p["prediction"] for p in predictions}, {e.qid: g for e, g in zip(split.examples, gold)}
+        )
         return result, gold
 
 

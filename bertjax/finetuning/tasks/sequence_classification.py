@@ -26,8 +26,10 @@ class SequenceClassification(TaskKind):
         if path.endswith(".txt"):  # `a ||| b` for a pair, as google-research/bert's extract_features.py
             lines = text_lines(path)
             pairs = [text.split(" ||| ", 1) + [None] for _, text in lines]
-            return [readers.TextExample(pair[0], pair[1], None, readers.Source(path, n))
-                    for (n, _), pair in zip(lines, pairs)]
+            return [
+                readers.TextExample(pair[0], pair[1], None, readers.Source(path, n))
+                for (n, _), pair in zip(lines, pairs)
+            ]
         return readers.read_text_examples(path, regression=data.regression, require_labels=False)
 
     def label_map(self, train_examples: list, data: Any) -> Optional[readers.LabelMap]:
@@ -46,15 +48,19 @@ class SequenceClassification(TaskKind):
         count = jnp.sum(examples)
         if regression:
             return {"mse": (jnp.sum((logits[..., 0] - batch["label"]) ** 2 * examples), count)}
-        return {"cross_entropy": (jnp.sum(cross_entropy(logits, batch["label"]) * examples), count),
-                "accuracy": (jnp.sum(correct(logits, batch["label"]) * examples), count)}
+        return {
+            "cross_entropy": (jnp.sum(cross_entropy(logits, batch["label"]) * examples), count),
+            "accuracy": (jnp.sum(correct(logits, batch["label"]) * examples), count),
+        }
 
     def predictions(self, split, logits, labels, data) -> list[dict]:
         if data.regression:
             return [{"prediction": float(p)} for p in logits[:, 0]]
         probabilities = np.exp(logits - np.logaddexp.reduce(logits, axis=-1, keepdims=True))
-        return [{"prediction": labels.labels[p], "probability": round(float(probabilities[i, p]), 6)}
-                for i, p in enumerate(logits.argmax(-1))]
+        return [
+            {"prediction": labels.labels[p], "probability": round(float(probabilities[i, p]), 6)}
+            for i, p in enumerate(logits.argmax(-1))
+        ]
 
     def scores(self, split, logits, labels, data, predictions):
         truth = split.arrays["label"]
@@ -62,8 +68,10 @@ class SequenceClassification(TaskKind):
             result = scores.regression_scores(truth, logits[:, 0])
         else:
             log_probs = logits - np.logaddexp.reduce(logits, axis=-1, keepdims=True)
-            result = dict(scores.classification_scores(truth, logits.argmax(-1), len(labels.labels)),
-                          cross_entropy=float(-np.mean(log_probs[np.arange(len(truth)), truth])))
+            result = dict(
+                scores.classification_scores(truth, logits.argmax(-1), len(labels.labels)),
+                cross_entropy=float(-np.mean(log_probs[np.arange(len(truth)), truth])),
+            )
         return result, [float(t) if data.regression else labels.labels[t] for t in truth]
 
     def prediction_record(self, example: Any, prediction: dict) -> dict:

@@ -22,8 +22,10 @@ class TokenClassification(TaskKind):
 
     def read_inputs(self, path: str, data: Any, labels: Optional[readers.LabelMap]) -> list:
         if path.endswith(".txt"):  # whitespace-tokenised words; placeholder tags, never read
-            return [readers.TokenExample(text.split(), [labels.labels[0]] * len(text.split()), readers.Source(path, n))
-                    for n, text in text_lines(path)]
+            return [
+                readers.TokenExample(text.split(), [labels.labels[0]] * len(text.split()), readers.Source(path, n))
+                for n, text in text_lines(path)
+            ]
         return readers.read_conll(path)
 
     def label_map(self, train_examples: list, data: Any) -> Optional[readers.LabelMap]:
@@ -40,8 +42,10 @@ class TokenClassification(TaskKind):
 
         scored = batch["label_weights"] * weight[:, None]
         count = jnp.sum(scored)
-        return {"cross_entropy": (jnp.sum(cross_entropy(logits, batch["label_ids"]) * scored), count),
-                "accuracy": (jnp.sum(correct(logits, batch["label_ids"]) * scored), count)}
+        return {
+            "cross_entropy": (jnp.sum(cross_entropy(logits, batch["label_ids"]) * scored), count),
+            "accuracy": (jnp.sum(correct(logits, batch["label_ids"]) * scored), count),
+        }
 
     def denominator(self, batch, examples, weight):
         import jax.numpy as jnp
@@ -54,8 +58,10 @@ class TokenClassification(TaskKind):
         out = []
         for row, (example, starts) in enumerate(zip(split.examples, split.features)):
             tags = [labels.labels[predicted[row, i]] if i >= 0 else fallback for i in starts]
-            entities = [{"type": kind, "start": first, "end": last + 1, "text": " ".join(example.words[first:last + 1])}
-                        for kind, first, last in scores.entity_chunks(tags)]
+            entities = [
+                {"type": kind, "start": first, "end": last + 1, "text": " ".join(example.words[first : last + 1])}
+                for kind, first, last in scores.entity_chunks(tags)
+            ]
             out.append({"words": example.words, "prediction": tags, "entities": entities})
         return out
 

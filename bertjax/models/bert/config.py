@@ -14,13 +14,26 @@ import numbers
 from typing import Any, ClassVar
 
 from bertjax.models.options import (  # noqa: F401  (re-exported: architecture.DTYPE_NAMES, ...)
-    ACTIVATION_NAMES, ATTENTION_IMPLEMENTATIONS, DTYPE_NAMES, REMAT_POLICY_NAMES)
+    ACTIVATION_NAMES,
+    ATTENTION_IMPLEMENTATIONS,
+    DTYPE_NAMES,
+    REMAT_POLICY_NAMES,
+)
 
 # Fields of google-research/bert's bert_config.json (and of Hugging Face's BertConfig).
 CONFIG_FIELDS = (
-    "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
-    "hidden_act", "hidden_dropout_prob", "attention_probs_dropout_prob", "max_position_embeddings",
-    "type_vocab_size", "initializer_range", "layer_norm_eps",
+    "vocab_size",
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "intermediate_size",
+    "hidden_act",
+    "hidden_dropout_prob",
+    "attention_probs_dropout_prob",
+    "max_position_embeddings",
+    "type_vocab_size",
+    "initializer_range",
+    "layer_norm_eps",
 )
 # Hugging Face config.json fields with the value BERT has; any other value changes what the weights compute
 # (relative positions, causal self-attention, cross-attention layers), which bertjax does not implement.
@@ -57,15 +70,23 @@ class BertConfig:
 
     def validate(self, source: str = "the model config") -> None:
         """Raises one clear ValueError for an architecture that cannot be built."""
-        for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
-                     "intermediate_size", "max_position_embeddings", "type_vocab_size"):
+        for name in (
+            "vocab_size",
+            "hidden_size",
+            "num_hidden_layers",
+            "num_attention_heads",
+            "intermediate_size",
+            "max_position_embeddings",
+            "type_vocab_size",
+        ):
             value = getattr(self, name)
             if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{source}: {name}={value!r} must be a positive integer.")
         if self.hidden_size % self.num_attention_heads:
             raise ValueError(
                 f"{source}: hidden_size={self.hidden_size} is not divisible by "
-                f"num_attention_heads={self.num_attention_heads}; choose a head count that divides it.")
+                f"num_attention_heads={self.num_attention_heads}; choose a head count that divides it."
+            )
         if self.hidden_act not in ACTIVATION_NAMES:
             raise ValueError(f"{source}: hidden_act={self.hidden_act!r} is not one of {sorted(ACTIVATION_NAMES)}.")
         for name in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
@@ -99,18 +120,25 @@ class BertConfig:
             with open(path, encoding="utf-8") as f:
                 d = json.load(f)
         except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise ValueError(f"{path} is not valid JSON ({e}); restore the config.json the checkpoint came "
-                             "with.") from None
+            raise ValueError(
+                f"{path} is not valid JSON ({e}); restore the config.json the checkpoint came with."
+            ) from None
         if not isinstance(d, dict):
-            raise ValueError(f"{path} holds a JSON {type(d).__name__}, not an object of BERT config fields; "
-                             "restore the config.json the checkpoint came with.")
+            raise ValueError(
+                f"{path} holds a JSON {type(d).__name__}, not an object of BERT config fields; "
+                "restore the config.json the checkpoint came with."
+            )
         if d.get("model_type", "bert") != "bert":
-            raise ValueError(f"{path}: model_type={d['model_type']!r} is not BERT; bertjax loads BERT "
-                             "checkpoints only (model_type \"bert\").")
+            raise ValueError(
+                f"{path}: model_type={d['model_type']!r} is not BERT; bertjax loads BERT "
+                'checkpoints only (model_type "bert").'
+            )
         for field, bert_value in FIXED_HF_FIELDS.items():
             if d.get(field, bert_value) != bert_value:
-                raise ValueError(f"{path}: {field}={d[field]!r} is not supported; bertjax implements only BERT's "
-                                 f"encoder ({field}={bert_value!r}), so load this checkpoint with transformers.")
+                raise ValueError(
+                    f"{path}: {field}={d[field]!r} is not supported; bertjax implements only BERT's "
+                    f"encoder ({field}={bert_value!r}), so load this checkpoint with transformers."
+                )
         return cls.from_dict(d, source=path)
 
     def to_dict(self) -> dict:
@@ -119,8 +147,11 @@ class BertConfig:
     def differences(self, other: dict) -> list[str]:
         """'field: theirs there, mine here' for each field (of a saved config dict) that would make the same
         params compute a different function; training-only fields may differ."""
-        return [f"{f}: {other.get(f)} there, {getattr(self, f)} here" for f in CONFIG_FIELDS
-                if f not in TRAINING_ONLY_FIELDS and other.get(f) != getattr(self, f)]
+        return [
+            f"{f}: {other.get(f)} there, {getattr(self, f)} here"
+            for f in CONFIG_FIELDS
+            if f not in TRAINING_ONLY_FIELDS and other.get(f) != getattr(self, f)
+        ]
 
 
 # Model sizes from the BERT paper and the "Well-Read Students" compact models.
@@ -139,8 +170,7 @@ def config_for_size(size: str, **overrides) -> BertConfig:
     if size not in SIZES:
         raise ValueError(f"model size {size!r} is not one of {list(SIZES)}.")
     layers, hidden, heads = SIZES[size]
-    fields = dict(num_hidden_layers=layers, hidden_size=hidden, num_attention_heads=heads,
-                  intermediate_size=4 * hidden)
+    fields = dict(num_hidden_layers=layers, hidden_size=hidden, num_attention_heads=heads, intermediate_size=4 * hidden)
     fields.update(overrides)
     return BertConfig(**fields)
 

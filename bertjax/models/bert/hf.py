@@ -28,6 +28,7 @@ CONFIG_NAME, WEIGHTS_NAME = hf_files.CONFIG_NAME, hf_files.WEIGHTS_NAME
 
 # --- Layout changes: (to_bertjax, to_hf), each f(array, config) -> array. HF Linear weights are [out, in].
 
+
 def _transpose(w, c):
     return w.T
 
@@ -69,17 +70,30 @@ _NAME_TABLE: list[tuple[str, str, tuple[Callable, Callable]]] = [
     ("bert.embeddings.token_type_embeddings.weight", "bert/embeddings/token_type_embeddings/embedding", IDENTITY),
     ("bert.embeddings.LayerNorm.weight", "bert/embeddings/LayerNorm/scale", IDENTITY),
     ("bert.embeddings.LayerNorm.bias", "bert/embeddings/LayerNorm/bias", IDENTITY),
-    *[(f"bert.encoder.layer.{{i}}.attention.self.{n}.weight", f"bert/encoder/layer_{{i}}/{n}/kernel", QKV_KERNEL)
-      for n in ("query", "key", "value")],
-    *[(f"bert.encoder.layer.{{i}}.attention.self.{n}.bias", f"bert/encoder/layer_{{i}}/{n}/bias", QKV_BIAS)
-      for n in ("query", "key", "value")],
-    ("bert.encoder.layer.{i}.attention.output.dense.weight", "bert/encoder/layer_{i}/attention_output/kernel",
-     ATTN_OUT_KERNEL),
+    *[
+        (f"bert.encoder.layer.{{i}}.attention.self.{n}.weight", f"bert/encoder/layer_{{i}}/{n}/kernel", QKV_KERNEL)
+        for n in ("query", "key", "value")
+    ],
+    *[
+        (f"bert.encoder.layer.{{i}}.attention.self.{n}.bias", f"bert/encoder/layer_{{i}}/{n}/bias", QKV_BIAS)
+        for n in ("query", "key", "value")
+    ],
+    (
+        "bert.encoder.layer.{i}.attention.output.dense.weight",
+        "bert/encoder/layer_{i}/attention_output/kernel",
+        ATTN_OUT_KERNEL,
+    ),
     ("bert.encoder.layer.{i}.attention.output.dense.bias", "bert/encoder/layer_{i}/attention_output/bias", IDENTITY),
-    ("bert.encoder.layer.{i}.attention.output.LayerNorm.weight",
-     "bert/encoder/layer_{i}/attention_layer_norm/scale", IDENTITY),
-    ("bert.encoder.layer.{i}.attention.output.LayerNorm.bias",
-     "bert/encoder/layer_{i}/attention_layer_norm/bias", IDENTITY),
+    (
+        "bert.encoder.layer.{i}.attention.output.LayerNorm.weight",
+        "bert/encoder/layer_{i}/attention_layer_norm/scale",
+        IDENTITY,
+    ),
+    (
+        "bert.encoder.layer.{i}.attention.output.LayerNorm.bias",
+        "bert/encoder/layer_{i}/attention_layer_norm/bias",
+        IDENTITY,
+    ),
     ("bert.encoder.layer.{i}.intermediate.dense.weight", "bert/encoder/layer_{i}/intermediate/kernel", DENSE),
     ("bert.encoder.layer.{i}.intermediate.dense.bias", "bert/encoder/layer_{i}/intermediate/bias", IDENTITY),
     ("bert.encoder.layer.{i}.output.dense.weight", "bert/encoder/layer_{i}/output/kernel", DENSE),
@@ -105,6 +119,7 @@ _REDUNDANT = ("bert.embeddings.position_ids", "cls.predictions.decoder.weight", 
 
 # --- Export ---------------------------------------------------------------------------------------
 
+
 def _expand_table(config: model_lib.BertConfig) -> list[tuple[str, tuple[str, ...], tuple[Callable, Callable]]]:
     rows = []
     for hf_name, path, fns in _NAME_TABLE:
@@ -114,24 +129,38 @@ def _expand_table(config: model_lib.BertConfig) -> list[tuple[str, tuple[str, ..
     return rows
 
 
-def to_hf_state_dict(config: model_lib.BertConfig, params: dict,
-                     include: Callable[[str], bool] = lambda name: True) -> dict[str, np.ndarray]:
+def to_hf_state_dict(
+    config: model_lib.BertConfig, params: dict, include: Callable[[str], bool] = lambda name: True
+) -> dict[str, np.ndarray]:
     """bertjax params (loop or scan layout) → `BertForPreTraining` state dict (tied decoder omitted), or the
     part of it whose names `include` accepts."""
     params = model_lib.unstack_layers(params)
-    return {name: np.ascontiguousarray(to_hf(np.asarray(_get(params, path), np.float32), config))
-            for name, path, (_, to_hf) in _expand_table(config) if include(name)}
+    return {
+        name: np.ascontiguousarray(to_hf(np.asarray(_get(params, path), np.float32), config))
+        for name, path, (_, to_hf) in _expand_table(config)
+        if include(name)
+    }
 
 
 def hf_config_dict(config: model_lib.BertConfig) -> dict:
     return {
-        "architectures": ["BertForPreTraining"], "model_type": "bert", **config.to_dict(),
-        "pad_token_id": 0, "position_embedding_type": "absolute", "torch_dtype": "float32",
+        "architectures": ["BertForPreTraining"],
+        "model_type": "bert",
+        **config.to_dict(),
+        "pad_token_id": 0,
+        "position_embedding_type": "absolute",
+        "torch_dtype": "float32",
     }
 
 
-def _write(path: str, config_dict: dict, tensors: dict[str, np.ndarray], max_length: int,
-           vocab_file: Optional[str], do_lower_case: bool) -> None:
+def _write(
+    path: str,
+    config_dict: dict,
+    tensors: dict[str, np.ndarray],
+    max_length: int,
+    vocab_file: Optional[str],
+    do_lower_case: bool,
+) -> None:
     """config.json, model.safetensors and, with a vocab, the BertTokenizer files; pad_token_id is the vocab's own
     (a RoBERTa-style tokenizer.json pads with `<pad>` = 1, where id 0 is `<s>`)."""
     if vocab_file is not None:
@@ -145,13 +174,24 @@ def _write(path: str, config_dict: dict, tensors: dict[str, np.ndarray], max_len
         hf_files.write_tokenizer(path, vocab_file, do_lower_case, max_length)
 
 
-def save_pretrained(path: str, model: model_lib.BertForPreTraining, params: dict,
-                    vocab_file: Optional[str] = None, do_lower_case: bool = True) -> None:
+def save_pretrained(
+    path: str,
+    model: model_lib.BertForPreTraining,
+    params: dict,
+    vocab_file: Optional[str] = None,
+    do_lower_case: bool = True,
+) -> None:
     """Writes a directory that `transformers.BertForPreTraining.from_pretrained(path)` loads as is."""
     hf_files.new_directory(path)
     config = model.config
-    _write(path, hf_config_dict(config), to_hf_state_dict(config, jax.device_get(params)),
-           config.max_position_embeddings, vocab_file, do_lower_case)
+    _write(
+        path,
+        hf_config_dict(config),
+        to_hf_state_dict(config, jax.device_get(params)),
+        config.max_position_embeddings,
+        vocab_file,
+        do_lower_case,
+    )
 
 
 # --- Fine-tuned heads (heads.py) → BertForSequenceClassification / TokenClassification / QuestionAnswering
@@ -163,15 +203,24 @@ _HEADS = {  # task → (HF class, its output layer's name, whether its BertModel
 }
 
 
-def save_finetuned(path: str, config: model_lib.BertConfig, params: dict, task: str, labels: Optional[list[str]],
-                   regression: bool = False, vocab_file: Optional[str] = None, do_lower_case: bool = True) -> None:
+def save_finetuned(
+    path: str,
+    config: model_lib.BertConfig,
+    params: dict,
+    task: str,
+    labels: Optional[list[str]],
+    regression: bool = False,
+    vocab_file: Optional[str] = None,
+    do_lower_case: bool = True,
+) -> None:
     """Writes a fine-tuned model (BertForFinetuning's params) as the transformers class of its task,
     with id2label/label2id, loading with no missing or unexpected keys."""
     hf_files.new_directory(path)
     architecture, head, pooler = _HEADS[task]
     params = model_lib.unstack_layers(jax.device_get(params))
-    tensors = to_hf_state_dict(config, params, lambda name: name.startswith("bert.") and
-                               (pooler or not name.startswith("bert.pooler.")))
+    tensors = to_hf_state_dict(
+        config, params, lambda name: name.startswith("bert.") and (pooler or not name.startswith("bert.pooler."))
+    )
     tensors[f"{head}.weight"] = np.ascontiguousarray(np.asarray(params[head]["kernel"], np.float32).T)
     tensors[f"{head}.bias"] = np.asarray(params[head]["bias"], np.float32)
     config_dict = dict(hf_config_dict(config), architectures=[architecture])
@@ -180,14 +229,17 @@ def save_finetuned(path: str, config: model_lib.BertConfig, params: dict, task: 
     elif regression:
         config_dict.update(num_labels=1, problem_type="regression")
     else:
-        config_dict.update(id2label={str(i): label for i, label in enumerate(labels)},
-                           label2id={label: i for i, label in enumerate(labels)},
-                           problem_type="single_label_classification" if task == "sequence_classification" else None)
+        config_dict.update(
+            id2label={str(i): label for i, label in enumerate(labels)},
+            label2id={label: i for i, label in enumerate(labels)},
+            problem_type="single_label_classification" if task == "sequence_classification" else None,
+        )
         config_dict = {k: v for k, v in config_dict.items() if v is not None}
     _write(path, config_dict, tensors, config.max_position_embeddings, vocab_file, do_lower_case)
 
 
 # --- Import ---------------------------------------------------------------------------------------
+
 
 def _canonical_names(tensors: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Names as in `BertForPreTraining`: add the `bert.` prefix of a bare BertModel, old gamma/beta names."""
@@ -202,8 +254,13 @@ def _canonical_names(tensors: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return out
 
 
-def from_hf_state_dict(config: model_lib.BertConfig, tensors: dict[str, np.ndarray], rng: jax.Array,
-                       source: str = "the checkpoint", origin: Optional[dict[str, str]] = None) -> dict:
+def from_hf_state_dict(
+    config: model_lib.BertConfig,
+    tensors: dict[str, np.ndarray],
+    rng: jax.Array,
+    source: str = "the checkpoint",
+    origin: Optional[dict[str, str]] = None,
+) -> dict:
     """HF tensors → bertjax params (loop layout). Heads missing from the checkpoint are initialised fresh."""
     tensors = _canonical_names(tensors)
     origin = _canonical_names(origin) if origin else {}
@@ -227,17 +284,24 @@ def from_hf_state_dict(config: model_lib.BertConfig, tensors: dict[str, np.ndarr
         if tuple(value.shape) != tuple(hf_shape):
             raise ValueError(
                 f"{origin.get(name, source)}: '{name}' has shape {tuple(value.shape)} but config.json implies "
-                f"{tuple(hf_shape)}; the weights and config.json come from different models.")
+                f"{tuple(hf_shape)}; the weights and config.json come from different models."
+            )
         _set(params, path, jnp.asarray(to_jax(value.astype(np.float32), config)))
         used.add(name)
     if missing:
-        raise ValueError(f"{source} lacks {len(missing)} encoder tensor(s), e.g. {missing[:3]}; it is not a BERT "
-                         f"checkpoint with num_hidden_layers={config.num_hidden_layers}.")
+        raise ValueError(
+            f"{source} lacks {len(missing)} encoder tensor(s), e.g. {missing[:3]}; it is not a BERT "
+            f"checkpoint with num_hidden_layers={config.num_hidden_layers}."
+        )
     _check_tied_decoder(tensors, params, source)
     unexpected = sorted(set(tensors) - used - set(_REDUNDANT))
     if unexpected:
-        log.warning("%s: ignored %d tensor(s) that BertForPreTraining has no place for: %s", source,
-                    len(unexpected), ", ".join(unexpected[:8]) + (" …" if len(unexpected) > 8 else ""))
+        log.warning(
+            "%s: ignored %d tensor(s) that BertForPreTraining has no place for: %s",
+            source,
+            len(unexpected),
+            ", ".join(unexpected[:8]) + (" …" if len(unexpected) > 8 else ""),
+        )
     if initialised:
         heads = sorted({n.rsplit(".", 1)[0] for n in initialised})
         log.warning("%s: initialised fresh (not in the checkpoint): %s", source, ", ".join(heads))
@@ -250,15 +314,18 @@ def _check_tied_decoder(tensors: dict[str, np.ndarray], params: dict, source: st
         return
     embedding = np.asarray(params["bert"]["embeddings"]["word_embeddings"]["embedding"])
     if decoder.shape != embedding.shape or not np.array_equal(decoder.astype(np.float32), embedding):
-        raise ValueError(f"{source}: cls.predictions.decoder.weight differs from the word embeddings; bertjax ties "
-                         "them as BERT does, so an untied checkpoint cannot be loaded faithfully.")
+        raise ValueError(
+            f"{source}: cls.predictions.decoder.weight differs from the word embeddings; bertjax ties "
+            "them as BERT does, so an untied checkpoint cannot be loaded faithfully."
+        )
 
 
 def load_config(path: str) -> model_lib.BertConfig:
     config_file = os.path.join(path, CONFIG_NAME)
     if not os.path.isfile(config_file):
-        raise FileNotFoundError(f"{path} has no {CONFIG_NAME}; point at a Hugging Face BERT directory "
-                                "(config.json + model.safetensors).")
+        raise FileNotFoundError(
+            f"{path} has no {CONFIG_NAME}; point at a Hugging Face BERT directory (config.json + model.safetensors)."
+        )
     return model_lib.BertConfig.from_json_file(config_file)
 
 
@@ -266,10 +333,15 @@ def load(path: str, seed: int = 0) -> tuple[model_lib.BertConfig, dict]:
     """(architecture, params in the loop layout) of a Hugging Face BERT directory (safetensors); heads the
     directory lacks are initialised from `seed`. `bertjax.from_pretrained` also takes bertjax workdirs."""
     if not os.path.isdir(path):
-        hint = (f"it is a file: pass the directory that holds it, {os.path.dirname(os.path.abspath(path))}"
-                if os.path.exists(path) else "nothing is there: check the path")
-        raise FileNotFoundError(f"{path} is not a directory ({hint}); point at a Hugging Face BERT directory "
-                                f"({CONFIG_NAME} + {WEIGHTS_NAME}).")
+        hint = (
+            f"it is a file: pass the directory that holds it, {os.path.dirname(os.path.abspath(path))}"
+            if os.path.exists(path)
+            else "nothing is there: check the path"
+        )
+        raise FileNotFoundError(
+            f"{path} is not a directory ({hint}); point at a Hugging Face BERT directory "
+            f"({CONFIG_NAME} + {WEIGHTS_NAME})."
+        )
     config = load_config(path)
     files = hf_files.weight_files(path)
     hf_files.check_header(files, config, path)

@@ -32,12 +32,26 @@ import numpy as np
 from bertjax.models import attention as attention_lib
 from bertjax.training import sharding as sharding_lib
 from bertjax.models.bert.config import (  # noqa: F401  (re-exported: model.BertConfig, model.SIZES, ...)
-    CONFIG_FIELDS, FIXED_HF_FIELDS, SIZES, TRAINING_ONLY_FIELDS, BertConfig, config_for_size)
+    CONFIG_FIELDS,
+    FIXED_HF_FIELDS,
+    SIZES,
+    TRAINING_ONLY_FIELDS,
+    BertConfig,
+    config_for_size,
+)
 from bertjax.models.layers import (  # noqa: F401  (re-exported: model.Dropout, model.DTYPES, ...)
-    ACTIVATIONS, DTYPES, REMAT_POLICIES, Dropout, Embed, hash_bits, param_count)
+    ACTIVATIONS,
+    DTYPES,
+    REMAT_POLICIES,
+    Dropout,
+    Embed,
+    hash_bits,
+    param_count,
+)
 
 Array = jax.Array
 Dtype = Any
+
 
 @flax.struct.dataclass
 class BertOutput:
@@ -60,14 +74,18 @@ def _zeros(names: tuple[Optional[str], ...]):
 
 def _layer_norm(config: BertConfig, dtype: Dtype, name: str) -> nn.LayerNorm:
     # use_fast_variance=False: E[(x-mean)^2], as PyTorch computes it, for reference-exact outputs.
-    return nn.LayerNorm(epsilon=config.layer_norm_eps, dtype=dtype, use_fast_variance=False,
-                        scale_init=nn.with_logical_partitioning(nn.initializers.ones_init(), ("embed",)),
-                        bias_init=_zeros(("embed",)), name=name)
+    return nn.LayerNorm(
+        epsilon=config.layer_norm_eps,
+        dtype=dtype,
+        use_fast_variance=False,
+        scale_init=nn.with_logical_partitioning(nn.initializers.ones_init(), ("embed",)),
+        bias_init=_zeros(("embed",)),
+        name=name,
+    )
 
 
 def _dense(config: BertConfig, features: int, names: tuple[str, str], dtype: Dtype, name: str) -> nn.Dense:
-    return nn.Dense(features, dtype=dtype, kernel_init=_init(config, names), bias_init=_zeros(names[1:]),
-                    name=name)
+    return nn.Dense(features, dtype=dtype, kernel_init=_init(config, names), bias_init=_zeros(names[1:]), name=name)
 
 
 class BertEmbeddings(nn.Module):
@@ -83,8 +101,9 @@ class BertEmbeddings(nn.Module):
         self.layer_norm = _layer_norm(cfg, self.dtype, "LayerNorm")
         self.dropout = Dropout(cfg.hidden_dropout_prob)
 
-    def __call__(self, input_ids: Array, segment_ids: Array, deterministic: bool,
-                 position_ids: Optional[Array] = None) -> Array:
+    def __call__(
+        self, input_ids: Array, segment_ids: Array, deterministic: bool, position_ids: Optional[Array] = None
+    ) -> Array:
         positions = jnp.arange(input_ids.shape[-1])[None, :] if position_ids is None else position_ids
         x = self.word_embeddings(input_ids) + self.position_embeddings(positions)
         x = x + self.token_type_embeddings(segment_ids)
@@ -129,8 +148,9 @@ class BertLayer(nn.Module):
     emit_output: bool = False  # output_hidden_states: return x as y too (off: the training program, unchanged)
 
     @nn.compact
-    def __call__(self, x: Array, attention_bias: Optional[Array], input_mask: Array,
-                 rows: Optional[Array] = None) -> tuple[Array, Optional[Array]]:
+    def __call__(
+        self, x: Array, attention_bias: Optional[Array], input_mask: Array, rows: Optional[Array] = None
+    ) -> tuple[Array, Optional[Array]]:
         """`rows` [batch, k]: compute only these positions' outputs ([batch, k, hidden]), their queries
         attending to every position's keys and values: the last layer under a head that reads only [CLS]."""
         cfg = self.config
@@ -162,13 +182,19 @@ class BertLayer(nn.Module):
             scores = scores / np.sqrt(head_dim).astype(np.float32) + attention_bias
             probs = jax.nn.softmax(scores, axis=-1)
             probs = Dropout(cfg.attention_probs_dropout_prob, name="probs_dropout")(
-                probs, deterministic=self.deterministic)
+                probs, deterministic=self.deterministic
+            )
             context = jnp.einsum("bhqk,bkhd->bqhd", probs.astype(self.dtype), v)
         else:
             context = attention_lib.fused(attention, q, k, v, input_mask, self.packed)
-        attn = nn.DenseGeneral(cfg.hidden_size, axis=(-2, -1), dtype=self.dtype, name="attention_output",
-                               kernel_init=_init(cfg, ("heads", "kv", "embed")),
-                               bias_init=_zeros(("embed",)))(context)
+        attn = nn.DenseGeneral(
+            cfg.hidden_size,
+            axis=(-2, -1),
+            dtype=self.dtype,
+            name="attention_output",
+            kernel_init=_init(cfg, ("heads", "kv", "embed")),
+            bias_init=_zeros(("embed",)),
+        )(context)
         # Named: the masks of these two must not depend on whether the kernel above has a dropout module.
         attn = Dropout(cfg.hidden_dropout_prob, name="attention_dropout")(attn, deterministic=self.deterministic)
         x = _layer_norm(cfg, self.dtype, "attention_layer_norm")(x + attn)
@@ -198,9 +224,15 @@ class BertEncoder(nn.Module):
     packed: bool = False
 
     @nn.compact
-    def __call__(self, x: Array, attention_bias: Optional[Array], input_mask: Array, deterministic: bool,
-                 output_hidden_states: bool = False,
-                 last_rows: Optional[Array] = None) -> tuple[Array, Optional[tuple[Array, ...]]]:
+    def __call__(
+        self,
+        x: Array,
+        attention_bias: Optional[Array],
+        input_mask: Array,
+        deterministic: bool,
+        output_hidden_states: bool = False,
+        last_rows: Optional[Array] = None,
+    ) -> tuple[Array, Optional[tuple[Array, ...]]]:
         """(last layer's output, hidden states or None): with `output_hidden_states`, the input then each
         layer's output; under scan, the scan's stacked per-layer outputs (ys), so the layer stays scanned.
         With `last_rows` [batch, k] the last layer computes only those positions ([batch, k, hidden])."""
@@ -210,15 +242,21 @@ class BertEncoder(nn.Module):
             return self._scan_then_rows(x, attention_bias, input_mask, deterministic, last_rows), None
         layer_cls = BertLayer
         if self.remat_policy != "none":
-            layer_cls = nn.remat(BertLayer, policy=REMAT_POLICIES[self.remat_policy],
-                                 prevent_cse=not self.scan_layers)
+            layer_cls = nn.remat(BertLayer, policy=REMAT_POLICIES[self.remat_policy], prevent_cse=not self.scan_layers)
         if self.scan_layers:
-            stack = nn.scan(layer_cls, variable_axes={"params": 0}, split_rngs={"params": True, "dropout": True},
-                            in_axes=(nn.broadcast, nn.broadcast), length=self.config.num_hidden_layers,
-                            metadata_params={nn.PARTITION_NAME: "layers"}, unroll=_scan_unroll(self.config))
+            stack = nn.scan(
+                layer_cls,
+                variable_axes={"params": 0},
+                split_rngs={"params": True, "dropout": True},
+                in_axes=(nn.broadcast, nn.broadcast),
+                length=self.config.num_hidden_layers,
+                metadata_params={nn.PARTITION_NAME: "layers"},
+                unroll=_scan_unroll(self.config),
+            )
             inputs = x
-            x, ys = stack(self.config, self.dtype, deterministic, self.attention, self.packed, output_hidden_states,
-                          name="layers")(x, attention_bias, input_mask)
+            x, ys = stack(
+                self.config, self.dtype, deterministic, self.attention, self.packed, output_hidden_states, name="layers"
+            )(x, attention_bias, input_mask)
             if last_rows is not None:  # initialising: the parameters are the same, the rows the output's
                 return jnp.take_along_axis(x, last_rows[..., None].astype(jnp.int32), axis=1), None
             if not output_hidden_states:
@@ -227,13 +265,15 @@ class BertEncoder(nn.Module):
         hidden_states = [x]
         last = self.config.num_hidden_layers - 1
         for i in range(self.config.num_hidden_layers):
-            x, _ = layer_cls(self.config, self.dtype, deterministic, self.attention, self.packed,
-                             name=f"layer_{i}")(x, attention_bias, input_mask, last_rows if i == last else None)
+            x, _ = layer_cls(self.config, self.dtype, deterministic, self.attention, self.packed, name=f"layer_{i}")(
+                x, attention_bias, input_mask, last_rows if i == last else None
+            )
             hidden_states.append(x)
         return x, (tuple(hidden_states) if output_hidden_states else None)
 
-    def _scan_then_rows(self, x: Array, attention_bias: Optional[Array], input_mask: Array, deterministic: bool,
-                        rows: Array) -> Array:
+    def _scan_then_rows(
+        self, x: Array, attention_bias: Optional[Array], input_mask: Array, deterministic: bool, rows: Array
+    ) -> Array:
         """The scanned stack's parameters ([layers, ...], as nn.scan made them) run as a scan of all but the
         last layer, then the last layer on `rows` only: nn.scan cannot run its last iteration differently.
         Same parameters and numerics; dropout keys split per layer from the module's key (other masks than
@@ -242,16 +282,26 @@ class BertEncoder(nn.Module):
         layer = BertLayer(self.config, self.dtype, deterministic, self.attention, self.packed, parent=None)
 
         def apply(params, x, key, layer_rows):
-            return layer.apply({"params": params}, x, attention_bias, input_mask, layer_rows,
-                               rngs={} if key is None else {"dropout": key})[0]
+            return layer.apply(
+                {"params": params},
+                x,
+                attention_bias,
+                input_mask,
+                layer_rows,
+                rngs={} if key is None else {"dropout": key},
+            )[0]
 
         if self.remat_policy != "none":
             apply = jax.checkpoint(apply, policy=REMAT_POLICIES[self.remat_policy])
         n = self.config.num_hidden_layers
         keys = None if deterministic else jax.random.split(self.make_rng("dropout"), n)
         first = (jax.tree.map(lambda a: a[:-1], stacked), None if keys is None else keys[:-1])
-        x, _ = jax.lax.scan(lambda x, layer_in: (apply(layer_in[0], x, layer_in[1], None), None), x, first,
-                            unroll=max(1, min(_scan_unroll(self.config), n - 1)))
+        x, _ = jax.lax.scan(
+            lambda x, layer_in: (apply(layer_in[0], x, layer_in[1], None), None),
+            x,
+            first,
+            unroll=max(1, min(_scan_unroll(self.config), n - 1)),
+        )
         return apply(jax.tree.map(lambda a: a[-1], stacked), x, None if keys is None else keys[-1], rows)
 
 
@@ -271,10 +321,18 @@ class BertModel(nn.Module):
         self.encoder = BertEncoder(cfg, self.dtype, self.scan_layers, self.remat_policy, self.attention, self.packed)
         self.pooler = _dense(cfg, cfg.hidden_size, ("embed", "mlp"), self.dtype, "pooler")
 
-    def __call__(self, input_ids: Array, segment_ids: Array, input_mask: Array, deterministic: bool = True,
-                 position_ids: Optional[Array] = None, cls_positions: Optional[Array] = None,
-                 output_hidden_states: bool = False, pooled_only: bool = False,
-                 extra_rows: Optional[Array] = None) -> tuple[Array, ...]:
+    def __call__(
+        self,
+        input_ids: Array,
+        segment_ids: Array,
+        input_mask: Array,
+        deterministic: bool = True,
+        position_ids: Optional[Array] = None,
+        cls_positions: Optional[Array] = None,
+        output_hidden_states: bool = False,
+        pooled_only: bool = False,
+        extra_rows: Optional[Array] = None,
+    ) -> tuple[Array, ...]:
         """(sequence output, pooled output), and with `output_hidden_states` a third item, the embeddings'
         output then each layer's (BertOutput.hidden_states). The pooler reads the [CLS] at position 0, or
         with `cls_positions` [batch, k] the [CLS] of each of a packed row's instances ([batch, k, hidden]).
@@ -292,10 +350,13 @@ class BertModel(nn.Module):
                 rows = jnp.concatenate([rows, extra_rows.astype(jnp.int32)], axis=1)
         x, hidden_states = self.encoder(x, attention_bias, input_mask, deterministic, output_hidden_states, rows)
         if pooled_only:
-            cls = x[:, 0] if cls_positions is None else x[:, :cls_positions.shape[1]]
+            cls = x[:, 0] if cls_positions is None else x[:, : cls_positions.shape[1]]
         else:
-            cls = x[:, 0] if cls_positions is None else jnp.take_along_axis(
-                x, cls_positions[..., None].astype(jnp.int32), axis=1)
+            cls = (
+                x[:, 0]
+                if cls_positions is None
+                else jnp.take_along_axis(x, cls_positions[..., None].astype(jnp.int32), axis=1)
+            )
         pooled = jnp.tanh(self.pooler(cls))
         return (x, pooled, hidden_states) if output_hidden_states else (x, pooled)
 
@@ -322,10 +383,18 @@ class BertForPreTraining(nn.Module):
         self.mlm_bias = self.param("mlm_bias", _zeros(("vocab",)), (cfg.vocab_size,))
         self.nsp = _dense(cfg, 2, ("embed", None), self.dtype, "nsp")
 
-    def __call__(self, input_ids: Array, segment_ids: Array, input_mask: Array,
-                 masked_lm_positions: Optional[Array] = None, deterministic: bool = True,
-                 position_ids: Optional[Array] = None, cls_positions: Optional[Array] = None,
-                 output_hidden_states: bool = False, predictions_only: bool = False) -> BertOutput:
+    def __call__(
+        self,
+        input_ids: Array,
+        segment_ids: Array,
+        input_mask: Array,
+        masked_lm_positions: Optional[Array] = None,
+        deterministic: bool = True,
+        position_ids: Optional[Array] = None,
+        cls_positions: Optional[Array] = None,
+        output_hidden_states: bool = False,
+        predictions_only: bool = False,
+    ) -> BertOutput:
         """Packed rows (`packed=True`) number their instances 1..k in `input_mask` and pass each token's
         position within its instance (`position_ids`) and each instance's [CLS] (`cls_positions`
         [batch, k]): nsp_logits and pooled_output then have one row per instance ([batch, k, …]).
@@ -333,23 +402,40 @@ class BertForPreTraining(nn.Module):
         (training): the last layer computes only the [CLS] rows and `masked_lm_positions`, all the heads
         read; the logits are the same and sequence_output is None."""
         if predictions_only and masked_lm_positions is not None and not output_hidden_states:
-            rows, pooled = self.bert(input_ids, segment_ids, input_mask, deterministic, position_ids,
-                                     cls_positions, pooled_only=True, extra_rows=masked_lm_positions)
-            hidden = rows[:, rows.shape[1] - masked_lm_positions.shape[1]:]  # after the [CLS] rows
+            rows, pooled = self.bert(
+                input_ids,
+                segment_ids,
+                input_mask,
+                deterministic,
+                position_ids,
+                cls_positions,
+                pooled_only=True,
+                extra_rows=masked_lm_positions,
+            )
+            hidden = rows[:, rows.shape[1] - masked_lm_positions.shape[1] :]  # after the [CLS] rows
             sequence, hidden_states = None, []
         else:
-            sequence, pooled, *hidden_states = self.bert(input_ids, segment_ids, input_mask, deterministic,
-                                                         position_ids, cls_positions, output_hidden_states)
+            sequence, pooled, *hidden_states = self.bert(
+                input_ids, segment_ids, input_mask, deterministic, position_ids, cls_positions, output_hidden_states
+            )
             # Gather first so the vocabulary projection only runs on predicted positions.
-            hidden = sequence if masked_lm_positions is None else jnp.take_along_axis(
-                sequence, masked_lm_positions[..., None].astype(jnp.int32), axis=1)
+            hidden = (
+                sequence
+                if masked_lm_positions is None
+                else jnp.take_along_axis(sequence, masked_lm_positions[..., None].astype(jnp.int32), axis=1)
+            )
         hidden = ACTIVATIONS[self.config.hidden_act](self.transform(hidden))
         hidden = self.transform_layer_norm(hidden)
         logits = self.bert.embeddings.word_embeddings.attend(hidden)
         mlm_logits = logits.astype(jnp.float32) + self.mlm_bias
         nsp_logits = self.nsp(pooled).astype(jnp.float32)
-        return BertOutput(mlm_logits=mlm_logits, nsp_logits=nsp_logits, sequence_output=sequence,
-                          pooled_output=pooled, hidden_states=hidden_states[0] if hidden_states else None)
+        return BertOutput(
+            mlm_logits=mlm_logits,
+            nsp_logits=nsp_logits,
+            sequence_output=sequence,
+            pooled_output=pooled,
+            hidden_states=hidden_states[0] if hidden_states else None,
+        )
 
     def init_heads(self, hidden: Array, pooled: Array) -> Array:
         """The pre-training heads alone: `init` with this method creates their params and no encoder's, with
@@ -365,8 +451,9 @@ def packed_inputs(batch: dict) -> dict:
     return {"position_ids": batch["position_ids"], "cls_positions": batch["next_sentence_positions"]}
 
 
-def flops_per_sequence(bert_config: BertConfig, seq_len: int, num_predictions: Optional[int] = None,
-                       training: bool = True) -> float:
+def flops_per_sequence(
+    bert_config: BertConfig, seq_len: int, num_predictions: Optional[int] = None, training: bool = True
+) -> float:
     """Model FLOPs for one sequence: matmuls only, 2·m·n·k each; training = 3 × forward (backward ≈ 2×).
 
     Counted: per layer the Q/K/V and attention-output projections (4·2·L·H²), scores and context
@@ -410,85 +497,28 @@ def init_params(model: BertForPreTraining, rng: Array, seq_len: int = 8, heads_o
     return nn.meta.unbox(variables["params"])
 
 
-# --- Fine-tuning (heads.py trains it; bert/hf.py exports it as BertFor<Task>) -----------------------------
+# --- What fine-tuning takes (bert/heads.py puts the task's output layer on it) ---------------------------------
 
-FINETUNING_TASKS = ("sequence_classification", "token_classification", "question_answering")
 BODY = "bert"  # the encoder's subtree
 ENCODER = (BODY,)  # what a fine-tuning model takes from a pre-trained one (pretrained.load(encoder_only=True))
-
-
-def _head(config: BertConfig, features: int, dtype: Any, name: str) -> nn.Dense:
-    init = nn.with_logical_partitioning(nn.initializers.truncated_normal(config.initializer_range), ("embed", None))
-    return nn.Dense(features, dtype=dtype, kernel_init=init,
-                    bias_init=nn.with_logical_partitioning(nn.initializers.zeros_init(), (None,)), name=name)
-
-
-class BertForFinetuning(nn.Module):
-    """The pre-trained body and one output layer for `task`; returns float32 logits: [batch, num_labels]
-    (sequence_classification), [batch, length, num_labels] (token_classification), or
-    [batch, length, 2] (question_answering: start, end)."""
-
-    config: BertConfig
-    task: str
-    num_labels: int
-    dtype: Any = jnp.float32
-    scan_layers: bool = False
-    remat_policy: str = "none"
-    attention: str = "xla"
-    packed: bool = False  # rows hold several examples (finetuning/example_packing.py): input_mask numbers them 1..k
-
-    def setup(self):
-        cfg = self.config
-        self.bert = BertModel(cfg, self.dtype, self.scan_layers, self.remat_policy, self.attention,
-                                        self.packed)
-        self.dropout = Dropout(cfg.hidden_dropout_prob)
-        if self.task == "question_answering":
-            self.qa_outputs = _head(cfg, 2, self.dtype, "qa_outputs")
-        else:
-            self.classifier = _head(cfg, self.num_labels, self.dtype, "classifier")
-
-    def __call__(self, input_ids: Array, segment_ids: Array, input_mask: Array, deterministic: bool = True,
-                 position_ids: Optional[Array] = None, cls_positions: Optional[Array] = None) -> Array:
-        """Packed rows pass each token's position within its example (`position_ids`) and each example's
-        [CLS] (`cls_positions` [batch, k]): sequence classification then gives [batch, k, num_labels]."""
-        # Sequence classification reads only [CLS]: its last layer computes those rows alone.
-        sequence, pooled = self.bert(input_ids, segment_ids, input_mask, deterministic, position_ids=position_ids,
-                                     cls_positions=cls_positions, pooled_only=self.task == "sequence_classification")
-        if self.task == "question_answering":  # no dropout before qa_outputs, as BERT's run_squad.py
-            return self.qa_outputs(sequence).astype(jnp.float32)
-        hidden = pooled if self.task == "sequence_classification" else sequence
-        return self.classifier(self.dropout(hidden, deterministic=deterministic)).astype(jnp.float32)
-
-    def init_head(self, hidden: Array) -> Array:
-        """The output layer alone: `init` with this method creates its params and no encoder's, with the
-        values a full init gives it (Flax derives each submodule's key from its name); the body comes from
-        init_from, and a full init of a BERT-Base body costs seconds on a CPU."""
-        return self.qa_outputs(hidden) if self.task == "question_answering" else self.classifier(hidden)
-
-    def fresh_head(self, rng: Array) -> dict:
-        """Unboxed initial params of the output layer (`init_head`), on the host."""
-        hidden = jnp.zeros((1, self.config.hidden_size), jnp.float32)
-        return jax.device_get(nn.meta.unbox(self.init(rng, hidden, method=BertForFinetuning.init_head)["params"]))
-
-
-def finetuning_model(architecture: BertConfig, task: str, num_labels: int, **compute: Any) -> BertForFinetuning:
-    return BertForFinetuning(architecture, task, num_labels, **compute)
 
 
 def module_param_counts(params: dict) -> list[tuple[str, int]]:
     """Parameter count per module, encoder layers folded into one row."""
     params = unstack_layers(params)
     encoder = params["bert"]["encoder"]
-    rows = [("bert/embeddings", param_count(params["bert"]["embeddings"])),
-            (f"bert/encoder ({len(encoder)} layers × {param_count(encoder['layer_0']):,})",
-             param_count(encoder)),
-            ("bert/pooler", param_count(params["bert"]["pooler"]))]
+    rows = [
+        ("bert/embeddings", param_count(params["bert"]["embeddings"])),
+        (f"bert/encoder ({len(encoder)} layers × {param_count(encoder['layer_0']):,})", param_count(encoder)),
+        ("bert/pooler", param_count(params["bert"]["pooler"])),
+    ]
     heads = {k: v for k, v in params.items() if k != "bert"}
     rows.append(("heads (mlm transform + bias, nsp; decoder tied)", param_count(heads)))
     return rows
 
 
 # --- Loop ⇄ scan layouts. Checkpoints and HF conversion speak the loop layout (one subtree per layer).
+
 
 def stack_layers(params: dict, num_layers: int) -> dict:
     """`encoder/layer_{i}/...` → `encoder/layers/...` with a leading layer axis (for scan_layers=True)."""
@@ -525,15 +555,24 @@ def from_config(cfg: Any, platform: Optional[str] = None, packed: bool = False) 
     `platform` (cpu, gpu, tpu; default: JAX's backend) is where it will run: what `attention=auto`
     resolves to, and whether splash runs compiled or interpreted. `packed`: rows of several instances."""
     cfg.validate()
-    implementation = attention_lib.choose(cfg.attention, cfg.attention_probs_dropout_prob,
-                                          platform or jax.default_backend())
-    return BertForPreTraining(cfg.architecture, dtype=DTYPES[cfg.dtype], scan_layers=cfg.scan_layers,
-                              remat_policy=cfg.remat_policy, attention=implementation, packed=packed)
+    implementation = attention_lib.choose(
+        cfg.attention, cfg.attention_probs_dropout_prob, platform or jax.default_backend()
+    )
+    return BertForPreTraining(
+        cfg.architecture,
+        dtype=DTYPES[cfg.dtype],
+        scan_layers=cfg.scan_layers,
+        remat_policy=cfg.remat_policy,
+        attention=implementation,
+        packed=packed,
+    )
 
 
-def encoder_states(config: BertConfig, params: dict, input_ids: Array, segment_ids: Array,
-                   input_mask: Array) -> tuple[Array, ...]:
+def encoder_states(
+    config: BertConfig, params: dict, input_ids: Array, segment_ids: Array, input_mask: Array
+) -> tuple[Array, ...]:
     """Every layer's output of the encoder alone (`params`: the BODY subtree), the embeddings' first."""
-    _, _, hidden = BertModel(config).apply({"params": params}, input_ids, segment_ids, input_mask,
-                                           deterministic=True, output_hidden_states=True)
+    _, _, hidden = BertModel(config).apply(
+        {"params": params}, input_ids, segment_ids, input_mask, deterministic=True, output_hidden_states=True
+    )
     return hidden

@@ -42,11 +42,16 @@ _TF_LAYER, _HF_LAYER = "bert/encoder/layer_{i}", "bert.encoder.layer.{i}"  # "{i
 
 # (TF1 variable, Hugging Face tensor, transpose).
 _NAME_TABLE: list[tuple[str, str, bool]] = [
-    *[(f"bert/embeddings/{n}", f"bert.embeddings.{n}.weight", False)
-      for n in ("word_embeddings", "position_embeddings", "token_type_embeddings")],
+    *[
+        (f"bert/embeddings/{n}", f"bert.embeddings.{n}.weight", False)
+        for n in ("word_embeddings", "position_embeddings", "token_type_embeddings")
+    ],
     *_layer_norm("bert/embeddings/LayerNorm", "bert.embeddings.LayerNorm"),
-    *[row for n in ("query", "key", "value")
-      for row in _dense(f"{_TF_LAYER}/attention/self/{n}", f"{_HF_LAYER}.attention.self.{n}")],
+    *[
+        row
+        for n in ("query", "key", "value")
+        for row in _dense(f"{_TF_LAYER}/attention/self/{n}", f"{_HF_LAYER}.attention.self.{n}")
+    ],
     *_dense(f"{_TF_LAYER}/attention/output/dense", f"{_HF_LAYER}.attention.output.dense"),
     *_layer_norm(f"{_TF_LAYER}/attention/output/LayerNorm", f"{_HF_LAYER}.attention.output.LayerNorm"),
     *_dense(f"{_TF_LAYER}/intermediate/dense", f"{_HF_LAYER}.intermediate.dense"),
@@ -87,8 +92,11 @@ def _has_checkpoint(path: str) -> bool:
 def is_tf1_dir(path: str) -> bool:
     """A google-research/bert directory, or part of one (so that its errors name what is missing). A Hugging
     Face config.json beside it wins: its safetensors are read without TensorFlow."""
-    return (os.path.isdir(path) and not hf_files.has_config(path)
-            and (os.path.isfile(os.path.join(path, CONFIG_NAME)) or _has_checkpoint(path)))
+    return (
+        os.path.isdir(path)
+        and not hf_files.has_config(path)
+        and (os.path.isfile(os.path.join(path, CONFIG_NAME)) or _has_checkpoint(path))
+    )
 
 
 def checkpoint_prefix(path: str) -> str:
@@ -103,11 +111,13 @@ def checkpoint_prefix(path: str) -> str:
         return os.path.join(path, CHECKPOINT_NAME)
     indexes = sorted(glob.glob(os.path.join(path, "*.index")))
     if len(indexes) == 1:
-        return indexes[0][:-len(".index")]
+        return indexes[0][: -len(".index")]
     if indexes:
-        names = ", ".join(os.path.basename(i)[:-len(".index")] for i in indexes)
-        raise FileNotFoundError(f"{path} holds several TF checkpoints ({names}); keep one, or add a `checkpoint` "
-                                "file naming the one to load (model_checkpoint_path: \"NAME\").")
+        names = ", ".join(os.path.basename(i)[: -len(".index")] for i in indexes)
+        raise FileNotFoundError(
+            f"{path} holds several TF checkpoints ({names}); keep one, or add a `checkpoint` "
+            'file naming the one to load (model_checkpoint_path: "NAME").'
+        )
     raise FileNotFoundError(f"{path} has no TF checkpoint (*.index); a TF1 BERT directory holds {LAYOUT}.")
 
 
@@ -126,8 +136,9 @@ def _read(prefix: str, config: model_lib.BertConfig, config_file: str) -> dict[s
         reader = tf.train.load_checkpoint(prefix)
         shapes = reader.get_variable_to_shape_map()
     except (tf.errors.OpError, ValueError) as e:
-        raise ValueError(f"{prefix} is not a readable TF checkpoint ({' '.join(str(e).split())[:300]}); "
-                         "re-download it.") from None
+        raise ValueError(
+            f"{prefix} is not a readable TF checkpoint ({' '.join(str(e).split())[:300]}); re-download it."
+        ) from None
     table = _expand_table(config)
     skipped = sorted(n for n in shapes if n not in table and _is_training_state(n))
     unknown = sorted(n for n in shapes if n not in table and not _is_training_state(n))
@@ -136,13 +147,15 @@ def _read(prefix: str, config: model_lib.BertConfig, config_file: str) -> dict[s
             f"{prefix}: variable '{unknown[0]}'{f' (and {len(unknown) - 1} more)' if len(unknown) > 1 else ''} "
             f"is neither a google-research/bert BertForPreTraining variable for {config_file} "
             f"(num_hidden_layers={config.num_hidden_layers}) nor optimizer state; the checkpoint and "
-            f"{CONFIG_NAME} come from different models, or it is not a google-research/bert checkpoint.")
+            f"{CONFIG_NAME} come from different models, or it is not a google-research/bert checkpoint."
+        )
     missing = [n for n in table if n not in shapes and not n.startswith(_OPTIONAL_PREFIXES)]
     if missing:
         raise ValueError(
             f"{prefix} lacks variable '{missing[0]}'{f' (and {len(missing) - 1} more)' if len(missing) > 1 else ''}, "
             f"which {config_file} (num_hidden_layers={config.num_hidden_layers}) requires; the checkpoint is "
-            "incomplete or from a different model.")
+            "incomplete or from a different model."
+        )
     tensors = {}
     for tf_name, (hf_name, transpose) in table.items():
         if tf_name not in shapes:
@@ -150,12 +163,18 @@ def _read(prefix: str, config: model_lib.BertConfig, config_file: str) -> dict[s
         try:
             value = reader.get_tensor(tf_name)
         except Exception as e:  # the reader raises OpError, IndexError or ValueError for a damaged .data file
-            raise ValueError(f"{prefix}: variable '{tf_name}' cannot be read ({' '.join(str(e).split())[:300]}); "
-                             "re-download the checkpoint's .data-* files.") from None
+            raise ValueError(
+                f"{prefix}: variable '{tf_name}' cannot be read ({' '.join(str(e).split())[:300]}); "
+                "re-download the checkpoint's .data-* files."
+            ) from None
         tensors[hf_name] = np.ascontiguousarray(value.T) if transpose and value.ndim == 2 else value
     if skipped:
-        log.info("%s: ignored %d optimizer/training variable(s) (%s)", prefix, len(skipped),
-                 ", ".join(sorted({n.rsplit("/", 1)[-1] for n in skipped})))
+        log.info(
+            "%s: ignored %d optimizer/training variable(s) (%s)",
+            prefix,
+            len(skipped),
+            ", ".join(sorted({n.rsplit("/", 1)[-1] for n in skipped})),
+        )
     return tensors
 
 
@@ -189,8 +208,10 @@ def vocab(path: str) -> tuple[Optional[str], bool]:
             with open(config_file, encoding="utf-8") as f:
                 explicit = json.load(f).get("do_lower_case")
         except (UnicodeDecodeError, ValueError, AttributeError) as e:
-            raise ValueError(f"{config_file} is not a JSON object of BERT config fields ({e}); restore the "
-                             f"{CONFIG_NAME} the checkpoint came with.") from None
+            raise ValueError(
+                f"{config_file} is not a JSON object of BERT config fields ({e}); restore the "
+                f"{CONFIG_NAME} the checkpoint came with."
+            ) from None
         if explicit is not None:
             if not isinstance(explicit, bool):
                 raise ValueError(f"{config_file}: do_lower_case={explicit!r} must be true or false.")

@@ -24,8 +24,14 @@ FULL, SLIDING = "full_attention", "sliding_attention"
 ACTIVATION_NAMES = options.ACTIVATION_NAMES
 POOLINGS = ("cls", "mean")
 # Settings of training, not of the function the params compute (a run may resume with other values).
-TRAINING_ONLY_FIELDS = ("embedding_dropout", "attention_dropout", "mlp_dropout", "classifier_dropout",
-                        "initializer_range", "initializer_cutoff_factor")
+TRAINING_ONLY_FIELDS = (
+    "embedding_dropout",
+    "attention_dropout",
+    "mlp_dropout",
+    "classifier_dropout",
+    "initializer_range",
+    "initializer_cutoff_factor",
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,8 +43,11 @@ class ModernBertConfig:
     scans_layers: ClassVar[bool] = False  # whether config.model.scan_layers applies (nn.scan over identical layers)
     # What an init_from run may change from its checkpoint: context extension raises the RoPE bases and the
     # longest position on the same weights (configs/modernbert.py:phase=2). Resuming changes nothing.
-    init_from_may_change: ClassVar[tuple[str, ...]] = ("global_rope_theta", "local_rope_theta",
-                                                       "max_position_embeddings")
+    init_from_may_change: ClassVar[tuple[str, ...]] = (
+        "global_rope_theta",
+        "local_rope_theta",
+        "max_position_embeddings",
+    )
 
     vocab_size: int = 50368
     hidden_size: int = 768
@@ -79,29 +88,46 @@ class ModernBertConfig:
 
     def validate(self, source: str = "the model config") -> None:
         """Raises one ValueError naming the field for an architecture that cannot be built."""
-        for name in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
-                     "max_position_embeddings", "local_attention"):
+        for name in (
+            "vocab_size",
+            "hidden_size",
+            "intermediate_size",
+            "num_hidden_layers",
+            "num_attention_heads",
+            "max_position_embeddings",
+            "local_attention",
+        ):
             value = getattr(self, name)
             if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{source}: {name}={value!r} must be a positive integer.")
         if self.hidden_size % self.num_attention_heads:
-            raise ValueError(f"{source}: hidden_size={self.hidden_size} is not divisible by num_attention_heads="
-                             f"{self.num_attention_heads}; choose a head count that divides it.")
+            raise ValueError(
+                f"{source}: hidden_size={self.hidden_size} is not divisible by num_attention_heads="
+                f"{self.num_attention_heads}; choose a head count that divides it."
+            )
         if self.local_attention % 2:
-            raise ValueError(f"{source}: local_attention={self.local_attention} is not even; it is the whole "
-                             "sliding window, local_attention // 2 tokens on each side (ModernBERT uses 128).")
+            raise ValueError(
+                f"{source}: local_attention={self.local_attention} is not even; it is the whole "
+                "sliding window, local_attention // 2 tokens on each side (ModernBERT uses 128)."
+            )
         if len(self.layer_types) != self.num_hidden_layers or set(self.layer_types) - {FULL, SLIDING}:
-            raise ValueError(f"{source}: layer_types={list(self.layer_types)} must give each of the "
-                             f"{self.num_hidden_layers} layers {FULL!r} or {SLIDING!r}.")
+            raise ValueError(
+                f"{source}: layer_types={list(self.layer_types)} must give each of the "
+                f"{self.num_hidden_layers} layers {FULL!r} or {SLIDING!r}."
+            )
         for name in ("hidden_activation", "classifier_activation"):
             if getattr(self, name) not in ACTIVATION_NAMES:
                 raise ValueError(f"{source}: {name}={getattr(self, name)!r} is not one of {sorted(ACTIVATION_NAMES)}.")
         if self.classifier_pooling not in POOLINGS:
-            raise ValueError(f"{source}: classifier_pooling={self.classifier_pooling!r} is not one of {list(POOLINGS)}.")
+            raise ValueError(
+                f"{source}: classifier_pooling={self.classifier_pooling!r} is not one of {list(POOLINGS)}."
+            )
         for name in ("pad_token_id", "bos_token_id", "eos_token_id", "cls_token_id", "sep_token_id"):
             if not 0 <= getattr(self, name) < self.vocab_size:
-                raise ValueError(f"{source}: {name}={getattr(self, name)} is outside the vocab (vocab_size="
-                                 f"{self.vocab_size}); set the special token ids of the tokenizer in use.")
+                raise ValueError(
+                    f"{source}: {name}={getattr(self, name)} is outside the vocab (vocab_size="
+                    f"{self.vocab_size}); set the special token ids of the tokenizer in use."
+                )
         for name in ("embedding_dropout", "attention_dropout", "mlp_dropout", "classifier_dropout"):
             if not (isinstance(getattr(self, name), numbers.Real) and 0.0 <= getattr(self, name) < 1.0):
                 raise ValueError(f"{source}: {name}={getattr(self, name)} must be in [0, 1).")
@@ -135,8 +161,11 @@ class ModernBertConfig:
     def differences(self, other: dict) -> list[str]:
         """'field: theirs there, mine here' for each field that would make the same params compute another function."""
         mine = self.to_dict()
-        return [f"{f}: {other.get(f)} there, {mine[f]} here" for f in mine
-                if f not in TRAINING_ONLY_FIELDS and other.get(f) != mine[f]]
+        return [
+            f"{f}: {other.get(f)} there, {mine[f]} here"
+            for f in mine
+            if f not in TRAINING_ONLY_FIELDS and other.get(f) != mine[f]
+        ]
 
 
 def layer_types_every(num_layers: int, every: int) -> tuple[str, ...]:
@@ -165,52 +194,101 @@ def from_model_config(cfg: Any) -> ModernBertConfig:
     """`config.model` (config.ModelConfig) → the architecture. config.model keeps BERT's names where the two
     mean the same (hidden_act, layer_norm_eps, the two dropouts) and transformers' for the rest; special token
     ids left at -1 are 0 until the job sets them from the vocab ([PAD], [CLS], [SEP])."""
+
     def token(name: str) -> int:
         return max(getattr(cfg, name), 0)
+
     try:
         return ModernBertConfig(
-            vocab_size=cfg.vocab_size or ModernBertConfig.vocab_size, hidden_size=cfg.hidden_size,
-            intermediate_size=cfg.intermediate_size, num_hidden_layers=cfg.num_hidden_layers,
-            num_attention_heads=cfg.num_attention_heads, hidden_activation=cfg.hidden_act,
-            max_position_embeddings=cfg.max_position_embeddings, norm_eps=cfg.layer_norm_eps,
-            classifier_pooling=cfg.classifier_pooling, local_attention=cfg.local_attention,
+            vocab_size=cfg.vocab_size or ModernBertConfig.vocab_size,
+            hidden_size=cfg.hidden_size,
+            intermediate_size=cfg.intermediate_size,
+            num_hidden_layers=cfg.num_hidden_layers,
+            num_attention_heads=cfg.num_attention_heads,
+            hidden_activation=cfg.hidden_act,
+            max_position_embeddings=cfg.max_position_embeddings,
+            norm_eps=cfg.layer_norm_eps,
+            classifier_pooling=cfg.classifier_pooling,
+            local_attention=cfg.local_attention,
             layer_types=layer_types_every(cfg.num_hidden_layers, cfg.global_attn_every_n_layers),
-            global_rope_theta=cfg.global_rope_theta, local_rope_theta=cfg.local_rope_theta,
-            embedding_dropout=cfg.hidden_dropout_prob, mlp_dropout=cfg.hidden_dropout_prob,
-            classifier_dropout=cfg.hidden_dropout_prob, attention_dropout=cfg.attention_probs_dropout_prob,
-            initializer_range=cfg.initializer_range, pad_token_id=token("pad_token_id"),
-            cls_token_id=token("cls_token_id"), bos_token_id=token("cls_token_id"),
-            sep_token_id=token("sep_token_id"), eos_token_id=token("sep_token_id"))
+            global_rope_theta=cfg.global_rope_theta,
+            local_rope_theta=cfg.local_rope_theta,
+            embedding_dropout=cfg.hidden_dropout_prob,
+            mlp_dropout=cfg.hidden_dropout_prob,
+            classifier_dropout=cfg.hidden_dropout_prob,
+            attention_dropout=cfg.attention_probs_dropout_prob,
+            initializer_range=cfg.initializer_range,
+            pad_token_id=token("pad_token_id"),
+            cls_token_id=token("cls_token_id"),
+            bos_token_id=token("cls_token_id"),
+            sep_token_id=token("sep_token_id"),
+            eos_token_id=token("sep_token_id"),
+        )
     except ValueError as e:
-        raise ValueError(str(e).replace("the model config:", "config.model:", 1).replace(
-            "global_attn_every_n_layers=", "config.model.global_attn_every_n_layers=")) from None
+        raise ValueError(
+            str(e)
+            .replace("the model config:", "config.model:", 1)
+            .replace("global_attn_every_n_layers=", "config.model.global_attn_every_n_layers=")
+        ) from None
 
 
 def model_config_fields(config: ModernBertConfig) -> dict:
     """The inverse of `from_model_config`: `config.model`'s fields for this architecture (fine-tuning writes
     init_from's architecture into its config this way)."""
-    every = next((n for n in range(1, config.num_hidden_layers + 1)
-                  if layer_types_every(config.num_hidden_layers, n) == config.layer_types), None)
-    fixed = {name: getattr(config, name) for name in ("norm_bias", "attention_bias", "mlp_bias", "decoder_bias",
-                                                      "classifier_bias", "classifier_activation")}
+    every = next(
+        (
+            n
+            for n in range(1, config.num_hidden_layers + 1)
+            if layer_types_every(config.num_hidden_layers, n) == config.layer_types
+        ),
+        None,
+    )
+    fixed = {
+        name: getattr(config, name)
+        for name in (
+            "norm_bias",
+            "attention_bias",
+            "mlp_bias",
+            "decoder_bias",
+            "classifier_bias",
+            "classifier_activation",
+        )
+    }
     unusual = {name: value for name, value in fixed.items() if value != getattr(ModernBertConfig, name)}
     if unusual:
-        raise ValueError(f"this ModernBERT sets {unusual}, which config.model cannot express (it keeps ModernBERT's "
-                         "defaults); fine-tune it with transformers.")
+        raise ValueError(
+            f"this ModernBERT sets {unusual}, which config.model cannot express (it keeps ModernBERT's "
+            "defaults); fine-tune it with transformers."
+        )
     if every is None:
-        raise ValueError(f"layer_types={list(config.layer_types)} is not a global layer every n layers from layer "
-                         "0, which is all config.model.global_attn_every_n_layers can say; bertjax fine-tunes "
-                         "ModernBERTs of that pattern only.")
-    return dict(family="modernbert", vocab_size=config.vocab_size, hidden_size=config.hidden_size,
-                intermediate_size=config.intermediate_size, num_hidden_layers=config.num_hidden_layers,
-                num_attention_heads=config.num_attention_heads, hidden_act=config.hidden_activation,
-                max_position_embeddings=config.max_position_embeddings, layer_norm_eps=config.norm_eps,
-                classifier_pooling=config.classifier_pooling, local_attention=config.local_attention,
-                global_attn_every_n_layers=every, global_rope_theta=config.global_rope_theta,
-                local_rope_theta=config.local_rope_theta, hidden_dropout_prob=config.mlp_dropout,
-                attention_probs_dropout_prob=config.attention_dropout, initializer_range=config.initializer_range,
-                pad_token_id=config.pad_token_id, cls_token_id=config.cls_token_id, sep_token_id=config.sep_token_id,
-                scan_layers=False)
+        raise ValueError(
+            f"layer_types={list(config.layer_types)} is not a global layer every n layers from layer "
+            "0, which is all config.model.global_attn_every_n_layers can say; bertjax fine-tunes "
+            "ModernBERTs of that pattern only."
+        )
+    return dict(
+        family="modernbert",
+        vocab_size=config.vocab_size,
+        hidden_size=config.hidden_size,
+        intermediate_size=config.intermediate_size,
+        num_hidden_layers=config.num_hidden_layers,
+        num_attention_heads=config.num_attention_heads,
+        hidden_act=config.hidden_activation,
+        max_position_embeddings=config.max_position_embeddings,
+        layer_norm_eps=config.norm_eps,
+        classifier_pooling=config.classifier_pooling,
+        local_attention=config.local_attention,
+        global_attn_every_n_layers=every,
+        global_rope_theta=config.global_rope_theta,
+        local_rope_theta=config.local_rope_theta,
+        hidden_dropout_prob=config.mlp_dropout,
+        attention_probs_dropout_prob=config.attention_dropout,
+        initializer_range=config.initializer_range,
+        pad_token_id=config.pad_token_id,
+        cls_token_id=config.cls_token_id,
+        sep_token_id=config.sep_token_id,
+        scan_layers=False,
+    )
 
 
 def from_fingerprint(d: dict) -> ModernBertConfig:
@@ -220,8 +298,11 @@ def from_fingerprint(d: dict) -> ModernBertConfig:
 
 # --- Hugging Face config.json, both spellings ---------------------------------------------------------------
 
-_HF_FIELDS = tuple(f.name for f in dataclasses.fields(ModernBertConfig)
-                   if f.name not in ("layer_types", "global_rope_theta", "local_rope_theta"))
+_HF_FIELDS = tuple(
+    f.name
+    for f in dataclasses.fields(ModernBertConfig)
+    if f.name not in ("layer_types", "global_rope_theta", "local_rope_theta")
+)
 
 
 def _rope_theta(d: dict, kind: str, legacy: str, default: float, source: str) -> float:
@@ -229,8 +310,10 @@ def _rope_theta(d: dict, kind: str, legacy: str, default: float, source: str) ->
     if params is None:
         return float(d.get(legacy, default))
     if params.get("rope_type", "default") != "default":
-        raise ValueError(f"{source}: rope_parameters.{kind}.rope_type={params['rope_type']!r} is not supported; "
-                         "bertjax implements ModernBERT's default RoPE only.")
+        raise ValueError(
+            f"{source}: rope_parameters.{kind}.rope_type={params['rope_type']!r} is not supported; "
+            "bertjax implements ModernBERT's default RoPE only."
+        )
     return float(params.get("rope_theta", d.get(legacy, default)))
 
 
@@ -240,8 +323,11 @@ def from_hf_dict(d: dict, source: str = "config.json") -> ModernBertConfig:
         raise ValueError(f"{source}: model_type={d.get('model_type')!r} is not 'modernbert'.")
     fields = {k: d[k] for k in _HF_FIELDS if k in d and d[k] is not None}
     layers = d.get("num_hidden_layers", ModernBertConfig.num_hidden_layers)
-    fields["layer_types"] = tuple(d["layer_types"]) if d.get("layer_types") else \
-        layer_types_every(layers, d.get("global_attn_every_n_layers", 3))
+    fields["layer_types"] = (
+        tuple(d["layer_types"])
+        if d.get("layer_types")
+        else layer_types_every(layers, d.get("global_attn_every_n_layers", 3))
+    )
     fields["global_rope_theta"] = _rope_theta(d, FULL, "global_rope_theta", 160_000.0, source)
     fields["local_rope_theta"] = _rope_theta(d, SLIDING, "local_rope_theta", 10_000.0, source)
     try:
@@ -259,11 +345,19 @@ def to_hf_dict(config: ModernBertConfig, architectures: tuple[str, ...] = ("Mode
     """config.json in both spellings: `layer_types` + `rope_parameters` for transformers 5, and the legacy
     fields older releases read (global_attn_every_n_layers only when the layers follow that pattern)."""
     d = {k: v for k, v in config.to_dict().items() if k in _HF_FIELDS}
-    d.update(model_type="modernbert", architectures=list(architectures), layer_types=list(config.layer_types),
-             rope_parameters={FULL: {"rope_type": "default", "rope_theta": config.global_rope_theta},
-                              SLIDING: {"rope_type": "default", "rope_theta": config.local_rope_theta}},
-             global_rope_theta=config.global_rope_theta, local_rope_theta=config.local_rope_theta,
-             tie_word_embeddings=True, torch_dtype="float32")
+    d.update(
+        model_type="modernbert",
+        architectures=list(architectures),
+        layer_types=list(config.layer_types),
+        rope_parameters={
+            FULL: {"rope_type": "default", "rope_theta": config.global_rope_theta},
+            SLIDING: {"rope_type": "default", "rope_theta": config.local_rope_theta},
+        },
+        global_rope_theta=config.global_rope_theta,
+        local_rope_theta=config.local_rope_theta,
+        tie_word_embeddings=True,
+        torch_dtype="float32",
+    )
     for every in range(1, config.num_hidden_layers + 1):
         if layer_types_every(config.num_hidden_layers, every) == config.layer_types:
             d["global_attn_every_n_layers"] = every

@@ -106,17 +106,29 @@ def task_table(c: ModernBertConfig) -> list[tuple[str, tuple[str, ...], tuple[Ca
     """The name table of ModernBertForSequenceClassification / ModernBertForTokenClassification: the encoder and
     prediction head as the masked LM's, then the classifier."""
     rows = [row for row in name_table(c) if not row[0].startswith("decoder.")]
-    return rows + [("classifier.weight", ("classifier", "kernel"), DENSE),
-                   ("classifier.bias", ("classifier", "bias"), SAME)]
+    return rows + [
+        ("classifier.weight", ("classifier", "kernel"), DENSE),
+        ("classifier.bias", ("classifier", "bias"), SAME),
+    ]
 
 
-TASK_CLASSES = {"sequence_classification": "ModernBertForSequenceClassification",
-                "token_classification": "ModernBertForTokenClassification"}
+TASK_CLASSES = {
+    "sequence_classification": "ModernBertForSequenceClassification",
+    "token_classification": "ModernBertForTokenClassification",
+}
 
 
-def save_finetuned(path: str, config: ModernBertConfig, params: dict, task: str, labels: Optional[list[str]],
-                   regression: bool = False, vocab_file: Optional[str] = None, do_lower_case: bool = True,
-                   tokenizer_dir: Optional[str] = None) -> None:
+def save_finetuned(
+    path: str,
+    config: ModernBertConfig,
+    params: dict,
+    task: str,
+    labels: Optional[list[str]],
+    regression: bool = False,
+    vocab_file: Optional[str] = None,
+    do_lower_case: bool = True,
+    tokenizer_dir: Optional[str] = None,
+) -> None:
     """A fine-tuned ModernBERT (ModernBertForFinetuning's params) as transformers' class of its task, with
     id2label/label2id, loading with no missing or unexpected keys."""
     if task not in TASK_CLASSES:
@@ -124,15 +136,26 @@ def save_finetuned(path: str, config: ModernBertConfig, params: dict, task: str,
     num_labels = 1 if regression else len(labels or [0, 0])
     names = labels if labels else [f"LABEL_{i}" for i in range(num_labels)]
     d = config_lib.to_hf_dict(config, (TASK_CLASSES[task],))
-    d.update(num_labels=num_labels, id2label={str(i): n for i, n in enumerate(names)},
-             label2id={n: i for i, n in enumerate(names)},
-             problem_type="regression" if regression else "single_label_classification")
-    _write_directory(path, config, d, to_state_dict(config, params, task_table(config)), tokenizer_dir, vocab_file,
-                     do_lower_case)
+    d.update(
+        num_labels=num_labels,
+        id2label={str(i): n for i, n in enumerate(names)},
+        label2id={n: i for i, n in enumerate(names)},
+        problem_type="regression" if regression else "single_label_classification",
+    )
+    _write_directory(
+        path, config, d, to_state_dict(config, params, task_table(config)), tokenizer_dir, vocab_file, do_lower_case
+    )
 
 
-def _write_directory(path: str, config: ModernBertConfig, config_dict: dict, tensors: dict[str, np.ndarray],
-                     tokenizer_dir: Optional[str], vocab_file: Optional[str], do_lower_case: bool) -> None:
+def _write_directory(
+    path: str,
+    config: ModernBertConfig,
+    config_dict: dict,
+    tensors: dict[str, np.ndarray],
+    tokenizer_dir: Optional[str],
+    vocab_file: Optional[str],
+    do_lower_case: bool,
+) -> None:
     """config.json, model.safetensors and a tokenizer in `path`: a WordPiece `vocab_file`'s BertTokenizer files
     (without token_type_ids, which ModernBERT has no use for), or the files of `tokenizer_dir`."""
     from safetensors.numpy import save_file
@@ -142,8 +165,13 @@ def _write_directory(path: str, config: ModernBertConfig, config_dict: dict, ten
         json.dump(config_dict, f, indent=2, sort_keys=True)
     save_file(tensors, os.path.join(path, hf_files.WEIGHTS_NAME), metadata={"format": "pt"})
     if vocab_file:
-        hf_files.write_tokenizer(path, vocab_file, do_lower_case, config.max_position_embeddings,
-                                           model_input_names=["input_ids", "attention_mask"])
+        hf_files.write_tokenizer(
+            path,
+            vocab_file,
+            do_lower_case,
+            config.max_position_embeddings,
+            model_input_names=["input_ids", "attention_mask"],
+        )
     for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt"):
         if tokenizer_dir and os.path.isfile(os.path.join(tokenizer_dir, name)):
             shutil.copyfile(os.path.join(tokenizer_dir, name), os.path.join(path, name))
@@ -157,12 +185,15 @@ def to_state_dict(config: ModernBertConfig, params: dict, table: Optional[list] 
     """bertjax params → transformers tensors by `table` (default: ModernBertForMaskedLM's, without the tied
     decoder.weight, which transformers re-ties on load as for its own saves)."""
     params = jax.device_get(params)
-    return {name: np.ascontiguousarray(to_hf(np.asarray(hf_files.get_path(params, path), np.float32), config))
-            for name, path, (_, to_hf) in (table or name_table(config))}
+    return {
+        name: np.ascontiguousarray(to_hf(np.asarray(hf_files.get_path(params, path), np.float32), config))
+        for name, path, (_, to_hf) in (table or name_table(config))
+    }
 
 
-def from_state_dict(config: ModernBertConfig, tensors: dict[str, np.ndarray], seed: int = 0,
-                    source: str = "the checkpoint") -> dict:
+def from_state_dict(
+    config: ModernBertConfig, tensors: dict[str, np.ndarray], seed: int = 0, source: str = "the checkpoint"
+) -> dict:
     """transformers tensors (ModernBertForMaskedLM's, or a bare ModernBertModel's) → bertjax params."""
     if not any(k.startswith("model.") for k in tensors):  # a bare ModernBertModel: names without "model."
         tensors = {k if k.startswith(HEAD_PREFIXES) else f"model.{k}": v for k, v in tensors.items()}
@@ -173,8 +204,10 @@ def from_state_dict(config: ModernBertConfig, tensors: dict[str, np.ndarray], se
     absent = [name for name, _, _ in table if name not in tensors]
     missing = [n for n in absent if not n.startswith(HEAD_PREFIXES)]
     if missing:
-        raise ValueError(f"{source} lacks {len(missing)} encoder tensor(s) of its config.json, e.g. {missing[:3]}; the "
-                         "weights and config.json come from different ModernBERT models.")
+        raise ValueError(
+            f"{source} lacks {len(missing)} encoder tensor(s) of its config.json, e.g. {missing[:3]}; the "
+            "weights and config.json come from different ModernBERT models."
+        )
     fresh = jax.device_get(modernbert_lib.init_params(model, rng)) if absent else None
     params: dict = {}
     for name, path, (to_jax, to_hf) in table:
@@ -184,20 +217,31 @@ def from_state_dict(config: ModernBertConfig, tensors: dict[str, np.ndarray], se
             continue
         want = to_hf(np.zeros(expected.shape, np.float32), config).shape
         if tuple(tensors[name].shape) != tuple(want):
-            raise ValueError(f"{source}: '{name}' has shape {tuple(tensors[name].shape)} but config.json implies "
-                             f"{tuple(want)}; the weights and config.json come from different models.")
+            raise ValueError(
+                f"{source}: '{name}' has shape {tuple(tensors[name].shape)} but config.json implies "
+                f"{tuple(want)}; the weights and config.json come from different models."
+            )
         hf_files.set_path(params, path, to_jax(tensors[name].astype(np.float32), config))
     decoder = tensors.get("decoder.weight")
     if decoder is not None and not np.array_equal(decoder, tensors["model.embeddings.tok_embeddings.weight"]):
-        raise ValueError(f"{source}: decoder.weight differs from the token embeddings; bertjax ties them as "
-                         "ModernBERT does, so an untied checkpoint cannot be loaded faithfully.")
+        raise ValueError(
+            f"{source}: decoder.weight differs from the token embeddings; bertjax ties them as "
+            "ModernBERT does, so an untied checkpoint cannot be loaded faithfully."
+        )
     unexpected = sorted(set(tensors) - {n for n, _, _ in table} - set(_REDUNDANT))
     if unexpected:
-        log.warning("%s: ignored %d tensor(s) ModernBertForMaskedLM has no place for: %s", source, len(unexpected),
-                    ", ".join(unexpected[:8]))
+        log.warning(
+            "%s: ignored %d tensor(s) ModernBertForMaskedLM has no place for: %s",
+            source,
+            len(unexpected),
+            ", ".join(unexpected[:8]),
+        )
     if absent:
-        log.warning("%s: initialised fresh (not in the checkpoint): %s", source,
-                    ", ".join(sorted({n.rsplit(".", 1)[0] for n in absent})))
+        log.warning(
+            "%s: initialised fresh (not in the checkpoint): %s",
+            source,
+            ", ".join(sorted({n.rsplit(".", 1)[0] for n in absent})),
+        )
     return params
 
 
@@ -214,16 +258,34 @@ def load(path: str, seed: int = 0) -> tuple[ModernBertConfig, dict]:
     return config, from_state_dict(config, tensors, seed, source=path)
 
 
-def save_pretrained(path: str, model: modernbert_lib.ModernBertForMaskedLM, params: dict,
-                    vocab_file: Optional[str] = None, do_lower_case: bool = True,
-                    tokenizer_dir: Optional[str] = None) -> None:
+def save_pretrained(
+    path: str,
+    model: modernbert_lib.ModernBertForMaskedLM,
+    params: dict,
+    vocab_file: Optional[str] = None,
+    do_lower_case: bool = True,
+    tokenizer_dir: Optional[str] = None,
+) -> None:
     """A directory `transformers.AutoModelForMaskedLM.from_pretrained(path)` loads as ModernBertForMaskedLM, with
     `vocab_file`'s BertTokenizer files or the tokenizer files of `tokenizer_dir` (a ModernBERT/HF tokenizer)."""
     save(path, model.config, params, tokenizer_dir, vocab_file, do_lower_case)
 
 
-def save(path: str, config: ModernBertConfig, params: dict, tokenizer_dir: Optional[str] = None,
-         vocab_file: Optional[str] = None, do_lower_case: bool = True) -> None:
+def save(
+    path: str,
+    config: ModernBertConfig,
+    params: dict,
+    tokenizer_dir: Optional[str] = None,
+    vocab_file: Optional[str] = None,
+    do_lower_case: bool = True,
+) -> None:
     """`save_pretrained` from the config alone."""
-    _write_directory(path, config, config_lib.to_hf_dict(config), to_state_dict(config, params), tokenizer_dir,
-                     vocab_file, do_lower_case)
+    _write_directory(
+        path,
+        config,
+        config_lib.to_hf_dict(config),
+        to_state_dict(config, params),
+        tokenizer_dir,
+        vocab_file,
+        do_lower_case,
+    )

@@ -45,14 +45,24 @@ def _init(std: float, cutoff: float, names: tuple[Optional[str], ...]):
 def _init_std(config: ModernBertConfig) -> dict[str, float]:
     """transformers' ModernBertPreTrainedModel._init_weights: inputs, outputs (scaled by depth), embeddings."""
     r = config.initializer_range
-    return {"in": r, "out": r / (2.0 * config.num_hidden_layers) ** 0.5, "embedding": r,
-            "final_out": config.hidden_size ** -0.5}
+    return {
+        "in": r,
+        "out": r / (2.0 * config.num_hidden_layers) ** 0.5,
+        "embedding": r,
+        "final_out": config.hidden_size**-0.5,
+    }
 
 
 def _norm(config: ModernBertConfig, dtype: Dtype, name: str) -> nn.LayerNorm:
-    return nn.LayerNorm(epsilon=config.norm_eps, use_bias=config.norm_bias, dtype=dtype, use_fast_variance=False,
-                        scale_init=nn.with_logical_partitioning(nn.initializers.ones_init(), ("embed",)),
-                        bias_init=nn.with_logical_partitioning(nn.initializers.zeros_init(), ("embed",)), name=name)
+    return nn.LayerNorm(
+        epsilon=config.norm_eps,
+        use_bias=config.norm_bias,
+        dtype=dtype,
+        use_fast_variance=False,
+        scale_init=nn.with_logical_partitioning(nn.initializers.ones_init(), ("embed",)),
+        bias_init=nn.with_logical_partitioning(nn.initializers.zeros_init(), ("embed",)),
+        name=name,
+    )
 
 
 def rotary(position_ids: Array, head_dim: int, theta: float) -> tuple[Array, Array]:
@@ -107,38 +117,54 @@ class ModernBertLayer(nn.Module):
         std, cut = _init_std(cfg), cfg.initializer_cutoff_factor
         heads, head_dim = cfg.num_attention_heads, cfg.head_dim
         h = x if self.layer == 0 else _norm(cfg, self.dtype, "attn_norm")(x)
-        qkv = nn.DenseGeneral((3, heads, head_dim), use_bias=cfg.attention_bias, dtype=self.dtype,
-                              kernel_init=_init(std["in"], cut, ("embed", None, "heads", "kv")),
-                              bias_init=nn.with_logical_partitioning(nn.initializers.zeros_init(),
-                                                                     (None, "heads", "kv")),
-                              name="Wqkv")(h)
+        qkv = nn.DenseGeneral(
+            (3, heads, head_dim),
+            use_bias=cfg.attention_bias,
+            dtype=self.dtype,
+            kernel_init=_init(std["in"], cut, ("embed", None, "heads", "kv")),
+            bias_init=nn.with_logical_partitioning(nn.initializers.zeros_init(), (None, "heads", "kv")),
+            name="Wqkv",
+        )(h)
         q, k, v = (qkv[:, :, i] for i in range(3))
         q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
         if self.attention == "xla":
-            scores = jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=jnp.float32) * head_dim ** -0.5
+            scores = jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=jnp.float32) * head_dim**-0.5
             probs = jax.nn.softmax(scores + bias, axis=-1)
             probs = layers.Dropout(cfg.attention_dropout)(probs, deterministic=self.deterministic)
             context = jnp.einsum("bhqk,bkhd->bqhd", probs.astype(self.dtype), v)
         else:  # the kernel masks padding, other instances and (local layers) keys outside the window itself
             window = None if cfg.is_global(self.layer) else cfg.sliding_window
             context = attention_lib.fused(self.attention, q, k, v, input_mask, self.packed, window)
-        out = nn.DenseGeneral(cfg.hidden_size, axis=(-2, -1), use_bias=cfg.attention_bias, dtype=self.dtype,
-                              kernel_init=_init(std["out"], cut, ("heads", "kv", "embed")),
-                              bias_init=nn.with_logical_partitioning(nn.initializers.zeros_init(), ("embed",)),
-                              name="Wo_attn")(context)
+        out = nn.DenseGeneral(
+            cfg.hidden_size,
+            axis=(-2, -1),
+            use_bias=cfg.attention_bias,
+            dtype=self.dtype,
+            kernel_init=_init(std["out"], cut, ("heads", "kv", "embed")),
+            bias_init=nn.with_logical_partitioning(nn.initializers.zeros_init(), ("embed",)),
+            name="Wo_attn",
+        )(context)
         x = x + layers.Dropout(cfg.attention_dropout)(out, deterministic=self.deterministic)
         x = sharding_lib.constrain(x, ("batch", "length", "embed"))
         # GeGLU: Wi's two halves are the input and the gate (transformers' chunk(2)).
-        h = nn.DenseGeneral((2, cfg.intermediate_size), use_bias=cfg.mlp_bias, dtype=self.dtype,
-                            kernel_init=_init(std["in"], cut, ("embed", None, "mlp")),
-                            bias_init=nn.with_logical_partitioning(nn.initializers.zeros_init(), (None, "mlp")),
-                            name="Wi")(_norm(cfg, self.dtype, "mlp_norm")(x))
+        h = nn.DenseGeneral(
+            (2, cfg.intermediate_size),
+            use_bias=cfg.mlp_bias,
+            dtype=self.dtype,
+            kernel_init=_init(std["in"], cut, ("embed", None, "mlp")),
+            bias_init=nn.with_logical_partitioning(nn.initializers.zeros_init(), (None, "mlp")),
+            name="Wi",
+        )(_norm(cfg, self.dtype, "mlp_norm")(x))
         h = layers.ACTIVATIONS[cfg.hidden_activation](h[:, :, 0]) * h[:, :, 1]
         h = layers.Dropout(cfg.mlp_dropout)(h, deterministic=self.deterministic)
-        out = nn.Dense(cfg.hidden_size, use_bias=cfg.mlp_bias, dtype=self.dtype,
-                       kernel_init=_init(std["out"], cut, ("mlp", "embed")),
-                       bias_init=nn.with_logical_partitioning(nn.initializers.zeros_init(), ("embed",)),
-                       name="Wo_mlp")(h)
+        out = nn.Dense(
+            cfg.hidden_size,
+            use_bias=cfg.mlp_bias,
+            dtype=self.dtype,
+            kernel_init=_init(std["out"], cut, ("mlp", "embed")),
+            bias_init=nn.with_logical_partitioning(nn.initializers.zeros_init(), ("embed",)),
+            name="Wo_mlp",
+        )(h)
         return _gradient_barrier(sharding_lib.constrain(x + out, ("batch", "length", "embed")))
 
 
@@ -152,29 +178,47 @@ class ModernBertModel(nn.Module):
     remat_policy: str = "none"  # layers.REMAT_POLICIES: what each layer keeps for the backward pass
 
     @nn.compact
-    def __call__(self, input_ids: Array, input_mask: Array, deterministic: bool = True,
-                 position_ids: Optional[Array] = None, output_hidden_states: bool = False
-                 ) -> tuple[Array, Optional[tuple[Array, ...]]]:
+    def __call__(
+        self,
+        input_ids: Array,
+        input_mask: Array,
+        deterministic: bool = True,
+        position_ids: Optional[Array] = None,
+        output_hidden_states: bool = False,
+    ) -> tuple[Array, Optional[tuple[Array, ...]]]:
         cfg = self.config
         std, cut = _init_std(cfg), cfg.initializer_cutoff_factor
-        embed = layers.Embed(cfg.vocab_size, cfg.hidden_size, dtype=self.dtype, name="tok_embeddings",
-                         embedding_init=_init(std["embedding"], cut, ("vocab", "embed")))
+        embed = layers.Embed(
+            cfg.vocab_size,
+            cfg.hidden_size,
+            dtype=self.dtype,
+            name="tok_embeddings",
+            embedding_init=_init(std["embedding"], cut, ("vocab", "embed")),
+        )
         x = _norm(cfg, self.dtype, "embeddings_norm")(embed(input_ids))
         x = layers.Dropout(cfg.embedding_dropout)(x, deterministic=deterministic)
         if position_ids is None:
             position_ids = jnp.broadcast_to(jnp.arange(input_ids.shape[-1]), input_ids.shape)
-        rope = {True: rotary(position_ids, cfg.head_dim, cfg.global_rope_theta),
-                False: rotary(position_ids, cfg.head_dim, cfg.local_rope_theta)}
+        rope = {
+            True: rotary(position_ids, cfg.head_dim, cfg.global_rope_theta),
+            False: rotary(position_ids, cfg.head_dim, cfg.local_rope_theta),
+        }
         xla = self.attention == "xla"
-        biases = {True: attention_lib.xla_bias(input_mask, True) if xla else None,
-                  False: attention_lib.xla_bias(input_mask, True, cfg.sliding_window) if xla else None}
+        biases = {
+            True: attention_lib.xla_bias(input_mask, True) if xla else None,
+            False: attention_lib.xla_bias(input_mask, True, cfg.sliding_window) if xla else None,
+        }
         hidden = [x] if output_hidden_states else None
-        layer_class = ModernBertLayer if self.remat_policy == "none" else \
-            nn.remat(ModernBertLayer, policy=layers.REMAT_POLICIES[self.remat_policy])
+        layer_class = (
+            ModernBertLayer
+            if self.remat_policy == "none"
+            else nn.remat(ModernBertLayer, policy=layers.REMAT_POLICIES[self.remat_policy])
+        )
         for i in range(cfg.num_hidden_layers):
             kind = cfg.is_global(i)
-            x = layer_class(cfg, i, self.dtype, deterministic, self.attention, self.packed,
-                            name=f"layers_{i}")(x, biases[kind], input_mask, *rope[kind])
+            x = layer_class(cfg, i, self.dtype, deterministic, self.attention, self.packed, name=f"layers_{i}")(
+                x, biases[kind], input_mask, *rope[kind]
+            )
             if hidden is not None:
                 hidden.append(x)
         x = _norm(cfg, self.dtype, "final_norm")(x)
@@ -195,17 +239,33 @@ class ModernBertForMaskedLM(nn.Module):
         cfg = self.config
         std, cut = _init_std(cfg), cfg.initializer_cutoff_factor
         self.model = ModernBertModel(cfg, self.dtype, self.attention, self.packed, self.remat_policy)
-        self.head_dense = nn.Dense(cfg.hidden_size, use_bias=cfg.classifier_bias, dtype=self.dtype,
-                                   kernel_init=_init(std["out"], cut, ("embed", "mlp")),
-                                   bias_init=nn.with_logical_partitioning(nn.initializers.zeros_init(), ("mlp",)))
+        self.head_dense = nn.Dense(
+            cfg.hidden_size,
+            use_bias=cfg.classifier_bias,
+            dtype=self.dtype,
+            kernel_init=_init(std["out"], cut, ("embed", "mlp")),
+            bias_init=nn.with_logical_partitioning(nn.initializers.zeros_init(), ("mlp",)),
+        )
         self.head_norm = _norm(cfg, self.dtype, "head_norm")
         if cfg.decoder_bias:
-            self.decoder_bias = self.param("decoder_bias", nn.with_logical_partitioning(
-                nn.initializers.zeros_init(), ("vocab",)), (cfg.vocab_size,), jnp.float32)
+            self.decoder_bias = self.param(
+                "decoder_bias",
+                nn.with_logical_partitioning(nn.initializers.zeros_init(), ("vocab",)),
+                (cfg.vocab_size,),
+                jnp.float32,
+            )
 
-    def __call__(self, input_ids: Array, input_mask: Optional[Array] = None, deterministic: bool = True, *,
-                 segment_ids: Optional[Array] = None, masked_lm_positions: Optional[Array] = None,
-                 position_ids: Optional[Array] = None, output_hidden_states: bool = False) -> ModernBertOutput:
+    def __call__(
+        self,
+        input_ids: Array,
+        input_mask: Optional[Array] = None,
+        deterministic: bool = True,
+        *,
+        segment_ids: Optional[Array] = None,
+        masked_lm_positions: Optional[Array] = None,
+        position_ids: Optional[Array] = None,
+        output_hidden_states: bool = False,
+    ) -> ModernBertOutput:
         del segment_ids
         if input_mask is None:
             input_mask = jnp.ones_like(input_ids)
@@ -232,12 +292,20 @@ def module_param_counts(params: dict) -> list[tuple[str, int]]:
     attention norm, is the smaller)."""
     model = params["model"]
     stack = [model[f"layers_{i}"] for i in range(sum(k.startswith("layers_") for k in model))]
-    rows = [("model/tok_embeddings + embeddings_norm", layers.param_count(model["tok_embeddings"]) +
-             layers.param_count(model["embeddings_norm"])),
-            (f"model/layers ({len(stack)} × {layers.param_count(stack[-1]):,})", layers.param_count(stack)),
-            ("model/final_norm", layers.param_count(model["final_norm"]))]
-    rows.append(("head (dense, norm, decoder bias; decoder tied)",
-                 layers.param_count({k: v for k, v in params.items() if k != "model"})))
+    rows = [
+        (
+            "model/tok_embeddings + embeddings_norm",
+            layers.param_count(model["tok_embeddings"]) + layers.param_count(model["embeddings_norm"]),
+        ),
+        (f"model/layers ({len(stack)} × {layers.param_count(stack[-1]):,})", layers.param_count(stack)),
+        ("model/final_norm", layers.param_count(model["final_norm"])),
+    ]
+    rows.append(
+        (
+            "head (dense, norm, decoder bias; decoder tied)",
+            layers.param_count({k: v for k, v in params.items() if k != "model"}),
+        )
+    )
     return rows
 
 
@@ -262,91 +330,29 @@ def from_architecture(config: ModernBertConfig, scan_layers: bool = False, **com
 def from_config(cfg: Any, platform: Optional[str] = None, packed: bool = False) -> ModernBertForMaskedLM:
     """`config.model` (family modernbert) → the model, as models/bert/model.py's `from_config` for BERT."""
     cfg.validate()
-    implementation = attention_lib.choose(cfg.attention, cfg.attention_probs_dropout_prob,
-                                          platform or jax.default_backend())
-    return ModernBertForMaskedLM(cfg.architecture, dtype=layers.DTYPES[cfg.dtype], attention=implementation,
-                                 packed=packed, remat_policy=cfg.remat_policy)
+    implementation = attention_lib.choose(
+        cfg.attention, cfg.attention_probs_dropout_prob, platform or jax.default_backend()
+    )
+    return ModernBertForMaskedLM(
+        cfg.architecture,
+        dtype=layers.DTYPES[cfg.dtype],
+        attention=implementation,
+        packed=packed,
+        remat_policy=cfg.remat_policy,
+    )
 
 
-FINETUNING_TASKS = ("sequence_classification", "token_classification")  # transformers' ModernBERT task classes
 BODY = "model"  # the encoder's subtree
 ENCODER = (BODY, "head_dense", "head_norm")  # what fine-tuning takes from a masked LM, as transformers does
 
 
-class ModernBertForFinetuning(nn.Module):
-    """The encoder with transformers' task head: the prediction head (dense → activation → norm, the MLM
-    head's own weights when fine-tuning starts from a masked-LM checkpoint, as transformers loads them), dropout
-    and a classifier. sequence_classification pools by `config.classifier_pooling`: the first token (cls) or
-    the mean over real tokens (mean); token_classification classifies every token.
-
-    Packed rows (heads.py) pass each token's position within its example (`position_ids`) and each example's
-    first token (`cls_positions` [batch, k]): sequence classification then gives [batch, k, num_labels], each
-    example pooled over its own tokens (input_mask numbers them)."""
-
-    config: ModernBertConfig
-    task: str  # sequence_classification | token_classification
-    num_labels: int
-    dtype: Dtype = jnp.float32
-    attention: str = "xla"
-    packed: bool = False
-    remat_policy: str = "none"
-
-    def setup(self):
-        cfg = self.config
-        std, cut = _init_std(cfg), cfg.initializer_cutoff_factor
-        self.model = ModernBertModel(cfg, self.dtype, self.attention, self.packed, self.remat_policy)
-        self.head_dense = nn.Dense(cfg.hidden_size, use_bias=cfg.classifier_bias, dtype=self.dtype,
-                                   kernel_init=_init(std["out"], cut, ("embed", "mlp")),
-                                   bias_init=nn.with_logical_partitioning(nn.initializers.zeros_init(), ("mlp",)))
-        self.head_norm = _norm(cfg, self.dtype, "head_norm")
-        self.dropout = layers.Dropout(cfg.classifier_dropout)
-        self.classifier = nn.Dense(self.num_labels, dtype=self.dtype,
-                                   kernel_init=_init(std["final_out"], cut, ("embed", None)),
-                                   bias_init=nn.with_logical_partitioning(nn.initializers.zeros_init(), (None,)))
-
-    def _pool(self, x: Array, input_mask: Array, cls_positions: Optional[Array]) -> Array:
-        if self.config.classifier_pooling == "cls":
-            if cls_positions is None:
-                return x[:, 0]
-            return jnp.take_along_axis(x, cls_positions[..., None].astype(jnp.int32), axis=1)
-        if cls_positions is None:
-            real = (input_mask > 0).astype(x.dtype)[..., None]
-            return jnp.sum(x * real, axis=1) / jnp.sum(real, axis=1)
-        # Example j of a packed row is the tokens input_mask numbers j + 1.
-        slots = jnp.arange(1, cls_positions.shape[1] + 1)
-        member = (input_mask[:, None, :] == slots[None, :, None]).astype(jnp.float32)  # [batch, k, length]
-        summed = jnp.einsum("bkl,blh->bkh", member, x.astype(jnp.float32))
-        return (summed / jnp.maximum(jnp.sum(member, axis=-1), 1.0)[..., None]).astype(x.dtype)
-
-    def __call__(self, input_ids: Array, input_mask: Optional[Array] = None, deterministic: bool = True, *,
-                 segment_ids: Optional[Array] = None, position_ids: Optional[Array] = None,
-                 cls_positions: Optional[Array] = None) -> Array:
-        del segment_ids
-        if input_mask is None:
-            input_mask = jnp.ones_like(input_ids)
-        x, _ = self.model(input_ids, input_mask, deterministic, position_ids)
-        if self.task == "sequence_classification":
-            x = self._pool(x, input_mask, cls_positions)
-        x = self.head_norm(layers.ACTIVATIONS[self.config.classifier_activation](self.head_dense(x)))
-        return self.classifier(self.dropout(x, deterministic=deterministic)).astype(jnp.float32)
-
-    def init_head(self, hidden: Array) -> Array:
-        """The classifier alone (its values those of a full init): the rest comes from the pre-trained model."""
-        return self.classifier(hidden)
-
-    def fresh_head(self, rng: Array) -> dict:
-        hidden = jnp.zeros((1, self.config.hidden_size), jnp.float32)
-        return jax.device_get(nn.meta.unbox(self.init(rng, hidden, method=ModernBertForFinetuning.init_head)["params"]))
-
-
-def finetuning_model(architecture: ModernBertConfig, task: str, num_labels: int, scan_layers: bool = False,
-                     **compute: Any) -> ModernBertForFinetuning:
-    del scan_layers  # BERT's; ModernBERT's layers alternate kinds and run as a loop
-    return ModernBertForFinetuning(architecture, task, num_labels, **compute)
-
-
-def flops_per_sequence(config: ModernBertConfig, seq_len: int, num_predictions: Optional[int] = None,
-                       training: bool = True, window_saves: bool = True) -> float:
+def flops_per_sequence(
+    config: ModernBertConfig,
+    seq_len: int,
+    num_predictions: Optional[int] = None,
+    training: bool = True,
+    window_saves: bool = True,
+) -> float:
     """Model FLOPs of one sequence, as metrics.flops_per_sequence counts BERT's: matmuls only, 2·m·n·k each;
     training = 3 × forward. Per layer: the fused QKV and output projections (2·L·H·3H + 2·L·H²), scores and
     context (2·2·L·K·H, K the keys a query attends: L in a global layer, 2·(local_attention // 2) + 1 at most
@@ -376,11 +382,13 @@ def unstack_layers(params: dict) -> dict:
     return params
 
 
-def encoder_states(config: ModernBertConfig, params: dict, input_ids: Array, segment_ids: Array,
-                   input_mask: Array) -> tuple[Array, ...]:
+def encoder_states(
+    config: ModernBertConfig, params: dict, input_ids: Array, segment_ids: Array, input_mask: Array
+) -> tuple[Array, ...]:
     """Every layer's output of the encoder alone (`params`: the BODY subtree), the embeddings' first and the
     last after the final norm, as transformers' ModernBertModel(output_hidden_states=True) gives them."""
     del segment_ids  # ModernBERT has no token types
-    last, hidden = ModernBertModel(config).apply({"params": params}, input_ids, input_mask, deterministic=True,
-                                                 output_hidden_states=True)
+    last, hidden = ModernBertModel(config).apply(
+        {"params": params}, input_ids, input_mask, deterministic=True, output_hidden_states=True
+    )
     return (*hidden[:-1], last)

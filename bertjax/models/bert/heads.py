@@ -1,0 +1,94 @@
+"""BERT's fine-tuning heads (finetuning/heads.py trains them; bert/hf.py exports them as BertFor<Task>): the
+pre-trained body (`BertModel`, under `bert/`) and one output layer named as in transformers' classes."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from bertjax.models.bert.config import BertConfig
+from bertjax.models.bert.model import BertModel
+from bertjax.models.layers import Dropout
+
+Array = jax.Array
+
+FINETUNING_TASKS = ("sequence_classification", "token_classification", "question_answering")
+
+
+def _head(config: BertConfig, features: int, dtype: Any, name: str) -> nn.Dense:
+    init = nn.with_logical_partitioning(nn.initializers.truncated_normal(config.initializer_range), ("embed", None))
+    return nn.Dense(
+        features,
+        dtype=dtype,
+        kernel_init=init,
+        bias_init=nn.with_logical_partitioning(nn.initializers.zeros_init(), (None,)),
+        name=name,
+    )
+
+
+class BertForFinetuning(nn.Module):
+    """The pre-trained body and one output layer for `task`; returns float32 logits: [batch, num_labels]
+    (sequence_classification), [batch, length, num_labels] (token_classification), or
+    [batch, length, 2] (question_answering: start, end)."""
+
+    config: BertConfig
+    task: str
+    num_labels: int
+    dtype: Any = jnp.float32
+    scan_layers: bool = False
+    remat_policy: str = "none"
+    attention: str = "xla"
+    packed: bool = False  # rows hold several examples (finetuning/example_packing.py): input_mask numbers them 1..k
+
+    def setup(self):
+        cfg = self.config
+        self.bert = BertModel(cfg, self.dtype, self.scan_layers, self.remat_policy, self.attention, self.packed)
+        self.dropout = Dropout(cfg.hidden_dropout_prob)
+        if self.task == "question_answering":
+            self.qa_outputs = _head(cfg, 2, self.dtype, "qa_outputs")
+        else:
+            self.classifier = _head(cfg, self.num_labels, self.dtype, "classifier")
+
+    def __call__(
+        self,
+        input_ids: Array,
+        segment_ids: Array,
+        input_mask: Array,
+        deterministic: bool = True,
+        position_ids: Optional[Array] = None,
+        cls_positions: Optional[Array] = None,
+    ) -> Array:
+        """Packed rows pass each token's position within its example (`position_ids`) and each example's
+        [CLS] (`cls_positions` [batch, k]): sequence classification then gives [batch, k, num_labels]."""
+        # Sequence classification reads only [CLS]: its last layer computes those rows alone.
+        sequence, pooled = self.bert(
+            input_ids,
+            segment_ids,
+            input_mask,
+            deterministic,
+            position_ids=position_ids,
+            cls_positions=cls_positions,
+            pooled_only=self.task == "sequence_classification",
+        )
+        if self.task == "question_answering":  # no dropout before qa_outputs, as BERT's run_squad.py
+            return self.qa_outputs(sequence).astype(jnp.float32)
+        hidden = pooled if self.task == "sequence_classification" else sequence
+        return self.classifier(self.dropout(hidden, deterministic=deterministic)).astype(jnp.float32)
+
+    def init_head(self, hidden: Array) -> Array:
+        """The output layer alone: `init` with this method creates its params and no encoder's, with the
+        values a full init gives it (Flax derives each submodule's key from its name); the body comes from
+        init_from, and a full init of a BERT-Base body costs seconds on a CPU."""
+        return self.qa_outputs(hidden) if self.task == "question_answering" else self.classifier(hidden)
+
+    def fresh_head(self, rng: Array) -> dict:
+        """Unboxed initial params of the output layer (`init_head`), on the host."""
+        hidden = jnp.zeros((1, self.config.hidden_size), jnp.float32)
+        return jax.device_get(nn.meta.unbox(self.init(rng, hidden, method=BertForFinetuning.init_head)["params"]))
+
+
+def finetuning_model(architecture: BertConfig, task: str, num_labels: int, **compute: Any) -> BertForFinetuning:
+    return BertForFinetuning(architecture, task, num_labels, **compute)

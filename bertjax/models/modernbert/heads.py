@@ -1,0 +1,106 @@
+"""ModernBERT's fine-tuning heads (finetuning/heads.py trains them; modernbert/hf.py exports them as
+transformers' ModernBertFor<Task>): the encoder, its prediction head (as a masked LM's) and a classifier."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from bertjax.models import layers
+from bertjax.models.modernbert.config import ModernBertConfig
+from bertjax.models.modernbert.model import ModernBertModel, _init, _init_std, _norm
+
+Array = jax.Array
+Dtype = Any
+
+FINETUNING_TASKS = ("sequence_classification", "token_classification")  # transformers' ModernBERT task classes
+
+
+class ModernBertForFinetuning(nn.Module):
+    """The encoder with transformers' task head: the prediction head (dense → activation → norm, the MLM
+    head's own weights when fine-tuning starts from a masked-LM checkpoint, as transformers loads them), dropout
+    and a classifier. sequence_classification pools by `config.classifier_pooling`: the first token (cls) or
+    the mean over real tokens (mean); token_classification classifies every token.
+
+    Packed rows (heads.py) pass each token's position within its example (`position_ids`) and each example's
+    first token (`cls_positions` [batch, k]): sequence classification then gives [batch, k, num_labels], each
+    example pooled over its own tokens (input_mask numbers them)."""
+
+    config: ModernBertConfig
+    task: str  # sequence_classification | token_classification
+    num_labels: int
+    dtype: Dtype = jnp.float32
+    attention: str = "xla"
+    packed: bool = False
+    remat_policy: str = "none"
+
+    def setup(self):
+        cfg = self.config
+        std, cut = _init_std(cfg), cfg.initializer_cutoff_factor
+        self.model = ModernBertModel(cfg, self.dtype, self.attention, self.packed, self.remat_policy)
+        self.head_dense = nn.Dense(
+            cfg.hidden_size,
+            use_bias=cfg.classifier_bias,
+            dtype=self.dtype,
+            kernel_init=_init(std["out"], cut, ("embed", "mlp")),
+            bias_init=nn.with_logical_partitioning(nn.initializers.zeros_init(), ("mlp",)),
+        )
+        self.head_norm = _norm(cfg, self.dtype, "head_norm")
+        self.dropout = layers.Dropout(cfg.classifier_dropout)
+        self.classifier = nn.Dense(
+            self.num_labels,
+            dtype=self.dtype,
+            kernel_init=_init(std["final_out"], cut, ("embed", None)),
+            bias_init=nn.with_logical_partitioning(nn.initializers.zeros_init(), (None,)),
+        )
+
+    def _pool(self, x: Array, input_mask: Array, cls_positions: Optional[Array]) -> Array:
+        if self.config.classifier_pooling == "cls":
+            if cls_positions is None:
+                return x[:, 0]
+            return jnp.take_along_axis(x, cls_positions[..., None].astype(jnp.int32), axis=1)
+        if cls_positions is None:
+            real = (input_mask > 0).astype(x.dtype)[..., None]
+            return jnp.sum(x * real, axis=1) / jnp.sum(real, axis=1)
+        # Example j of a packed row is the tokens input_mask numbers j + 1.
+        slots = jnp.arange(1, cls_positions.shape[1] + 1)
+        member = (input_mask[:, None, :] == slots[None, :, None]).astype(jnp.float32)  # [batch, k, length]
+        summed = jnp.einsum("bkl,blh->bkh", member, x.astype(jnp.float32))
+        return (summed / jnp.maximum(jnp.sum(member, axis=-1), 1.0)[..., None]).astype(x.dtype)
+
+    def __call__(
+        self,
+        input_ids: Array,
+        input_mask: Optional[Array] = None,
+        deterministic: bool = True,
+        *,
+        segment_ids: Optional[Array] = None,
+        position_ids: Optional[Array] = None,
+        cls_positions: Optional[Array] = None,
+    ) -> Array:
+        del segment_ids
+        if input_mask is None:
+            input_mask = jnp.ones_like(input_ids)
+        x, _ = self.model(input_ids, input_mask, deterministic, position_ids)
+        if self.task == "sequence_classification":
+            x = self._pool(x, input_mask, cls_positions)
+        x = self.head_norm(layers.ACTIVATIONS[self.config.classifier_activation](self.head_dense(x)))
+        return self.classifier(self.dropout(x, deterministic=deterministic)).astype(jnp.float32)
+
+    def init_head(self, hidden: Array) -> Array:
+        """The classifier alone (its values those of a full init): the rest comes from the pre-trained model."""
+        return self.classifier(hidden)
+
+    def fresh_head(self, rng: Array) -> dict:
+        hidden = jnp.zeros((1, self.config.hidden_size), jnp.float32)
+        return jax.device_get(nn.meta.unbox(self.init(rng, hidden, method=ModernBertForFinetuning.init_head)["params"]))
+
+
+def finetuning_model(
+    architecture: ModernBertConfig, task: str, num_labels: int, scan_layers: bool = False, **compute: Any
+) -> ModernBertForFinetuning:
+    del scan_layers  # BERT's; ModernBERT's layers alternate kinds and run as a loop
+    return ModernBertForFinetuning(architecture, task, num_labels, **compute)

@@ -1,0 +1,113 @@
+"""What bertjax adds to orbax for its checkpoints (training/checkpoint.py uses them): per-array checksums,
+the input pipeline's position as a checkpoint item, orbax's read-only notice quieted, and the reads a failed
+restore abandons drained instead of printing ~80 tracebacks."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import logging
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import orbax.checkpoint as ocp
+from etils import epath
+
+
+class IncompatibleCheckpoint(ValueError):
+    """A checkpoint made by another model or process count: the config is wrong, the files are fine."""
+
+
+def _words(x: jax.Array) -> jax.Array:
+    """An array's bits as uint32 words."""
+    if x.dtype.itemsize in (4, 8):
+        return jax.lax.bitcast_convert_type(x, jnp.uint32)  # 8-byte values: a trailing axis of two words
+    return jax.lax.bitcast_convert_type(x, {1: jnp.uint8, 2: jnp.uint16}[x.dtype.itemsize]).astype(jnp.uint32)
+
+
+@jax.jit
+def _checksums(tree: Any) -> list[jax.Array]:
+    """One uint32 per array: the wrapping sum of its words. Tensorstore keeps no checksum of array data, so
+    flipped bytes would restore silently; any single flipped bit changes this sum, on any sharding (the sum
+    is order-free), and it costs one reduction over the state on the device at each save and restore."""
+    return [jnp.sum(_words(x), dtype=jnp.uint32) for x in jax.tree.leaves(tree)]
+
+
+def checksums(tree: Any) -> list[int]:
+    return [int(v) for v in jax.device_get(_checksums(tree))]
+
+
+# --- The input-pipeline position as an orbax item ------------------------------------------------
+
+
+class PipelineHandler(ocp.CheckpointHandler):
+    """Saves/restores `InputPipeline` positions: each process writes and reads its own file."""
+
+    def save(self, directory: epath.Path, args: "PipelineSave") -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        args.pipeline.save_state(str(directory / f"process_{jax.process_index()}"))
+        if jax.process_index() == 0:
+            (directory / "processes.json").write_text(json.dumps({"process_count": jax.process_count()}))
+
+    def restore(self, directory: epath.Path, args: "PipelineRestore") -> Any:
+        saved = json.loads((directory / "processes.json").read_text())["process_count"]
+        if saved != jax.process_count():
+            raise IncompatibleCheckpoint(
+                f"{directory} holds input positions for {saved} process(es) but this run has {jax.process_count()}; "
+                f"resume with {saved}, or start a new workdir with "
+                f"--config.train.init_from={directory.parent.parent.parent} (weights only)."
+            )
+        args.pipeline.restore_state(str(directory / f"process_{jax.process_index()}"))
+        return args.pipeline
+
+
+@ocp.args.register_with_handler(PipelineHandler, for_save=True)
+@dataclasses.dataclass
+class PipelineSave(ocp.args.CheckpointArgs):
+    pipeline: Any
+
+
+@ocp.args.register_with_handler(PipelineHandler, for_restore=True)
+@dataclasses.dataclass
+class PipelineRestore(ocp.args.CheckpointArgs):
+    pipeline: Any
+
+
+class NoReadOnlyNotice(logging.Filter):
+    """Drops orbax's warning that a manager opened read-only is read-only: bertjax opens one on purpose
+    to read a run (export, predict, fine-tuning's init_from), and the warning reads like a fault."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Given directory is read only")
+
+
+def _run_sync_draining(coro: Any) -> Any:
+    """orbax's `_run_sync_via_new_loop`, except that the loop is closed only once every task on it has ended.
+
+    A restore whose first array read fails (a truncated file) returns at that error while its other reads
+    are still running; orbax then closed their event loop under them, and each ended in a traceback on stderr
+    ("Event loop is closed", "Exception ignored in: <coroutine object _read_array_index_and_device_put>"):
+    ~80 of them after the restore's one warning, which a user reads as a crash. Draining them takes as long
+    as their reads."""
+    loop = asyncio.new_event_loop()
+    try:
+        asyncio.set_event_loop(loop)
+        return loop.run_until_complete(coro)
+    finally:
+        pending = [task for task in asyncio.all_tasks(loop) if not task.done()]
+        if pending:  # their errors are retrieved here, not printed as never-retrieved
+            loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+        asyncio.set_event_loop(None)
+        loop.close()
+
+
+def _drain_abandoned_reads() -> None:
+    from orbax.checkpoint._src import asyncio_utils  # private: where run_sync makes its loop (orbax 0.12)
+
+    if callable(getattr(asyncio_utils, "_run_sync_via_new_loop", None)):
+        asyncio_utils._run_sync_via_new_loop = _run_sync_draining  # noqa: SLF001
+
+
+_drain_abandoned_reads()
