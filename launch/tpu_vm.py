@@ -159,7 +159,7 @@ def setup(gcloud: Gcloud, args: argparse.Namespace) -> None:
     if args.source.endswith(".whl"):
         wheel = os.path.basename(args.source)
         gcloud(gcloud.tpu_vm("scp", args.source, f"{args.name}:{wheel}", "--worker=all"))
-        install = f"pip install -q {shlex.quote(wheel + '[tpu]')}"
+        install = f"pip install -q {shlex.quote(wheel + '[tpu,gcs]')}"
     else:
         archive = os.path.join(tempfile.gettempdir(), f"{REMOTE_DIR}.tar.gz")
         files = ["git", "-C", args.source, "ls-files", "-z"]  # tracked files only: no .venv, no workdirs
@@ -167,7 +167,7 @@ def setup(gcloud: Gcloud, args: argparse.Namespace) -> None:
                             f"{shlex.quote(args.source)}"])
         gcloud(gcloud.tpu_vm("scp", archive, f"{args.name}:{REMOTE_DIR}.tar.gz", "--worker=all"))
         install = (f"rm -rf {REMOTE_DIR} && mkdir {REMOTE_DIR} && tar -xzf {REMOTE_DIR}.tar.gz -C {REMOTE_DIR} && "
-                   f"pip install -q -e '{REMOTE_DIR}[tpu]'")
+                   f"pip install -q -e '{REMOTE_DIR}[tpu,gcs]'")
     gcloud(gcloud.ssh(f"set -e; {tcmalloc}; {install}"))
 
 

@@ -115,7 +115,7 @@ def test_setup_copies_the_checkout_to_every_worker_and_installs_the_tpu_extra():
         assert "--worker=all" in command
     assert scp[4] == "scp" and "bert:bertjax.tar.gz" in scp
     install = next(a for a in ssh if a.startswith("--command="))
-    assert "pip install -q -e 'bertjax[tpu]'" in install and "libtcmalloc-minimal4" in install
+    assert "pip install -q -e 'bertjax[tpu,gcs]'" in install and "libtcmalloc-minimal4" in install
 
 
 def test_stop_logs_and_delete():

@@ -1,5 +1,8 @@
-"""Files on a local disk or behind a URL (gs:// and friends): local paths through os and shutil, URLs through
-TensorFlow's file systems, imported only for them (record preparation runs without TensorFlow otherwise)."""
+"""Files on a local disk or in an object store (gs://): local paths through os and shutil, URLs through fsspec
+(gcsfs for gs://, imported only for them: record preparation never needs it for local files). gcsfs reads the
+clients' standard settings, so the same code reaches a bucket with the machine's credentials, or a GCS
+emulator on localhost in the tests (tests/gcs_emulator.py); TensorFlow's own gs:// file system can be pointed
+at no emulator, so nothing here goes through it."""
 
 from __future__ import annotations
 
@@ -13,11 +16,23 @@ def is_remote(path: str) -> bool:
     return "://" in path
 
 
+def _fs(path: str) -> Any:
+    """The fsspec file system of a URL, its listings read afresh (another process may have written since)."""
+    try:
+        import fsspec
+
+        fs = fsspec.core.url_to_fs(path)[0]
+    except ImportError as e:
+        raise ImportError(
+            f"{path}: reading and writing object-store paths needs gcsfs (for gs://): pip install 'bertjax[gcs]' ({e})."
+        ) from None
+    fs.invalidate_cache()
+    return fs
+
+
 def open_file(path: str, mode: str = "r") -> IO:
     if is_remote(path):
-        import tensorflow as tf
-
-        return tf.io.gfile.GFile(path, mode)
+        return _fs(path).open(path, mode)
     return open(path, mode)
 
 
@@ -28,9 +43,7 @@ def read_json(path: str) -> Any:
 
 def remove(path: str) -> None:
     if is_remote(path):
-        import tensorflow as tf
-
-        tf.io.gfile.remove(path)
+        _fs(path).rm(path)
     else:
         os.remove(path)
 
@@ -38,37 +51,35 @@ def remove(path: str) -> None:
 def listdir(path: str) -> list[str]:
     """The names in a directory; [] when there is none."""
     if is_remote(path):
-        import tensorflow as tf
-
-        return [name.rstrip("/") for name in tf.io.gfile.listdir(path)] if tf.io.gfile.isdir(path) else []
+        fs = _fs(path)
+        return [name.rstrip("/").rsplit("/", 1)[-1] for name in fs.ls(path, detail=False)] if fs.isdir(path) else []
     return os.listdir(path) if os.path.isdir(path) else []
 
 
 def rmtree(path: str) -> None:
     """Removes a directory and what it holds; nothing when there is none."""
     if is_remote(path):
-        import tensorflow as tf
-
-        if tf.io.gfile.exists(path):
-            tf.io.gfile.rmtree(path)
+        fs = _fs(path)
+        if fs.exists(path):
+            fs.rm(path, recursive=True)
     else:
         shutil.rmtree(path, ignore_errors=True)
 
 
 def rename(src: str, dst: str) -> None:
-    """Moves src over dst (replacing it)."""
+    """Moves src over dst (replacing it); a directory with what it holds (on an object store: copied, then
+    deleted)."""
     if is_remote(src):
-        import tensorflow as tf
-
-        tf.io.gfile.rename(src, dst, overwrite=True)
+        fs = _fs(src)
+        if fs.exists(dst):
+            fs.rm(dst, recursive=True)
+        fs.mv(src, dst, recursive=True)
     else:
         os.replace(src, dst)
 
 
 def makedirs(path: str) -> None:
     if is_remote(path):
-        import tensorflow as tf
-
-        tf.io.gfile.makedirs(path)
+        _fs(path).makedirs(path, exist_ok=True)  # object stores have no directories: nothing to make
     else:
         os.makedirs(path, exist_ok=True)
