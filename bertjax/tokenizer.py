@@ -15,6 +15,7 @@ from absl import flags
 
 from bertjax import cli
 from bertjax.data.corpus import table as table_corpus
+from bertjax.jobs import tokenizer
 
 FLAGS = flags.FLAGS
 
@@ -35,8 +36,8 @@ def define_flags() -> None:
     )
     flags.DEFINE_enum(
         "model_type",
-        "wordpiece",
-        ["wordpiece", "sentencepiece", "bpe"],
+        tokenizer.MODEL_TYPES[0],
+        list(tokenizer.MODEL_TYPES),
         "Tokenizer engine; bpe: byte-level BPE (RoBERTa's, ModernBERT's) in a tokenizer.json.",
     )
     flags.DEFINE_boolean(
@@ -71,8 +72,6 @@ def define_flags() -> None:
 
 
 def main(argv: list[str]) -> None:
-    from bertjax.jobs import tokenizer
-
     lower = FLAGS.do_lower_case if FLAGS.do_lower_case is not None else FLAGS.model_type != "bpe"
     text_field = table_corpus.resolve_text_field(
         FLAGS.text_field, FLAGS.tfds_text_feature, "--tfds_text_feature", "--text_field"

@@ -28,6 +28,7 @@ from bertjax.training import trainer as trainer_lib
 from bertjax.config.schema import JobConfig
 from bertjax.data.pretraining import pipeline as pipeline_lib
 from bertjax.data.pretraining import records as records_lib
+from bertjax.data.pretraining import record_sets
 
 STEPS = 8
 
@@ -473,8 +474,8 @@ def test_a_damaged_record_file_is_named_with_the_byte_or_read_up_to_its_damage(p
     assert expected_problem in message
 
     # Told to skip: every file is read up to its first damage, and the loss is counted.
-    listed = records_lib.listed_counts([shard], records_lib.read_metadata([shard]))
-    intact = sum(records_lib.scan_file(f).records for f in glob.glob(files) if f != shard)
+    listed = record_sets.listed_counts([shard], records_lib.read_metadata([shard]))
+    intact = sum(record_sets.scan_file(f).records for f in glob.glob(files) if f != shard)
     for training in (False, True):
         pipe = _pipeline(files, skip_damaged_records=True, training=training, num_epochs=1)
         assert [d.path for d in pipe.damaged] == [shard] and pipe.damaged[0].records == good
@@ -508,7 +509,7 @@ def test_the_job_stops_on_a_damaged_record_file_or_skips_what_it_is_told_to(pydo
     rows = [json.loads(line) for line in (tmp_path / "skipping" / "metrics.jsonl").read_text().splitlines()]
     data_row = next(r for r in rows if r["kind"] == "data")
     assert data_row["train_damaged_files"] == 1 and data_row["eval_damaged_files"] == 0
-    listed = records_lib.listed_counts([shard], records_lib.read_metadata([shard]))[shard]
+    listed = record_sets.listed_counts([shard], records_lib.read_metadata([shard]))[shard]
     assert data_row["train_skipped_records"] == listed - good > 0
     assert [r["step"] for r in rows if r["kind"] == "train"] == [1, 2, 3, 4]
 

@@ -15,7 +15,7 @@ import train_setup
 from bertjax.training import checkpoint as checkpoint_lib
 from bertjax.training import loop
 from bertjax.jobs import main as train
-from bertjax.data.pretraining import pipeline as pipeline_lib
+from bertjax.data.pretraining import record_sets
 from bertjax.data.pretraining.pipeline import InputPipeline, PipelineMismatch
 from test_pipeline import config, take, write_shards
 
@@ -138,7 +138,7 @@ def test_a_state_saved_with_absolute_paths_still_restores_in_place(tmp_path):
 
 
 def test_files_difference_compares_names_and_sizes():
-    diff, common = pipeline_lib.files_difference, pipeline_lib.common_dir
+    diff, common = record_sets.files_difference, record_sets.common_dir
     assert common(["/a/b/x", "/a/b/y"]) == "/a/b" and common(["/a/b/x", "/a/c/y"]) == "/a"
     assert common(["gs://bkt/d/x", "gs://bkt/d/e/y"]) == "gs://bkt/d" and common(["x", "y"]) == ""
     same = [["x", 10], ["y", 20]]

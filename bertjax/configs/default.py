@@ -14,26 +14,14 @@ Argument (after the colon): comma-separated `key=value`, a bare name meaning `na
   runlocal  shrink batch and steps so the job runs on a laptop CPU in a minute (runlocal=false: off)
 """
 
+import dataclasses
+
 import ml_collections
 
 from bertjax import models
 from bertjax.config import schema as config_lib
 
 SIZE_ARGS = dict(phase=1, init_from="", runlocal=False)  # what configs/<size>.py take
-# The fields of config.model a size sets (the rest: how the model is computed, and the vocab, set by the data).
-SIZE_FIELDS = (
-    "hidden_size",
-    "num_hidden_layers",
-    "num_attention_heads",
-    "intermediate_size",
-    "hidden_act",
-    "hidden_dropout_prob",
-    "attention_probs_dropout_prob",
-    "max_position_embeddings",
-    "type_vocab_size",
-    "initializer_range",
-    "layer_norm_eps",
-)
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
@@ -49,8 +37,9 @@ def make(size: str, phase: int, init_from: str, runlocal: bool) -> ml_collection
     c = ml_collections.ConfigDict(config_lib.JobConfig().to_dict())  # every setting at its default (schema.py)
     arch = models.get(c.model.family).config.config_for_size(size)
     c.model.size = size
-    for field in SIZE_FIELDS:
-        c.model[field] = getattr(arch, field)
+    for field in dataclasses.fields(arch):  # the size's architecture; the vocab is the data's (0: unset)
+        if field.name != "vocab_size":
+            c.model[field.name] = getattr(arch, field.name)
     c.train.init_from = init_from
     c.train.phase = phase
     if phase == 2:

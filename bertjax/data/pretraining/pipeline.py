@@ -25,7 +25,7 @@ from typing import Iterator, Optional
 
 import numpy as np
 
-from bertjax.data.pretraining import instances, packing, records
+from bertjax.data.pretraining import instances, packing, record_sets, records
 
 log = logging.getLogger(__name__)
 EXAMPLE_WEIGHT = "example_weight"
@@ -54,7 +54,7 @@ class PipelineMismatch(ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class PipelineConfig:
-    files: str | tuple[str, ...]  # glob(s) or comma list, as records.expand_patterns takes
+    files: str | tuple[str, ...]  # glob(s) or comma list, as record_sets.expand_record_files takes
     batch_size: int  # per process
     max_seq_length: int = 128
     max_predictions_per_seq: int = 20  # packed records: prediction slots per row
@@ -141,67 +141,6 @@ def _tf_message(error) -> str:
     return text.strip() or type(error).__name__
 
 
-def split_files(files: list[str], process_index: int, process_count: int) -> tuple[list[str], bool]:
-    """This process's files, and whether examples must be split further (fewer files than processes)."""
-    if len(files) >= process_count:
-        return files[process_index::process_count], False
-    return list(files), True
-
-
-def common_dir(paths: list[str]) -> str:
-    """The deepest directory holding every path ('' when they share none); '/'-separated, gs:// included."""
-    common = paths[0].split("/")[:-1] if paths else []
-    for p in paths[1:]:
-        parts = p.split("/")[:-1]
-        n = 0
-        while n < min(len(common), len(parts)) and common[n] == parts[n]:
-            n += 1
-        common = common[:n]
-    return "/".join(common)
-
-
-def files_difference(saved: list, mine: list) -> Optional[str]:
-    """What changed between two fingerprints' file lists ([name, bytes] pairs in reading order; a state saved
-    before names holds absolute paths, compared by base name), or None when they match."""
-    legacy = bool(saved) and isinstance(saved[0], str)
-    pairs = lambda files: [(os.path.basename(f), None) if isinstance(f, str) else tuple(f) for f in files]  # noqa: E731
-    then, now = dict(pairs(saved)), dict(pairs(mine))
-    counts = f"{len(then)} file(s) then, {len(now)} now"
-    for name in then:
-        if name not in now:
-            return f"record file {name} was removed since the checkpoint ({counts})"
-    for name in now:
-        if name not in then:
-            return f"record file {name} was added since the checkpoint ({counts})"
-    for name, size in then.items():
-        if size is not None and now[name] != size:  # same name, other contents
-            return f"record file {name} changed since the checkpoint ({size:,} bytes then, {now[name]:,} now)"
-    if list(then) != list(now):  # the seeded file shuffle permutes positions: the order is part of the state
-        return "the record files are listed in another order than at the checkpoint"
-    if legacy and saved != mine:
-        return (
-            f"it was saved before record files were named relative to their directory, so it resumes only with "
-            f"them at {os.path.dirname(saved[0])}"
-        )
-    return None
-
-
-def count_records(files: list[str], metadata: Optional[dict]) -> list[int]:
-    """Records per file: from metadata.json's per-shard counts where it lists the file, else by walking its
-    frames (which also names a damaged one)."""
-    listed = records.listed_counts(files, metadata)
-    counts = []
-    for f in files:
-        if f in listed:
-            counts.append(listed[f])
-            continue
-        scan = records.scan_file(f)
-        if scan.problem:
-            raise records.damaged_file_error(scan, listed)
-        counts.append(scan.records)
-    return counts
-
-
 class InputPipeline:
     """Host-local numpy batches; an iterator whose position can be saved and restored exactly.
 
@@ -218,14 +157,14 @@ class InputPipeline:
         config.validate()
         self.config = c = config
         tf = _tf()
-        all_files = records.expand_record_files(c.files if isinstance(c.files, str) else list(c.files), "record")
+        all_files = record_sets.expand_record_files(c.files if isinstance(c.files, str) else list(c.files), "record")
         # tf.data and the saved state see names relative to this directory, never paths: a workdir or record
         # set moved elsewhere with the same names resumes (the iterator state holds the names it has open).
-        self.base = common_dir(all_files)
+        self.base = record_sets.common_dir(all_files)
         self._legacy = False  # restored from a state saved with absolute paths (before names): read by path
         self._sizes: Optional[dict[str, int]] = None  # bytes per file, for the saved fingerprint
         not_records = self._check_headers(all_files)
-        for here in records.check_record_set(
+        for here in record_sets.check_record_set(
             [f for f in all_files if f not in not_records], damaged_ok=c.skip_damaged_records
         ):
             log.warning(
@@ -234,7 +173,7 @@ class InputPipeline:
                 here,
             )
         if c.verify_checksums:
-            records.verify_checksums([f for f in all_files if f not in not_records])
+            record_sets.verify_checksums([f for f in all_files if f not in not_records])
         vocab_size = c.vocab_size if c.vocab_size is not None else (c.vocab.size if c.vocab else None)
         self.metadata = records.check_schema(
             [f for f in all_files if f not in not_records] or all_files,
@@ -244,10 +183,10 @@ class InputPipeline:
             c.max_instances_per_row,
         )
         self.schema = records.RecordSchema(c.max_seq_length, c.max_predictions_per_seq, c.max_instances_per_row)
-        self.files, self.split_by_example = split_files(all_files, c.process_index, c.process_count)
+        self.files, self.split_by_example = record_sets.split_files(all_files, c.process_index, c.process_count)
         # With skip_damaged_records: readable records per file (each file is read up to its first damage).
         self.readable: Optional[dict[str, int]] = None
-        self.damaged: list[records.FileScan] = []  # what skip_damaged_records skipped, for the log and metrics
+        self.damaged: list[record_sets.FileScan] = []  # what skip_damaged_records skipped, for the log and metrics
         self.skipped_records = 0  # of them, records lost where metadata.json lists the file's count
         if c.skip_damaged_records:
             self._scan_for_damage(all_files if not c.training else self.files)
@@ -271,7 +210,7 @@ class InputPipeline:
         from concurrent import futures
 
         with futures.ThreadPoolExecutor(16) as pool:  # one small read a file: many at once on remote storage
-            problems = dict(zip(files, pool.map(records.record_header_problem, files)))
+            problems = dict(zip(files, pool.map(record_sets.record_header_problem, files)))
         bad = {f: p for f, p in problems.items() if p}
         if bad and not self.config.skip_damaged_records:
             path = next(iter(bad))
@@ -290,9 +229,9 @@ class InputPipeline:
     def _scan_for_damage(self, files: list[str]) -> None:
         """skip_damaged_records: every frame of `files` checked once, so that each is read only up to its
         first damage (TF's reader cannot read past one) and what is lost is known and logged."""
-        listed = records.listed_counts(files, self.metadata)
+        listed = record_sets.listed_counts(files, self.metadata)
         self.readable = {}
-        for scan in map(records.scan_file, files):
+        for scan in map(record_sets.scan_file, files):
             self.readable[scan.path] = scan.records
             if scan.problem:
                 self.damaged.append(scan)
@@ -409,7 +348,7 @@ class InputPipeline:
         counts = (
             [self.readable[f] for f in all_files]
             if self.readable is not None
-            else count_records(all_files, self.metadata)
+            else record_sets.count_records(all_files, self.metadata)
         )
         total, p = sum(counts), c.process_count
         if total == 0:
@@ -539,10 +478,10 @@ class InputPipeline:
 
     def _read_error(self, error) -> ValueError:
         """TF names a damaged record by byte offset only: find the file (on this failure path only)."""
-        listed = records.listed_counts(self.files, self.metadata)
-        for scan in map(records.scan_file, self.files):
+        listed = record_sets.listed_counts(self.files, self.metadata)
+        for scan in map(record_sets.scan_file, self.files):
             if scan.problem:
-                return records.damaged_file_error(scan, listed)
+                return record_sets.damaged_file_error(scan, listed)
         return ValueError(
             f"reading {', '.join(self.files)} failed: {_tf_message(error)}; these are not BERT "
             "pre-training records of this schema: re-run prepare, or drop the file that is not."
@@ -603,7 +542,7 @@ class InputPipeline:
             raise PipelineMismatch(
                 f"{info}: the saved pipeline differs in {', '.join(diff)}; restore with the config it was saved with."
             )
-        changed = files_difference(saved.get("files", []), mine["files"])
+        changed = record_sets.files_difference(saved.get("files", []), mine["files"])
         if changed:
             raise PipelineMismatch(
                 f"{info}: {changed}; restore with the files it was saved with or start a new workdir."

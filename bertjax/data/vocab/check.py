@@ -13,7 +13,7 @@ import logging
 from typing import Any
 
 from bertjax import models as models_lib
-from bertjax.data.pretraining import records
+from bertjax.data.pretraining import record_sets, records
 from bertjax.data.vocab import tokenization
 
 log = logging.getLogger(__name__)
@@ -22,7 +22,7 @@ log = logging.getLogger(__name__)
 def check_job_vocab(job: Any) -> Any:
     """`job` (a JobConfig with train_files set) with model.vocab_size resolved; one sentence on a mismatch."""
     d = job.data
-    metadata = records.read_metadata(records.expand_record_files(d.train_files, "config.data.train_files"))
+    metadata = records.read_metadata(record_sets.expand_record_files(d.train_files, "config.data.train_files"))
     where = f"the records' {records.METADATA_NAME}"
     vocab_size = job.model.vocab_size
     tokenizer = tokenization.load(d.vocab_file, d.do_lower_case) if d.vocab_file else None

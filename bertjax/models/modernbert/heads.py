@@ -11,7 +11,7 @@ import jax.numpy as jnp
 
 from bertjax.models import layers
 from bertjax.models.modernbert.config import ModernBertConfig
-from bertjax.models.modernbert.model import ModernBertModel, _init, _init_std, _norm
+from bertjax.models.modernbert.model import ModernBertModel, _init, _init_std, _norm, head_dense
 
 Array = jax.Array
 Dtype = Any
@@ -41,13 +41,7 @@ class ModernBertForFinetuning(nn.Module):
         cfg = self.config
         std, cut = _init_std(cfg), cfg.initializer_cutoff_factor
         self.model = ModernBertModel(cfg, self.dtype, self.attention, self.packed, self.remat_policy)
-        self.head_dense = nn.Dense(
-            cfg.hidden_size,
-            use_bias=cfg.classifier_bias,
-            dtype=self.dtype,
-            kernel_init=_init(std["out"], cut, ("embed", "mlp")),
-            bias_init=nn.with_logical_partitioning(nn.initializers.zeros_init(), ("mlp",)),
-        )
+        self.head_dense = head_dense(cfg, self.dtype)
         self.head_norm = _norm(cfg, self.dtype, "head_norm")
         self.dropout = layers.Dropout(cfg.classifier_dropout)
         self.classifier = nn.Dense(

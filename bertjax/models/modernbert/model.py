@@ -65,6 +65,18 @@ def _norm(config: ModernBertConfig, dtype: Dtype, name: str) -> nn.LayerNorm:
     )
 
 
+def head_dense(config: ModernBertConfig, dtype: Dtype) -> nn.Dense:
+    """The prediction head's dense layer (transformers' head.dense): the masked LM's and every fine-tuning head's."""
+    std, cut = _init_std(config), config.initializer_cutoff_factor
+    return nn.Dense(
+        config.hidden_size,
+        use_bias=config.classifier_bias,
+        dtype=dtype,
+        kernel_init=_init(std["out"], cut, ("embed", "mlp")),
+        bias_init=nn.with_logical_partitioning(nn.initializers.zeros_init(), ("mlp",)),
+    )
+
+
 def rotary(position_ids: Array, head_dim: int, theta: float) -> tuple[Array, Array]:
     """(cos, sin) [batch, length, head_dim] in float32, as transformers' default RoPE."""
     inv_freq = 1.0 / (theta ** (jnp.arange(0, head_dim, 2, dtype=jnp.float32) / head_dim))
@@ -237,15 +249,8 @@ class ModernBertForMaskedLM(nn.Module):
 
     def setup(self):
         cfg = self.config
-        std, cut = _init_std(cfg), cfg.initializer_cutoff_factor
         self.model = ModernBertModel(cfg, self.dtype, self.attention, self.packed, self.remat_policy)
-        self.head_dense = nn.Dense(
-            cfg.hidden_size,
-            use_bias=cfg.classifier_bias,
-            dtype=self.dtype,
-            kernel_init=_init(std["out"], cut, ("embed", "mlp")),
-            bias_init=nn.with_logical_partitioning(nn.initializers.zeros_init(), ("mlp",)),
-        )
+        self.head_dense = head_dense(cfg, self.dtype)
         self.head_norm = _norm(cfg, self.dtype, "head_norm")
         if cfg.decoder_bias:
             self.decoder_bias = self.param(
