@@ -429,7 +429,7 @@ def _damaged_copy(pydocs_data: str, tmp_path, damage: str) -> tuple[str, str, in
     offsets = [0]  # where each record's frame starts
     while offsets[-1] < len(data):
         offsets.append(
-            offsets[-1] + records_lib.FRAME_BYTES + int.from_bytes(data[offsets[-1] : offsets[-1] + 8], "little")
+            offsets[-1] + record_sets.FRAME_BYTES + int.from_bytes(data[offsets[-1] : offsets[-1] + 8], "little")
         )
     if damage == "truncated":
         data = data[: offsets[-2] + 30]  # the last record cut short
