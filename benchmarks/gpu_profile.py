@@ -60,6 +60,12 @@ VARIANTS = {
         True,
     ),
     "cudnn": ("cuDNN fused attention (no attention-probability dropout)", ["--attention=cudnn"], "", False),
+    "loop_cudnn": (
+        "layers as a loop and cuDNN attention together: the candidate GPU default",
+        ["--override", "model.scan_layers=false", "--attention=cudnn"],
+        "",
+        False,
+    ),
     "no_dropout": (
         "dropout off everywhere: what the hash dropout and attention dropout cost",
         ["--override", "model.hidden_dropout_prob=0", "--override", "model.attention_probs_dropout_prob=0"],
@@ -91,6 +97,7 @@ DEFAULT_ORDER = (
     "torch",
     "loop_layers",
     "cudnn",
+    "loop_cudnn",
     "no_dropout",
     "cublas_gemm",
     "no_command_buffers",
@@ -324,7 +331,7 @@ def main():
             if left < args.variant_s:
                 rows[name] = dict(variant=name, skipped=f"budget spent ({left:.0f}s left)")
                 continue
-            if args.dry_run and name == "cudnn":
+            if args.dry_run and "--attention=cudnn" in VARIANTS[name][1]:
                 rows[name] = dict(variant=name, skipped="needs a GPU (dry run)")
                 continue
             what, extra, xla, _ = VARIANTS[name]

@@ -105,7 +105,7 @@ def test_dry_run_takes_each_kind_of_variant_through_the_trace_and_its_summary(tm
             "benchmarks/gpu_profile.py",
             f"--out={out}",
             "--dry_run",
-            "--variants=baseline,no_dropout,no_command_buffers,cudnn",
+            "--variants=baseline,no_dropout,no_command_buffers,cudnn,loop_cudnn",
             "--variant_s=100",
         ],
         cwd=ROOT,
@@ -116,12 +116,12 @@ def test_dry_run_takes_each_kind_of_variant_through_the_trace_and_its_summary(tm
     )
     assert done.returncode == 0, done.stderr[-3000:]
     rows = {r["variant"]: r for r in map(json.loads, (out / "variants.jsonl").read_text().splitlines())}
-    assert set(rows) == {"baseline", "no_dropout", "no_command_buffers", "cudnn"}
+    assert set(rows) == {"baseline", "no_dropout", "no_command_buffers", "cudnn", "loop_cudnn"}
     for name in ("baseline", "no_dropout", "no_command_buffers"):
         row = rows[name]
         assert row["step_s"] > 0 and row["pipelined_step_s"] > 0 and row["init_s"] > 0, row
         assert all(0 < loss < 20 for loss in row["loss"]), row
-    assert rows["cudnn"]["skipped"] == "needs a GPU (dry run)"
+    assert rows["cudnn"]["skipped"] == rows["loop_cudnn"]["skipped"] == "needs a GPU (dry run)"
     assert rows["no_command_buffers"]["xla_flags"] == "--xla_gpu_enable_command_buffer="
     log = (out / "workers.log").read_text()
     assert "XLA_FLAGS='--xla_gpu_enable_command_buffer='" in log
