@@ -161,7 +161,7 @@ def jax_runner(job, batch_np: dict):
     trainer = trainer_lib.setup(job, jax.devices()[:1], task=make_task)
     info = dict(
         compile_s=time.perf_counter() - t,
-        scan_layers=job.model.scan_layers,
+        scan_layers=job.model.layer_scan(jax.default_backend()),
         remat_policy=job.model.remat_policy,
         attention=trainer.model.attention,
         optimizer=job.optim.name,

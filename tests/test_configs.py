@@ -137,6 +137,23 @@ def test_schema_defaults_are_default_py():
     assert config_lib.convert(FinetuneConfig, load("finetune", "size=base"), "config") == FinetuneConfig()
 
 
+def test_scan_layers_is_the_platforms_choice_until_a_flag_or_file_sets_it():
+    """None: a loop on GPUs (measured faster there), nn.scan on TPU and CPU; a flag or a file's bool wins, and
+    anything else is named."""
+    job = JobConfig.from_configdict(load("tiny"))
+    assert job.model.scan_layers is None
+    assert [job.model.layer_scan(p) for p in ("gpu", "tpu", "cpu")] == [False, True, True]
+    config = load("tiny")
+    config.model.scan_layers = True  # a user's config file
+    assert JobConfig.from_configdict(config).model.layer_scan("gpu") is True
+    config = load("tiny").to_dict()
+    config["model"]["scan_layers"] = "auto"
+    with pytest.raises(ValueError, match=r"config\.model\.scan_layers='auto' must be True, False or None"):
+        JobConfig.from_configdict(config)
+    assert model_lib.from_config(job.model, platform="gpu").scan_layers is False
+    assert model_lib.from_config(job.model, platform="cpu").scan_layers is True
+
+
 def test_boolean_arguments_mean_what_they_say():
     steps = load("large").train.num_train_steps
     assert load("large", "runlocal=False").train.num_train_steps == steps

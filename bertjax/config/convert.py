@@ -51,6 +51,10 @@ def convert(cls: type, section: Any, path: str) -> Any:
 def _coerce(value: Any, kind: Any, path: str) -> Any:
     if dataclasses.is_dataclass(kind):
         return convert(kind, value, path)
+    if kind == Optional[bool]:  # None: the default chosen where the job runs (model.scan_layers)
+        if value is None or isinstance(value, bool):
+            return value
+        raise _bad(path, value, "must be True, False or None (the platform's choice).")
     if kind is bool:
         if isinstance(value, bool):
             return value

@@ -54,7 +54,10 @@ class ModelConfig:
     initializer_range: float = _BASE.initializer_range  # std of the truncated-normal init
     layer_norm_eps: float = _BASE.layer_norm_eps  # LayerNorm epsilon, 1e-12 as in BERT
     dtype: str = "float32"  # compute dtype: float32 or bfloat16 (params, softmax and loss stay float32)
-    scan_layers: bool = True  # nn.scan over layers: compile one layer, not num_hidden_layers of them (BERT's)
+    # nn.scan over layers (one layer compiled, not num_hidden_layers of them) or a Python loop (BERT's; ModernBERT
+    # loops). None: a loop on GPUs, where XLA copies a scan's stacked weights and gradients and the loop took
+    # 0.75× the step (H200, docs/benchmarks.md), and nn.scan elsewhere (TPU, CPU: a fast compile, the same step).
+    scan_layers: Optional[bool] = None
     remat_policy: str = "none"  # none | full | dots | dots_no_batch: what a layer keeps for backprop
     # Fused kernels (splash, cudnn) have no attention dropout: they need attention_probs_dropout_prob=0, and
     # auto keeps xla while it is > 0. The params are the same whichever computes them.
@@ -70,6 +73,10 @@ class ModelConfig:
     pad_token_id: int = -1  # -1: the vocab's [PAD], [CLS], [SEP] (the job reads them from the vocab)
     cls_token_id: int = -1  # see pad_token_id
     sep_token_id: int = -1  # see pad_token_id
+
+    def layer_scan(self, platform: str) -> bool:
+        """Whether the layers run under nn.scan on `platform` (cpu, gpu, tpu): scan_layers, or its default."""
+        return self.scan_layers if self.scan_layers is not None else platform != "gpu"
 
     @property
     def architecture(self) -> Any:

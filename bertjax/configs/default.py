@@ -37,6 +37,8 @@ def make(size: str, phase: int, init_from: str, runlocal: bool) -> ml_collection
     c = ml_collections.ConfigDict(config_lib.JobConfig().to_dict())  # every setting at its default (schema.py)
     arch = models.get(c.model.family).config.config_for_size(size)
     c.model.size = size
+    # None (the platform's choice: a loop on GPUs, nn.scan elsewhere), or true/false from a flag or a file.
+    c.model.scan_layers = ml_collections.FieldReference(None, field_type=bool)
     for field in dataclasses.fields(arch):  # the size's architecture; the vocab is the data's (0: unset)
         if field.name != "vocab_size":
             c.model[field.name] = getattr(arch, field.name)

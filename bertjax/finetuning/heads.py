@@ -50,15 +50,14 @@ def from_config(
 ) -> nn.Module:
     """`config.model` (how to compute: dtype, scan, remat, attention) around `architecture` (what the
     weights are: the init_from checkpoint's)."""
-    implementation = attention_lib.choose(
-        cfg.attention, architecture.attention_probs_dropout_prob, platform or jax.default_backend()
-    )
+    platform = platform or jax.default_backend()
+    implementation = attention_lib.choose(cfg.attention, architecture.attention_probs_dropout_prob, platform)
     return model_for(
         architecture,
         task,
         num_labels,
         dtype=DTYPES[cfg.dtype],
-        scan_layers=cfg.scan_layers,
+        scan_layers=cfg.layer_scan(platform),
         remat_policy=cfg.remat_policy,
         attention=implementation,
         packed=packed,

@@ -299,7 +299,7 @@ def _finetune(
         (epath.Path(workdir) / LABELS_FILE).write_text(json.dumps(list(labels.labels) if labels else None))
     num_labels = 1 if job.data.regression else (2 if labels is None else len(labels.labels))
     fingerprint = dict(
-        checkpoint_lib.model_fingerprint(source.architecture, job.model.scan_layers),
+        checkpoint_lib.model_fingerprint(source.architecture, job.model.layer_scan(jax.default_backend())),
         task=job.task,
         labels=list(labels.labels) if labels else None,
         regression=job.data.regression,
@@ -327,7 +327,7 @@ def _finetune(
         # The new head's initial values, on the host (the body's are init_from's, host arrays too).
         fresh = trainer.model.fresh_head(jax.random.PRNGKey(job.seed))
         params = heads.with_pretrained_body(fresh, source.params)
-        if job.model.scan_layers:
+        if job.model.layer_scan(jax.default_backend()):
             params = models_lib.of(source.architecture).model.stack_layers(
                 params, source.architecture.num_hidden_layers
             )

@@ -189,7 +189,7 @@ def _train_and_evaluate(
         job.model.size,
         architecture,
     )
-    fingerprint = checkpoint_lib.model_fingerprint(architecture, job.model.scan_layers)
+    fingerprint = checkpoint_lib.model_fingerprint(architecture, job.model.layer_scan(jax.default_backend()))
 
     # ===== data =====
     # The schema check runs here, before compilation: a mismatched record set is one clear error.

@@ -555,13 +555,12 @@ def from_config(cfg: Any, platform: Optional[str] = None, packed: bool = False) 
     `platform` (cpu, gpu, tpu; default: JAX's backend) is where it will run: what `attention=auto`
     resolves to, and whether splash runs compiled or interpreted. `packed`: rows of several instances."""
     cfg.validate()
-    implementation = attention_lib.choose(
-        cfg.attention, cfg.attention_probs_dropout_prob, platform or jax.default_backend()
-    )
+    platform = platform or jax.default_backend()
+    implementation = attention_lib.choose(cfg.attention, cfg.attention_probs_dropout_prob, platform)
     return BertForPreTraining(
         cfg.architecture,
         dtype=DTYPES[cfg.dtype],
-        scan_layers=cfg.scan_layers,
+        scan_layers=cfg.layer_scan(platform),
         remat_policy=cfg.remat_policy,
         attention=implementation,
         packed=packed,
