@@ -303,19 +303,3 @@ def test_a_workdir_is_claimed_when_new_empty_or_holding_other_names_and_earlier_
         files = {p.name for p in run.iterdir() if p.is_file()} - {ownership.MARKER}
         unknown = {n for n in files if n not in ownership.WORKDIR_FILES and not n.startswith(ownership.EVENTS_PREFIX)}
         assert not unknown and files, (run, files)
-
-
-def test_an_object_store_workdir_or_export_is_refused_before_a_local_gs_tree_is_written(
-    pre_trained, tmp_path, monkeypatch
-):
-    monkeypatch.chdir(tmp_path)  # where a relative "gs:/bucket/run" tree would appear
-    c = train_setup.small_config(**{"data.corpus": "builtin:pydocs"})
-    with pytest.raises(
-        ValueError,
-        match=r"--workdir=gs://bucket/run is an object-store path, which bertjax cannot "
-        r"write a run or an export to yet",
-    ):
-        train.train_and_evaluate(c, "gs://bucket/run")
-    with pytest.raises(ValueError, match=r"--output_dir=gs://bucket/hf is an object-store path"):
-        exporting.export(str(pre_trained), "gs://bucket/hf")
-    assert list(tmp_path.iterdir()) == []

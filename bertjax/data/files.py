@@ -6,14 +6,65 @@ at no emulator, so nothing here goes through it."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import posixpath
 import shutil
+import tempfile
+from collections.abc import Iterator
 from typing import IO, Any
 
 
 def is_remote(path: str) -> bool:
     return "://" in path
+
+
+def resolved(path: str) -> str:
+    """A path compared by where it leads: object-store URLs normalised as strings, local ones resolved."""
+    if is_remote(path):
+        scheme, rest = path.split("://", 1)
+        return f"{scheme}://{posixpath.normpath('/' + rest)[1:]}"
+    return os.path.realpath(path)
+
+
+def filesystem(path: str) -> Any:
+    """The fsspec file system of an object-store URL (for what the functions here do not cover)."""
+    return _fs(path)
+
+
+def _url(path: str, name: str) -> str:
+    """fsspec's name of an object (bucket/key) as a URL of path's scheme."""
+    return name if "://" in name else f"{path.split('://', 1)[0]}://{name}"
+
+
+def glob(pattern: str) -> list[str]:
+    """The paths a glob matches, sorted (URLs for an object store's)."""
+    if is_remote(pattern):
+        return sorted(_url(pattern, n) for n in _fs(pattern).glob(pattern))
+    import glob as globbing
+
+    return sorted(globbing.glob(pattern))
+
+
+def sizes(directory: str) -> dict[str, int]:
+    """{path: size} of the files directly in a directory ({} when there is none)."""
+    if is_remote(directory):
+        fs = _fs(directory)
+        if not fs.isdir(directory):
+            return {}
+        return {
+            _url(directory, e["name"]): int(e.get("size") or 0)
+            for e in fs.ls(directory, detail=True)
+            if e.get("type") == "file"
+        }
+    if not os.path.isdir(directory):
+        return {}
+    return {
+        os.path.join(directory, n): os.path.getsize(os.path.join(directory, n))
+        for n in sorted(os.listdir(directory))
+        if os.path.isfile(os.path.join(directory, n))
+    }
 
 
 def _fs(path: str) -> Any:
@@ -30,10 +81,40 @@ def _fs(path: str) -> Any:
     return fs
 
 
+def check_bucket(path: str, flag: str) -> None:
+    """Before any work on an object-store path: its bucket exists and these credentials may read it; else one
+    sentence naming the flag, the bucket and what to do. Nothing for a local path."""
+    if not is_remote(path):
+        return
+    scheme, rest = path.split("://", 1)
+    bucket = f"{scheme}://{rest.split('/', 1)[0]}"
+    try:
+        _fs(path).ls(bucket, detail=False)
+    except FileNotFoundError:
+        raise FileNotFoundError(
+            f"{flag}={path}: the bucket {bucket} does not exist (or this project cannot see it); create it "
+            f"(gcloud storage buckets create {bucket}) or correct the name."
+        ) from None
+    except ImportError:
+        raise
+    except Exception as e:  # noqa: BLE001  (gcsfs raises HttpError, PermissionError, google.auth errors)
+        text = f"{type(e).__name__}: {e}".splitlines()[0][:200]
+        raise PermissionError(
+            f"{flag}={path}: {bucket} cannot be read with this machine's credentials ({text}); run "
+            "`gcloud auth application-default login` (or give the VM's service account Storage Object Admin on "
+            "the bucket) and try again."
+        ) from None
+
+
 def open_file(path: str, mode: str = "r") -> IO:
     if is_remote(path):
         return _fs(path).open(path, mode)
     return open(path, mode)
+
+
+def read_text(path: str) -> str:
+    with open_file(path) as f:
+        return f.read()
 
 
 def read_json(path: str) -> Any:
@@ -78,8 +159,100 @@ def rename(src: str, dst: str) -> None:
         os.replace(src, dst)
 
 
+def exists(path: str) -> bool:
+    return _fs(path).exists(path) if is_remote(path) else os.path.exists(path)
+
+
+def isdir(path: str) -> bool:
+    """A directory; on an object store, a prefix that holds objects."""
+    return _fs(path).isdir(path) if is_remote(path) else os.path.isdir(path)
+
+
+def isfile(path: str) -> bool:
+    return _fs(path).isfile(path) if is_remote(path) else os.path.isfile(path)
+
+
+def write_whole(path: str, data: str | bytes) -> None:
+    """Replaces path's contents at once: a reader sees the old or the new, never a part (locally a temporary
+    file moved over it; an object store's upload is all or nothing)."""
+    raw = data.encode() if isinstance(data, str) else data
+    if is_remote(path):
+        _fs(path).pipe_file(path, raw)
+        return
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "wb") as f:
+        f.write(raw)
+    os.replace(tmp, path)
+
+
+def create_new(path: str, data: str | bytes) -> None:
+    """Writes path only if nothing is there, atomically; FileExistsError otherwise. Locally O_EXCL; on an object
+    store a conditional create (ifGenerationMatch=0), which two hosts cannot both win."""
+    raw = data.encode() if isinstance(data, str) else data
+    if is_remote(path):
+        _fs(path).pipe_file(path, raw, mode="create")
+        return
+    fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+    with os.fdopen(fd, "wb") as f:
+        f.write(raw)
+
+
+def upload(local: str, path: str) -> None:
+    """A local file copied to path (an object store's, or another local one)."""
+    if is_remote(path):
+        _fs(path).put_file(local, path)
+    else:
+        shutil.copyfile(local, path)
+
+
+def upload_tree(local: str, path: str, last: str = "") -> None:
+    """Every file under the local directory `local` copied to the same relative path under path; the top-level
+    file named `last` after all the others (a commit mark: whoever finds it finds the rest)."""
+    names = [
+        os.path.relpath(os.path.join(root, n), local)
+        for root, _, found in sorted(os.walk(local))
+        for n in sorted(found)
+    ]
+    for name in sorted(names, key=lambda n: n == last):
+        upload(os.path.join(local, name), posixpath.join(path, *name.split(os.sep)))
+
+
+def download(path: str, local: str) -> None:
+    """path (an object store's, or a local file) copied to a local file."""
+    if is_remote(path):
+        _fs(path).get_file(path, local)
+    else:
+        shutil.copyfile(path, local)
+
+
 def makedirs(path: str) -> None:
     if is_remote(path):
         _fs(path).makedirs(path, exist_ok=True)  # object stores have no directories: nothing to make
     else:
         os.makedirs(path, exist_ok=True)
+
+
+@contextlib.contextmanager
+def writing_dir(path: str) -> Iterator[str]:
+    """A local directory to write path's files into (libraries such as safetensors write local files only):
+    path itself on a disk; for an object store a temporary one whose files are uploaded to path on success."""
+    if not is_remote(path):
+        makedirs(path)
+        yield path
+        return
+    with tempfile.TemporaryDirectory(prefix="bertjax-upload-") as local:
+        yield local
+        for name in sorted(os.listdir(local)):  # flat: what is written this way (an HF directory) is
+            upload(os.path.join(local, name), f"{path.rstrip('/')}/{name}")
+
+
+@contextlib.contextmanager
+def readable_copy(path: str | None) -> Iterator[str | None]:
+    """A local path to read path's bytes from: path itself on a disk (or None); an object's temporary copy."""
+    if path is None or not is_remote(path):
+        yield path
+        return
+    with tempfile.TemporaryDirectory(prefix="bertjax-download-") as local:
+        copy = os.path.join(local, posixpath.basename(path))
+        download(path, copy)
+        yield copy

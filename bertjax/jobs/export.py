@@ -19,9 +19,10 @@ from __future__ import annotations
 import logging
 import os
 import posixpath
-from typing import Optional
+from typing import Any, Optional
 
 from bertjax import models as models_lib
+from bertjax.data import files
 from bertjax.data.files import is_remote
 from bertjax.data.vocab import tokenization
 from bertjax.models import pretrained
@@ -31,20 +32,12 @@ from bertjax.training import checkpoint as checkpoint_lib
 log = logging.getLogger(__name__)
 
 
-def _real(path: str) -> str:
-    """A path compared by where it leads: object-store URLs normalised as strings, local ones resolved."""
-    if is_remote(path):
-        scheme, rest = path.split("://", 1)
-        return f"{scheme}://{posixpath.normpath('/' + rest)[1:]}"
-    return os.path.realpath(path)
-
-
 def check_output_dir(workdir: str, output_dir: str) -> None:
     """Refuses an output_dir that is the workdir or inside it, except workdir/hf: that is where the
     pre-training job exports itself (jobs/main.py), a directory of the export's own files that a re-export
     replaces with the same kind; anywhere else config.json (the run's own, for the workdir itself),
     checkpoints/ or the metrics could be overwritten or mixed with model files."""
-    run, out = _real(workdir), _real(output_dir)
+    run, out = files.resolved(workdir), files.resolved(output_dir)
     if out == run or (out.startswith(run.rstrip("/") + "/") and out != run.rstrip("/") + "/hf"):
         where = "is" if out == run else "is inside"
         own_export = posixpath.join(workdir.rstrip("/"), "hf")
@@ -81,9 +74,14 @@ def export_tf1(path: str, output_dir: str, step: Optional[int] = None) -> str:
     check_vocab_size(vocab_file, do_lower_case, config.vocab_size, path)
     kept = ownership.clear_earlier_export(output_dir, keep=[vocab_file])
     family = models_lib.of(config)
-    family.hf.save_pretrained(
-        output_dir, family.model.from_architecture(config), params, vocab_file=vocab_file, do_lower_case=do_lower_case
-    )
+    with files.writing_dir(output_dir) as local_dir:
+        family.hf.save_pretrained(
+            local_dir,
+            family.model.from_architecture(config),
+            params,
+            vocab_file=vocab_file,
+            do_lower_case=do_lower_case,
+        )
     ownership.finish_export(output_dir, kept)
     log.info(
         "export: converted TF1 %s to %s (vocab: %s, do_lower_case=%s)",
@@ -109,14 +107,36 @@ def export(workdir: str, output_dir: str, step: Optional[int] = None) -> str:
             f"--workdir={workdir} is not a bertjax workdir (it has no {checkpoint_lib.CHECKPOINTS}/ directory); {fix}."
         )
     check_output_dir(workdir, output_dir)
-    own_export = _real(output_dir) == _real(os.path.join(workdir, "hf"))  # where the job exports itself
+    own_export = files.resolved(output_dir) == files.resolved(
+        os.path.join(workdir, "hf")
+    )  # where the job exports itself
     ownership.check_export_dir(output_dir, own_export)
     fingerprint, params = checkpoint_lib.load_params(workdir, step)
     family = models_lib.of_fingerprint(fingerprint)
     config = family.config.from_fingerprint(fingerprint["model"])
-    vocab_file, do_lower_case = pretrained.run_vocab(workdir)
-    check_vocab_size(vocab_file, do_lower_case, config.vocab_size, workdir)
-    kept = ownership.clear_earlier_export(output_dir, own_export, keep=[vocab_file])
+    run_vocab, do_lower_case = pretrained.run_vocab(workdir)
+    with files.readable_copy(run_vocab) as vocab_file:  # a vocab in a bucket: read from a local copy
+        check_vocab_size(vocab_file, do_lower_case, config.vocab_size, workdir)
+        kept = ownership.clear_earlier_export(output_dir, own_export, keep=[run_vocab])
+        with files.writing_dir(output_dir) as local_dir:
+            _save(family, config, fingerprint, params, local_dir, vocab_file, do_lower_case)
+    ownership.finish_export(output_dir, kept)
+    log.info(
+        "export: wrote %s (%s; vocab: %s)", output_dir, fingerprint.get("task", "pre-training"), run_vocab or "none"
+    )
+    return output_dir
+
+
+def _save(
+    family: Any,
+    config: Any,
+    fingerprint: dict,
+    params: Any,
+    output_dir: str,
+    vocab_file: Optional[str],
+    do_lower_case: bool,
+) -> None:
+    """The HF files of a bertjax run into a local output_dir."""
     if "task" in fingerprint:  # a fine-tuned run (bertjax.finetune): the transformers class of its task
         family.hf.save_finetuned(
             output_dir,
@@ -136,8 +156,3 @@ def export(workdir: str, output_dir: str, step: Optional[int] = None) -> str:
             vocab_file=vocab_file,
             do_lower_case=do_lower_case,
         )
-    ownership.finish_export(output_dir, kept)
-    log.info(
-        "export: wrote %s (%s; vocab: %s)", output_dir, fingerprint.get("task", "pre-training"), vocab_file or "none"
-    )
-    return output_dir

@@ -23,8 +23,8 @@ from typing import Any, Optional
 
 import jax
 import numpy as np
-from etils import epath
 
+from bertjax.data import files
 from bertjax.training import checkpoint as checkpoint_lib
 from bertjax.finetuning import heads
 from bertjax.training import loop as loop_lib
@@ -292,11 +292,12 @@ def _finetune(
         source.architecture,
     )
     if primary:
-        epath.Path(workdir).mkdir(parents=True, exist_ok=True)
-        (epath.Path(workdir) / "config.json").write_text(
-            json.dumps(dict(job.to_dict(), kind="finetune"), indent=2, sort_keys=True)
+        files.makedirs(workdir)
+        files.write_whole(
+            os.path.join(workdir, "config.json"),
+            json.dumps(dict(job.to_dict(), kind="finetune"), indent=2, sort_keys=True),
         )
-        (epath.Path(workdir) / LABELS_FILE).write_text(json.dumps(list(labels.labels) if labels else None))
+        files.write_whole(os.path.join(workdir, LABELS_FILE), json.dumps(list(labels.labels) if labels else None))
     num_labels = 1 if job.data.regression else (2 if labels is None else len(labels.labels))
     fingerprint = dict(
         checkpoint_lib.model_fingerprint(source.architecture, job.model.layer_scan(jax.default_backend())),
@@ -415,8 +416,8 @@ def _sweep(job: FinetuneConfig, workdir: str, rates: tuple[float, ...], seeds: t
         "best": by_rate[best],
     }
     if jax.process_index() == 0:
-        epath.Path(workdir).mkdir(parents=True, exist_ok=True)
-        (epath.Path(workdir) / "sweep.json").write_text(json.dumps(report, indent=2))
+        files.makedirs(workdir)
+        files.write_whole(os.path.join(workdir, "sweep.json"), json.dumps(report, indent=2))
     for rate, s in by_rate.items():
         log.info(
             "sweep: lr %s: %s %.4f ± %.4f (min %.4f, max %.4f, %d seeds)",

@@ -23,8 +23,8 @@ from typing import Any, Optional
 
 import jax
 import numpy as np
-from etils import epath
 
+from bertjax.data import files
 from bertjax.jobs import finetune as finetuning
 from bertjax.runtime import ownership
 from bertjax.jobs import predict as prediction
@@ -343,7 +343,7 @@ def _run_one(plan: Plan, template: FinetuneConfig, data: TaskData, run_dir: str,
         "settings": _settings_of(job, workdir),
     }
     if jax.process_index() == 0:
-        epath.Path(run_dir, RUN_FILE).write_text(json.dumps(result, indent=2))
+        files.write_whole(os.path.join(run_dir, RUN_FILE), json.dumps(result, indent=2))
     return result
 
 
@@ -452,9 +452,9 @@ def run_suite(config: Any, workdir: str) -> dict:
     )
     table = markdown(settings, report)
     if jax.process_index() == 0:
-        epath.Path(workdir).mkdir(parents=True, exist_ok=True)
-        epath.Path(workdir, "glue.json").write_text(json.dumps(report, indent=2))
-        epath.Path(workdir, "glue.md").write_text(table + "\n")
+        files.makedirs(workdir)
+        files.write_whole(os.path.join(workdir, "glue.json"), json.dumps(report, indent=2))
+        files.write_whole(os.path.join(workdir, "glue.md"), table + "\n")
     log.info("glue: results (dev, percent; the best run of each task)\n%s", table)
     return report
 
@@ -482,7 +482,7 @@ def write_submission(
             if task.regression:  # STS-B: a similarity in [0, 5]
                 predicted = [f"{min(5.0, max(0.0, float(p))):.3f}" for p in predicted]
             if jax.process_index() == 0:
-                epath.Path(directory).mkdir(parents=True, exist_ok=True)
+                files.makedirs(directory)
                 glue_data.write_submission(os.path.join(directory, f"{stem}.tsv"), split.ids, predicted)
             written.append(f"{stem}.tsv")
     wanted = [stem for t in (*glue_data.TASKS.values(), AX) for stem, _ in t.test]

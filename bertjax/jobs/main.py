@@ -15,8 +15,8 @@ import os
 from typing import Any
 
 import jax
-from etils import epath
 
+from bertjax.data import files, remote_cache
 from bertjax.training import batch_warmup
 from bertjax.training import checkpoint as checkpoint_lib
 from bertjax.runtime import lock as lock_lib
@@ -31,7 +31,16 @@ from bertjax.data.pretraining import pipeline as pipeline_lib
 log = logging.getLogger(__name__)
 
 
-def _pipeline(job: JobConfig, files: str, training: bool, batch_size: int) -> pipeline_lib.InputPipeline:
+def _local_data(d: Any) -> dict:
+    """config.data's record sets and vocab with gs:// ones replaced by local copies (data/remote_cache.py)."""
+    return {
+        "train_files": remote_cache.record_set(d.train_files, "config.data.train_files") if d.train_files else "",
+        "eval_files": remote_cache.record_set(d.eval_files, "config.data.eval_files") if d.eval_files else "",
+        "vocab_file": remote_cache.copy_of(d.vocab_file) if d.vocab_file else "",
+    }
+
+
+def _pipeline(job: JobConfig, record_files: str, training: bool, batch_size: int) -> pipeline_lib.InputPipeline:
     d = job.data
     vocab = None
     if training and d.dynamic_masking:  # the masker needs [MASK], the specials and word-piece boundaries
@@ -41,7 +50,7 @@ def _pipeline(job: JobConfig, files: str, training: bool, batch_size: int) -> pi
         vocab = instances.Vocab.from_tokenizer(tokenization.load(d.vocab_file, d.do_lower_case))
     return pipeline_lib.InputPipeline(
         pipeline_lib.PipelineConfig(
-            files=files,
+            files=record_files,
             batch_size=batch_size,
             max_seq_length=d.max_seq_length,
             max_predictions_per_seq=d.record_predictions,
@@ -95,8 +104,9 @@ def evaluate(
 
 def _final_eval(workdir: str, step: int) -> dict | None:
     """metrics.jsonl's eval row for `step` (the run's final eval), or None when it never got written."""
-    path = epath.Path(workdir) / "metrics.jsonl"
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+    path = os.path.join(workdir, "metrics.jsonl")
+    text = files.read_text(path) if files.exists(path) else ""
+    rows = [json.loads(line) for line in text.splitlines() if line.strip()]
     found = [r for r in rows if r.get("kind") == "eval" and r.get("step") == step]
     return {k: v for k, v in found[-1].items() if k not in ("step", "kind")} if found else None
 
@@ -131,7 +141,7 @@ def _restores(workdir: str, step: int) -> bool:
 def _report_done(job: JobConfig, workdir: str, step: int) -> dict:
     """The finished run's final eval; its HF export written if it is missing (the one thing a rerun still does)."""
     hf_dir = os.path.join(workdir, "hf")
-    if job.checkpoint.export_hf and jax.process_index() == 0 and not epath.Path(hf_dir, "config.json").exists():
+    if job.checkpoint.export_hf and jax.process_index() == 0 and not files.exists(os.path.join(hf_dir, "config.json")):
         from bertjax.jobs import export as exporting
 
         exporting.export(workdir, hf_dir)
@@ -174,12 +184,15 @@ def _train_and_evaluate(
     from bertjax.data.vocab import check as vocab_check
 
     job = stage_lib.prepare_data(job, workdir)
+    given = {k: getattr(job.data, k) for k in ("train_files", "eval_files", "vocab_file")}
+    job = job.replace(data=_local_data(job.data))  # records and vocab in a bucket: read from local copies
     job.data.check_records()
     job = vocab_check.check_job_vocab(job)  # the vocab, the model and the records agree, before compiling
     primary = jax.process_index() == 0
-    if primary:  # epath: local or gs://, as orbax
-        epath.Path(workdir).mkdir(parents=True, exist_ok=True)
-        (epath.Path(workdir) / "config.json").write_text(json.dumps(job.to_dict(), indent=2, sort_keys=True))
+    if primary:  # the paths as given (gs://...), not the host's copies
+        files.makedirs(workdir)
+        saved = job.replace(data=given).to_dict()
+        files.write_whole(os.path.join(workdir, "config.json"), json.dumps(saved, indent=2, sort_keys=True))
     architecture = job.model.architecture
     log.info(
         "setup: %d process(es), %d device(s) (%s), model %s: %s",

@@ -11,10 +11,12 @@ them. Outputs live in `workdir/data` and are reused when present, so a resumed j
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import logging
 import os
+import tempfile
 from typing import Iterator
 
 import jax
@@ -25,6 +27,7 @@ from bertjax.data.pretraining import shards
 from bertjax.jobs import prepare as prepare_job
 from bertjax.data.corpus import table as table_corpus
 from bertjax.data.vocab import tokenization, training as vocab_training
+from bertjax.data import files
 from bertjax.data.files import is_remote
 
 log = logging.getLogger(__name__)
@@ -102,69 +105,16 @@ def prepare_data(config: JobConfig, workdir: str) -> JobConfig:
     d = config.data
     if not d.corpus:
         return config
-    out = os.path.join(os.path.abspath(workdir), "data")
+    out = os.path.join(workdir if is_remote(workdir) else os.path.abspath(workdir), "data")
     done = os.path.join(out, DONE)
-    if jax.process_index() == 0 and not os.path.exists(done):
-        os.makedirs(out, exist_ok=True)
-        log.info(
-            "data: splitting %s into train and held-out documents (every %d-th held out)", d.corpus, d.heldout_every
-        )
-        text_field = table_corpus.resolve_text_field(
-            d.text_field, d.tfds_text_feature, "config.data.tfds_text_feature", "config.data.text_field"
-        )
-        train_txt, heldout_txt, counts = split_corpus(
-            d.corpus,
-            out,
-            d.heldout_every,
-            d.tfds_data_dir or None,
-            text_field=text_field,
-            skip_bad_json_lines=d.skip_bad_json_lines,
-        )
-        vocab_file = d.vocab_file
-        if vocab_file:
-            log.info("data: the vocab %s, as given (none trained)", vocab_file)
-        else:
-            log.info("data: training a %d-token WordPiece vocab on the train documents", d.corpus_vocab_size)
-            tok = vocab_training.train_wordpiece(
-                read_sentences(train_txt),
-                d.corpus_vocab_size,
-                os.path.join(out, "vocab"),
-                do_lower_case=d.do_lower_case,
-            )
-            vocab_file = str(tok.path)
-        for name, text, dupe in (("train", train_txt, d.dupe_factor), ("heldout", heldout_txt, d.heldout_dupe_factor)):
-            cfg = shards.PrepareConfig(
-                input_file=text,
-                output_dir=os.path.join(out, name),
-                vocab_file=vocab_file,
-                do_lower_case=d.do_lower_case,
-                random_seed=config.seed + (name == "heldout"),
-                num_shards=d.num_shards if name == "train" else 1,
-                instance=d.instance_config(dupe, name == "heldout"),
-                packing=d.packing_config(),
-            )
-            log.info("data: preparing %s records (dupe_factor %d) into %s", name, dupe, cfg.output_dir)
-            # overwrite: a stage cut short before stage.json is redone from the start
-            metadata = prepare_job.prepare(cfg, num_workers=d.num_workers or os.cpu_count() or 1, overwrite=True)
-            log.info("data: %s", prepare_job.summary(metadata).replace("\n", "; "))
-            counts[f"{name}_instances"] = metadata["counts"]["instances"]
-        with open(done + ".tmp", "w") as f:
-            json.dump(
-                dict(
-                    counts,
-                    vocab_file=_recorded(vocab_file, out),
-                    vocab_size=tokenization.load(vocab_file, d.do_lower_case).vocab_size,
-                ),
-                f,
-                indent=2,
-            )
-        os.replace(done + ".tmp", done)
+    if jax.process_index() == 0 and not files.exists(done):
+        with _building(out) as built:
+            _build(config, built)
     if jax.process_count() > 1:
         from jax.experimental import multihost_utils
 
         multihost_utils.sync_global_devices("bertjax data stage")
-    with open(done) as f:
-        stage = json.load(f)
+    stage = files.read_json(done)
     if not is_remote(stage["vocab_file"]) and not os.path.isabs(stage["vocab_file"]):  # under data/, wherever it is now
         stage["vocab_file"] = os.path.join(out, stage["vocab_file"])
     if config.model.vocab_size != stage["vocab_size"]:
@@ -182,3 +132,74 @@ def prepare_data(config: JobConfig, workdir: str) -> JobConfig:
             "eval_files": os.path.join(out, "heldout", "*.tfrecord"),
         },
     )
+
+
+def _build(config: JobConfig, out: str) -> None:
+    """The stage's outputs into the local directory out; stage.json, its commit, last."""
+    d = config.data
+    done = os.path.join(out, DONE)
+    log.info("data: splitting %s into train and held-out documents (every %d-th held out)", d.corpus, d.heldout_every)
+    text_field = table_corpus.resolve_text_field(
+        d.text_field, d.tfds_text_feature, "config.data.tfds_text_feature", "config.data.text_field"
+    )
+    train_txt, heldout_txt, counts = split_corpus(
+        d.corpus,
+        out,
+        d.heldout_every,
+        d.tfds_data_dir or None,
+        text_field=text_field,
+        skip_bad_json_lines=d.skip_bad_json_lines,
+    )
+    vocab_file = d.vocab_file
+    if vocab_file:
+        log.info("data: the vocab %s, as given (none trained)", vocab_file)
+    else:
+        log.info("data: training a %d-token WordPiece vocab on the train documents", d.corpus_vocab_size)
+        tok = vocab_training.train_wordpiece(
+            read_sentences(train_txt),
+            d.corpus_vocab_size,
+            os.path.join(out, "vocab"),
+            do_lower_case=d.do_lower_case,
+        )
+        vocab_file = str(tok.path)
+    for name, text, dupe in (("train", train_txt, d.dupe_factor), ("heldout", heldout_txt, d.heldout_dupe_factor)):
+        cfg = shards.PrepareConfig(
+            input_file=text,
+            output_dir=os.path.join(out, name),
+            vocab_file=vocab_file,
+            do_lower_case=d.do_lower_case,
+            random_seed=config.seed + (name == "heldout"),
+            num_shards=d.num_shards if name == "train" else 1,
+            instance=d.instance_config(dupe, name == "heldout"),
+            packing=d.packing_config(),
+        )
+        log.info("data: preparing %s records (dupe_factor %d) into %s", name, dupe, cfg.output_dir)
+        # overwrite: a stage cut short before stage.json is redone from the start
+        metadata = prepare_job.prepare(cfg, num_workers=d.num_workers or os.cpu_count() or 1, overwrite=True)
+        log.info("data: %s", prepare_job.summary(metadata).replace("\n", "; "))
+        counts[f"{name}_instances"] = metadata["counts"]["instances"]
+    with open(done + ".tmp", "w") as f:
+        json.dump(
+            dict(
+                counts,
+                vocab_file=_recorded(vocab_file, out),
+                vocab_size=tokenization.load(vocab_file, d.do_lower_case).vocab_size,
+            ),
+            f,
+            indent=2,
+        )
+    os.replace(done + ".tmp", done)
+
+
+@contextlib.contextmanager
+def _building(out: str) -> Iterator[str]:
+    """Where the stage writes: out itself on a disk; for a bucket (gs://) a local directory uploaded to out on
+    success, stage.json last (the tokenizer trainer and the record writers write local files)."""
+    if not is_remote(out):
+        os.makedirs(out, exist_ok=True)
+        yield out
+        return
+    with tempfile.TemporaryDirectory(prefix="bertjax-stage-") as local:
+        yield local
+        log.info("data: uploading the stage's files to %s", out)
+        files.upload_tree(local, out, last=DONE)

@@ -18,6 +18,7 @@ import jax
 import jax.numpy as jnp
 
 from bertjax import models
+from bertjax.data import files
 from bertjax.models import hf_files
 from bertjax.models.bert import tf1
 from bertjax.training import checkpoint as checkpoint_lib
@@ -120,10 +121,9 @@ def vocab_of(path: str) -> tuple[Optional[str], bool]:
 def _run_vocab(workdir: str) -> Optional[tuple[str, bool]]:
     """A fine-tuned workdir's own record of its tokenizer (its config.json's data section)."""
     path = os.path.join(workdir, "config.json")
-    if not os.path.isfile(path):
+    if not files.isfile(path):
         return None
-    with open(path) as f:
-        data = json.load(f).get("data", {})
+    data = files.read_json(path).get("data", {})
     return (data["vocab_file"], bool(data.get("do_lower_case", True))) if data.get("vocab_file") else None
 
 
@@ -131,12 +131,11 @@ def run_vocab(workdir: str) -> tuple[Optional[str], bool]:
     """(vocab file, do_lower_case) the run in workdir was trained with, from its saved config.json: the files an
     export carries (a WordPiece vocab.txt or a tokenizer.json; a SentencePiece model not)."""
     path = os.path.join(workdir, "config.json")
-    if not os.path.isfile(path):
+    if not files.isfile(path):
         return None, True
-    with open(path) as f:
-        data = json.load(f).get("data", {})
+    data = files.read_json(path).get("data", {})
     vocab = data.get("vocab_file") or None
-    if vocab and not (os.path.isfile(vocab) and vocab.endswith((".txt", ".json"))):
+    if vocab and not (vocab.endswith((".txt", ".json")) and files.isfile(vocab)):
         vocab = None
     return vocab, bool(data.get("do_lower_case", True))
 

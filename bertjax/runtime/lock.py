@@ -1,7 +1,8 @@
 """One job per workdir: WORKDIR/job.lock, a lease that a crashed job does not hold forever.
 
 Two jobs in one workdir would interleave checkpoints and metrics. Process 0 creates the lock atomically
-(O_EXCL) with its host, pid and the time, and refreshes the time while it trains. A second job that finds
+(O_EXCL on a disk; on an object store, gs://, a conditional create that only one writer can win) with its
+host, pid and the time, and refreshes the time while it trains. A second job that finds
 the lock refuses with one sentence, unless the lock is stale:
   - its pid no longer runs on this same host (the job crashed, or was killed with -9), or
   - it has not been refreshed for STALE_AFTER_S (a job on another host that died: a preempted TPU VM).
@@ -17,7 +18,7 @@ import socket
 import time
 from typing import Optional
 
-from bertjax.data.files import is_remote
+from bertjax.data import files
 
 log = logging.getLogger(__name__)
 LOCK_FILE = "job.lock"
@@ -46,15 +47,11 @@ class WorkdirLock:
         return {"host": socket.gethostname(), "pid": os.getpid(), "started": self._held_since, "refreshed": time.time()}
 
     def acquire(self) -> None:
-        if is_remote(self.path):  # an object store (gs://) offers no exclusive create through these APIs
-            log.info("workdir lock: none on %s (an object store); run one job per workdir", os.path.dirname(self.path))
-            self.enabled = False
-            return
-        os.makedirs(os.path.dirname(self.path), exist_ok=True)
+        files.makedirs(os.path.dirname(self.path))
         self._held_since = time.time()
         for _ in range(3):  # a takeover races at most with another taker: try again
             try:
-                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+                files.create_new(self.path, json.dumps(self._record()))
             except FileExistsError:
                 holder = self._read()
                 stale = _stale(holder)
@@ -68,12 +65,10 @@ class WorkdirLock:
                     )
                 log.warning("lock: taking over %s from a job that is gone (%s)", self.path, stale)
                 try:
-                    os.remove(self.path)
+                    files.remove(self.path)
                 except FileNotFoundError:
                     pass
                 continue
-            with os.fdopen(fd, "w") as f:
-                json.dump(self._record(), f)
             self._refreshed = time.time()
             return
         raise ValueError(f"could not take {self.path}: other jobs keep taking it; run one job per workdir.")
@@ -82,26 +77,24 @@ class WorkdirLock:
         """Marks the job alive (at most every REFRESH_EVERY_S): a lock left behind goes stale otherwise."""
         if self._held_since is None or time.time() - self._refreshed < REFRESH_EVERY_S:
             return
-        tmp = f"{self.path}.{os.getpid()}.tmp"
-        with open(tmp, "w") as f:
-            json.dump(self._record(), f)
-        os.replace(tmp, self.path)
+        files.write_whole(self.path, json.dumps(self._record()))
         self._refreshed = time.time()
 
     def release(self) -> None:
         if self._held_since is None:
             return
-        if self._read().get("pid") == os.getpid():  # never remove a lock another job took over
+        holder = self._read()
+        if (holder.get("pid"), holder.get("host")) == (os.getpid(), socket.gethostname()):  # not a taker's lock
             try:
-                os.remove(self.path)
+                files.remove(self.path)
             except FileNotFoundError:
                 pass
         self._held_since = None
 
     def _read(self) -> dict:
         try:
-            with open(self.path) as f:
-                return json.load(f)
+            holder = files.read_json(self.path)
+            return holder if isinstance(holder, dict) else {}
         except (OSError, ValueError):
             return {}  # unreadable (a job killed while writing it): treated as stale below
 

@@ -13,9 +13,8 @@ user added there since are kept.
 Workdirs of earlier bertjax versions, which carry no marker, are recognised by their own files (a job
 config.json, the data stage's record, a GLUE report, or such runs one or two levels down) and adopted.
 
-Object-store paths (gs://) are refused here, before anything is written: the checkpoints, the data stage and
-the export still write through local file calls, and a `gs://bucket/run` workdir became a local
-`./gs:/bucket/run` tree.
+The same rules hold in an object store (gs://): every check goes through the one file layer (data/files.py),
+where a "directory" is a prefix that holds objects.
 """
 
 from __future__ import annotations
@@ -46,70 +45,56 @@ WORKDIR_FILES = (
 EVENTS_PREFIX = "events.out.tfevents."
 
 
-def _refuse_remote(path: str, flag: str) -> None:
-    if files.is_remote(path):
-        raise ValueError(
-            f"{flag}={path} is an object-store path, which bertjax cannot write a run or an export to "
-            "yet (its checkpoints, data stage and export write local files); pass a local or shared-"
-            "disk directory and copy it to the bucket afterwards (gsutil -m cp -r)."
-        )
-
-
 def read_marker(directory: str) -> Optional[dict]:
     try:
-        with open(os.path.join(directory, MARKER)) as f:
-            marker = json.load(f)
+        marker = files.read_json(os.path.join(directory, MARKER))
     except (OSError, ValueError):
         return None
     return marker if isinstance(marker, dict) else None
 
 
-def write_marker(directory: str, kind: str, files: Iterable[str] = ()) -> None:
-    os.makedirs(directory, exist_ok=True)
+def write_marker(directory: str, kind: str, written: Iterable[str] = ()) -> None:
+    files.makedirs(directory)
     marker = {"made_by": "bertjax", "kind": kind, "time": round(time.time(), 3)}
     if kind == "export":
-        marker["files"] = sorted(files)
-    tmp = os.path.join(directory, MARKER + ".tmp")
-    with open(tmp, "w") as f:
-        json.dump(marker, f, indent=1)
-    os.replace(tmp, os.path.join(directory, MARKER))
+        marker["files"] = sorted(written)
+    files.write_whole(os.path.join(directory, MARKER), json.dumps(marker, indent=1))
 
 
 def _legacy_workdir(directory: str, depth: int = 2) -> bool:
     """A workdir an earlier bertjax wrote (no marker): its job config.json, the data stage's record, a GLUE
     report; or a directory of such runs (a sweep, the demo, a GLUE task), `depth` levels down."""
     try:
-        with open(os.path.join(directory, "config.json")) as f:
-            config = json.load(f)
+        config = files.read_json(os.path.join(directory, "config.json"))
         if isinstance(config, dict) and (
             {"model", "train", "data"} <= config.keys() or config.get("kind") == "finetune"
         ):
             return True
     except (OSError, ValueError):
         pass
-    if any(os.path.isfile(os.path.join(directory, *name)) for name in (("data", "stage.json"), ("glue.json",))):
+    if any(files.isfile(os.path.join(directory, *name)) for name in (("data", "stage.json"), ("glue.json",))):
         return True
     return depth > 0 and any(
         _legacy_workdir(os.path.join(directory, n), depth - 1)
-        for n in os.listdir(directory)
-        if os.path.isdir(os.path.join(directory, n))
+        for n in files.listdir(directory)
+        if files.isdir(os.path.join(directory, n))
     )
 
 
 def _written_by_a_job(name: str, path: str) -> bool:
-    return os.path.isdir(path) or name in WORKDIR_FILES or name.startswith(EVENTS_PREFIX)
+    return name in WORKDIR_FILES or name.startswith(EVENTS_PREFIX) or files.isdir(path)
 
 
 def claim_workdir(workdir: str, flag: str = "--workdir", primary: bool = True) -> None:
     """Refuses a workdir holding what bertjax did not write, before anything is written; then marks it (on the
     primary process: every process checks, one writes)."""
-    _refuse_remote(workdir, flag)
-    if os.path.exists(workdir) and not os.path.isdir(workdir):
+    files.check_bucket(workdir, flag)
+    if files.isfile(workdir):
         raise NotADirectoryError(f"{flag}={workdir} is a file, not a directory; pass a new or empty directory.")
-    if os.path.isdir(workdir) and read_marker(workdir) is None and not _legacy_workdir(workdir):
+    if files.isdir(workdir) and read_marker(workdir) is None and not _legacy_workdir(workdir):
         foreign = sorted(
-            n + ("/" if os.path.isdir(os.path.join(workdir, n)) else "")
-            for n in os.listdir(workdir)
+            n + ("/" if files.isdir(os.path.join(workdir, n)) else "")
+            for n in files.listdir(workdir)
             if _written_by_a_job(n, os.path.join(workdir, n))
         )
         if foreign:
@@ -126,16 +111,16 @@ def _earlier_export(output_dir: str, inside_own_workdir: bool) -> list[str]:
     """The files an earlier bertjax export left in output_dir; refuses files bertjax did not write.
     `inside_own_workdir`: WORKDIR/hf of a bertjax workdir, whose files an earlier bertjax export wrote even
     without a marker."""
-    _refuse_remote(output_dir, "--output_dir")
-    if not os.path.exists(output_dir):
-        return []
-    if not os.path.isdir(output_dir):
+    files.check_bucket(output_dir, "--output_dir")
+    if files.isfile(output_dir):
         raise NotADirectoryError(
             f"--output_dir={output_dir} is a file, not a directory; pass a new or empty "
             "directory for the Hugging Face files."
         )
+    if not files.isdir(output_dir):
+        return []
     marker = read_marker(output_dir)
-    present = sorted(n for n in os.listdir(output_dir) if n != MARKER)
+    present = sorted(n for n in files.listdir(output_dir) if n != MARKER)
     if marker is not None and marker.get("kind") == "export":
         return [n for n in marker.get("files", []) if os.path.basename(n) == n]
     if present and not inside_own_workdir:
@@ -144,7 +129,7 @@ def _earlier_export(output_dir: str, inside_own_workdir: bool) -> list[str]:
             f"--output_dir={output_dir} already holds {shown}, which bertjax did not write; left-over model files "
             "would change what transformers loads, so nothing was written. Pass a new or empty directory."
         )
-    return [n for n in present if os.path.isfile(os.path.join(output_dir, n))]
+    return [n for n in present if files.isfile(os.path.join(output_dir, n))]
 
 
 def check_export_dir(output_dir: str, inside_own_workdir: bool = False) -> None:
@@ -155,14 +140,12 @@ def check_export_dir(output_dir: str, inside_own_workdir: bool = False) -> None:
 def clear_earlier_export(output_dir: str, inside_own_workdir: bool = False, keep: Iterable[str] = ()) -> list[str]:
     """Just before an export writes: removes what an earlier export there wrote (the marker's list), except
     `keep` (a vocab file the new export copies from there); returns the files left, the user's own."""
-    keep_real = {os.path.realpath(k) for k in keep if k}
+    keep_real = {files.resolved(k) for k in keep if k}
     for name in _earlier_export(output_dir, inside_own_workdir):
         path = os.path.join(output_dir, name)
-        if os.path.isfile(path) and os.path.realpath(path) not in keep_real:
-            os.remove(path)
-    if not os.path.isdir(output_dir):
-        return []
-    return [n for n in os.listdir(output_dir) if n != MARKER]
+        if files.isfile(path) and files.resolved(path) not in keep_real:
+            files.remove(path)
+    return [n for n in files.listdir(output_dir) if n != MARKER]
 
 
 def finish_export(output_dir: str, before: Iterable[str]) -> None:
@@ -171,7 +154,7 @@ def finish_export(output_dir: str, before: Iterable[str]) -> None:
     kept = set(before)
     written = [
         n
-        for n in os.listdir(output_dir)
-        if n != MARKER and n not in kept and os.path.isfile(os.path.join(output_dir, n))
+        for n in files.listdir(output_dir)
+        if n != MARKER and n not in kept and files.isfile(os.path.join(output_dir, n))
     ]
     write_marker(output_dir, "export", written)

@@ -37,6 +37,7 @@ import orbax.checkpoint as ocp
 from bertjax import models as models_lib
 from bertjax.config.schema import CheckpointConfig
 from bertjax.data.pretraining import pipeline as pipeline_lib
+from bertjax.data import files
 from bertjax.data.files import is_remote
 from bertjax.training.checkpoint_items import (  # IncompatibleCheckpoint: raised here too; callers catch it here
     IncompatibleCheckpoint,
@@ -48,6 +49,7 @@ from bertjax.training.checkpoint_items import (  # IncompatibleCheckpoint: raise
 )
 
 log = logging.getLogger(__name__)
+COMMIT_SUCCESS = "commit_success.txt"  # orbax's mark of a finished save where it cannot rename (object stores)
 CHECKPOINTS = "checkpoints"
 DAMAGED_PREFIX = "damaged-"
 
@@ -116,7 +118,7 @@ class Checkpointer:
     def __init__(
         self, workdir: str, cfg: CheckpointConfig, fingerprint: dict, read_only: bool = False, async_save: bool = True
     ):
-        self.directory = os.path.abspath(os.path.join(workdir, CHECKPOINTS))
+        self.directory = _absolute(os.path.join(workdir, CHECKPOINTS))
         self.fingerprint = fingerprint
         self.every_steps = cfg.every_steps
         options = ocp.CheckpointManagerOptions(
@@ -210,9 +212,12 @@ class Checkpointer:
             raise
 
     def _committed(self) -> list[int]:
-        return (
-            sorted(int(d) for d in os.listdir(self.directory) if d.isdigit()) if os.path.isdir(self.directory) else []
-        )
+        """Steps whose save finished: a step directory on a disk (orbax writes a temporary one and renames it);
+        in an object store, which cannot rename, a step directory holding orbax's commit_success.txt."""
+        steps = sorted(int(d) for d in files.listdir(self.directory) if d.isdigit())
+        if is_remote(self.directory):
+            steps = [s for s in steps if files.exists(os.path.join(self.directory, str(s), COMMIT_SUCCESS))]
+        return steps
 
     def _needed_bytes(self) -> int:
         """What one more checkpoint takes: the newest one's size on disk, at least the state's bytes."""
@@ -370,10 +375,10 @@ class Checkpointer:
                 source = os.path.join(self.directory, str(step))
                 target = os.path.join(self.directory, f"{DAMAGED_PREFIX}{step}")
                 n = 1
-                while os.path.exists(target):
+                while files.exists(target):
                     n += 1
                     target = os.path.join(self.directory, f"{DAMAGED_PREFIX}{step}.{n}")
-                shutil.move(source, target)
+                files.rename(source, target)
                 log.warning(
                     "checkpoint: moved the damaged step %d aside to %s (delete it when you no longer need it)",
                     step,
@@ -465,13 +470,18 @@ def restore_branch(
 
 
 def is_workdir(path: str) -> bool:
-    return os.path.isdir(os.path.join(path, CHECKPOINTS))
+    return files.isdir(os.path.join(path, CHECKPOINTS))
+
+
+def _absolute(path: str) -> str:
+    """orbax takes absolute paths: a local one made so, a URL (gs://) as it is."""
+    return path if is_remote(path) else os.path.abspath(path)
 
 
 def _reader(workdir: str) -> tuple[str, ocp.CheckpointManager]:
     directory = os.path.join(workdir, CHECKPOINTS)
     return directory, _manager(
-        os.path.abspath(directory), ocp.CheckpointManagerOptions(read_only=True, create=False, save_interval_steps=0)
+        _absolute(directory), ocp.CheckpointManagerOptions(read_only=True, create=False, save_interval_steps=0)
     )
 
 

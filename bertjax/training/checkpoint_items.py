@@ -15,6 +15,8 @@ import jax.numpy as jnp
 import orbax.checkpoint as ocp
 from etils import epath
 
+from bertjax.data import files
+
 
 class IncompatibleCheckpoint(ValueError):
     """A checkpoint made by another model or process count: the config is wrong, the files are fine."""
@@ -46,13 +48,13 @@ class PipelineHandler(ocp.CheckpointHandler):
     """Saves/restores `InputPipeline` positions: each process writes and reads its own file."""
 
     def save(self, directory: epath.Path, args: "PipelineSave") -> None:
-        directory.mkdir(parents=True, exist_ok=True)
+        files.makedirs(str(directory))
         args.pipeline.save_state(str(directory / f"process_{jax.process_index()}"))
         if jax.process_index() == 0:
-            (directory / "processes.json").write_text(json.dumps({"process_count": jax.process_count()}))
+            files.write_whole(str(directory / "processes.json"), json.dumps({"process_count": jax.process_count()}))
 
     def restore(self, directory: epath.Path, args: "PipelineRestore") -> Any:
-        saved = json.loads((directory / "processes.json").read_text())["process_count"]
+        saved = files.read_json(str(directory / "processes.json"))["process_count"]
         if saved != jax.process_count():
             raise IncompatibleCheckpoint(
                 f"{directory} holds input positions for {saved} process(es) but this run has {jax.process_count()}; "

@@ -22,6 +22,7 @@ import time
 from typing import Mapping
 
 from bertjax.data.pretraining.records import masked_crc
+from bertjax.data import files
 from bertjax.data.files import is_remote
 
 _FILE_VERSION = b"brain.Event:2"
@@ -90,11 +91,8 @@ class EventFileWriter:
         if not data:
             return
         if self._remote:  # an object store cannot append: the object is rewritten whole (small: scalars only)
-            import tensorflow as tf
-
             self._written += data
-            with tf.io.gfile.GFile(self.path, "wb") as f:
-                f.write(self._written)
+            files.write_whole(self.path, self._written)
         else:
             self._file.write(data)
             self._file.flush()

@@ -23,8 +23,8 @@ import optax
 
 from bertjax.training import event_file
 from bertjax import models as models_lib
+from bertjax.data import files
 from bertjax.data.files import is_remote
-from etils import epath
 
 log = logging.getLogger(__name__)
 
@@ -430,10 +430,13 @@ class _AppendOnlyFile:
     """A text file lines are appended to and flushed: appended locally, rewritten whole on object stores."""
 
     def __init__(self, path: str, rewrite: Optional[bool] = None):
-        self.path = epath.Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        files.makedirs(os.path.dirname(path))
         if is_remote(path) if rewrite is None else rewrite:  # an object store (gs://): no appends
-            self._local, self._text = None, self.path.read_text() if self.path.exists() else ""
+            self._local, self._text = None, ""
+            if files.exists(path):
+                with files.open_file(path) as f:
+                    self._text = f.read()
         else:
             self._local = open(path, "a", encoding="utf-8")
 
@@ -447,7 +450,7 @@ class _AppendOnlyFile:
         if self._local is not None:
             self._local.flush()
         else:
-            self.path.write_text(self._text)
+            files.write_whole(self.path, self._text)
 
     def close(self) -> None:
         if self._local is not None:

@@ -21,10 +21,12 @@ import logging
 import math
 import os
 import re
+import tempfile
 from typing import Iterator, Optional
 
 import numpy as np
 
+from bertjax.data import files
 from bertjax.data.pretraining import instances, packing, record_sets, records
 
 log = logging.getLogger(__name__)
@@ -518,6 +520,12 @@ class InputPipeline:
 
     def save_state(self, path: str) -> str:
         """Writes the iterator position (shuffle buffer and prefetched batches included) under prefix path."""
+        if files.is_remote(path):  # TensorFlow's gs:// is not the file layer's: written locally, then uploaded
+            with tempfile.TemporaryDirectory(prefix="bertjax-pipeline-") as local:
+                self.save_state(os.path.join(local, os.path.basename(path)))
+                for name in os.listdir(local):
+                    files.upload(os.path.join(local, name), os.path.join(os.path.dirname(path), name))
+            return path
         tf = _tf()
         prefix = tf.train.Checkpoint(iterator=self._iterator).write(path)
         with tf.io.gfile.GFile(path + ".pipeline.json", "w") as f:
@@ -526,6 +534,13 @@ class InputPipeline:
 
     def restore_state(self, path: str) -> None:
         """Continues exactly where the pipeline that wrote path stopped; it must have the same config."""
+        if files.is_remote(path):
+            where, stem = os.path.dirname(path), os.path.basename(path)
+            with tempfile.TemporaryDirectory(prefix="bertjax-pipeline-") as local:
+                for name in files.listdir(where):
+                    if name.startswith(stem + "."):
+                        files.download(os.path.join(where, name), os.path.join(local, name))
+                return self.restore_state(os.path.join(local, stem))
         tf = _tf()
         info = path + ".pipeline.json"
         if not tf.io.gfile.exists(info):

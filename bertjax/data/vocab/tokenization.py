@@ -460,7 +460,12 @@ def load(path: str | os.PathLike, do_lower_case: bool = True) -> Tokenizer:
     anything else a WordPiece vocab.txt.
 
     A directory is searched for vocab.txt, then spm.model, then tokenizer.json (what vocab_training.py writes).
+    A file in a bucket (gs://) is read from its local copy (data/remote_cache.py).
     """
+    if "://" in str(path):
+        from bertjax.data import remote_cache
+
+        path = remote_cache.copy_of(str(path))
     path = pathlib.Path(path)
     if path.is_dir():
         for name in (VOCAB_FILE, f"{SPM_PREFIX}.model", TOKENIZER_JSON):
