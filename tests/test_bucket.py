@@ -132,3 +132,90 @@ def test_a_missing_bucket_is_one_sentence_before_anything_is_written(gcs_bucket,
     with pytest.raises(FileNotFoundError, match=r"^--output_dir=gs://no-such-bucket-here/hf: the bucket"):
         ownership.check_export_dir("gs://no-such-bucket-here/hf")
     assert list(tmp_path.iterdir()) == []
+
+
+# --- The journey: corpus → vocab → records → training → export → fine-tuning, all in a bucket ---------------
+
+
+def test_the_whole_journey_lives_in_a_bucket(gcs_bucket, tmp_path, monkeypatch):  # noqa: F811
+    """The main job with its corpus stage, a run that starts from its weights (phase 2's init_from), an export
+    elsewhere in the bucket that transformers loads, and a fine-tuning run from it: every file in the bucket,
+    none on the local disk but the cached copies of what is read."""
+    import transformers
+
+    import train_setup
+    from bertjax.jobs import export as exporting
+    from bertjax.jobs import finetune as finetuning
+    from bertjax.jobs import main as train
+    from bertjax.jobs import predict as predicting
+    from test_finetune import config as finetune_config
+    from test_finetune import sentiment
+
+    monkeypatch.chdir(tmp_path)  # a local "gs:/..." tree would appear here
+    monkeypatch.setenv("BERTJAX_CACHE_DIR", str(tmp_path / "cache"))
+    run = f"{gcs_bucket}/journey/phase1"
+    c = train_setup.small_config(**{"train.num_train_steps": 4, "checkpoint.every_steps": 2})
+    c.data.update(corpus="builtin:pydocs", corpus_vocab_size=train_setup.VOCAB, dupe_factor=1, num_workers=1)
+    c.data.update(train_files="", eval_files="", vocab_file="")
+    c.checkpoint.export_hf = True
+    train.train_and_evaluate(c, run)
+    assert {"stage.json", "train", "heldout", "vocab"} <= set(files.listdir(f"{run}/data"))
+    assert files.listdir(f"{run}/data/train") and files.isfile(f"{run}/data/vocab/vocab.txt")
+    assert files.exists(f"{run}/checkpoints/4/commit_success.txt") and files.isfile(f"{run}/hf/model.safetensors")
+    rows = [json.loads(line) for line in files.read_text(f"{run}/metrics.jsonl").splitlines()]
+    assert [r["step"] for r in rows if r["kind"] == "train"][-1] == 4
+    assert files.read_json(f"{run}/config.json")["data"]["vocab_file"] == f"{run}/data/vocab/vocab.txt"
+
+    phase2 = f"{gcs_bucket}/journey/phase2"  # weights only, from the bucket run
+    c2 = train_setup.small_config(**{"train.num_train_steps": 2, "train.init_from": run})
+    c2.data.update(corpus="", train_files=f"{run}/data/train/*.tfrecord", vocab_file=f"{run}/data/vocab/vocab.txt")
+    c2.data.update(eval_files="")
+    train.train_and_evaluate(c2, phase2)
+    assert files.exists(f"{phase2}/checkpoints/2/commit_success.txt")
+
+    hf = f"{gcs_bucket}/journey/hf"
+    exporting.export(run, hf)
+    local_hf = tmp_path / "hf"
+    local_hf.mkdir()
+    for name in files.listdir(hf):
+        files.download(f"{hf}/{name}", str(local_hf / name))
+    model = transformers.BertForPreTraining.from_pretrained(local_hf)
+    assert model.config.vocab_size == train_setup.VOCAB
+    assert transformers.AutoTokenizer.from_pretrained(local_hf).vocab_size == train_setup.VOCAB
+
+    train_tsv = f"{gcs_bucket}/journey/train.tsv"  # the task's data in the bucket too
+    files.upload(sentiment(tmp_path / "train.tsv", 32, seed=0), train_tsv)
+    tuned = f"{gcs_bucket}/journey/finetuned"
+    finetuning.finetune(
+        finetune_config(run, **{"data.train_file": train_tsv, "data.eval_file": train_tsv, "train.num_epochs": 1.0}),
+        tuned,
+    )
+    assert files.exists(f"{tuned}/labels.json") and any(
+        files.exists(f"{tuned}/checkpoints/{s}/commit_success.txt") for s in files.listdir(f"{tuned}/checkpoints")
+    )
+    exporting.export(tuned, f"{gcs_bucket}/journey/finetuned-hf")
+    assert "model.safetensors" in files.listdir(f"{gcs_bucket}/journey/finetuned-hf")
+    predicted = f"{gcs_bucket}/journey/predictions.jsonl"
+    assert predicting.predict_file(tuned, train_tsv, predicted) == 32
+    assert len(files.read_text(predicted).splitlines()) == 32
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cache", "hf", "train.tsv"]
+
+
+def test_corpora_in_a_bucket_read_as_their_local_copies(gcs_bucket, tmp_path):  # noqa: F811
+    """Raw text, Parquet and JSON Lines corpora at gs:// give the documents their local files give."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from bertjax.data.corpus import sources
+
+    texts = [f"Document {i} says one thing.\nThen it says another thing {i}." for i in range(40)]
+    (tmp_path / "a.txt").write_text("\n\n".join(texts[:20]) + "\n")
+    (tmp_path / "b.txt").write_text("\n\n".join(texts[20:]) + "\n")
+    (tmp_path / "c.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+    pq.write_table(pa.table({"text": texts}), tmp_path / "d.parquet", row_group_size=8)
+    remote = f"{gcs_bucket}/corpora-{tmp_path.name}"
+    files.upload_tree(str(tmp_path), remote)
+    for pattern in ("*.txt", "c.jsonl", "d.parquet"):
+        local = list(sources.open_source(str(tmp_path / pattern)).documents())
+        there = list(sources.open_source(f"{remote}/{pattern}").documents())
+        assert there == local and len(local) == 40, pattern

@@ -17,7 +17,9 @@ import pytest
 import tensorflow as tf
 
 import train_setup
+from bertjax.data import files
 from bertjax.training import checkpoint as checkpoint_lib
+from gcs_emulator import gcs_bucket  # noqa: F401  (the fixture)
 from bertjax.jobs import main as train
 
 STEPS = 40
@@ -60,11 +62,10 @@ def finish(proc: subprocess.Popen, timeout: float = 300) -> str:
 
 
 def train_rows(workdir) -> list[dict]:
-    path = os.path.join(workdir, "metrics.jsonl")
-    if not os.path.exists(path):
+    path = os.path.join(workdir, "metrics.jsonl")  # a local path or a gs:// URL
+    if not files.exists(path):
         return []
-    with open(path) as f:
-        return [r for r in map(json.loads, f.read().splitlines()) if r["kind"] == "train"]
+    return [r for r in map(json.loads, files.read_text(path).splitlines()) if r["kind"] == "train"]
 
 
 def wait_for_step(proc: subprocess.Popen, workdir, step: int, timeout: float = 300) -> None:
@@ -78,7 +79,7 @@ def wait_for_step(proc: subprocess.Popen, workdir, step: int, timeout: float = 3
 def final_params(workdir) -> list[np.ndarray]:
     import jax
 
-    steps = [int(s) for s in os.listdir(os.path.join(workdir, checkpoint_lib.CHECKPOINTS)) if s.isdigit()]
+    steps = [int(s) for s in files.listdir(os.path.join(workdir, checkpoint_lib.CHECKPOINTS)) if s.isdigit()]
     assert max(steps) == STEPS
     _, params = checkpoint_lib.load_params(str(workdir))
     return jax.tree.leaves(params)
@@ -112,6 +113,39 @@ def test_resumed_run_ends_with_bitwise_identical_params(uninterrupted, tmp_path,
     assert "oneDNN" not in out and "absl::InitializeLog" not in out, out[:2000]  # bertjax's own lines only
     for a, b in zip(expected, final_params(workdir)):
         np.testing.assert_array_equal(a, b)
+
+
+def test_a_run_in_a_bucket_stops_on_sigterm_and_resumes_bitwise(uninterrupted, pydocs_data, gcs_bucket, tmp_path):  # noqa: F811
+    """The same job with its workdir, records and vocab in a bucket (fake-gcs-server on localhost): stopped by
+    SIGTERM, resumed by the same command, it ends with the local uninterrupted run's params bit for bit, and
+    nothing lands on the local disk but the records' cached copies."""
+    config_file, expected = uninterrupted
+    data = f"{gcs_bucket}/data-{tmp_path.name}"
+    files.upload_tree(pydocs_data, data)
+    c = job_config(pydocs_data)
+    for key in ("train_files", "eval_files", "vocab_file"):
+        c.data[key] = c.data[key].replace(pydocs_data, data)
+    config_file = train_setup.write_config(c, tmp_path / "config.py")
+    workdir = f"{gcs_bucket}/run-{tmp_path.name}"
+    os.environ["BERTJAX_CACHE_DIR"] = str(tmp_path / "cache")  # the subprocesses' copies, under tmp_path
+    try:
+        proc = start(config_file, workdir)
+        wait_for_step(proc, workdir, 5)
+        proc.send_signal(signal.SIGTERM)
+        assert "stopped at step" in finish(proc)
+        assert max(r["step"] for r in train_rows(workdir)) < STEPS
+        out = finish(start(config_file, workdir))
+    finally:
+        del os.environ["BERTJAX_CACHE_DIR"]
+    assert f"resumed from {workdir}/checkpoints/" in out
+    for a, b in zip(expected, final_params(workdir)):
+        np.testing.assert_array_equal(a, b)
+    saved = files.read_json(f"{workdir}/config.json")["data"]
+    assert saved["train_files"].startswith(data) and saved["vocab_file"] == f"{data}/vocab/vocab.txt"
+    assert {"config.json", "metrics.jsonl", "checkpoints"} <= set(files.listdir(workdir))
+    assert sum(n.startswith("events.out.tfevents.") for n in files.listdir(workdir)) == 2  # one a run
+    assert not os.path.exists(os.path.join(train_setup.ROOT, "gs:"))  # no local "gs:/..." tree
+    assert sorted(os.listdir(tmp_path / "cache" / "remote"))  # the copies the pipeline read
 
 
 def free_port() -> int:

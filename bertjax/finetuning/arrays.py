@@ -16,6 +16,7 @@ from typing import Iterator, Optional
 
 import numpy as np
 
+from bertjax.data import files
 from bertjax.data.pretraining.pipeline import EXAMPLE_WEIGHT, PipelineMismatch
 
 
@@ -97,14 +98,13 @@ class ArrayBatches:
         }
 
     def save_state(self, path: str) -> str:
-        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-        with open(path + ".pipeline.json", "w") as f:
-            json.dump(dict(self._fingerprint(), epoch=self.epoch, position=self.position), f, sort_keys=True)
+        files.makedirs(os.path.dirname(path) or ".")
+        state = dict(self._fingerprint(), epoch=self.epoch, position=self.position)
+        files.write_whole(path + ".pipeline.json", json.dumps(state, sort_keys=True))
         return path
 
     def restore_state(self, path: str) -> None:
-        with open(path + ".pipeline.json") as f:
-            saved = json.load(f)
+        saved = files.read_json(path + ".pipeline.json")
         mine = self._fingerprint()
         diff = sorted(k for k in mine if saved.get(k) != mine[k])
         if diff:

@@ -344,8 +344,8 @@ def _finetune(
         shown = [k for k in result if not k.startswith(("HasAns_", "NoAns_", "f1_"))]  # those: metrics.jsonl
         log.info("eval  %s", metrics_lib.format_log_line(dict(result, step=step), extra=shown))
         if primary:
-            with open(os.path.join(workdir, PREDICTIONS_FILE), "w") as f:
-                f.writelines(json.dumps(p) + "\n" for p in predictions)
+            text = "".join(json.dumps(p) + "\n" for p in predictions)
+            files.write_whole(os.path.join(workdir, PREDICTIONS_FILE), text)
         return result
 
     # ===== trainer → restore (this run's checkpoint, or init_from's body with a fresh head) → loop =====
@@ -370,10 +370,9 @@ def _finetune(
 def load_run(workdir: str, step: Optional[int] = None) -> tuple[FinetuneConfig, Optional[readers.LabelMap], Any]:
     """(config, labels, host params) of a fine-tuned workdir's latest checkpoint (or `step`)."""
     path = os.path.join(workdir, "config.json")
-    if not os.path.isfile(path):
+    if not files.isfile(path):
         raise FileNotFoundError(f"{path} not found; --workdir must be a bertjax.finetune run's workdir.")
-    with open(path) as f:
-        saved = json.load(f)
+    saved = files.read_json(path)
     if saved.pop("kind", None) != "finetune":
         raise ValueError(
             f"{workdir} is a pre-training run, not a fine-tuned one; fine-tune it first "

@@ -249,10 +249,9 @@ def _first_difference(old: Any, new: Any, path: str = "config") -> Optional[str]
 
 def _finished(run_dir: str, job: FinetuneConfig, workdir: str) -> Optional[dict]:
     path = os.path.join(run_dir, RUN_FILE)
-    if not os.path.isfile(path):
+    if not files.isfile(path):
         return None
-    with open(path) as f:
-        done = json.load(f)
+    done = files.read_json(path)
     difference = _first_difference(done["settings"], _settings_of(job, workdir))
     if difference:
         raise ValueError(
@@ -322,8 +321,8 @@ def _run_one(plan: Plan, template: FinetuneConfig, data: TaskData, run_dir: str,
     )
     if not outcome.finished:
         return None
-    with open(os.path.join(run_dir, finetuning.PREDICTIONS_FILE)) as f:  # the run's own final dev predictions
-        first = [json.loads(line)["prediction"] for line in f]
+    predicted = files.read_text(os.path.join(run_dir, finetuning.PREDICTIONS_FILE))  # the run's final dev predictions
+    first = [json.loads(line)["prediction"] for line in predicted.splitlines()]
     dev = {first_dev: glue_metrics(task, [e.label for e in data.dev[first_dev].examples], first)}
     if other_devs:  # MNLI's mismatched dev set, with the run's final weights
         run_job, run_labels, params = finetuning.load_run(run_dir)
@@ -421,7 +420,7 @@ def run_suite(config: Any, workdir: str) -> dict:
         runs = []
         for plan in (p for p in plans if p.task is task):
             run_dir = os.path.join(workdir, task.name, plan.name)
-            skipped = os.path.isfile(os.path.join(run_dir, RUN_FILE))
+            skipped = files.isfile(os.path.join(run_dir, RUN_FILE))
             progress.start(plan, skipped)
             began = time.time()
             result = _run_one(plan, template, data[task.name], run_dir, workdir)

@@ -19,6 +19,7 @@ import jax
 import numpy as np
 
 from bertjax import models as models_lib
+from bertjax.data import files
 from bertjax.data.vocab import tokenization
 from bertjax.finetuning import tasks
 
@@ -99,10 +100,9 @@ def _refuse_pre_training_run(workdir: str) -> None:
     from bertjax.training import checkpoint as checkpoint_lib
 
     path = os.path.join(workdir, "config.json")
-    if not (checkpoint_lib.is_workdir(workdir) and os.path.isfile(path)):
+    if not (checkpoint_lib.is_workdir(workdir) and files.isfile(path)):
         return  # not a workdir at all: finetuning.load_run says what is missing
-    with open(path) as f:
-        kind = json.load(f).get("kind")
+    kind = files.read_json(path).get("kind")
     if kind != "finetune":
         raise ValueError(
             f"--workdir={workdir} is a pre-training run, not a fine-tuned one: it has no task head "
@@ -124,10 +124,13 @@ def predict_file(
     examples = kind.read_inputs(input_file, job.data, labels)
     split, logits = run_on_examples(job, labels, params, examples, os.path.basename(input_file), batch_size)
     predictions = finetuning.predictions_of(job, split, logits, labels)
-    os.makedirs(os.path.dirname(os.path.abspath(output_file)), exist_ok=True)
-    with open(output_file, "w") as f:
-        for example, prediction in zip(examples, predictions):
-            f.write(json.dumps(kind.prediction_record(example, prediction)) + "\n")
+    if not files.is_remote(output_file):
+        files.makedirs(os.path.dirname(os.path.abspath(output_file)))
+    lines = (
+        json.dumps(kind.prediction_record(example, prediction)) + "\n"
+        for example, prediction in zip(examples, predictions)
+    )
+    files.write_whole(output_file, "".join(lines))
     log.info("predict: %d %s predictions from %s written to %s", len(predictions), job.task, workdir, output_file)
     return len(predictions)
 

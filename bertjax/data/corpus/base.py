@@ -19,6 +19,7 @@ from typing import Any, NamedTuple, Optional
 import sentencex
 
 from bertjax.data.corpus import text_checks
+from bertjax.data import files as file_layer
 from bertjax.data.files import is_remote
 
 Document = list[str]
@@ -113,7 +114,7 @@ class FileRange(NamedTuple):
 def expand_patterns(patterns: str | Iterable[str], what: str = "--input_file") -> list[str]:
     """Comma-separated globs (or a list of them) → files, each glob's matches sorted, duplicates dropped.
 
-    Local paths are globbed by Python; `gs://` and other URLs by TensorFlow, imported only for them.
+    Local paths are globbed by Python; `gs://` URLs by the file layer (data/files.py, gcsfs).
     A glob that matches nothing or a path that does not exist is one clear error naming it.
     """
     if isinstance(patterns, str):
@@ -125,9 +126,7 @@ def expand_patterns(patterns: str | Iterable[str], what: str = "--input_file") -
     files: dict[str, None] = {}
     for name in names:
         if is_remote(name):
-            import tensorflow as tf  # Deferred: local corpora and record files need no TF.
-
-            matches = sorted(m for m in tf.io.gfile.glob(name) if not tf.io.gfile.isdir(m))
+            matches = [m for m in file_layer.glob(name) if not file_layer.isdir(m)]
         else:
             matches = sorted(m for m in glob.glob(name) if not os.path.isdir(m))
         if not matches:
@@ -209,44 +208,19 @@ class Source(abc.ABC):
             yield from text_checks.cut_sentences(sentence, self.max_sentence_chars)[0]
 
 
-class _RawGFile(io.RawIOBase):
-    """Lets io.BufferedReader wrap a tf.io.gfile.GFile, whose readline() takes no size limit."""
-
-    def __init__(self, f: Any):
-        self._f = f
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: Any) -> int:
-        data = self._f.read(len(buffer))
-        buffer[: len(data)] = data
-        return len(data)
-
-    def close(self) -> None:
-        if not self.closed:
-            self._f.close()
-        super().close()
-
-
 def _file_size(path: str) -> int:
-    if is_remote(path):
-        import tensorflow as tf
-
-        return tf.io.gfile.stat(path).length
-    return os.path.getsize(path)
+    return file_layer.filesystem(path).size(path) if is_remote(path) else os.path.getsize(path)
 
 
 def _open_binary(path: str, offset: int) -> Any:
-    """A buffered binary stream positioned at `offset`; local files need no TensorFlow."""
+    """A buffered binary stream positioned at `offset` (an object's read in 8 MB ranges; io.BufferedReader
+    gives it the readline(limit) that fsspec's files lack)."""
     if not is_remote(path):
         f = open(path, "rb", buffering=1 << 20)
         if offset:
             f.seek(offset)
         return f
-    import tensorflow as tf
-
-    gfile = tf.io.gfile.GFile(path, "rb")
+    remote = file_layer.filesystem(path).open(path, "rb", block_size=8 << 20)
     if offset:
-        gfile.seek(offset)
-    return io.BufferedReader(_RawGFile(gfile), buffer_size=1 << 20)
+        remote.seek(offset)
+    return io.BufferedReader(remote, buffer_size=1 << 20)

@@ -35,6 +35,7 @@ from bertjax.data.corpus.base import (
     split_sentences,
 )
 from bertjax.data.corpus import table_files
+from bertjax.data import files as file_layer
 from bertjax.data.files import is_remote
 
 log = logging.getLogger(__name__)
@@ -139,9 +140,8 @@ def _open_parquet(path: str) -> Any:
     import pyarrow as pa
 
     try:
-        if is_remote(path):
-            fs, inner = pa.fs.FileSystem.from_uri(path)
-            return pq.ParquetFile(fs.open_input_file(inner))
+        if is_remote(path):  # through the file layer (gcsfs), which the clients' settings point anywhere
+            return pq.ParquetFile(pa.PythonFile(file_layer.open_file(path, "rb"), mode="r"))
         return pq.ParquetFile(path)
     except (pa.ArrowException, OSError) as e:
         raise ValueError(

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from bertjax.data.corpus.base import _open_binary
+from bertjax.data import files
 from bertjax.data.files import is_remote
 
 CHUNK = 1 << 20
@@ -30,9 +31,8 @@ def arrow_reader(path: str, mapped: bool = False) -> Any:
     import pyarrow as pa
 
     try:
-        if is_remote(path):
-            fs, inner = pa.fs.FileSystem.from_uri(path)
-            data = fs.open_input_file(inner)
+        if is_remote(path):  # through the file layer (gcsfs), which the clients' settings point anywhere
+            data = pa.PythonFile(files.open_file(path, "rb"), mode="r")
         else:
             data = pa.memory_map(path) if mapped else pa.OSFile(path, "rb")
         try:
