@@ -219,3 +219,55 @@ def test_corpora_in_a_bucket_read_as_their_local_copies(gcs_bucket, tmp_path):  
         local = list(sources.open_source(str(tmp_path / pattern)).documents())
         there = list(sources.open_source(f"{remote}/{pattern}").documents())
         assert there == local and len(local) == 40, pattern
+
+
+def test_tokenizer_and_prepare_write_into_a_bucket_what_they_write_locally(gcs_bucket, tmp_path, monkeypatch):  # noqa: F811
+    """`tokenizer --output_dir=gs://…` and `prepare --output_dir=gs://…` (vocab in the bucket too) give the
+    bytes they give on a local disk; a set a killed prepare left unfinished is refused there as it is locally."""
+    import io
+
+    from bertjax.data import remote_cache
+    from bertjax.data.pretraining import instances, record_sets, records
+    from bertjax.data.pretraining import shards as shards_lib
+    from bertjax.jobs import prepare as prepare_job
+    from bertjax.jobs import tokenizer as tokenizer_job
+
+    monkeypatch.setenv("BERTJAX_CACHE_DIR", str(tmp_path / "cache"))
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text(
+        "\n\n".join(f"Sentence one of document {i}.\nAnd a second sentence, number {i}." for i in range(60)) + "\n"
+    )
+    root = f"{gcs_bucket}/made-{tmp_path.name}"
+    outputs = {}
+    for where in (str(tmp_path / "local"), root):
+        tokenizer_job.train_tokenizer(str(corpus), 200, f"{where}/vocab")
+        cfg = shards_lib.PrepareConfig(
+            input_file=str(corpus),
+            output_dir=f"{where}/records",
+            vocab_file=f"{where}/vocab/vocab.txt",
+            num_shards=2,
+            instance=instances.InstanceConfig(max_seq_length=32, max_predictions_per_seq=5, dupe_factor=2),
+        )
+        prepare_job.prepare(cfg, progress_stream=io.StringIO())
+        outputs[where] = {
+            name: files.read_text(f"{where}/{name}") if name.endswith((".txt", ".json")) else None
+            for name in ("vocab/vocab.txt", "records/metadata.json")
+        }
+        outputs[where]["shards"] = [
+            open(remote_cache.copy_of(p), "rb").read() for p in sorted(files.glob(f"{where}/records/*.tfrecord"))
+        ]
+    local, remote = outputs.values()
+    assert local["vocab/vocab.txt"] == remote["vocab/vocab.txt"]
+    assert len(local["shards"]) == 2 and local["shards"] == remote["shards"]
+    meta = json.loads(remote["records/metadata.json"])
+    assert meta["vocab_file"] == f"{root}/vocab/vocab.txt"
+    assert not (tmp_path / "gs:").exists()
+    copies = remote_cache.record_set(f"{root}/records/*.tfrecord")
+    assert [os.path.basename(f) for f in record_sets.expand_record_files(copies)] == [
+        os.path.basename(f) for f in files.glob(f"{root}/records/*.tfrecord")
+    ]
+    files.write_whole(f"{root}/records/{records.STAGING_NAME}/x", b"")  # what a killed prepare leaves
+    with pytest.raises(ValueError, match=r"holds an unfinished record set"):
+        record_sets.check_record_set(
+            record_sets.expand_record_files(remote_cache.record_set(f"{root}/records/*.tfrecord"))
+        )

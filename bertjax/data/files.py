@@ -150,11 +150,12 @@ def rmtree(path: str) -> None:
 def rename(src: str, dst: str) -> None:
     """Moves src over dst (replacing it); a directory with what it holds (on an object store: copied, then
     deleted)."""
-    if is_remote(src):
+    if is_remote(src):  # copy and delete, as gsutil mv (gcsfs's mv tries a move API only some buckets have)
         fs = _fs(src)
         if fs.exists(dst):
             fs.rm(dst, recursive=True)
-        fs.mv(src, dst, recursive=True)
+        fs.copy(src, dst, recursive=True)
+        fs.rm(src, recursive=True)
     else:
         os.replace(src, dst)
 

@@ -131,7 +131,9 @@ def job_metadata(
     metadata = dict(
         created_by="bertjax.prepare",
         input_file=cfg.input_file,
-        vocab_file=os.path.abspath(cfg.vocab_file),
+        vocab_file=files.resolved(cfg.vocab_file)
+        if files.is_remote(cfg.vocab_file)
+        else os.path.abspath(cfg.vocab_file),
         vocab_size=tokenizer.vocab_size,
         vocab_hash=tokenizer.vocab_hash(),
         tokenizer=type(tokenizer).__name__,

@@ -4,8 +4,10 @@ written."""
 
 from __future__ import annotations
 
+import posixpath
 from collections.abc import Iterator
 
+from bertjax.data import files
 from bertjax.data.corpus import sources as corpus_lib
 from bertjax.data.corpus import table as table_corpus
 from bertjax.data.vocab import training as vocab_training
@@ -38,22 +40,23 @@ def train_tokenizer(
         input_file, data_dir=tfds_data_dir, text_field=text_field, skip_bad_json_lines=skip_bad_json_lines
     )
     try:
-        if model_type == "wordpiece":
-            # A vocab of another size than asked says so, and why, in one printed line.
-            tok = vocab_training.train_wordpiece(
-                sentences(source), vocab_size, output_dir, do_lower_case=do_lower_case, report=print
-            )
-        elif model_type == "bpe":
-            tok = vocab_training.train_bpe(sentences(source), vocab_size, output_dir, do_lower_case=do_lower_case)
-        else:
-            tok = vocab_training.train_sentencepiece(
-                sentences(source),
-                vocab_size,
-                output_dir,
-                do_lower_case=do_lower_case,
-                seed=random_seed,
-                num_threads=num_threads,
-            )
+        with files.writing_dir(output_dir) as local_dir:  # a bucket (gs://): written here, then uploaded
+            if model_type == "wordpiece":
+                # A vocab of another size than asked says so, and why, in one printed line.
+                tok = vocab_training.train_wordpiece(
+                    sentences(source), vocab_size, local_dir, do_lower_case=do_lower_case, report=print
+                )
+            elif model_type == "bpe":
+                tok = vocab_training.train_bpe(sentences(source), vocab_size, local_dir, do_lower_case=do_lower_case)
+            else:
+                tok = vocab_training.train_sentencepiece(
+                    sentences(source),
+                    vocab_size,
+                    local_dir,
+                    do_lower_case=do_lower_case,
+                    seed=random_seed,
+                    num_threads=num_threads,
+                )
     except vocab_training.NoText:  # nothing to learn from: say what was read
         stats, rows = source.stats, table_corpus.skipped_rows_note(source.stats)
         raise ValueError(
@@ -62,6 +65,8 @@ def train_tokenizer(
             "hold text (or name the field that does with --text_field)."
         ) from None
     written = [tok.path] + ([tok.path.with_suffix(".vocab")] if model_type == "sentencepiece" else [])
+    if files.is_remote(output_dir):
+        written = [posixpath.join(output_dir, p.name) for p in written]
     stats = source.stats
     rows = table_corpus.skipped_rows_note(stats)  # Parquet / JSON Lines: rows without text are counted
     return (

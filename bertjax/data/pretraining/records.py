@@ -285,12 +285,7 @@ class RecordWriter:
             self._file.close()
         except OSError as e:  # buffered bytes meet a full disk here
             _raise_disk_full(self.path, e)
-        if files.is_remote(self.path):
-            import tensorflow as tf
-
-            tf.io.gfile.rename(self._tmp, self.path, overwrite=True)
-        else:
-            os.replace(self._tmp, self.path)
+        files.rename(self._tmp, self.path)
 
     def __enter__(self) -> "RecordWriter":
         return self
@@ -304,7 +299,7 @@ class RecordWriter:
             except OSError:
                 pass
             try:
-                os.remove(self._tmp)
+                files.remove(self._tmp)
             except OSError:
                 pass
 
@@ -326,13 +321,8 @@ def write_metadata(output_dir: str, schema: RecordSchema, **fields) -> dict:
 
 def metadata_in(directory: str) -> Optional[dict]:
     """The directory's metadata.json, or None (google-research/bert writes none); local or gs://."""
-    import tensorflow as tf
-
     path = os.path.join(directory, METADATA_NAME)
-    if not tf.io.gfile.exists(path):
-        return None
-    with tf.io.gfile.GFile(path) as f:
-        return json.load(f)
+    return files.read_json(path) if files.exists(path) else None
 
 
 def read_metadata(files: Sequence[str]) -> Optional[dict]:
