@@ -145,6 +145,7 @@ def test_the_whole_journey_lives_in_a_bucket(gcs_bucket, tmp_path, monkeypatch):
 
     import train_setup
     from bertjax.jobs import export as exporting
+    from bertjax.jobs import extract_features as extracting
     from bertjax.jobs import finetune as finetuning
     from bertjax.jobs import main as train
     from bertjax.jobs import predict as predicting
@@ -172,6 +173,12 @@ def test_the_whole_journey_lives_in_a_bucket(gcs_bucket, tmp_path, monkeypatch):
     c2.data.update(eval_files="")
     train.train_and_evaluate(c2, phase2)
     assert files.exists(f"{phase2}/checkpoints/2/commit_success.txt")
+
+    lines = f"{gcs_bucket}/journey/lines.txt"
+    files.write_whole(lines, "the quick brown fox\nan encoder's vectors ||| for a pair\n")
+    extracting.run(run, lines, f"{gcs_bucket}/journey/features.jsonl", layers="-1", max_seq_length=16)
+    features = [json.loads(x) for x in files.read_text(f"{gcs_bucket}/journey/features.jsonl").splitlines()]
+    assert [f["linex_index"] for f in features] == [0, 1] and features[0]["features"][0]["token"] == "[CLS]"
 
     hf = f"{gcs_bucket}/journey/hf"
     exporting.export(run, hf)
@@ -271,3 +278,16 @@ def test_tokenizer_and_prepare_write_into_a_bucket_what_they_write_locally(gcs_b
         record_sets.check_record_set(
             record_sets.expand_record_files(remote_cache.record_set(f"{root}/records/*.tfrecord"))
         )
+
+
+def test_other_object_stores_are_refused_in_one_sentence(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError) as error:
+        ownership.claim_workdir("s3://bucket/run")
+    assert str(error.value) == (
+        "--workdir=s3://bucket/run: bertjax reads and writes gs:// object stores and local or mounted disks, not "
+        "s3:// (untested here); copy the files to a bucket or a disk, or mount it."
+    )
+    with pytest.raises(ValueError, match=r"^s3://bucket/vocab.txt: bertjax reads and writes gs://"):
+        files.read_text("s3://bucket/vocab.txt")
+    assert list(tmp_path.iterdir()) == []

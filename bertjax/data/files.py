@@ -67,8 +67,21 @@ def sizes(directory: str) -> dict[str, int]:
     }
 
 
+SCHEMES = ("gs",)  # object stores bertjax reads and writes, each tested against a local server
+
+
+def _check_scheme(path: str, named: str) -> None:
+    scheme = path.split("://", 1)[0]
+    if scheme not in SCHEMES:
+        raise ValueError(
+            f"{named}: bertjax reads and writes {', '.join(s + '://' for s in SCHEMES)} object stores and local or "
+            f"mounted disks, not {scheme}:// (untested here); copy the files to a bucket or a disk, or mount it."
+        )
+
+
 def _fs(path: str) -> Any:
     """The fsspec file system of a URL, its listings read afresh (another process may have written since)."""
+    _check_scheme(path, path)
     try:
         import fsspec
 
@@ -86,6 +99,7 @@ def check_bucket(path: str, flag: str) -> None:
     sentence naming the flag, the bucket and what to do. Nothing for a local path."""
     if not is_remote(path):
         return
+    _check_scheme(path, f"{flag}={path}")
     scheme, rest = path.split("://", 1)
     bucket = f"{scheme}://{rest.split('/', 1)[0]}"
     try:

@@ -28,6 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from bertjax.data import files
 from bertjax.training import checkpoint as checkpoint_lib
 from bertjax import models as models_lib
 from bertjax.models import pretrained
@@ -57,11 +58,11 @@ class Feature:
 
 def read_examples(path: str) -> list[Example]:
     """Every line is an example (a blank one too, as the original reads), so linex_index is its line number."""
-    if not os.path.isfile(path):
+    if not files.isfile(path):
         raise FileNotFoundError(f"--input_file={path} does not exist; pass a text file with one input per line.")
     try:
-        with open(path, encoding="utf-8") as f:
-            lines = [line.strip() for line in f]
+        with files.open_file(path, "rb") as f:
+            lines = [line.strip() for line in f.read().decode("utf-8").splitlines()]
     except UnicodeDecodeError as e:
         raise ValueError(
             f"--input_file={path} is not UTF-8 text (byte offset {e.start}); re-encode it as UTF-8."
@@ -80,18 +81,17 @@ def find_vocab(init_from: str, vocab_file: Optional[str], do_lower_case: Optiona
     directory's vocab.txt and tokenizer_config.json, a bertjax workdir's config.json); else lower case."""
     recorded: Optional[bool] = None
     found: Optional[str] = None
-    if os.path.isfile(os.path.join(init_from, tokenization.VOCAB_FILE)):
+    if files.isfile(os.path.join(init_from, tokenization.VOCAB_FILE)):
         found = os.path.join(init_from, tokenization.VOCAB_FILE)
         tokenizer_config = os.path.join(init_from, "tokenizer_config.json")
-        if os.path.isfile(tokenizer_config):
-            with open(tokenizer_config, encoding="utf-8") as f:
-                value = json.load(f).get("do_lower_case")
+        if files.isfile(tokenizer_config):
+            value = files.read_json(tokenizer_config).get("do_lower_case")
             recorded = value if isinstance(value, bool) else None
         elif re.match(r"(multi_)?cased_", os.path.basename(os.path.normpath(init_from))):
             recorded = False  # google-research/bert's cased_L-12_H-768_A-12 and kin record it only in the name
     elif checkpoint_lib.is_workdir(init_from):
         found, recorded = pretrained.run_vocab(init_from)
-    elif os.path.isfile(os.path.join(init_from, tokenization.TOKENIZER_JSON)):  # applied as is, casing included
+    elif files.isfile(os.path.join(init_from, tokenization.TOKENIZER_JSON)):  # applied as is, casing included
         found = os.path.join(init_from, tokenization.TOKENIZER_JSON)
     vocab_file = vocab_file or found
     if not vocab_file:
@@ -254,13 +254,12 @@ def run(
             len(features),
             max_seq_length,
         )
-    if os.path.dirname(output_file):
-        os.makedirs(os.path.dirname(output_file), exist_ok=True)
-    tmp = output_file + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        for feature, values in extract(config, params, features, indices, batch_size):
-            f.write(to_json(feature, values, indices) + "\n")
-    os.replace(tmp, output_file)  # a crash never leaves a partial file under the real name
+    with files.writing_dir(os.path.dirname(output_file) or ".") as directory:  # gs://: written here, uploaded
+        target = os.path.join(directory, os.path.basename(output_file))
+        with open(target + ".tmp", "w", encoding="utf-8") as f:
+            for feature, values in extract(config, params, features, indices, batch_size):
+                f.write(to_json(feature, values, indices) + "\n")
+        os.replace(target + ".tmp", target)  # a crash never leaves a partial file under the real name
     seconds = time.monotonic() - start
     log.info(
         "extract_features: wrote %d lines to %s in %.1f s (%.1f lines/s)",
