@@ -40,6 +40,15 @@ def client_settings(url: str) -> dict[str, str]:
     }
 
 
+def _forget_epath_backend() -> None:
+    """etils.epath decides once a process whether gs:// goes through TensorFlow (EPATH_USE_TF, read by a cached
+    function): a test that touched a gs:// path before the emulator started would otherwise keep TensorFlow's
+    file system, which cannot reach it."""
+    from etils.epath import gpath
+
+    getattr(gpath._is_tf_installed, "cache_clear", lambda: None)()
+
+
 @pytest.fixture(scope="session")
 def gcs_bucket(tmp_path_factory) -> Iterator[str]:
     """`gs://bertjax-test`, a bucket on a fake-gcs-server started for the session; the client settings are in
@@ -74,6 +83,7 @@ def gcs_bucket(tmp_path_factory) -> Iterator[str]:
         urllib.request.urlopen(request, timeout=10)
         before = {k: os.environ.get(k) for k in client_settings(url)}
         os.environ.update(client_settings(url))
+        _forget_epath_backend()
         try:
             yield f"gs://{BUCKET}"
         finally:
@@ -82,6 +92,7 @@ def gcs_bucket(tmp_path_factory) -> Iterator[str]:
                     os.environ.pop(key, None)
                 else:
                     os.environ[key] = value
+            _forget_epath_backend()
     finally:
         server.terminate()
         server.wait(timeout=30)

@@ -15,6 +15,7 @@ from bertjax.data import files
 from bertjax.runtime import lock as lock_lib
 from bertjax.runtime import ownership
 from gcs_emulator import gcs_bucket  # noqa: F401  (the fixture)
+from test_finetune import pretrained_dir  # noqa: F401  (a fixture: a tiny BERT as a Hugging Face directory)
 
 
 def test_the_file_layer_reads_writes_lists_moves_and_removes_in_a_bucket(gcs_bucket):  # noqa: F811
@@ -291,3 +292,20 @@ def test_other_object_stores_are_refused_in_one_sentence(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match=r"^s3://bucket/vocab.txt: bertjax reads and writes gs://"):
         files.read_text("s3://bucket/vocab.txt")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_glue_suite_reads_its_data_and_keeps_its_runs_in_a_bucket(gcs_bucket, tmp_path, pretrained_dir):  # noqa: F811
+    """`python -m bertjax.glue` with config.data_dir and --workdir in a bucket: the task's runs, the report and
+    the submission file land there."""
+    import glue_fixtures
+    from bertjax.jobs import glue as glue_suite
+    from test_glue import suite_config
+
+    data_dir = f"{gcs_bucket}/glue-data-{tmp_path.name}"
+    files.upload_tree(str(glue_fixtures.write_glue(tmp_path / "glue")), data_dir)
+    workdir = f"{gcs_bucket}/glue-{tmp_path.name}"
+    report = glue_suite.run_suite(suite_config(pretrained_dir, data_dir, tasks="sst2"), workdir)
+    assert "sst2" in json.dumps(report)
+    assert {"glue.json", "glue.md", "submission"} <= set(files.listdir(workdir))
+    assert "SST-2.tsv" in files.listdir(f"{workdir}/submission")
+    assert files.read_json(f"{workdir}/glue.json") == json.loads(json.dumps(report))

@@ -181,29 +181,41 @@ def test_two_processes_train_like_one_with_the_same_global_batch(pydocs_data, tm
         np.testing.assert_allclose([r[key] for r in two], [r[key] for r in one], rtol=1e-5, err_msg=key)
 
 
-def test_sigterm_stops_every_process_at_one_step(pydocs_data, tmp_path):
-    """Several processes: JAX's preemption service turns a SIGTERM into one agreed step at which every
-    process saves and exits 0, with no collective in the loop to find out."""
+def test_sigterm_stops_every_process_at_one_step_and_both_resume_from_a_bucket(pydocs_data, gcs_bucket, tmp_path):  # noqa: F811
+    """Several processes sharing a workdir in a bucket: JAX's preemption service turns a SIGTERM into one agreed
+    step at which every process saves its own input position and exits 0, with no collective in the loop to
+    find out; process 0 commits the step; both resume from it."""
     c = job_config(pydocs_data, **{"train.num_train_steps": 400, "checkpoint.every_steps": 1000})
     c.mesh.shape = (-1, 1, 1)
     config_file = train_setup.write_config(c, tmp_path / "config.py")
-    address = f"127.0.0.1:{free_port()}"
-    procs = [
-        start(
-            config_file,
-            tmp_path / "work",
-            devices=2,
-            args=(f"--coordinator_address={address}", "--num_processes=2", f"--process_id={i}"),
-        )
-        for i in range(2)
-    ]
-    wait_for_step(procs[0], tmp_path / "work", 3)
+    workdir = f"{gcs_bucket}/two-{tmp_path.name}"
+
+    def both(*extra: str) -> list[subprocess.Popen]:
+        address = f"127.0.0.1:{free_port()}"
+        return [
+            start(
+                config_file,
+                workdir,
+                devices=2,
+                args=(f"--coordinator_address={address}", "--num_processes=2", f"--process_id={i}", *extra),
+            )
+            for i in range(2)
+        ]
+
+    procs = both()
+    wait_for_step(procs[0], workdir, 3)
     procs[1].send_signal(signal.SIGTERM)  # one host is told; both must stop
     outputs = [finish(p) for p in procs]
     stopped = [int(re.search(r"stopped at step (\d+)", out).group(1)) for out in outputs]
     assert stopped[0] == stopped[1] < 400, stopped
-    steps = [int(s) for s in os.listdir(tmp_path / "work" / checkpoint_lib.CHECKPOINTS) if s.isdigit()]
-    assert steps == [stopped[0]]
+    checkpoints = f"{workdir}/{checkpoint_lib.CHECKPOINTS}"
+    assert [int(s) for s in files.listdir(checkpoints) if s.isdigit()] == [stopped[0]]
+    positions = files.listdir(f"{checkpoints}/{stopped[0]}/pipeline")
+    assert {"process_0.pipeline.json", "process_1.pipeline.json", "processes.json"} <= set(positions)
+    outputs = [finish(p) for p in both(f"--config.train.num_train_steps={stopped[0] + 2}")]
+    assert f"resumed from {checkpoints}/{stopped[0]}" in outputs[0]
+    assert sorted(int(s) for s in files.listdir(checkpoints) if s.isdigit())[-1] == stopped[0] + 2
+    assert [r["step"] for r in train_rows(workdir)][-1] == stopped[0] + 2
 
 
 def write_like_google_research_bert(records: list[dict], path: str) -> None:

@@ -225,8 +225,8 @@ class TaskData:
 
 def _split_file(task: GlueTask, data_dir: str, stem: str, kind: str) -> str:
     folder = os.path.join(data_dir, task.folder)
-    if not files.is_remote(folder) and not os.path.isdir(folder):
-        there = sorted(files.listdir(data_dir)) if os.path.isdir(data_dir) else None
+    if not files.isdir(folder):
+        there = sorted(files.listdir(data_dir)) if files.isdir(data_dir) else None
         if there is None:
             raise FileNotFoundError(
                 f"config.data_dir={data_dir} does not exist; point it at the folder "
@@ -237,7 +237,7 @@ def _split_file(task: GlueTask, data_dir: str, stem: str, kind: str) -> str:
             f"download the GLUE data into {data_dir}, or leave {task.name} out of config.tasks."
         )
     path = os.path.join(folder, stem + ".tsv")
-    if not files.is_remote(path) and not os.path.isfile(path):
+    if not files.isfile(path):
         there = sorted(files.listdir(folder))
         without = (
             "; or pass --config.submission=false to run without the test sets (no submission files)"

@@ -25,6 +25,8 @@ import sentencepiece as spm
 import tokenizers
 from tokenizers import Regex, decoders, normalizers, pre_tokenizers, processors
 
+from bertjax.data import files
+
 PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
 SPECIAL_TOKENS = (PAD, UNK, CLS, SEP, MASK)
 WORDPIECE_PREFIX = "##"
@@ -462,7 +464,7 @@ def load(path: str | os.PathLike, do_lower_case: bool = True) -> Tokenizer:
     A directory is searched for vocab.txt, then spm.model, then tokenizer.json (what vocab_training.py writes).
     A file in a bucket (gs://) is read from its local copy (data/remote_cache.py).
     """
-    if "://" in str(path):
+    if files.is_remote(str(path)):
         from bertjax.data import remote_cache
 
         path = remote_cache.copy_of(str(path))
