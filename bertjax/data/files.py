@@ -12,6 +12,7 @@ import os
 import posixpath
 import shutil
 import tempfile
+import threading
 from collections.abc import Iterator
 from typing import IO, Any
 
@@ -271,3 +272,64 @@ def readable_copy(path: str | None) -> Iterator[str | None]:
         copy = os.path.join(local, posixpath.basename(path))
         download(path, copy)
         yield copy
+
+
+class BackgroundWrites:
+    """Whole-object writes off the caller's thread (metrics in a bucket: the step never waits on an upload).
+    put(path, data) queues path's newest contents, replacing a pending older one (each holds the whole file,
+    so only the last matters); one thread writes them. wait() returns once everything put so far is written;
+    an upload's error (after the client's own retries) is raised by the next put, wait or close."""
+
+    def __init__(self) -> None:
+        self._pending: dict[str, bytes] = {}
+        self._busy = False
+        self._error: BaseException | None = None
+        self._closed = False
+        self._cv = threading.Condition()
+        self._thread = threading.Thread(target=self._run, name="bertjax-background-writes", daemon=True)
+        self._thread.start()
+
+    def put(self, path: str, data: str | bytes) -> None:
+        with self._cv:
+            self._raise()
+            self._pending[path] = data.encode() if isinstance(data, str) else data
+            self._cv.notify_all()
+
+    def wait(self) -> None:
+        with self._cv:
+            while self._pending or self._busy:
+                self._cv.wait()
+            self._raise()
+
+    def close(self) -> None:
+        try:
+            self.wait()
+        finally:
+            with self._cv:
+                self._closed = True
+                self._cv.notify_all()
+            self._thread.join()
+
+    def _raise(self) -> None:
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
+
+    def _run(self) -> None:
+        while True:
+            with self._cv:
+                while not self._pending and not self._closed:
+                    self._cv.wait()
+                if not self._pending:
+                    return
+                path, data = self._pending.popitem()
+                self._busy = True
+            try:
+                write_whole(path, data)
+            except BaseException as e:  # noqa: BLE001  (handed to the caller's thread)
+                with self._cv:
+                    self._error = e
+            finally:
+                with self._cv:
+                    self._busy = False
+                    self._cv.notify_all()

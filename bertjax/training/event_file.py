@@ -72,7 +72,9 @@ def _framed(record: bytes) -> bytes:
 class EventFileWriter:
     """Appends scalar events to a new `events.out.tfevents.*` file in `directory` (local or gs://)."""
 
-    def __init__(self, directory: str):
+    def __init__(self, directory: str, uploads: "files.BackgroundWrites | None" = None):
+        """`uploads`: where an object store's rewrites go (a background thread), else written at once."""
+        self._uploads = uploads
         name = f"events.out.tfevents.{int(time.time())}.{socket.gethostname()}.{os.getpid()}.0.v2"
         self.path = os.path.join(directory, name)
         self._remote = is_remote(directory)
@@ -92,7 +94,10 @@ class EventFileWriter:
             return
         if self._remote:  # an object store cannot append: the object is rewritten whole (small: scalars only)
             self._written += data
-            files.write_whole(self.path, self._written)
+            if self._uploads is not None:
+                self._uploads.put(self.path, self._written)
+            else:
+                files.write_whole(self.path, self._written)
         else:
             self._file.write(data)
             self._file.flush()

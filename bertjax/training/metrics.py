@@ -429,8 +429,9 @@ def format_log_line(m: Mapping[str, Any], extra: Sequence[str] = ()) -> str:
 class _AppendOnlyFile:
     """A text file lines are appended to and flushed: appended locally, rewritten whole on object stores."""
 
-    def __init__(self, path: str, rewrite: Optional[bool] = None):
+    def __init__(self, path: str, rewrite: Optional[bool] = None, uploads: Optional[files.BackgroundWrites] = None):
         self.path = path
+        self._uploads = uploads
         files.makedirs(os.path.dirname(path))
         if is_remote(path) if rewrite is None else rewrite:  # an object store (gs://): no appends
             self._local, self._text = None, ""
@@ -449,6 +450,8 @@ class _AppendOnlyFile:
     def flush(self) -> None:
         if self._local is not None:
             self._local.flush()
+        elif self._uploads is not None:
+            self._uploads.put(self.path, self._text)
         else:
             files.write_whole(self.path, self._text)
 
@@ -465,19 +468,22 @@ class MetricWriter:
     between its last checkpoint and the interruption then appear twice: the later line wins). Every
     write is flushed. On other processes every method is a no-op. In a workdir on an object store
     (gs://, which a multi-host TPU slice needs), which cannot append, each write replaces the object
-    with its whole new content (a few MB over a long run).
+    with its whole new content (a few MB over a long run), uploaded by a background thread: the step
+    never waits on the bucket (close() waits for the last upload).
     """
 
     def __init__(self, workdir: str, is_primary: bool, tensorboard: bool = True, filename: str = "metrics.jsonl"):
         self.is_primary = bool(is_primary)
         self._jsonl = None
         self._tb = None
+        self._uploads = None
         if not self.is_primary:
             return
         self.jsonl_path = os.path.join(workdir, filename)
-        self._jsonl = _AppendOnlyFile(self.jsonl_path)
+        self._uploads = files.BackgroundWrites() if is_remote(workdir) else None
+        self._jsonl = _AppendOnlyFile(self.jsonl_path, uploads=self._uploads)
         if tensorboard:  # what tf.summary.scalar writes, without importing TensorFlow (event_file.py)
-            self._tb = event_file.EventFileWriter(workdir)
+            self._tb = event_file.EventFileWriter(workdir, uploads=self._uploads)
 
     def write(
         self, step: int, metrics: Mapping[str, Any], kind: str = "train", notes: Optional[Mapping[str, str]] = None
@@ -516,6 +522,9 @@ class MetricWriter:
                     "(metrics.jsonl has them)",
                     tb.path,
                 )
+        if self._uploads is not None:  # a bucket: the last rewrites uploaded before the job goes on or ends
+            uploads, self._uploads = self._uploads, None
+            uploads.close()
 
     def __enter__(self) -> "MetricWriter":
         return self
