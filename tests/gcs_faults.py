@@ -7,6 +7,7 @@ through their standard emulator settings, as they reach the emulator.
         proxy.fail_every(5)             # every 5th request: 503, 429, 503, ...
         proxy.outage(3.0)               # the next 3 seconds: no answers
         proxy.delay(0.05)               # every request answered 50 ms late
+        proxy.forbid()                  # every request refused: 403
         env = client_settings(proxy.url)
 """
 
@@ -32,6 +33,7 @@ class FaultyProxy:
         self.upstream_url = upstream.rstrip("/")
         self._every = 0
         self._delay = 0.0
+        self._forbidden = False
         self._outage_until = 0.0
         self._count = itertools.count(1)
         self._failure = itertools.cycle(FAILURES)
@@ -101,6 +103,10 @@ class FaultyProxy:
         """Answer every n-th request with 503 or 429 in turn (0: none)."""
         self._every = n
 
+    def forbid(self) -> None:
+        """Answer every request 403 (credentials the bucket does not accept)."""
+        self._forbidden = True
+
     def delay(self, seconds: float) -> None:
         """Answer every request `seconds` late."""
         self._delay = seconds
@@ -111,6 +117,8 @@ class FaultyProxy:
 
     def _verdict(self, agent: str):
         with self._lock:
+            if self._forbidden:
+                return (403, "Forbidden", "forbidden")
             if time.monotonic() < self._outage_until:
                 self.dropped += 1
                 return "drop"

@@ -86,3 +86,15 @@ def test_a_run_rides_out_503s_429s_and_an_outage_of_its_bucket(pydocs_data, gcs_
     files.remove(f"{checkpoints}/9/{checkpoint_lib.COMMIT_SUCCESS}")
     for a, b in zip(params(clean), params(faulty)):
         np.testing.assert_array_equal(a, b)
+
+
+def test_credentials_the_bucket_refuses_are_one_sentence_before_any_work(gcs_bucket, tmp_path):  # noqa: F811
+    config_file = train_setup.write_config(train_setup.small_config(), tmp_path / "config.py")
+    with FaultyProxy(os.environ["STORAGE_EMULATOR_HOST"]) as proxy:
+        proxy.forbid()
+        job = run(config_file, f"{gcs_bucket}/forbidden", proxy.url)
+        out, _ = job.communicate(timeout=300)
+    last = out.strip().splitlines()[-1]
+    assert job.returncode != 0 and "Traceback" not in out, out[-3000:]
+    assert last.startswith(f"bertjax: --workdir={gcs_bucket}/forbidden: {gcs_bucket} cannot be read with this "), last
+    assert "gcloud auth application-default login" in last
