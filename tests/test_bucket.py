@@ -139,9 +139,10 @@ def test_a_missing_bucket_is_one_sentence_before_anything_is_written(gcs_bucket,
 
 
 def test_the_whole_journey_lives_in_a_bucket(gcs_bucket, tmp_path, monkeypatch):  # noqa: F811
-    """The main job with its corpus stage, a run that starts from its weights (phase 2's init_from), an export
-    elsewhere in the bucket that transformers loads, and a fine-tuning run from it: every file in the bucket,
-    none on the local disk but the cached copies of what is read."""
+    """The main job with its corpus stage, a run that starts from its weights (phase 2's init_from), a decay
+    branch from its step 2 (branch_from), extract_features from it, an export elsewhere in the bucket that
+    transformers loads, fine-tuning from it and predict: every file in the bucket, none on the local disk but
+    the cached copies of what is read."""
     import transformers
 
     import train_setup
@@ -174,6 +175,12 @@ def test_the_whole_journey_lives_in_a_bucket(gcs_bucket, tmp_path, monkeypatch):
     c2.data.update(eval_files="")
     train.train_and_evaluate(c2, phase2)
     assert files.exists(f"{phase2}/checkpoints/2/commit_success.txt")
+
+    branch = f"{gcs_bucket}/journey/branch"  # the whole state of the bucket run's step 2, in another workdir
+    c3 = train_setup.small_config(**{"train.num_train_steps": 4, "train.branch_from": f"{run}/2"})
+    c3.data.update(corpus="", train_files=c2.data.train_files, vocab_file=c2.data.vocab_file, eval_files="")
+    train.train_and_evaluate(c3, branch)
+    assert [r["step"] for r in map(json.loads, files.read_text(f"{branch}/metrics.jsonl").splitlines())][0] == 3
 
     lines = f"{gcs_bucket}/journey/lines.txt"
     files.write_whole(lines, "the quick brown fox\nan encoder's vectors ||| for a pair\n")
