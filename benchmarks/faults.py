@@ -37,6 +37,9 @@ small labelled task from the reference run's weights:
                      command must then train to the end
   glue_compile       the same for `python -m bertjax.glue` on one task (SST-2's layout)
 
+Then --bucket_trials (benchmarks/fault_bucket.py): the job with its workdir in a bucket on localhost, behind a
+proxy answering a share of requests 503/429, dropping connections for 1-4 s, and SIGTERM in half the trials.
+
 Prints one JSON line:
   trials             trials run
   survived           trials whose rerun finished every step
@@ -46,7 +49,7 @@ Prints one JSON line:
   items_lost         over all trials: items of committed steps (params, opt_state, train, config, pipeline)
                      that were gone afterwards, neither in checkpoints/ nor moved aside to damaged-STEP, not
                      counting what a damage deleted on purpose (must be 0)
-  by_fault           the same counts per fault, and each trial's details
+  by_fault           the same counts per fault, and each trial's details; bucket: the same for those trials
   compile_stops      trials, clean_exits (rc 0), crashes (killed by a signal or rc 139: must be 0),
                      reruns_finished, and each trial's details
   prepare            prepare_trials, refused, complete, partial (training on a partial set: must be 0),
@@ -85,6 +88,7 @@ def parse_args():
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--prepare_trials", type=int, default=4)
     p.add_argument("--compile_stop_trials", type=int, default=4)
+    p.add_argument("--bucket_trials", type=int, default=2, help="the workdir in a misbehaving bucket")
     p.add_argument("--workdir", default="", help="keep every run here (default: a temporary directory)")
     return p.parse_args()
 
@@ -544,6 +548,16 @@ def main() -> None:
             file=sys.stderr,
             flush=True,
         )
+    bucket_results = []
+    if args.bucket_trials:
+        from fault_bucket import bucket_trial, emulator  # the emulator and its proxy, from tests/
+
+        with emulator(base) as url:
+            for i in range(args.bucket_trials):
+                row = bucket_trial(rng, lambda workdir: Job(config_file, workdir), args.steps, url, i)
+                row["bitwise_identical"] = row["survived"] and identical(expected, final_params(row.pop("workdir")))
+                bucket_results.append(row)
+                print(f"faults: bucket trial {i + 1}/{args.bucket_trials}: {json.dumps(row)}", file=sys.stderr)
     if not args.workdir:
         shutil.rmtree(base, ignore_errors=True)
 
@@ -575,7 +589,12 @@ def main() -> None:
         "reruns_finished": sum(r["rerun_finished"] for r in compile_results),
         "runs": compile_results,
     }
-    print(json.dumps(dict(totals(results), by_fault=by_fault, prepare=prepare, compile_stops=compile_stops)))
+    bucket = dict(totals(bucket_results), runs=bucket_results)
+    print(
+        json.dumps(
+            dict(totals(results), by_fault=by_fault, prepare=prepare, compile_stops=compile_stops, bucket=bucket)
+        )
+    )
 
 
 if __name__ == "__main__":

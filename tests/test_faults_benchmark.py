@@ -20,6 +20,7 @@ def test_every_fault_is_survived_bitwise_with_nothing_lost(tmp_path):
             "--steps=15",
             "--prepare_trials=2",
             "--compile_stop_trials=2",
+            "--bucket_trials=0",  # ~1.5 min each (the clients' backoffs): tests/test_bucket_faults.py has one
             f"--workdir={tmp_path}",
         ],
         cwd=train_setup.ROOT,
