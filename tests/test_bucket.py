@@ -237,8 +237,9 @@ def test_corpora_in_a_bucket_read_as_their_local_copies(gcs_bucket, tmp_path):  
 
 
 def test_tokenizer_and_prepare_write_into_a_bucket_what_they_write_locally(gcs_bucket, tmp_path, monkeypatch):  # noqa: F811
-    """`tokenizer --output_dir=gs://…` and `prepare --output_dir=gs://…` (vocab in the bucket too) give the
-    bytes they give on a local disk; a set a killed prepare left unfinished is refused there as it is locally."""
+    """`tokenizer --output_dir=gs://…` and `prepare --output_dir=gs://…` (local workers and Beam; the vocab in the
+    bucket too) give the bytes they give on a local disk; a set a killed prepare left unfinished is refused there as it is locally."""
+    import dataclasses
     import io
 
     from bertjax.data import remote_cache
@@ -274,6 +275,10 @@ def test_tokenizer_and_prepare_write_into_a_bucket_what_they_write_locally(gcs_b
     local, remote = outputs.values()
     assert local["vocab/vocab.txt"] == remote["vocab/vocab.txt"]
     assert len(local["shards"]) == 2 and local["shards"] == remote["shards"]
+    beam = dataclasses.replace(cfg, output_dir=f"{root}/beam")  # the Beam runner writes there too, the same bytes
+    prepare_job.prepare(beam, runner="beam", beam_args=("--runner=FnApiRunner",), progress_stream=io.StringIO())
+    shards = sorted(files.glob(f"{root}/beam/*.tfrecord"))
+    assert [open(remote_cache.copy_of(p), "rb").read() for p in shards] == remote["shards"]
     meta = json.loads(remote["records/metadata.json"])
     assert meta["vocab_file"] == f"{root}/vocab/vocab.txt"
     assert not (tmp_path / "gs:").exists()

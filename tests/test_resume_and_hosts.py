@@ -90,12 +90,12 @@ def uninterrupted(pydocs_data, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("uninterrupted")
     config_file = train_setup.write_config(job_config(pydocs_data), tmp / "config.py")
     finish(start(config_file, tmp / "work"))
-    return config_file, final_params(tmp / "work")
+    return config_file, final_params(tmp / "work"), {r["step"]: r["loss"] for r in train_rows(tmp / "work")}
 
 
 @pytest.mark.parametrize("how", ["sigterm", "kill-9"])
 def test_resumed_run_ends_with_bitwise_identical_params(uninterrupted, tmp_path, how):
-    config_file, expected = uninterrupted
+    config_file, expected, _ = uninterrupted
     workdir = tmp_path / "work"
     proc = start(config_file, workdir)
     wait_for_step(proc, workdir, 5)
@@ -119,7 +119,7 @@ def test_a_run_in_a_bucket_stops_on_sigterm_and_resumes_bitwise(uninterrupted, p
     """The same job with its workdir, records and vocab in a bucket (fake-gcs-server on localhost): stopped by
     SIGTERM, resumed by the same command, it ends with the local uninterrupted run's params bit for bit, and
     nothing lands on the local disk but the records' cached copies."""
-    config_file, expected = uninterrupted
+    _, expected, losses = uninterrupted
     data = f"{gcs_bucket}/data-{tmp_path.name}"
     files.upload_tree(pydocs_data, data)
     c = job_config(pydocs_data)
@@ -140,6 +140,8 @@ def test_a_run_in_a_bucket_stops_on_sigterm_and_resumes_bitwise(uninterrupted, p
     assert f"resumed from {workdir}/checkpoints/" in out
     for a, b in zip(expected, final_params(workdir)):
         np.testing.assert_array_equal(a, b)
+    resumed = {r["step"]: r["loss"] for r in train_rows(workdir)}  # the later line of a step logged twice wins
+    assert resumed == losses  # every step's loss, before the stop and after the resume, as the local run's
     saved = files.read_json(f"{workdir}/config.json")["data"]
     assert saved["train_files"].startswith(data) and saved["vocab_file"] == f"{data}/vocab/vocab.txt"
     assert {"config.json", "metrics.jsonl", "checkpoints"} <= set(files.listdir(workdir))
