@@ -286,6 +286,11 @@ def test_tokenizer_and_prepare_write_into_a_bucket_what_they_write_locally(gcs_b
     assert [os.path.basename(f) for f in record_sets.expand_record_files(copies)] == [
         os.path.basename(f) for f in files.glob(f"{root}/records/*.tfrecord")
     ]
+    metadata = os.path.join(copies.rsplit("/", 1)[0], "metadata.json")
+    changed = remote["records/metadata.json"].upper()  # other contents, the same size: fetched again
+    files.write_whole(f"{root}/records/metadata.json", changed)
+    remote_cache.record_set(f"{root}/records/*.tfrecord")
+    assert open(metadata).read() == changed
     files.write_whole(f"{root}/records/{records.STAGING_NAME}/x", b"")  # what a killed prepare leaves
     with pytest.raises(ValueError, match=r"holds an unfinished record set"):
         record_sets.check_record_set(

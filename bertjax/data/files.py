@@ -50,19 +50,28 @@ def glob(pattern: str) -> list[str]:
 
 def sizes(directory: str) -> dict[str, int]:
     """{path: size} of the files directly in a directory ({} when there is none)."""
+    return {path: size for path, (size, _) in versions(directory).items()}
+
+
+def versions(directory: str) -> dict[str, tuple[int, str]]:
+    """{path: (size, version)} of the files directly in a directory ({} when there is none). The version changes
+    whenever the contents do: an object's generation; a local file's modification time."""
     if is_remote(directory):
         fs = _fs(directory)
         if not fs.isdir(directory):
             return {}
         return {
-            _url(directory, e["name"]): int(e.get("size") or 0)
+            _url(directory, e["name"]): (int(e.get("size") or 0), str(e.get("generation") or e.get("etag") or ""))
             for e in fs.ls(directory, detail=True)
             if e.get("type") == "file"
         }
     if not os.path.isdir(directory):
         return {}
     return {
-        os.path.join(directory, n): os.path.getsize(os.path.join(directory, n))
+        os.path.join(directory, n): (
+            os.path.getsize(os.path.join(directory, n)),
+            str(os.stat(os.path.join(directory, n)).st_mtime_ns),
+        )
         for n in sorted(os.listdir(directory))
         if os.path.isfile(os.path.join(directory, n))
     }

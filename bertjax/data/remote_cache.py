@@ -7,14 +7,15 @@ the input pipeline then runs at local-disk speed, and its checkpointed position 
 a run resumes on the copies of a later job, or on the bucket's files themselves.
 
 The copies live under $BERTJAX_CACHE_DIR (default ~/.cache/bertjax), one folder per bucket directory (named
-by a hash of its URL); a file already there with the object's size is not fetched again. Downloads go to a
-temporary name and are renamed, so a copy cut short is never read as whole, and processes sharing a host
-can fetch at once. Every host copies the whole set its patterns name (each then reads its own share).
+by a hash of its URL); a copy whose object is unchanged since (its generation and size, kept beside it in
+`.NAME.source`) is not fetched again. Downloads go to a temporary name and are renamed, so a copy cut short
+is never read as whole, and processes sharing a host can fetch at once. Every host copies the whole set its patterns name (each then reads its own share).
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
 import posixpath
@@ -42,21 +43,37 @@ def _is_glob(name: str) -> bool:
     return bool(set(name) & set("*?["))
 
 
-def _fetch(objects: dict[str, int], folder: str) -> tuple[int, int]:
-    """Copies {URL: size} into folder, skipping files already there at that size; (files fetched, bytes)."""
+def _source(folder: str, url: str) -> str:
+    return os.path.join(folder, f".{posixpath.basename(url)}.source")
+
+
+def _current(folder: str, url: str, size: int, version: str) -> bool:
+    """Whether the copy of url in folder is of the object as it is now."""
+    path = os.path.join(folder, posixpath.basename(url))
+    try:
+        with open(_source(folder, url)) as f:
+            recorded = json.load(f)
+    except (OSError, ValueError):
+        return False
+    return os.path.isfile(path) and os.path.getsize(path) == size and recorded == [url, size, version]
+
+
+def _fetch(objects: dict[str, tuple[int, str]], folder: str) -> tuple[int, int]:
+    """Copies {URL: (size, version)} into folder, skipping current copies; (files fetched, bytes)."""
     os.makedirs(folder, exist_ok=True)
-    local = {url: os.path.join(folder, posixpath.basename(url)) for url in objects}
-    wanted = {
-        url: path for url, path in local.items() if not (os.path.isfile(path) and os.path.getsize(path) == objects[url])
-    }
+    wanted = [url for url, (size, version) in objects.items() if not _current(folder, url, size, version)]
     if not wanted:
         return 0, 0
     suffix = f".{os.getpid()}.partial"
-    fs = files.filesystem(next(iter(wanted)))
-    fs.get(list(wanted), [local + suffix for local in wanted.values()])  # concurrent (gcsfs is asynchronous)
-    for local in wanted.values():
-        os.replace(local + suffix, local)
-    return len(wanted), sum(objects[url] for url in wanted)
+    local = {url: os.path.join(folder, posixpath.basename(url)) for url in wanted}
+    fs = files.filesystem(wanted[0])
+    fs.get(wanted, [local[url] + suffix for url in wanted])  # concurrent (gcsfs is asynchronous)
+    for url in wanted:
+        os.replace(local[url] + suffix, local[url])
+        with open(_source(folder, url) + suffix, "w") as f:
+            json.dump([url, *objects[url]], f)
+        os.replace(_source(folder, url) + suffix, _source(folder, url))
+    return len(wanted), sum(objects[url][0] for url in wanted)
 
 
 def record_set(patterns: str | Sequence[str], what: str = "config.data.train_files") -> str | tuple[str, ...]:
@@ -73,7 +90,7 @@ def record_set(patterns: str | Sequence[str], what: str = "config.data.train_fil
         directory = name.rstrip("/") if not _is_glob(name) and files.isdir(name) else posixpath.dirname(name)
         if not files.isdir(directory):
             raise FileNotFoundError(f"{what}: {name} matches nothing (no objects under {directory}/).")
-        listing = files.sizes(directory)
+        listing = files.versions(directory)
         if _is_glob(name):
             matched = set(files.glob(name))
             chosen = {u: s for u, s in listing.items() if u in matched or posixpath.basename(u) == METADATA_NAME}
@@ -106,5 +123,8 @@ def copy_of(path: str) -> str:
     if not files.is_remote(path):
         return path
     folder = _folder(posixpath.dirname(path))
-    _fetch({path: files.filesystem(path).size(path)}, folder)
+    listing = files.versions(posixpath.dirname(path))
+    if path not in listing:
+        raise FileNotFoundError(f"{path} does not exist.")
+    _fetch({path: listing[path]}, folder)
     return os.path.join(folder, posixpath.basename(path))
