@@ -6,9 +6,15 @@ Writes synthetic shards (seq 128, 20 predictions, token ids drawn from a 30,522-
 continuation pieces) with `records.RecordWriter` into a temp dir, pins the process to one CPU, runs
 TensorFlow with one thread, and measures static and dynamic masking after a warm-up. Also reports the
 size of an iterator checkpoint with a 10k shuffle buffer. Prints one JSON object.
+
+--bucket: the same shards also in a bucket (fake-gcs-server on localhost, tests/gcs_emulator.py), read as a job
+reads records there: copied to the local disk by data/remote_cache.py (timed), then through the same
+pipeline; `bucket` holds the copy's time and speed and the static pipeline's sequences/s, and its ratio to
+the local files'.
 """
 
 import argparse
+import glob
 import json
 import os
 import tempfile
@@ -101,6 +107,7 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=3000)
     parser.add_argument("--warmup", type=int, default=100)
     parser.add_argument("--cores", type=int, default=1, help="CPUs the process may use")
+    parser.add_argument("--bucket", action="store_true", help="also the shards in a bucket on localhost")
     args = parser.parse_args()
 
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -127,7 +134,38 @@ def main() -> None:
             "dynamic_whole_word": measure(files, args.batch, args.batches, args.warmup, dynamic=True),
             "checkpoint_bytes_10k_buffer": checkpoint_size(files, directory),
         }
+        if args.bucket:
+            result["bucket"] = from_a_bucket(directory, args)
+            result["bucket"]["vs_local"] = round(
+                result["bucket"]["static"]["sequences_per_s"] / result["static"]["sequences_per_s"], 3
+            )
     print(json.dumps(result))
+
+
+def from_a_bucket(directory: str, args) -> dict:
+    """The shards uploaded to an emulated bucket, copied back as a job does before training, then measured."""
+    import sys
+
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
+    import gcs_emulator
+
+    with gcs_emulator.running(os.path.join(directory, "..", "gcs-server.log")) as url:
+        os.environ.update(gcs_emulator.client_settings(url), BERTJAX_CACHE_DIR=os.path.join(directory, "cache"))
+        from bertjax.data import files as file_layer, remote_cache
+
+        for name in sorted(os.listdir(directory)):
+            if os.path.isfile(os.path.join(directory, name)):
+                file_layer.upload(os.path.join(directory, name), f"gs://{gcs_emulator.BUCKET}/records/{name}")
+        start = time.perf_counter()
+        local = remote_cache.record_set(f"gs://{gcs_emulator.BUCKET}/records/*.tfrecord")
+        copy_s = time.perf_counter() - start
+    copies = sorted(glob.glob(local))
+    mb = sum(os.path.getsize(f) for f in copies) / 2**20
+    return {
+        "copy_s": round(copy_s, 2),
+        "copy_mb_per_s": round(mb / copy_s, 1),
+        "static": measure(local, args.batch, args.batches, args.warmup, dynamic=False),
+    }
 
 
 if __name__ == "__main__":
