@@ -98,7 +98,7 @@ def main() -> None:
         from bertjax.data import files, remote_cache
 
         files.upload_tree(f"{data}/train", "gs://bertjax-test/records")
-        size = sum(files.sizes("gs://bertjax-test/records").values())
+        size = sum(size for size, _ in files.versions("gs://bertjax-test/records").values())
         start = time.perf_counter()
         remote_cache.record_set("gs://bertjax-test/records/*.tfrecord")
         seconds = time.perf_counter() - start

@@ -48,9 +48,13 @@ def glob(pattern: str) -> list[str]:
     return sorted(globbing.glob(pattern))
 
 
-def sizes(directory: str) -> dict[str, int]:
-    """{path: size} of the files directly in a directory ({} when there is none)."""
-    return {path: size for path, (size, _) in versions(directory).items()}
+def _version(entry: dict) -> tuple[int, str]:
+    return int(entry.get("size") or 0), str(entry.get("generation") or entry.get("etag") or "")
+
+
+def version(path: str) -> tuple[int, str]:
+    """(size, version) of one object (one request); FileNotFoundError when it is not there."""
+    return _version(_fs(path).info(path))
 
 
 def versions(directory: str) -> dict[str, tuple[int, str]]:
@@ -61,9 +65,7 @@ def versions(directory: str) -> dict[str, tuple[int, str]]:
         if not fs.isdir(directory):
             return {}
         return {
-            _url(directory, e["name"]): (int(e.get("size") or 0), str(e.get("generation") or e.get("etag") or ""))
-            for e in fs.ls(directory, detail=True)
-            if e.get("type") == "file"
+            _url(directory, e["name"]): _version(e) for e in fs.ls(directory, detail=True) if e.get("type") == "file"
         }
     if not os.path.isdir(directory):
         return {}
@@ -113,7 +115,7 @@ def check_bucket(path: str, flag: str) -> None:
     scheme, rest = path.split("://", 1)
     bucket = f"{scheme}://{rest.split('/', 1)[0]}"
     try:
-        _fs(path).ls(bucket, detail=False)
+        _fs(path).info(bucket)  # one request (the bucket's metadata; a listing where that is not allowed)
     except FileNotFoundError:
         raise FileNotFoundError(
             f"{flag}={path}: the bucket {bucket} does not exist (or this project cannot see it); create it "
@@ -258,29 +260,17 @@ def makedirs(path: str) -> None:
 
 
 @contextlib.contextmanager
-def writing_dir(path: str) -> Iterator[str]:
-    """A local directory to write path's files into (libraries such as safetensors write local files only):
-    path itself on a disk; for an object store a temporary one whose files are uploaded to path on success."""
+def writing_dir(path: str, last: str = "") -> Iterator[str]:
+    """A local directory to write path's files into (safetensors, the tokenizer trainers and the record writers
+    write local files only): path itself on a disk; for an object store a temporary one whose tree is uploaded
+    to path on success, its top-level file `last` after the rest (upload_tree)."""
     if not is_remote(path):
         makedirs(path)
         yield path
         return
     with tempfile.TemporaryDirectory(prefix="bertjax-upload-") as local:
         yield local
-        for name in sorted(os.listdir(local)):  # flat: what is written this way (an HF directory) is
-            upload(os.path.join(local, name), f"{path.rstrip('/')}/{name}")
-
-
-@contextlib.contextmanager
-def readable_copy(path: str | None) -> Iterator[str | None]:
-    """A local path to read path's bytes from: path itself on a disk (or None); an object's temporary copy."""
-    if path is None or not is_remote(path):
-        yield path
-        return
-    with tempfile.TemporaryDirectory(prefix="bertjax-download-") as local:
-        copy = os.path.join(local, posixpath.basename(path))
-        download(path, copy)
-        yield copy
+        upload_tree(local, path, last=last)
 
 
 class BackgroundWrites:

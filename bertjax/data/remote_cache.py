@@ -123,8 +123,5 @@ def copy_of(path: str) -> str:
     if not files.is_remote(path):
         return path
     folder = _folder(posixpath.dirname(path))
-    listing = files.versions(posixpath.dirname(path))
-    if path not in listing:
-        raise FileNotFoundError(f"{path} does not exist.")
-    _fetch({path: listing[path]}, folder)
+    _fetch({path: files.version(path)}, folder)
     return os.path.join(folder, posixpath.basename(path))

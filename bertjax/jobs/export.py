@@ -22,7 +22,7 @@ import posixpath
 from typing import Any, Optional
 
 from bertjax import models as models_lib
-from bertjax.data import files
+from bertjax.data import files, remote_cache
 from bertjax.data.files import is_remote
 from bertjax.data.vocab import tokenization
 from bertjax.models import pretrained
@@ -73,15 +73,8 @@ def export_tf1(path: str, output_dir: str, step: Optional[int] = None) -> str:
     vocab_file, do_lower_case = pretrained.vocab_of(path)
     check_vocab_size(vocab_file, do_lower_case, config.vocab_size, path)
     kept = ownership.clear_earlier_export(output_dir, keep=[vocab_file])
-    family = models_lib.of(config)
     with files.writing_dir(output_dir) as local_dir:
-        family.hf.save_pretrained(
-            local_dir,
-            family.model.from_architecture(config),
-            params,
-            vocab_file=vocab_file,
-            do_lower_case=do_lower_case,
-        )
+        _save(models_lib.of(config), config, {}, params, local_dir, vocab_file, do_lower_case)
     ownership.finish_export(output_dir, kept)
     log.info(
         "export: converted TF1 %s to %s (vocab: %s, do_lower_case=%s)",
@@ -107,19 +100,17 @@ def export(workdir: str, output_dir: str, step: Optional[int] = None) -> str:
             f"--workdir={workdir} is not a bertjax workdir (it has no {checkpoint_lib.CHECKPOINTS}/ directory); {fix}."
         )
     check_output_dir(workdir, output_dir)
-    own_export = files.resolved(output_dir) == files.resolved(
-        os.path.join(workdir, "hf")
-    )  # where the job exports itself
+    own_export = files.resolved(output_dir) == files.resolved(os.path.join(workdir, "hf"))  # the job's own export
     ownership.check_export_dir(output_dir, own_export)
     fingerprint, params = checkpoint_lib.load_params(workdir, step)
     family = models_lib.of_fingerprint(fingerprint)
     config = family.config.from_fingerprint(fingerprint["model"])
     run_vocab, do_lower_case = pretrained.run_vocab(workdir)
-    with files.readable_copy(run_vocab) as vocab_file:  # a vocab in a bucket: read from a local copy
-        check_vocab_size(vocab_file, do_lower_case, config.vocab_size, workdir)
-        kept = ownership.clear_earlier_export(output_dir, own_export, keep=[run_vocab])
-        with files.writing_dir(output_dir) as local_dir:
-            _save(family, config, fingerprint, params, local_dir, vocab_file, do_lower_case)
+    vocab_file = remote_cache.copy_of(run_vocab) if run_vocab else None  # a vocab in a bucket: its local copy
+    check_vocab_size(vocab_file, do_lower_case, config.vocab_size, workdir)
+    kept = ownership.clear_earlier_export(output_dir, own_export, keep=[run_vocab])
+    with files.writing_dir(output_dir) as local_dir:
+        _save(family, config, fingerprint, params, local_dir, vocab_file, do_lower_case)
     ownership.finish_export(output_dir, kept)
     log.info(
         "export: wrote %s (%s; vocab: %s)", output_dir, fingerprint.get("task", "pre-training"), run_vocab or "none"

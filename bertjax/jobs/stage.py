@@ -11,12 +11,10 @@ them. Outputs live in `workdir/data` and are reused when present, so a resumed j
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import json
 import logging
 import os
-import tempfile
 from typing import Iterator
 
 import jax
@@ -108,7 +106,9 @@ def prepare_data(config: JobConfig, workdir: str) -> JobConfig:
     out = os.path.join(workdir if is_remote(workdir) else os.path.abspath(workdir), "data")
     done = os.path.join(out, DONE)
     if jax.process_index() == 0 and not files.exists(done):
-        with _building(out) as built:
+        if is_remote(out):
+            log.info("data: the stage is built on the local disk, then uploaded to %s (stage.json last)", out)
+        with files.writing_dir(out, last=DONE) as built:  # the tokenizer trainer and record writers write locally
             _build(config, built)
     if jax.process_count() > 1:
         from jax.experimental import multihost_utils
@@ -189,17 +189,3 @@ def _build(config: JobConfig, out: str) -> None:
             indent=2,
         )
     os.replace(done + ".tmp", done)
-
-
-@contextlib.contextmanager
-def _building(out: str) -> Iterator[str]:
-    """Where the stage writes: out itself on a disk; for a bucket (gs://) a local directory uploaded to out on
-    success, stage.json last (the tokenizer trainer and the record writers write local files)."""
-    if not is_remote(out):
-        os.makedirs(out, exist_ok=True)
-        yield out
-        return
-    with tempfile.TemporaryDirectory(prefix="bertjax-stage-") as local:
-        yield local
-        log.info("data: uploading the stage's files to %s", out)
-        files.upload_tree(local, out, last=DONE)

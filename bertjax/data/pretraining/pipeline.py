@@ -521,10 +521,8 @@ class InputPipeline:
     def save_state(self, path: str) -> str:
         """Writes the iterator position (shuffle buffer and prefetched batches included) under prefix path."""
         if files.is_remote(path):  # TensorFlow's gs:// is not the file layer's: written locally, then uploaded
-            with tempfile.TemporaryDirectory(prefix="bertjax-pipeline-") as local:
+            with files.writing_dir(os.path.dirname(path)) as local:
                 self.save_state(os.path.join(local, os.path.basename(path)))
-                for name in os.listdir(local):
-                    files.upload(os.path.join(local, name), os.path.join(os.path.dirname(path), name))
             return path
         tf = _tf()
         prefix = tf.train.Checkpoint(iterator=self._iterator).write(path)
