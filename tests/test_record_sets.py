@@ -258,8 +258,8 @@ def test_an_unfinished_prepare_is_refused_and_a_rerun_clears_it(tmp_path, record
 
 
 def _faults_benchmark():
-    """benchmarks/faults.py, for its process helpers (children, alive)."""
-    spec = importlib.util.spec_from_file_location("faults", REPO / "benchmarks" / "faults.py")
+    """benchmarks/fault_prepare.py (faults.py's prepare trials), for its process helpers (children, alive)."""
+    spec = importlib.util.spec_from_file_location("fault_prepare", REPO / "benchmarks" / "fault_prepare.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
