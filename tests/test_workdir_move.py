@@ -118,7 +118,7 @@ def test_a_state_saved_with_absolute_paths_still_restores_in_place(tmp_path):
     files, _ = write_shards(_mkdir(tmp_path / "records"), [50, 40, 60, 30])
     want = take(InputPipeline(config(files)), 20)[7:]
     old = InputPipeline(config(files))
-    old._legacy = True
+    old.streams[0].legacy = True
     old.dataset = old._build()
     old._iterator = iter(old.dataset)
     take(old, 7)

@@ -22,15 +22,16 @@ import math
 import os
 import re
 import tempfile
-from typing import Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import numpy as np
 
 from bertjax.data import files
-from bertjax.data.pretraining import instances, packing, record_sets, records
+from bertjax.data.pretraining import instances, mixture, packing, record_sets, record_stream, records
 
 log = logging.getLogger(__name__)
 EXAMPLE_WEIGHT = "example_weight"
+SOURCE = "source"  # a mixture's batches: each row's source index (taken off before the step)
 _MASKED = ("input_ids", "masked_lm_positions", "masked_lm_ids", "masked_lm_weights")
 
 
@@ -70,7 +71,8 @@ class PipelineConfig:
     dynamic_masking: bool = False  # re-mask every batch from the restored original tokens
     vocab: Optional[instances.Vocab] = dataclasses.field(default=None, compare=False)  # for dynamic masking
     masking: Optional[instances.InstanceConfig] = None  # None: masked_lm_prob / whole-word from metadata.json
-    masked_lm_prob: Optional[float] = None  # dynamic masking's rate when masking is None (None: the records')
+    # dynamic masking's rate when masking is None (None: the records'); or a schedule by step, '0:0.3;9000:0.15'
+    masked_lm_prob: Optional[float | str] = None
     vocab_size: Optional[int] = None  # checked against metadata.json; None: vocab.size when a vocab is given
     cycle_length: int = 8  # shards read at once
     threads: Optional[int] = None  # tf.data threads (None: tf.data's autotuned pool)
@@ -78,6 +80,11 @@ class PipelineConfig:
     max_batches: Optional[int] = None  # eval: at most this many batches per pass (None: the whole set)
     skip_damaged_records: bool = False  # read each file up to its first damage (scanned at start) instead of failing
     verify_checksums: bool = False  # read every file at start: its CRC32C must equal metadata.json's
+    # A data mixture (training): (name, record files) per source, `files` unused, and their weights by step.
+    sources: tuple[tuple[str, str], ...] = ()
+    mixture: Optional[mixture.Mixture] = dataclasses.field(default=None, compare=False)
+    # The step a pipeline batch belongs to (batch warmup: a step takes several); None: batch i is step i.
+    step_of_batch: Optional[Callable[[int], int]] = dataclasses.field(default=None, compare=False)
 
     def validate(self) -> None:
         if self.batch_size < 1:
@@ -90,6 +97,8 @@ class PipelineConfig:
             raise ValueError(f"num_epochs={self.num_epochs} must be ≥ 1, or None to repeat forever.")
         if self.shuffle_buffer < 1:
             raise ValueError(f"shuffle_buffer={self.shuffle_buffer} must be ≥ 1 (1 = no shuffling).")
+        if self.sources and (not self.training or self.mixture is None or self.num_epochs is not None):
+            raise ValueError("sources (a mixture) need training=True, a mixture and num_epochs=None (sources repeat).")
         if self.dynamic_masking and self.vocab is None:
             raise ValueError(
                 "dynamic_masking=True needs vocab (an instances.Vocab, e.g. from "
@@ -153,118 +162,123 @@ class InputPipeline:
     then processes may run out at different steps, so stop multi-process training on a step count.
     Iterating a finished pipeline (eval, or finite num_epochs) starts a new pass from the beginning.
     State is per process: give each process its own save_state path.
+
+    With `sources` (a data mixture, training only) each source is its own shuffled, repeating stream and
+    each row is drawn from the source `mixture.choose` names for its (seed, batch, global position); the
+    draws are counted (`mix_metrics`: each source's share since the last call and its epochs so far).
     """
 
     def __init__(self, config: PipelineConfig):
         config.validate()
         self.config = c = config
         tf = _tf()
-        all_files = record_sets.expand_record_files(c.files if isinstance(c.files, str) else list(c.files), "record")
-        # tf.data and the saved state see names relative to this directory, never paths: a workdir or record
-        # set moved elsewhere with the same names resumes (the iterator state holds the names it has open).
-        self.base = record_sets.common_dir(all_files)
-        self._legacy = False  # restored from a state saved with absolute paths (before names): read by path
-        self._sizes: Optional[dict[str, int]] = None  # bytes per file, for the saved fingerprint
-        not_records = self._check_headers(all_files)
-        for here in record_sets.check_record_set(
-            [f for f in all_files if f not in not_records], damaged_ok=c.skip_damaged_records
-        ):
-            log.warning(
-                "pipeline: the record files in %s have no metadata.json listing them (google-research/bert's "
-                "records?), so missing, extra or changed shards cannot be detected",
-                here,
-            )
-        if c.verify_checksums:
-            record_sets.verify_checksums([f for f in all_files if f not in not_records])
-        vocab_size = c.vocab_size if c.vocab_size is not None else (c.vocab.size if c.vocab else None)
-        self.metadata = records.check_schema(
-            [f for f in all_files if f not in not_records] or all_files,
-            c.max_seq_length,
-            c.max_predictions_per_seq,
-            vocab_size,
-            c.max_instances_per_row,
-        )
+        if c.sources:
+            self.streams = [record_stream.RecordStream(files, c, name) for name, files in c.sources]
+        else:
+            self.streams = [record_stream.RecordStream(c.files, c)]
+        self.metadata = self.streams[0].metadata
         self.schema = records.RecordSchema(c.max_seq_length, c.max_predictions_per_seq, c.max_instances_per_row)
-        self.files, self.split_by_example = record_sets.split_files(all_files, c.process_index, c.process_count)
-        # With skip_damaged_records: readable records per file (each file is read up to its first damage).
-        self.readable: Optional[dict[str, int]] = None
-        self.damaged: list[record_sets.FileScan] = []  # what skip_damaged_records skipped, for the log and metrics
-        self.skipped_records = 0  # of them, records lost where metadata.json lists the file's count
-        if c.skip_damaged_records:
-            self._scan_for_damage(all_files if not c.training else self.files)
+        self.plan: Optional[mixture.Plan] = None
+        if c.sources:
+            self._plan_mixture()
         self.masking = self._masking_config() if c.dynamic_masking else None
+        self._rates = mixture.RateSchedule.parse(c.masked_lm_prob) if c.masked_lm_prob is not None else None
+        self._maskings: dict[float, instances.InstanceConfig] = {}
         self._parallel = tf.data.AUTOTUNE if c.threads is None else (c.threads if c.threads > 1 else None)
         self._deterministic = True if self._parallel else None  # tf.data warns when given to sequential ops
         self.num_examples: Optional[int] = None  # eval: real rows on this process
         self.num_batches: Optional[int] = None  # eval: batches per pass, the same on every process
         if c.training:
-            self._check_not_empty()
+            for stream, used in zip(self.streams, self.plan.used() if self.plan else [True]):
+                if used:
+                    stream.check_not_empty()
         else:
-            self._count_eval(all_files)
+            self.num_examples, self.num_batches = self.streams[0].eval_counts(c.batch_size, c.max_batches)
         self.dataset = self._build()
         self._iterator = iter(self.dataset)
         self._exhausted = False
         self._position = 0  # eval: batches of the current pass handed out
+        self._batches = 0  # training: batches handed out since the start of the run (the saved position)
+        self.last_sources: Optional[np.ndarray] = None  # a mixture: the source of each row of the last batch
+
+    # --- One record set, or a mixture's: what the job reads about them -----------------------------------
+    @property
+    def files(self) -> list[str]:
+        return [f for s in self.streams for f in s.files]
+
+    @property
+    def split_by_example(self) -> bool:
+        return self.streams[0].split_by_example
+
+    @property
+    def damaged(self) -> list[record_sets.FileScan]:
+        return [d for s in self.streams for d in s.damaged]
+
+    @property
+    def skipped_records(self) -> int:
+        return sum(s.skipped_records for s in self.streams)
+
+    def _plan_mixture(self) -> None:
+        """The weights resolved against the sources' sizes; the sources' records, for their epochs."""
+        c = self.config
+        sizes, units = {}, set()
+        for stream in self.streams:
+            sizes[stream.label], unit = stream.tokens()
+            units.add(unit)
+        self.plan = c.mixture.resolve(sizes)
+        for note in self.plan.notes:
+            log.info("mixture: %s", note)
+        if "records" in units and any(s.weight is None for s in c.mixture.sources):
+            log.warning("mixture: some sources have no metadata.json token count; auto weights use their record counts")
+        self.records = np.array([sum(s.record_counts()) for s in self.streams], np.float64)  # all processes'
+        for stream, used in zip(self.streams, self.plan.used()):
+            if not used:
+                log.warning("mixture: source %r has weight 0 at every step; none of its records are read", stream.label)
+        self._drawn = np.zeros(len(self.streams), np.int64)  # every process's draws since step 0
+        self._interval = np.zeros(len(self.streams), np.int64)  # ... since the last mix_metrics()
+
+    def step_of(self, batch: int) -> int:
+        """The training step a pipeline batch belongs to (with batch warmup a step takes several)."""
+        return self.config.step_of_batch(batch) if self.config.step_of_batch else batch
+
+    def _global_choices(self, batch: int) -> np.ndarray:
+        c = self.config
+        return mixture.choose(self.plan.weights_at(self.step_of(batch)), c.seed, batch, c.batch_size * c.process_count)
+
+    def _choices(self, batch) -> np.ndarray:
+        """This process's rows of the batch's global draw: positions [p·B, (p+1)·B)."""
+        c = self.config
+        start = c.process_index * c.batch_size
+        return self._global_choices(int(batch))[start : start + c.batch_size].astype(np.int64)
+
+    def mix_metrics(self) -> dict[str, float]:
+        """A mixture's `mix_<name>` (each source's share of the rows drawn since the last call, every process's)
+        and `epochs_<name>` (passes over its records so far); {} without one."""
+        if self.plan is None:
+            return {}
+        shares = self._interval / max(int(self._interval.sum()), 1)
+        self._interval[:] = 0
+        out = {f"mix_{n}": float(x) for n, x in zip(self.plan.names, shares)}
+        out.update({f"epochs_{n}": float(d / r) for n, d, r in zip(self.plan.names, self._drawn, self.records) if r})
+        return out
 
     # --- Construction ----------------------------------------------------------------------------
-    def _check_headers(self, files: list[str]) -> set[str]:
-        """Files whose first bytes are no record header: an error, or (skip_damaged_records) skipped."""
-        from concurrent import futures
-
-        with futures.ThreadPoolExecutor(16) as pool:  # one small read a file: many at once on remote storage
-            problems = dict(zip(files, pool.map(record_sets.record_header_problem, files)))
-        bad = {f: p for f, p in problems.items() if p}
-        if bad and not self.config.skip_damaged_records:
-            path = next(iter(bad))
-            hint = (
-                " (it describes the record set: name the shards, or their directory)"
-                if os.path.basename(path) == records.METADATA_NAME
-                else ""
-            )
-            raise ValueError(
-                f"record file {path} has {bad[path]}{hint}; drop it from the file list, or set "
-                "config.data.skip_damaged_records=true to skip unreadable files and records (counted "
-                "in the log)."
-            )
-        return set(bad)
-
-    def _scan_for_damage(self, files: list[str]) -> None:
-        """skip_damaged_records: every frame of `files` checked once, so that each is read only up to its
-        first damage (TF's reader cannot read past one) and what is lost is known and logged."""
-        listed = record_sets.listed_counts(files, self.metadata)
-        self.readable = {}
-        for scan in map(record_sets.scan_file, files):
-            self.readable[scan.path] = scan.records
-            if scan.problem:
-                self.damaged.append(scan)
-                log.warning(
-                    "pipeline: skipping the rest of a damaged file (config.data.skip_damaged_records): %s",
-                    scan.describe(listed.get(scan.path)),
-                )
-        if self.config.training:  # files with nothing readable leave the rotation
-            self.files = [f for f in self.files if self.readable[f]]
-        self.skipped_records = sum(max(listed[d.path] - d.records, 0) for d in self.damaged if d.path in listed)
-        if self.damaged:
-            log.warning(
-                "pipeline: %d of %d record file(s) damaged; %s record(s) skipped where metadata.json lists "
-                "them, %s bytes unread",
-                len(self.damaged),
-                len(files),
-                f"{self.skipped_records:,}",
-                f"{sum(d.size - d.end for d in self.damaged):,}",
-            )
-
-    def _masking_config(self) -> instances.InstanceConfig:
+    def _masking_config(self, rate: Optional[float] = None) -> instances.InstanceConfig:
         c, md = self.config, self.metadata or {}
         if c.masking is not None:
-            return c.masking
+            return c.masking if rate is None else dataclasses.replace(c.masking, masked_lm_prob=rate)
         # Packed records: the pipeline's predictions are the row's slots; each instance keeps its own cap.
         per_instance = (
             md.get("max_predictions_per_seq", c.max_predictions_per_seq)
             if c.max_instances_per_row
             else c.max_predictions_per_seq
         )
-        rate = md.get("masked_lm_prob", 0.15) if c.masked_lm_prob is None else c.masked_lm_prob
+        if rate is None:
+            rate = (
+                md.get("masked_lm_prob", 0.15)
+                if c.masked_lm_prob is None
+                else mixture.RateSchedule.parse(c.masked_lm_prob).at(0)
+            )
         if rate != md.get("masked_lm_prob", rate):
             log.info(
                 "pipeline: dynamic masking masks %g of each sequence (the records were masked at %g)",
@@ -284,103 +298,45 @@ class InputPipeline:
             )
         return masking
 
-    def _examples(self, epochs: Optional[int], shuffle_files: bool):
-        """Serialized records of this process: files (shuffled per epoch) → interleave → split."""
+    def _masking_at(self, batch: int) -> instances.InstanceConfig:
+        """Dynamic masking's config for a batch: the scheduled rate at its step."""
+        if self._rates is None or self._rates.constant:
+            return self.masking
+        rate = self._rates.at(self.step_of(batch))
+        if rate not in self._maskings:
+            self._maskings[rate] = self._masking_config(rate)
+        return self._maskings[rate]
+
+    def _mixed(self):
+        """A mixture's rows: each source shuffled and repeated, drawn as `_choices` says, tagged with its index."""
         tf, c = _tf(), self.config
-        names, read_file = (
-            (self.files, tf.data.TFRecordDataset)
-            if self._legacy
-            else ([self.name(f) for f in self.files], self._read_name)
+        buffer = max(1, math.ceil(c.shuffle_buffer / len(self.streams)))  # the buffer is the process's, shared
+        sources = []
+        for k, stream in enumerate(self.streams):
+            ds = stream.examples(None, shuffle_files=True, seed=c.seed + 2 * k)
+            ds = ds.shuffle(buffer, seed=c.seed + 2 * k + 1, reshuffle_each_iteration=True)
+            sources.append(ds.map(lambda r, k=k: (r, tf.constant(k, tf.int32))))
+        rows = c.batch_size
+        choice = (
+            tf.data.Dataset.range(2**62)
+            .map(lambda b: tf.ensure_shape(tf.numpy_function(self._choices, [b], tf.int64, stateful=False), [rows]))
+            .unbatch()
         )
-        if self.readable is None:
-            ds, read = tf.data.Dataset.from_tensor_slices(names), read_file
-        else:  # each file up to its first damage
-            ds = tf.data.Dataset.from_tensor_slices((names, np.array([self.readable[f] for f in self.files], np.int64)))
-            read = lambda name, count: read_file(name).take(count)  # noqa: E731
-        if shuffle_files:
-            ds = ds.shuffle(len(self.files), seed=c.seed, reshuffle_each_iteration=True)
-        if epochs != 1:
-            ds = ds.repeat(epochs)
-        ds = ds.interleave(
-            read,
-            cycle_length=min(c.cycle_length, len(self.files)),
-            block_length=1,
-            num_parallel_calls=self._parallel,
-            deterministic=self._deterministic,
-        )
-        if self.split_by_example:  # every process reads the same stream and keeps every P-th record
-            ds = ds.shard(c.process_count, c.process_index)
-        return ds
-
-    def name(self, path: str) -> str:
-        """A record file's name relative to `base` (the path itself when the files share no directory)."""
-        return path[len(self.base) + 1 :] if self.base else path
-
-    def _read_name(self, name):
-        """One file's records, by name under `base`. Not tf.data.TFRecordDataset: it opens files through a
-        flat_map whose saved state holds the full path, which a moved file set no longer has."""
-        tf = _tf()
-        path = tf.strings.join([self.base + "/", name]) if self.base else name
-        return tf.data.experimental.from_variant(
-            tf.raw_ops.TFRecordDataset(filenames=path, compression_type="", buffer_size=256 << 10),
-            tf.TensorSpec([], tf.string),
-        )
-
-    def _check_not_empty(self) -> None:
-        """A process with no records would spin forever on repeat(); say why instead."""
-        tf, c = _tf(), self.config
-        try:
-            empty = not self.files or not any(True for _ in self._examples(1, False).take(1))
-        except (tf.errors.DataLossError, tf.errors.InvalidArgumentError) as e:
-            raise self._read_error(e) from None
-        if empty:
-            what = (
-                f"hold fewer records than process_count={c.process_count}"
-                if self.split_by_example
-                else f"given to process {c.process_index} ({', '.join(self.files)}) are empty"
-                + (" or wholly damaged" if self.damaged else "")
-            )
-            raise ValueError(
-                f"the record files {what}, so process {c.process_index} gets no examples; write "
-                f"more records or shards, or use fewer processes."
-            )
-
-    def _count_eval(self, all_files: list[str]) -> None:
-        c = self.config
-        counts = (
-            [self.readable[f] for f in all_files]
-            if self.readable is not None
-            else record_sets.count_records(all_files, self.metadata)
-        )
-        total, p = sum(counts), c.process_count
-        if total == 0:
-            raise ValueError(f"the eval files {', '.join(all_files)} hold no records; re-run prepare.")
-        if self.split_by_example:
-            per_process = [total // p + (i < total % p) for i in range(p)]
-        else:
-            per_process = [sum(counts[i::p]) for i in range(p)]
-        if total < p:
-            log.warning(
-                "pipeline: %d eval records for %d processes; processes %s get only padding rows.",
-                total,
-                p,
-                [i for i, n in enumerate(per_process) if n == 0],
-            )
-        self.num_examples = per_process[c.process_index]
-        self.num_batches = max(1, math.ceil(max(per_process) / c.batch_size))
-        if c.max_batches:
-            self.num_batches = min(self.num_batches, c.max_batches)
+        return tf.data.Dataset.choose_from_datasets(sources, choice, stop_on_empty_dataset=True)
 
     def _build(self):
         tf, c = _tf(), self.config
-        if c.training:
-            ds = self._examples(c.num_epochs, shuffle_files=True)
+        if c.sources:
+            ds = self._mixed().batch(c.batch_size, drop_remainder=True)
+        elif c.training:
+            ds = self.streams[0].examples(c.num_epochs, shuffle_files=True)
             ds = ds.shuffle(c.shuffle_buffer, seed=c.seed + 1, reshuffle_each_iteration=True)
             ds = ds.batch(c.batch_size, drop_remainder=True)
         else:
-            ds = self._examples(1, shuffle_files=False).batch(c.batch_size)
+            ds = self.streams[0].examples(1, shuffle_files=False).batch(c.batch_size)
         ds = ds.enumerate()  # the batch index seeds dynamic masking; part of the iterator state
-        ds = ds.map(self._parse, num_parallel_calls=self._parallel, deterministic=self._deterministic)
+        parse = (lambda i, x: self._parse(i, *x)) if c.sources else self._parse
+        ds = ds.map(parse, num_parallel_calls=self._parallel, deterministic=self._deterministic)
         if not c.training:
             real = math.ceil(self.num_examples / c.batch_size)
             padding = tf.data.Dataset.from_tensors(self._zeros())
@@ -390,7 +346,7 @@ class InputPipeline:
             ds = ds.repeat()
         options = tf.data.Options()
         options.deterministic = True
-        if c.dynamic_masking:  # the numpy masker is a pure function of its inputs: safe to checkpoint
+        if c.dynamic_masking or c.sources:  # the numpy masker and chooser are pure functions: safe to checkpoint
             options.experimental_external_state_policy = tf.data.experimental.ExternalStatePolicy.IGNORE
         if c.threads is not None:
             options.threading.private_threadpool_size = c.threads
@@ -406,7 +362,7 @@ class InputPipeline:
             ).items()
         }
 
-    def _parse(self, index, serialized) -> dict:
+    def _parse(self, index, serialized, source=None) -> dict:
         tf, c = _tf(), self.config
         parsed = tf.io.parse_example(serialized, self.schema.feature_spec())
         batch = {k: tf.cast(v, tf.int32) if v.dtype == tf.int64 else v for k, v in parsed.items()}
@@ -414,6 +370,8 @@ class InputPipeline:
             batch["next_sentence_labels"] = tf.reshape(batch["next_sentence_labels"], [-1])
         rows = tf.shape(serialized)[0]
         batch[EXAMPLE_WEIGHT] = tf.ones([rows], tf.float32)
+        if source is not None:
+            batch[SOURCE] = source
         if c.dynamic_masking:
             out = tf.numpy_function(
                 self._remask,
@@ -432,7 +390,8 @@ class InputPipeline:
         return batch
 
     def _remask(self, index, input_mask, input_ids, positions, ids, weights) -> tuple:
-        """Original tokens back, then a fresh 15% / 80-10-10 masking seeded by (seed, process, batch)."""
+        """Original tokens back, then a fresh 15% / 80-10-10 masking seeded by (seed, process, batch), at the
+        rate scheduled for the batch's step."""
         c = self.config
         original = instances.unmask(input_ids, positions, ids, weights)
         if original.size and original.max() >= c.vocab.size:
@@ -441,10 +400,11 @@ class InputPipeline:
                 "does not belong to these records."
             )
         rng = np.random.default_rng([c.seed, c.process_index, int(index)])
+        masking = self._masking_at(int(index))
         if c.max_instances_per_row:
-            m = packing.mask_rows(original, input_mask, self.masking, c.vocab, rng, c.max_predictions_per_seq)
+            m = packing.mask_rows(original, input_mask, masking, c.vocab, rng, c.max_predictions_per_seq)
         else:
-            m = instances.mask_tokens(original, input_mask, self.masking, c.vocab, rng)
+            m = instances.mask_tokens(original, input_mask, masking, c.vocab, rng)
         return tuple(m[k].astype(np.float32 if k == "masked_lm_weights" else np.int32) for k in _MASKED)
 
     # --- Iteration ---------------------------------------------------------------------------------
@@ -458,6 +418,9 @@ class InputPipeline:
         if self.config.training:  # rebuilt: a seeded shuffle's second iterator would take another order
             self.dataset = self._build()
             self._iterator = iter(self.dataset)
+            self._batches = 0
+            if self.plan is not None:
+                self._drawn[:] = self._interval[:] = 0
         else:  # the iterator repeats the pass: skip what is left of this one
             for _ in range(self.num_batches - self._position if self._position else 0):
                 next(self._iterator)
@@ -476,36 +439,31 @@ class InputPipeline:
         except (tf.errors.DataLossError, tf.errors.InvalidArgumentError) as e:
             raise self._read_error(e) from None
         self._position += 1
-        return {k: v.numpy() for k, v in batch.items()}
+        out = {k: v.numpy() for k, v in batch.items()}
+        if self.plan is not None:  # the draw of every process, counted once per batch on each
+            self.last_sources = out.pop(SOURCE)
+            drawn = np.bincount(self._global_choices(self._batches), minlength=len(self.streams))
+            self._drawn += drawn
+            self._interval += drawn
+        self._batches += 1
+        return out
 
     def _read_error(self, error) -> ValueError:
-        """TF names a damaged record by byte offset only: find the file (on this failure path only)."""
-        listed = record_sets.listed_counts(self.files, self.metadata)
-        for scan in map(record_sets.scan_file, self.files):
-            if scan.problem:
-                return record_sets.damaged_file_error(scan, listed)
-        return ValueError(
-            f"reading {', '.join(self.files)} failed: {_tf_message(error)}; these are not BERT "
-            "pre-training records of this schema: re-run prepare, or drop the file that is not."
-        )
+        if len(self.streams) == 1:
+            return self.streams[0].read_error(error)
+        errors = [s.read_error(error) for s in self.streams]
+        return next((e for e in errors if "re-create it" in str(e)), errors[0])
 
     # --- State -------------------------------------------------------------------------------------
-    def _file_sizes(self) -> list[int]:
-        """Bytes of each of this process's files, stat'ed once (many at a time: remote storage is slow)."""
-        if self._sizes is None:
-            from concurrent import futures
-
-            tf = _tf()
-            with futures.ThreadPoolExecutor(16) as pool:
-                self._sizes = dict(zip(self.files, pool.map(lambda f: tf.io.gfile.stat(f).length, self.files)))
-        return [self._sizes[f] for f in self.files]
-
     def _fingerprint(self) -> dict:
         c = self.config
         # Names and sizes, not paths: the same files elsewhere match, a changed one does not.
-        files = self.files if self._legacy else [[self.name(f), n] for f, n in zip(self.files, self._file_sizes())]
-        return {
-            "files": files,
+        out = {
+            "files": (
+                {s.label: s.fingerprint_files() for s in self.streams}
+                if c.sources
+                else self.streams[0].fingerprint_files()
+            ),
             "batch_size": c.batch_size,
             "seed": c.seed,
             "training": c.training,
@@ -517,6 +475,11 @@ class InputPipeline:
             "max_seq_length": c.max_seq_length,
             "max_predictions_per_seq": c.max_predictions_per_seq,
         }
+        if self.plan is not None:
+            out["mixture"] = self.plan.to_json()
+        if self._rates is not None and not self._rates.constant:
+            out["masking"] = {"steps": list(self._rates.steps), "values": list(self._rates.values)}
+        return out
 
     def save_state(self, path: str) -> str:
         """Writes the iterator position (shuffle buffer and prefetched batches included) under prefix path."""
@@ -526,12 +489,16 @@ class InputPipeline:
             return path
         tf = _tf()
         prefix = tf.train.Checkpoint(iterator=self._iterator).write(path)
+        saved = dict(self._fingerprint(), position={"batches": self._batches})
+        if self.plan is not None:
+            saved["position"]["drawn"] = self._drawn.tolist()
         with tf.io.gfile.GFile(path + ".pipeline.json", "w") as f:
-            json.dump(self._fingerprint(), f, sort_keys=True)
+            json.dump(saved, f, sort_keys=True)
         return prefix
 
     def restore_state(self, path: str) -> None:
-        """Continues exactly where the pipeline that wrote path stopped; it must have the same config."""
+        """Continues exactly where the pipeline that wrote path stopped; it must have the same config (a
+        mixture's or masking rate's schedule may differ after the step it stopped at, never before)."""
         if files.is_remote(path):
             where, stem = os.path.dirname(path), os.path.basename(path)
             with tempfile.TemporaryDirectory(prefix="bertjax-pipeline-") as local:
@@ -545,20 +512,43 @@ class InputPipeline:
             raise FileNotFoundError(f"{info} not found; path must be a prefix written by save_state.")
         with tf.io.gfile.GFile(info) as f:
             saved = json.load(f)
-        legacy = bool(saved.get("files")) and isinstance(saved["files"][0], str)
-        if legacy != self._legacy:  # its iterator state opened files by path: read them so again
-            self._legacy = legacy
+        position = saved.pop("position", {})
+        legacy = isinstance(saved.get("files"), list) and bool(saved["files"]) and isinstance(saved["files"][0], str)
+        if legacy != self.streams[0].legacy:  # its iterator state opened files by path: read them so again
+            self.streams[0].legacy = legacy
             self.dataset = self._build()
         mine = self._fingerprint()
-        diff = sorted(k for k in set(saved) | set(mine) if k != "files" and saved.get(k) != mine.get(k))
+        scheduled = ("files", "mixture", "masking")
+        diff = sorted(k for k in set(saved) | set(mine) if k not in scheduled and saved.get(k) != mine.get(k))
         if diff:
             raise PipelineMismatch(
                 f"{info}: the saved pipeline differs in {', '.join(diff)}; restore with the config it was saved with."
             )
-        changed = record_sets.files_difference(saved.get("files", []), mine["files"])
-        if changed:
-            raise PipelineMismatch(
-                f"{info}: {changed}; restore with the files it was saved with or start a new workdir."
-            )
+        self._check_files(info, saved.get("files", []), mine["files"])
+        batches = int(position.get("batches", 0))
+        rewrites = mixture.past_change(saved, self.plan, self._rates, self.step_of(batches))
+        if rewrites:
+            raise PipelineMismatch(f"{info}: {rewrites}.")
         self._iterator, self._exhausted = iter(self.dataset), False
         tf.train.Checkpoint(iterator=self._iterator).read(path).assert_consumed()
+        self._batches = batches
+        if self.plan is not None:
+            self._drawn[:] = position.get("drawn", [0] * len(self.streams))
+            self._interval[:] = 0
+
+    def _check_files(self, info: str, saved: Any, mine: Any) -> None:
+        if isinstance(saved, dict) != isinstance(mine, dict) or (isinstance(mine, dict) and list(saved) != list(mine)):
+            then = ", ".join(saved) if isinstance(saved, dict) else "one record set"
+            now = ", ".join(mine) if isinstance(mine, dict) else "one record set"
+            raise PipelineMismatch(
+                f"{info}: it was saved reading {then} and this run reads {now}; a run keeps its mixture's sources "
+                "(their weights may change from a later step on): restore with them, or start a new workdir."
+            )
+        pairs = [(None, saved, mine)] if not isinstance(mine, dict) else [(n, saved[n], mine[n]) for n in mine]
+        for name, then, now in pairs:
+            changed = record_sets.files_difference(then, now)
+            if changed:
+                source = f" of source {name!r}" if name else ""
+                raise PipelineMismatch(
+                    f"{info}: {changed}{source}; restore with the files it was saved with or start a new workdir."
+                )

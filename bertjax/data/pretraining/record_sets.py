@@ -209,7 +209,10 @@ def listed_counts(files: Sequence[str], metadata: Optional[dict]) -> dict[str, i
         return {}
     here = os.path.dirname(files[0])
     # "records" since shards carry sizes and checksums; before, "instances" (records too, unless packed)
-    return {os.path.join(here, f["file"]): int(f.get("records", f["instances"])) for f in metadata.get("files", ())}
+    return {
+        os.path.join(here, f["file"]): int(f["records"] if "records" in f else f["instances"])
+        for f in metadata.get("files", ())
+    }
 
 
 def split_files(files: list[str], process_index: int, process_count: int) -> tuple[list[str], bool]:

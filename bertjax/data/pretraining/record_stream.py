@@ -1,0 +1,242 @@
+"""One record set as the input pipeline reads it: its files checked (headers, completeness against metadata.json,
+checksums, the schema), split over processes, scanned for damage when asked, and this process's serialized records
+as a tf.data stream opened by names relative to the set's directory (a moved set resumes).
+
+The pipeline reads one of these, or one per source of a data mixture (pipeline.py, mixture.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from typing import Any, Optional
+
+import numpy as np
+
+from bertjax.data.pretraining import record_sets, records
+
+log = logging.getLogger(__name__)
+
+
+def _tf():
+    from bertjax.data.pretraining import pipeline
+
+    return pipeline._tf()
+
+
+class RecordStream:
+    """A record set's files for one process (`config` is the pipeline's PipelineConfig); `label` names it in
+    messages (a mixture's source)."""
+
+    def __init__(self, patterns: Any, config: Any, label: str = ""):
+        self.config, self.label = config, label
+        c = config
+        self.all_files = record_sets.expand_record_files(
+            patterns if isinstance(patterns, str) else list(patterns), "record"
+        )
+        # tf.data and the saved state see names relative to this directory, never paths: a workdir or record
+        # set moved elsewhere with the same names resumes (the iterator state holds the names it has open).
+        self.base = record_sets.common_dir(self.all_files)
+        self.legacy = False  # restored from a state saved with absolute paths (before names): read by path
+        self._sizes: Optional[dict[str, int]] = None  # bytes per file, for the saved fingerprint
+        not_records = self._check_headers(self.all_files)
+        readable = [f for f in self.all_files if f not in not_records]
+        for here in record_sets.check_record_set(readable, damaged_ok=c.skip_damaged_records):
+            log.warning(
+                "pipeline: the record files in %s have no metadata.json listing them (google-research/bert's "
+                "records?), so missing, extra or changed shards cannot be detected",
+                here,
+            )
+        if c.verify_checksums:
+            record_sets.verify_checksums(readable)
+        vocab_size = c.vocab_size if c.vocab_size is not None else (c.vocab.size if c.vocab else None)
+        self.metadata = records.check_schema(
+            readable or self.all_files, c.max_seq_length, c.max_predictions_per_seq, vocab_size, c.max_instances_per_row
+        )
+        self.files, self.split_by_example = record_sets.split_files(self.all_files, c.process_index, c.process_count)
+        # With skip_damaged_records: readable records per file (each file is read up to its first damage).
+        self.readable: Optional[dict[str, int]] = None
+        self.damaged: list[record_sets.FileScan] = []  # what skip_damaged_records skipped, for the log and metrics
+        self.skipped_records = 0  # of them, records lost where metadata.json lists the file's count
+        if c.skip_damaged_records:
+            self._scan_for_damage(self.all_files if not c.training else self.files)
+
+    def where(self) -> str:
+        return f"source {self.label!r} ({', '.join(self.all_files[:2])}{', …' if len(self.all_files) > 2 else ''})"
+
+    # --- Checks ------------------------------------------------------------------------------------------
+    def _check_headers(self, files: list[str]) -> set[str]:
+        """Files whose first bytes are no record header: an error, or (skip_damaged_records) skipped."""
+        from concurrent import futures
+
+        with futures.ThreadPoolExecutor(16) as pool:  # one small read a file: many at once on remote storage
+            problems = dict(zip(files, pool.map(record_sets.record_header_problem, files)))
+        bad = {f: p for f, p in problems.items() if p}
+        if bad and not self.config.skip_damaged_records:
+            path = next(iter(bad))
+            hint = (
+                " (it describes the record set: name the shards, or their directory)"
+                if os.path.basename(path) == records.METADATA_NAME
+                else ""
+            )
+            raise ValueError(
+                f"record file {path} has {bad[path]}{hint}; drop it from the file list, or set "
+                "config.data.skip_damaged_records=true to skip unreadable files and records (counted "
+                "in the log)."
+            )
+        return set(bad)
+
+    def _scan_for_damage(self, files: list[str]) -> None:
+        """skip_damaged_records: every frame of `files` checked once, so that each is read only up to its
+        first damage (TF's reader cannot read past one) and what is lost is known and logged."""
+        listed = record_sets.listed_counts(files, self.metadata)
+        self.readable = {}
+        for scan in map(record_sets.scan_file, files):
+            self.readable[scan.path] = scan.records
+            if scan.problem:
+                self.damaged.append(scan)
+                log.warning(
+                    "pipeline: skipping the rest of a damaged file (config.data.skip_damaged_records): %s",
+                    scan.describe(listed.get(scan.path)),
+                )
+        if self.config.training:  # files with nothing readable leave the rotation
+            self.files = [f for f in self.files if self.readable[f]]
+        self.skipped_records = sum(max(listed[d.path] - d.records, 0) for d in self.damaged if d.path in listed)
+        if self.damaged:
+            log.warning(
+                "pipeline: %d of %d record file(s) damaged; %s record(s) skipped where metadata.json lists "
+                "them, %s bytes unread",
+                len(self.damaged),
+                len(files),
+                f"{self.skipped_records:,}",
+                f"{sum(d.size - d.end for d in self.damaged):,}",
+            )
+
+    def check_not_empty(self) -> None:
+        """A process with no records would spin forever on repeat(); say why instead."""
+        tf, c = _tf(), self.config
+        try:
+            empty = not self.files or not any(True for _ in self.examples(1, False).take(1))
+        except (tf.errors.DataLossError, tf.errors.InvalidArgumentError) as e:
+            raise self.read_error(e) from None
+        if empty:
+            what = (
+                f"hold fewer records than process_count={c.process_count}"
+                if self.split_by_example
+                else f"given to process {c.process_index} ({', '.join(self.files)}) are empty"
+                + (" or wholly damaged" if self.damaged else "")
+            )
+            source = f" of {self.where()}" if self.label else ""
+            raise ValueError(
+                f"the record files{source} {what}, so process {c.process_index} gets no examples; write "
+                f"more records or shards, or use fewer processes."
+            )
+
+    def record_counts(self) -> list[int]:
+        """Records in each of all_files (every process's)."""
+        if self.readable is not None and set(self.readable) >= set(self.all_files):
+            return [self.readable[f] for f in self.all_files]
+        return record_sets.count_records(self.all_files, self.metadata)
+
+    def tokens(self) -> tuple[float, str]:
+        """The set's size for a mixture's `auto` weight: metadata.json's corpus tokens, in the share of its
+        records these files hold; without metadata.json, the records themselves."""
+        counts = self.record_counts()
+        listed = sum(int(f.get("records", f.get("instances", 0))) for f in (self.metadata or {}).get("files", ()))
+        tokens = (self.metadata or {}).get("counts", {}).get("tokens")
+        if tokens and listed:
+            return tokens * sum(counts) / listed, "tokens"
+        return float(sum(counts)), "records"
+
+    def eval_counts(self, batch_size: int, max_batches: Optional[int]) -> tuple[int, int]:
+        """Eval: (this process's real rows, batches per pass — the same on every process)."""
+        c = self.config
+        counts = self.record_counts()
+        total, p = sum(counts), c.process_count
+        if total == 0:
+            raise ValueError(f"the eval files {', '.join(self.all_files)} hold no records; re-run prepare.")
+        if self.split_by_example:
+            per_process = [total // p + (i < total % p) for i in range(p)]
+        else:
+            per_process = [sum(counts[i::p]) for i in range(p)]
+        if total < p:
+            log.warning(
+                "pipeline: %d eval records for %d processes; processes %s get only padding rows.",
+                total,
+                p,
+                [i for i, n in enumerate(per_process) if n == 0],
+            )
+        batches = max(1, math.ceil(max(per_process) / batch_size))
+        return per_process[c.process_index], min(batches, max_batches) if max_batches else batches
+
+    # --- The stream ----------------------------------------------------------------------------------------
+    def examples(self, epochs: Optional[int], shuffle_files: bool, seed: Optional[int] = None):
+        """Serialized records of this process: files (shuffled per epoch, by `seed` or the config's) → interleave →
+        split."""
+        tf, c = _tf(), self.config
+        names, read_file = (
+            (self.files, tf.data.TFRecordDataset)
+            if self.legacy
+            else ([self.name(f) for f in self.files], self._read_name)
+        )
+        if self.readable is None:
+            ds, read = tf.data.Dataset.from_tensor_slices(names), read_file
+        else:  # each file up to its first damage
+            ds = tf.data.Dataset.from_tensor_slices((names, np.array([self.readable[f] for f in self.files], np.int64)))
+            read = lambda name, count: read_file(name).take(count)  # noqa: E731
+        if shuffle_files:
+            ds = ds.shuffle(len(self.files), seed=c.seed if seed is None else seed, reshuffle_each_iteration=True)
+        if epochs != 1:
+            ds = ds.repeat(epochs)
+        parallel = tf.data.AUTOTUNE if c.threads is None else (c.threads if c.threads > 1 else None)
+        ds = ds.interleave(
+            read,
+            cycle_length=min(c.cycle_length, len(self.files)),
+            block_length=1,
+            num_parallel_calls=parallel,
+            deterministic=True if parallel else None,
+        )
+        if self.split_by_example:  # every process reads the same stream and keeps every P-th record
+            ds = ds.shard(c.process_count, c.process_index)
+        return ds
+
+    def name(self, path: str) -> str:
+        """A record file's name relative to `base` (the path itself when the files share no directory)."""
+        return path[len(self.base) + 1 :] if self.base else path
+
+    def _read_name(self, name):
+        """One file's records, by name under `base`. Not tf.data.TFRecordDataset: it opens files through a
+        flat_map whose saved state holds the full path, which a moved file set no longer has."""
+        tf = _tf()
+        path = tf.strings.join([self.base + "/", name]) if self.base else name
+        return tf.data.experimental.from_variant(
+            tf.raw_ops.TFRecordDataset(filenames=path, compression_type="", buffer_size=256 << 10),
+            tf.TensorSpec([], tf.string),
+        )
+
+    def read_error(self, error) -> ValueError:
+        """TF names a damaged record by byte offset only: find the file (on this failure path only)."""
+        from bertjax.data.pretraining.pipeline import _tf_message
+
+        listed = record_sets.listed_counts(self.files, self.metadata)
+        for scan in map(record_sets.scan_file, self.files):
+            if scan.problem:
+                return record_sets.damaged_file_error(scan, listed)
+        return ValueError(
+            f"reading {', '.join(self.files)} failed: {_tf_message(error)}; these are not BERT "
+            "pre-training records of this schema: re-run prepare, or drop the file that is not."
+        )
+
+    # --- The saved position's fingerprint ------------------------------------------------------------------
+    def fingerprint_files(self) -> list:
+        """[name, bytes] of this process's files in reading order (paths, for a state saved before names)."""
+        if self.legacy:
+            return list(self.files)
+        if self._sizes is None:  # stat'ed once, many at a time: remote storage is slow
+            from concurrent import futures
+
+            tf = _tf()
+            with futures.ThreadPoolExecutor(16) as pool:
+                self._sizes = dict(zip(self.files, pool.map(lambda f: tf.io.gfile.stat(f).length, self.files)))
+        return [[self.name(f), self._sizes[f]] for f in self.files]
