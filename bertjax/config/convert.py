@@ -12,6 +12,7 @@ from typing import Any, Optional
 # Settings renamed since runs wrote them to config.json: from_saved reads the old name as the new one.
 RENAMED = {"config.optim.decay": "config.optim.schedule"}
 Rules = tuple[tuple[str, Any], ...]  # config.mesh.logical_axis_rules
+RateOrSchedule = typing.Union[float, str]  # config.data.masked_lm_prob: a rate, or rates by step ('0:0.3;9000:0.15')
 
 
 class ConfigError(ValueError):
@@ -55,6 +56,15 @@ def _coerce(value: Any, kind: Any, path: str) -> Any:
         if value is None or isinstance(value, bool):
             return value
         raise _bad(path, value, "must be True, False or None (the platform's choice).")
+    if kind == RateOrSchedule:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str):
+            try:
+                return float(value)
+            except ValueError:
+                return value.strip()  # a schedule: DataConfig.validate reads it
+        raise _bad(path, value, "must be a number or a schedule such as '0:0.3;9000:0.15'.")
     if kind is bool:
         if isinstance(value, bool):
             return value

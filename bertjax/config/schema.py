@@ -19,9 +19,10 @@ import math
 from typing import Any, Mapping, Optional
 
 from bertjax import models as models_lib
-from bertjax.config.convert import RENAMED, ConfigError, Rules, _bad, convert, parse_arg  # noqa: F401  (parse_arg: the configs' import)
+from bertjax.config.convert import RENAMED, ConfigError, RateOrSchedule, Rules, _bad, convert, parse_arg  # noqa: F401  (parse_arg: the configs' import)
 from bertjax.models import options
 from bertjax.data.pretraining import instances as instances_lib
+from bertjax.data.pretraining import mixture as mixture_lib
 from bertjax.data.pretraining import packing as packing_lib
 
 OPTIMIZERS = ("adamw", "lamb")
@@ -126,7 +127,8 @@ class DataConfig:
     corpus_vocab_size: int = 8192  # WordPiece vocab trained on the train documents (if vocab_file is "")
     dupe_factor: int = 10  # passes over the train documents, each with different masks
     heldout_dupe_factor: int = 1  # passes over the held-out documents (more = a steadier eval)
-    masked_lm_prob: float = 0.15  # share of tokens masked
+    # share of tokens masked; or rates from steps on, '0:0.3;9000:0.15;9900:0.05' (with dynamic_masking)
+    masked_lm_prob: RateOrSchedule = 0.15
     eval_masked_lm_prob: float = 0.0  # the held-out records' share, when the corpus stage makes them (0 = the same)
     short_seq_prob: float = 0.1  # probability of a shorter target length
     do_whole_word_mask: bool = False  # mask whole words
@@ -141,6 +143,14 @@ class DataConfig:
     # instead check every file at start (~200 MB/s), read each up to its first damage, count the loss
     skip_damaged_records: bool = False
     verify_checksums: bool = False  # read every shard at start and compare its CRC32C with metadata.json's
+    # A data mixture (instead of corpus / train_files): named sources, each a corpus spec (anything corpus takes)
+    # or a record-set glob, with a weight or `auto`: 'web=web/*.parquet:0.6,code=code/*.tfrecord:0.4' ("" = off)
+    mixture: str = ""
+    # weights from a step on; an entry names what changes, T= the temperature: '0:web=0.6,code=0.4;9000:web=0.3,code=0.7'
+    mixture_schedule: str = ""
+    mixture_temperature: float = 1.0  # `auto` weights ∝ size^(1/T), sizes the sources' token counts (larger T: flatter)
+    mixture_interpolation: str = "step"  # step: each entry's weights until the next | linear: a ramp between entries
+    mixture_normalize: bool = False  # weights not summing to 1 are divided by their sum (logged) instead of refused
 
     @property
     def predictions_per_row(self) -> int:
@@ -165,10 +175,27 @@ class DataConfig:
             return None
         return packing_lib.PackingConfig(self.max_seq_length, self.max_instances_per_row, self.predictions_per_row)
 
+    @property
+    def masking_rates(self) -> mixture_lib.RateSchedule:
+        """masked_lm_prob as rates by step (one rate from step 0 when it is a number)."""
+        return mixture_lib.RateSchedule.parse(self.masked_lm_prob)
+
+    def mixture_spec(self) -> Optional[mixture_lib.Mixture]:
+        """The mixture settings parsed (None without a mixture)."""
+        if not self.mixture.strip():
+            return None
+        return mixture_lib.Mixture.parse(
+            self.mixture,
+            self.mixture_schedule,
+            self.mixture_temperature,
+            self.mixture_interpolation,
+            self.mixture_normalize,
+        )
+
     def instance_config(self, dupe_factor: Optional[int] = None, heldout: bool = False) -> instances_lib.InstanceConfig:
-        """How instances are paired and masked, for `prepare` and for dynamic masking; `heldout`: at
-        eval_masked_lm_prob when it is set (ModernBERT trains at 30% and evaluates at 15%)."""
-        rate = self.eval_masked_lm_prob if heldout and self.eval_masked_lm_prob else self.masked_lm_prob
+        """How instances are paired and masked, for `prepare` and for dynamic masking (at the first scheduled
+        rate); `heldout`: at eval_masked_lm_prob when it is set (ModernBERT trains at 30% and evaluates at 15%)."""
+        rate = self.eval_masked_lm_prob if heldout and self.eval_masked_lm_prob else self.masking_rates.at(0)
         return instances_lib.InstanceConfig(
             max_seq_length=self.max_seq_length,
             max_predictions_per_seq=self.max_predictions_per_seq,
@@ -201,10 +228,7 @@ class DataConfig:
             )
         if self.num_workers < 0:
             raise _bad("config.data.num_workers", self.num_workers, "must be ≥ 0 (0 = one per core).")
-        if not 0.0 < self.masked_lm_prob < 1.0:
-            raise _bad(
-                "config.data.masked_lm_prob", self.masked_lm_prob, "must be in (0, 1) (BERT 0.15, ModernBERT 0.3)."
-            )
+        self._validate_schedules()
         if not 0.0 <= self.eval_masked_lm_prob < 1.0:
             raise _bad(
                 "config.data.eval_masked_lm_prob",
@@ -212,8 +236,37 @@ class DataConfig:
                 "must be in [0, 1) (0 = config.data.masked_lm_prob).",
             )
 
+    def _validate_schedules(self) -> None:
+        try:
+            rates = self.masking_rates
+            self.mixture_spec()
+        except mixture_lib.MixtureError as e:
+            raise ConfigError(str(e)) from None
+        if self.mixture_schedule.strip() and not self.mixture.strip():
+            raise ConfigError(
+                "config.data.mixture_schedule is set but config.data.mixture is empty; name the sources in the mixture."
+            )
+        for value in rates.values:
+            if not 0.0 < value < 1.0:
+                raise _bad(
+                    "config.data.masked_lm_prob", self.masked_lm_prob, "must be in (0, 1) (BERT 0.15, ModernBERT 0.3)."
+                )
+        if not rates.constant and not self.dynamic_masking:
+            raise ConfigError(
+                f"config.data.masked_lm_prob={self.masked_lm_prob!r} changes the rate by step, but the records' masks "
+                "are fixed when they are made: set config.data.dynamic_masking=true to re-mask every batch at its rate."
+            )
+        if self.mixture.strip() and (self.corpus or self.train_files):
+            given = "config.data.corpus" if self.corpus else "config.data.train_files"
+            raise ConfigError(
+                f"config.data.mixture and {given} both say what to train on; put every source in the mixture "
+                f"(name=spec:weight) and leave {given} empty."
+            )
+
     def check_records(self) -> None:
         """What training on records needs (after the corpus stage has filled in its outputs)."""
+        if self.mixture.strip():
+            return
         if not self.train_files:
             raise ConfigError(
                 "config.data.train_files is empty; point it at record shards made by "

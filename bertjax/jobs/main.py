@@ -29,18 +29,51 @@ from bertjax.config.schema import JobConfig
 from bertjax.data.pretraining import pipeline as pipeline_lib
 
 log = logging.getLogger(__name__)
+PER_SOURCE = ("mlm_accuracy", "mlm_loss", "mlm_accuracy_stderr", "mlm_loss_stderr", "mlm_targets")  # a mixture's evals
+
+
+def _mixture_sources(job: JobConfig, workdir: str) -> tuple[list[tuple[str, str, str]], str]:
+    """A mixture's (name, train records, held-out records) and shared eval set (stage.mixture_sources), with record
+    sets in a bucket replaced by local copies; ([], "") without a mixture."""
+    from bertjax.jobs import stage as stage_lib
+
+    if not job.data.mixture.strip():
+        return [], ""
+    sources, shared = stage_lib.mixture_sources(job, workdir)
+    local = [
+        (
+            name,
+            remote_cache.record_set(train, f"config.data.mixture's {name!r}"),
+            remote_cache.record_set(held, f"config.data.eval_files' {name!r}") if held else "",
+        )
+        for name, train, held in sources
+    ]
+    return local, remote_cache.record_set(shared, "config.data.eval_files") if shared else ""
 
 
 def _local_data(d: Any) -> dict:
     """config.data's record sets and vocab with gs:// ones replaced by local copies (data/remote_cache.py)."""
     return {
         "train_files": remote_cache.record_set(d.train_files, "config.data.train_files") if d.train_files else "",
-        "eval_files": remote_cache.record_set(d.eval_files, "config.data.eval_files") if d.eval_files else "",
+        "eval_files": (
+            remote_cache.record_set(d.eval_files, "config.data.eval_files")
+            if d.eval_files and not d.mixture.strip()  # a mixture's: _mixture_sources
+            else d.eval_files
+        ),
         "vocab_file": remote_cache.copy_of(d.vocab_file) if d.vocab_file else "",
     }
 
 
-def _pipeline(job: JobConfig, record_files: str, training: bool, batch_size: int) -> pipeline_lib.InputPipeline:
+def _pipeline(
+    job: JobConfig,
+    record_files: str,
+    training: bool,
+    batch_size: int,
+    sources: tuple[tuple[str, str], ...] = (),
+    warmup: batch_warmup.BatchWarmup | None = None,
+    max_batches: int | None = None,
+) -> pipeline_lib.InputPipeline:
+    """A training pipeline (of one record set or a mixture's `sources`), or an eval one."""
     d = job.data
     vocab = None
     if training and d.dynamic_masking:  # the masker needs [MASK], the specials and word-piece boundaries
@@ -61,14 +94,32 @@ def _pipeline(job: JobConfig, record_files: str, training: bool, batch_size: int
             process_index=jax.process_index(),
             process_count=jax.process_count(),
             vocab_size=job.model.vocab_size,
-            max_batches=None if training else (job.eval.num_batches or None),
+            max_batches=None if training else max_batches,
             dynamic_masking=vocab is not None,
             vocab=vocab,
             masked_lm_prob=d.masked_lm_prob if vocab else None,
             skip_damaged_records=d.skip_damaged_records,
             verify_checksums=d.verify_checksums,
+            sources=sources,
+            mixture=d.mixture_spec() if sources else None,
+            step_of_batch=warmup.step_of if warmup is not None else None,
         )
     )
+
+
+def _eval_pipelines(
+    job: JobConfig, sources: list[tuple[str, str, str]], shared: str, batch_size: int
+) -> dict[str | None, pipeline_lib.InputPipeline]:
+    """The held-out pipelines: one (key None) for config.data.eval_files, or one per source of a mixture that has
+    held-out records, config.eval.num_batches split over them."""
+    if not sources or shared:
+        files = shared or job.data.eval_files
+        return (
+            {None: _pipeline(job, files, False, batch_size, max_batches=job.eval.num_batches or None)} if files else {}
+        )
+    held = [(name, files) for name, _, files in sources if files]
+    share = max(1, job.eval.num_batches // len(held)) if job.eval.num_batches and held else None
+    return {name: _pipeline(job, files, False, batch_size, max_batches=share) for name, files in held}
 
 
 def _check_branch_schedule(job: JobConfig, step: int) -> None:
@@ -90,15 +141,24 @@ def _check_branch_schedule(job: JobConfig, step: int) -> None:
 
 
 def evaluate(
-    trainer: trainer_lib.Trainer, params: Any, pipeline: pipeline_lib.InputPipeline, num_batches: int
+    trainer: trainer_lib.Trainer, params: Any, pipelines: dict[str | None, pipeline_lib.InputPipeline]
 ) -> dict[str, float]:
-    """One pass over (at most num_batches of) the held-out pipeline: normalised metrics."""
-    pipeline.reset()
-    total = None
-    for _, local in zip(range(num_batches), pipeline):
-        total = metrics_lib.merge(total, trainer.eval_step(params, trainer.global_batch(local)))
-    result = metrics_lib.normalize(total)
-    result["mlm_targets"] = float(jax.device_get(total["mlm_accuracy"][1]))  # for the accuracy's standard error
+    """One pass over each held-out pipeline (its num_batches): normalised metrics with standard errors, over all
+    of them, and per source (`mlm_accuracy_<name>`, `mlm_loss_<name>`, …) for a mixture's."""
+    totals = {}
+    for name, pipeline in pipelines.items():
+        pipeline.reset()
+        total = None
+        for _, local in zip(range(pipeline.num_batches), pipeline):
+            total = metrics_lib.merge(total, trainer.eval_step(params, trainer.global_batch(local)))
+        totals[name] = total
+    overall = None
+    for total in totals.values():
+        overall = metrics_lib.merge(overall, total)
+    result = metrics_lib.eval_result(overall)
+    for name, total in totals.items():
+        if name is not None:
+            result.update({f"{k}_{name}": v for k, v in metrics_lib.eval_result(total).items() if k in PER_SOURCE})
     return result
 
 
@@ -111,13 +171,13 @@ def _final_eval(workdir: str, step: int) -> dict | None:
     return {k: v for k, v in found[-1].items() if k not in ("step", "kind")} if found else None
 
 
-def _finished(job: JobConfig, workdir: str, latest: int | None) -> bool:
+def _finished(job: JobConfig, workdir: str, latest: int | None, has_eval: bool) -> bool:
     """Whether the newest checkpoint is the last step and the final eval was written: then a rerun of the same
     command has nothing to do (it used to compile, evaluate and export again). Process 0 decides, for all."""
     done = (
         latest is not None
         and latest >= job.train.num_train_steps
-        and (not job.data.eval_files or _final_eval(workdir, latest) is not None)
+        and (not has_eval or _final_eval(workdir, latest) is not None)
         and _restores(workdir, latest)
     )
     if jax.process_count() > 1:  # only process 0 may see metrics.jsonl (hosts without a shared disk)
@@ -187,7 +247,9 @@ def _train_and_evaluate(
     given = {k: getattr(job.data, k) for k in ("train_files", "eval_files", "vocab_file")}
     job = job.replace(data=_local_data(job.data))  # records and vocab in a bucket: read from local copies
     job.data.check_records()
-    job = vocab_check.check_job_vocab(job)  # the vocab, the model and the records agree, before compiling
+    sources, shared_eval = _mixture_sources(job, workdir)
+    # the vocab, the model and the records agree, before compiling
+    job = vocab_check.check_job_vocab(job, [(f"source {n!r} of config.data.mixture", t) for n, t, _ in sources])
     primary = jax.process_index() == 0
     if primary:  # the paths as given (gs://...), not the host's copies
         files.makedirs(workdir)
@@ -210,17 +272,25 @@ def _train_and_evaluate(
     warmup = batch_warmup.BatchWarmup(job.train, job.data.max_seq_length) if job.train.batch_warmup_tokens else None
     # With batch warmup the pipeline reads one micro-batch at a time and a step takes as many as it needs.
     train_data = _pipeline(
-        job, job.data.train_files, True, local_batch // job.train.micro_batches if warmup else local_batch
+        job,
+        job.data.train_files,
+        True,
+        local_batch // job.train.micro_batches if warmup else local_batch,
+        sources=tuple((name, train) for name, train, _ in sources),
+        warmup=warmup,
     )
-    eval_data = _pipeline(job, job.data.eval_files, False, local_batch) if job.data.eval_files else None
+    if train_data.plan is not None:
+        log.info("data: mixture %s", train_data.plan.describe())
+    evals = _eval_pipelines(job, sources, shared_eval, local_batch)
+    eval_data = next(iter(evals.values()), None)  # the one held-out set, or a mixture's first source's
     baselines: dict[str, float] = {}
-    if eval_data is not None:
-        baselines = metrics_lib.baselines(b for _, b in zip(range(eval_data.num_batches), eval_data))
+    if evals:
+        baselines = metrics_lib.baselines(b for e in evals.values() for _, b in zip(range(e.num_batches), e))
         log.info("data: eval baselines %s", {k: round(v, 4) for k, v in baselines.items()})
 
     def finished(checkpoints: checkpoint_lib.Checkpointer) -> dict | None:
         latest = checkpoints.latest_step()
-        return _report_done(job, workdir, latest) if _finished(job, workdir, latest) else None
+        return _report_done(job, workdir, latest) if _finished(job, workdir, latest, bool(evals)) else None
 
     def data_row(parts: loop_lib.Parts) -> None:
         if job.data.skip_damaged_records:  # what this process skipped, beside the training metrics
@@ -228,8 +298,7 @@ def _train_and_evaluate(
                 0,
                 {
                     f"{name}_{key}": value
-                    for name, data in (("train", train_data), ("eval", eval_data))
-                    if data is not None
+                    for name, data in [("train", train_data)] + [("eval", e) for e in evals.values()]
                     for key, value in (("damaged_files", len(data.damaged)), ("skipped_records", data.skipped_records))
                 },
                 kind="data",
@@ -268,9 +337,9 @@ def _train_and_evaluate(
     watch = loop_lib.NotLearningWatch(job)
 
     def run_eval(parts: loop_lib.Parts, step: int, params: Any) -> dict:
-        if eval_data is None:
+        if not evals:
             return {}
-        result = evaluate(parts.trainer, params, eval_data, eval_data.num_batches)
+        result = evaluate(parts.trainer, params, evals)
         result.update(baselines)
         warning = watch.check(step, result)  # once per run; kept in the eval's own metrics.jsonl row
         if warning:
@@ -284,6 +353,15 @@ def _train_and_evaluate(
             metrics_lib.format_log_line(dict(result, step=step)),
             ", ".join(f"{name} {100 * baselines.get(key, float('nan')):.2f}%" for name, key in shown),
         )
+        for name in (n for n in evals if n is not None):  # a mixture's sources, each with its standard errors
+            log.info(
+                "eval  %s: mlm_acc %.2f%% ± %.2f | mlm_loss %.4f ± %.4f",
+                name,
+                100 * result[f"mlm_accuracy_{name}"],
+                100 * result[f"mlm_accuracy_stderr_{name}"],
+                result[f"mlm_loss_{name}"],
+                result[f"mlm_loss_stderr_{name}"],
+            )
         if warning:
             log.warning("%s", warning)
         return result

@@ -11,11 +11,16 @@ them. Outputs live in `workdir/data` and are reused when present, so a resumed j
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import logging
+import math
 import os
-from typing import Iterator
+import re
+from typing import Any, Iterator
+
+import numpy as np
 
 import jax
 
@@ -99,17 +104,32 @@ def _recorded(path: str, out: str) -> str:
 
 
 def prepare_data(config: JobConfig, workdir: str) -> JobConfig:
-    """Returns config with data.train_files / eval_files / vocab_file pointing at prepared records."""
+    """Returns config with data.train_files / eval_files / vocab_file pointing at prepared records (a mixture's:
+    `mixture_sources` then names them)."""
     d = config.data
-    if not d.corpus:
+    mix = d.mixture_spec()
+    corpora = [s for s in mix.sources if not is_record_set(s.spec)] if mix else []
+    if mix is not None and not corpora:
+        return config  # record sets only: nothing to prepare
+    if not d.corpus and not corpora:
         return config
+    if corpora and len(corpora) < len(mix.sources) and not d.vocab_file:
+        records_named = [s.name for s in mix.sources if s not in corpora]
+        raise ValueError(
+            f"config.data.mixture mixes record sets ({', '.join(records_named)}) with corpora "
+            f"({', '.join(s.name for s in corpora)}): set config.data.vocab_file to the vocab the record sets were "
+            "made with, so that the corpora are prepared with it too."
+        )
     out = os.path.join(workdir if is_remote(workdir) else os.path.abspath(workdir), "data")
     done = os.path.join(out, DONE)
     if jax.process_index() == 0 and not files.exists(done):
         if is_remote(out):
             log.info("data: the stage is built on the local disk, then uploaded to %s (stage.json last)", out)
         with files.writing_dir(out, last=DONE) as built:  # the tokenizer trainer and record writers write locally
-            _build(config, built)
+            if mix is not None:
+                _build_mixture(config, built, mix, corpora)
+            else:
+                _build(config, built)
     if jax.process_count() > 1:
         from jax.experimental import multihost_utils
 
@@ -124,6 +144,8 @@ def prepare_data(config: JobConfig, workdir: str) -> JobConfig:
             stage["vocab_size"],
             stage["vocab_file"],
         )
+    if mix is not None:
+        return config.replace(model={"vocab_size": stage["vocab_size"]}, data={"vocab_file": stage["vocab_file"]})
     return config.replace(
         model={"vocab_size": stage["vocab_size"]},
         data={
@@ -134,34 +156,122 @@ def prepare_data(config: JobConfig, workdir: str) -> JobConfig:
     )
 
 
+def is_record_set(spec: str) -> bool:
+    """Whether a mixture source names records (a directory holding metadata.json, or .tfrecord files) rather
+    than a corpus."""
+    if spec.startswith(("builtin:", "hf:", "tfds:")):
+        return False
+    if re.search(r"\.tfrecords?$", spec.rstrip("/")):
+        return True
+    return files.isdir(spec) and files.exists(os.path.join(spec, "metadata.json"))
+
+
+def mixture_sources(config: JobConfig, workdir: str) -> tuple[list[tuple[str, str, str]], str]:
+    """A mixture's sources as (name, train records, held-out records or ""), and an eval set for them all ("" when
+    each source has its own or there is none). Corpus sources read what the stage prepared; record-set sources
+    their spec, and their held-out sets from config.data.eval_files given as name=glob entries."""
+    d = config.data
+    mix = d.mixture_spec()
+    out = os.path.join(workdir if is_remote(workdir) else os.path.abspath(workdir), "data")
+    named = _named_eval_files(d.eval_files, mix.names) if "=" in d.eval_files else {}
+    shared = "" if named else d.eval_files
+    sources = []
+    for s in mix.sources:
+        if is_record_set(s.spec):
+            sources.append((s.name, s.spec, named.get(s.name, "")))
+        else:
+            here = os.path.join(out, s.name)
+            sources.append(
+                (s.name, os.path.join(here, "train", "*.tfrecord"), os.path.join(here, "heldout", "*.tfrecord"))
+            )
+    return sources, shared
+
+
+def _named_eval_files(text: str, names: tuple[str, ...]) -> dict[str, str]:
+    out = {}
+    for item in (i.strip() for i in text.split(",") if i.strip()):
+        name, eq, glob = (p.strip() for p in item.partition("="))
+        if not eq or name not in names:
+            raise ValueError(
+                f"config.data.eval_files entry {item!r} names no source of config.data.mixture ({', '.join(names)}); "
+                "write NAME=GLOB for a source's held-out records, or one glob for them all."
+            )
+        out[name] = glob
+    return out
+
+
 def _build(config: JobConfig, out: str) -> None:
     """The stage's outputs into the local directory out; stage.json, its commit, last."""
     d = config.data
-    done = os.path.join(out, DONE)
-    log.info("data: splitting %s into train and held-out documents (every %d-th held out)", d.corpus, d.heldout_every)
+    train_txt, heldout_txt, counts = _split(config, d.corpus, out)
+    vocab_file = d.vocab_file or _train_vocab(config, read_sentences(train_txt), out)
+    counts.update(_prepare_records(config, out, train_txt, heldout_txt, vocab_file))
+    _commit(config, out, counts, vocab_file)
+
+
+def _build_mixture(config: JobConfig, out: str, mix: Any, corpora: list) -> None:
+    """A mixture's stage: each corpus source split and prepared under out/NAME, with one vocab trained on a
+    sample of their train documents that follows the mixture's weights (its own, else the schedule's at step 0)."""
+    d = config.data
+    texts, counts = {}, {}
+    for source in corpora:
+        here = os.path.join(out, source.name)
+        os.makedirs(here, exist_ok=True)
+        *texts[source.name], counts[source.name] = _split(config, source.spec, here)
+    vocab_file = d.vocab_file
+    if not vocab_file:
+        sizes = {name: os.path.getsize(train) for name, (train, _) in texts.items()}
+        plain = all(s.weight is not None and not math.isnan(s.weight) for s in mix.sources)
+        plan = (dataclasses.replace(mix, entries=()) if plain else mix).resolve(sizes)
+        weights = dict(zip(plan.names, plan.weights_at(0)))
+        vocab_file = _train_vocab(config, _weighted_sentences(texts, weights, config.seed), out)
+    for source in corpora:
+        here = os.path.join(out, source.name)
+        counts[source.name].update(_prepare_records(config, here, *texts[source.name], vocab_file))
+    _commit(config, out, {"sources": counts}, vocab_file)
+
+
+def _weighted_sentences(texts: dict[str, tuple[str, str]], weights: dict[str, float], seed: int) -> Iterator[str]:
+    """Every source's train sentences, each repeated (or kept, seeded) so that its share of the sample is its weight."""
+    lines = {name: sum(1 for _ in read_sentences(train)) for name, (train, _) in texts.items()}
+    total = sum(lines.values())
+    for k, (name, (train, _)) in enumerate(texts.items()):
+        factor = weights[name] * total / max(lines[name], 1)
+        log.info("data: the vocab's sample holds %s's sentences ×%.2f (weight %.3f)", name, factor, weights[name])
+        rng = np.random.default_rng([seed, k])
+        for sentence in read_sentences(train):
+            for _ in range(int(factor) + (rng.random() < factor - int(factor))):
+                yield sentence
+
+
+def _split(config: JobConfig, spec: str, out: str) -> tuple[str, str, dict]:
+    d = config.data
+    log.info("data: splitting %s into train and held-out documents (every %d-th held out)", spec, d.heldout_every)
     text_field = table_corpus.resolve_text_field(
         d.text_field, d.tfds_text_feature, "config.data.tfds_text_feature", "config.data.text_field"
     )
-    train_txt, heldout_txt, counts = split_corpus(
-        d.corpus,
+    return split_corpus(
+        spec,
         out,
         d.heldout_every,
         d.tfds_data_dir or None,
         text_field=text_field,
         skip_bad_json_lines=d.skip_bad_json_lines,
     )
-    vocab_file = d.vocab_file
-    if vocab_file:
-        log.info("data: the vocab %s, as given (none trained)", vocab_file)
-    else:
-        log.info("data: training a %d-token WordPiece vocab on the train documents", d.corpus_vocab_size)
-        tok = vocab_training.train_wordpiece(
-            read_sentences(train_txt),
-            d.corpus_vocab_size,
-            os.path.join(out, "vocab"),
-            do_lower_case=d.do_lower_case,
-        )
-        vocab_file = str(tok.path)
+
+
+def _train_vocab(config: JobConfig, sentences: Iterator[str], out: str) -> str:
+    d = config.data
+    log.info("data: training a %d-token WordPiece vocab on the train documents", d.corpus_vocab_size)
+    tok = vocab_training.train_wordpiece(
+        sentences, d.corpus_vocab_size, os.path.join(out, "vocab"), do_lower_case=d.do_lower_case
+    )
+    return str(tok.path)
+
+
+def _prepare_records(config: JobConfig, out: str, train_txt: str, heldout_txt: str, vocab_file: str) -> dict:
+    """out/train and out/heldout records; their instance counts."""
+    d, counts = config.data, {}
     for name, text, dupe in (("train", train_txt, d.dupe_factor), ("heldout", heldout_txt, d.heldout_dupe_factor)):
         cfg = shards.PrepareConfig(
             input_file=text,
@@ -178,14 +288,15 @@ def _build(config: JobConfig, out: str) -> None:
         metadata = prepare_job.prepare(cfg, num_workers=d.num_workers or os.cpu_count() or 1, overwrite=True)
         log.info("data: %s", prepare_job.summary(metadata).replace("\n", "; "))
         counts[f"{name}_instances"] = metadata["counts"]["instances"]
+    return counts
+
+
+def _commit(config: JobConfig, out: str, counts: dict, vocab_file: str) -> None:
+    """stage.json, the stage's commit: what it made, and the vocab."""
+    if config.data.vocab_file:
+        log.info("data: the vocab %s, as given (none trained)", vocab_file)
+    done = os.path.join(out, DONE)
     with open(done + ".tmp", "w") as f:
-        json.dump(
-            dict(
-                counts,
-                vocab_file=_recorded(vocab_file, out),
-                vocab_size=tokenization.load(vocab_file, d.do_lower_case).vocab_size,
-            ),
-            f,
-            indent=2,
-        )
+        size = tokenization.load(vocab_file, config.data.do_lower_case).vocab_size
+        json.dump(dict(counts, vocab_file=_recorded(vocab_file, out), vocab_size=size), f, indent=2)
     os.replace(done + ".tmp", done)

@@ -280,6 +280,8 @@ def train_loop(
                 guard.flush()
                 values = metrics_lib.normalize(running)
                 values["skipped_steps"] = guard.take_log_count()
+                mix = getattr(train_data, "mix_metrics", dict)()  # a data mixture: each source's share and epochs
+                values.update(mix)
                 timing = meter.update(step)
                 rows = global_batch
                 if isinstance(train_data, batch_warmup.WarmupBatches):  # the batch is still growing
@@ -306,6 +308,8 @@ def train_loop(
                     raise
                 lock.refresh()
                 log.info("train %s", metrics_lib.format_log_line(dict(values, step=step, num_train_steps=num_steps)))
+                if mix:
+                    log.info("mix   %s", metrics_lib.format_mix(mix))
                 running = None
             if step % job.eval.every_steps == 0 and step < num_steps:
                 with meter.paused():

@@ -110,8 +110,9 @@ def pretraining_metrics(
     ce, correct, w, predicted = _mlm_terms(mlm_logits, masked_lm_ids, masked_lm_weights, example_weight)
     count = jnp.sum(w)
     out = {"mlm_loss": (jnp.sum(ce * w), count), "mlm_accuracy": (jnp.sum(correct * w), count)}
-    if constant_prediction:
+    if constant_prediction:  # an eval: also the squares, for the loss's standard error
         out["mlm_constant_prediction"] = (_prediction_bits(predicted, mlm_logits.shape[-1], w), count)
+        out["mlm_loss_squares"] = (jnp.sum(ce * ce * w), count)
     if nsp_logits is not None:
         ce, correct, w = _nsp_terms(nsp_logits, next_sentence_labels, example_weight, next_sentence_weights)
         count = jnp.sum(w)
@@ -186,6 +187,18 @@ def normalize(metrics: Metrics) -> dict[str, float]:
         else _constant_id(np.asarray(s, np.float64), float(c))
         for k, (s, c) in host.items()
     }
+
+
+def eval_result(total: Metrics) -> dict[str, float]:
+    """A pre-training eval's (sum, count) totals → its metrics, with `mlm_targets` (the weighted masked targets)
+    and the standard errors of MLM accuracy, sqrt(p(1-p)/n), and loss, sqrt(var/n), over the targets."""
+    result = normalize(total)
+    n = float(jax.device_get(total["mlm_accuracy"][1]))
+    result["mlm_targets"] = n
+    p, mean, squares = result["mlm_accuracy"], result["mlm_loss"], result.pop("mlm_loss_squares", math.nan)
+    result["mlm_accuracy_stderr"] = math.sqrt(p * (1 - p) / n) if n > 0 else math.nan
+    result["mlm_loss_stderr"] = math.sqrt(max(squares - mean * mean, 0.0) / n) if n > 0 else math.nan
+    return result
 
 
 def _constant_id(bit_sums: np.ndarray, count: float) -> float:
@@ -421,6 +434,12 @@ def format_log_line(m: Mapping[str, Any], extra: Sequence[str] = ()) -> str:
         parts.append(f"{int(m['skipped_steps'])} non-finite step(s) skipped")
     parts.extend(f"{key} {float(m[key]):.4g}" for key in extra if m.get(key) is not None)
     return " | ".join(parts)
+
+
+def format_mix(m: Mapping[str, float]) -> str:
+    """A mixture's log line: each source's share of the interval's rows and its epochs so far."""
+    names = [k[len("mix_") :] for k in m if k.startswith("mix_")]
+    return " | ".join(f"{n} {100 * m[f'mix_{n}']:.1f}% (epoch {m.get(f'epochs_{n}', 0.0):.2f})" for n in names)
 
 
 # --- Writers -----------------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ and the vocab file's sha256 against metadata.json's `vocab_hash`. A vocab that l
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, Optional, Sequence
 
 from bertjax import models as models_lib
 from bertjax.data.pretraining import record_sets, records
@@ -19,10 +19,23 @@ from bertjax.data.vocab import tokenization
 log = logging.getLogger(__name__)
 
 
-def check_job_vocab(job: Any) -> Any:
-    """`job` (a JobConfig with train_files set) with model.vocab_size resolved; one sentence on a mismatch."""
+def check_job_vocab(job: Any, record_files: Sequence[tuple[str, str]] = ()) -> Any:
+    """`job` with model.vocab_size resolved; one sentence on a mismatch. `record_files`: (what, glob) of each
+    record set it trains on (a mixture's sources); by default config.data.train_files."""
     d = job.data
-    metadata = records.read_metadata(record_sets.expand_record_files(d.train_files, "config.data.train_files"))
+    sets = list(record_files) or [("config.data.train_files", d.train_files)]
+    found = [(what, records.read_metadata(record_sets.expand_record_files(glob, what))) for what, glob in sets]
+    sizes = {what: m["vocab_size"] for what, m in found if m and m.get("vocab_size")}
+    for what, n in sizes.items():
+        first, m = next(iter(sizes.items()))
+        if n != m:
+            raise ValueError(
+                f"{first} was made with a vocabulary of {m:,} tokens and {what} with {n:,}; one model reads every "
+                "source: prepare them all with one vocab_file."
+            )
+    for what, metadata in found[1:]:
+        _check_vocab_file(d, metadata, f"the {records.METADATA_NAME} of {what}")
+    metadata = found[0][1]
     where = f"the records' {records.METADATA_NAME}"
     vocab_size = job.model.vocab_size
     tokenizer = tokenization.load(d.vocab_file, d.do_lower_case) if d.vocab_file else None
@@ -48,14 +61,7 @@ def check_job_vocab(job: Any) -> Any:
                 f"config.model.vocab_size={vocab_size:,}: use the vocab the records were made with "
                 "(a vocab that lost a line shifts every id after it), or set the size to match."
             )
-        made_with = (metadata or {}).get("vocab_hash")
-        if made_with and tokenizer.vocab_hash() != made_with:
-            raise ValueError(
-                f"config.data.vocab_file={d.vocab_file} is not the vocabulary the records were made "
-                f"with (its sha256 differs from {where}' vocab_hash; prepare used "
-                f"{metadata.get('vocab_file', 'another file')}): set config.data.vocab_file to that "
-                "file."
-            )
+        _check_vocab_file(d, metadata, where, tokenizer)
     model = {"vocab_size": vocab_size}
     if tokenizer is not None:  # special ids the vocab has (ModernBERT's config.json carries them); -1 = unset
         for name, token_id in (
@@ -66,3 +72,18 @@ def check_job_vocab(job: Any) -> Any:
             if getattr(job.model, name) < 0:
                 model[name] = token_id
     return job.replace(model=model)
+
+
+def _check_vocab_file(d: Any, metadata: Optional[dict], where: str, tokenizer: Any = None) -> None:
+    """The vocab file is the one the records were made with (metadata.json's vocab_hash), when both are known."""
+    made_with = (metadata or {}).get("vocab_hash")
+    if not made_with or not d.vocab_file:
+        return
+    tokenizer = tokenizer or tokenization.load(d.vocab_file, d.do_lower_case)
+    if tokenizer.vocab_hash() != made_with:
+        raise ValueError(
+            f"config.data.vocab_file={d.vocab_file} is not the vocabulary the records were made "
+            f"with (its sha256 differs from {where}' vocab_hash; prepare used "
+            f"{metadata.get('vocab_file', 'another file')}): set config.data.vocab_file to that "
+            "file."
+        )
