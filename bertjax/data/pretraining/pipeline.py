@@ -459,8 +459,8 @@ class InputPipeline:
         c = self.config
         # Names and sizes, not paths: the same files elsewhere match, a changed one does not.
         out = {
-            "files": (
-                {s.label: s.fingerprint_files() for s in self.streams}
+            "files": (  # a mixture's: [name, files] per source, in the mixture's order
+                [[s.label, s.fingerprint_files()] for s in self.streams]
                 if c.sources
                 else self.streams[0].fingerprint_files()
             ),
@@ -513,7 +513,7 @@ class InputPipeline:
         with tf.io.gfile.GFile(info) as f:
             saved = json.load(f)
         position = saved.pop("position", {})
-        legacy = isinstance(saved.get("files"), list) and bool(saved["files"]) and isinstance(saved["files"][0], str)
+        legacy = bool(saved.get("files")) and isinstance(saved["files"][0], str)
         if legacy != self.streams[0].legacy:  # its iterator state opened files by path: read them so again
             self.streams[0].legacy = legacy
             self.dataset = self._build()
@@ -524,7 +524,7 @@ class InputPipeline:
             raise PipelineMismatch(
                 f"{info}: the saved pipeline differs in {', '.join(diff)}; restore with the config it was saved with."
             )
-        self._check_files(info, saved.get("files", []), mine["files"])
+        self._check_files(info, saved, mine)
         batches = int(position.get("batches", 0))
         rewrites = mixture.past_change(saved, self.plan, self._rates, self.step_of(batches))
         if rewrites:
@@ -536,17 +536,24 @@ class InputPipeline:
             self._drawn[:] = position.get("drawn", [0] * len(self.streams))
             self._interval[:] = 0
 
-    def _check_files(self, info: str, saved: Any, mine: Any) -> None:
-        if isinstance(saved, dict) != isinstance(mine, dict) or (isinstance(mine, dict) and list(saved) != list(mine)):
-            then = ", ".join(saved) if isinstance(saved, dict) else "one record set"
-            now = ", ".join(mine) if isinstance(mine, dict) else "one record set"
+    def _check_files(self, info: str, saved: dict, mine: dict) -> None:
+        """The same record files (per source, in the same source order, for a mixture) as the saved position's."""
+        then, now = saved.get("files", []), mine["files"]
+        if ("mixture" in saved) != ("mixture" in mine) or (
+            "mixture" in mine and [n for n, _ in then] != [n for n, _ in now]
+        ):
+            described = [
+                ", ".join(n for n, _ in f) if "mixture" in d else "one record set"
+                for d, f in ((saved, then), (mine, now))
+            ]
             raise PipelineMismatch(
-                f"{info}: it was saved reading {then} and this run reads {now}; a run keeps its mixture's sources "
-                "(their weights may change from a later step on): restore with them, or start a new workdir."
+                f"{info}: it was saved reading {described[0]} and this run reads {described[1]}; a run keeps its "
+                "mixture's sources (their weights may change from a later step on): restore with them, or start a new "
+                "workdir."
             )
-        pairs = [(None, saved, mine)] if not isinstance(mine, dict) else [(n, saved[n], mine[n]) for n in mine]
-        for name, then, now in pairs:
-            changed = record_sets.files_difference(then, now)
+        pairs = [(name, a, b) for (name, a), (_, b) in zip(then, now)] if "mixture" in mine else [(None, then, now)]
+        for name, a, b in pairs:
+            changed = record_sets.files_difference(a, b)
             if changed:
                 source = f" of source {name!r}" if name else ""
                 raise PipelineMismatch(
