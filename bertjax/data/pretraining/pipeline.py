@@ -22,7 +22,7 @@ import math
 import os
 import re
 import tempfile
-from typing import Any, Callable, Iterator, Optional
+from typing import Callable, Iterator, Optional
 
 import numpy as np
 
