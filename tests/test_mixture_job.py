@@ -169,3 +169,24 @@ def test_record_set_sources_with_their_own_heldout_sets(pydocs_data, tmp_path):
     c.data.eval_files = f"a={heldout},c={heldout}"
     with pytest.raises(ValueError, match="entry 'c=.*' names no source of config.data.mixture"):
         train.train_and_evaluate(c, str(tmp_path / "bad"))
+
+
+def test_two_processes_draw_each_source_as_one_process_does(pydocs_data, tmp_path):
+    from test_resume_and_hosts import finish, free_port, job_config, start, train_rows
+
+    shards = lambda k: os.path.join(pydocs_data, "train", f"records-0000{k}-of-00004.tfrecord")  # noqa: E731
+    c = job_config(pydocs_data, **{"train.num_train_steps": 4, "train.log_every_steps": 1})
+    c.data.update(train_files="", mixture=f"a={shards(0)}:0.3,b={shards(1)}:0.7", mixture_schedule="2:a=0.8,b=0.2")
+    c.mesh.shape = (-1, 1, 1)
+    config_file = train_setup.write_config(c, tmp_path / "config.py")
+    finish(start(config_file, tmp_path / "one", devices=4))
+    address = f"127.0.0.1:{free_port()}"
+    args = (f"--coordinator_address={address}", "--num_processes=2")
+    procs = [start(config_file, tmp_path / "two", devices=2, args=args + (f"--process_id={i}",)) for i in range(2)]
+    assert "2 process(es), 4 device(s)" in [finish(p) for p in procs][0]
+    one, two = train_rows(tmp_path / "one"), train_rows(tmp_path / "two")
+    assert [r["step"] for r in two] == [1, 2, 3, 4]
+    shares = lambda rows: [(r["mix_a"], r["mix_b"], r["epochs_a"], r["epochs_b"]) for r in rows]  # noqa: E731
+    assert shares(two) == shares(one)
+    for row, weight in zip(one, (0.3, 0.3, 0.8, 0.8)):  # 16 rows a step: weight × 16 rows, within one row
+        assert abs(row["mix_a"] - weight) * 16 < 1
