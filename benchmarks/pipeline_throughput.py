@@ -5,7 +5,9 @@
 Writes synthetic shards (seq 128, 20 predictions, token ids drawn from a 30,522-token vocab with ~20%
 continuation pieces) with `records.RecordWriter` into a temp dir, pins the process to one CPU, runs
 TensorFlow with one thread, and measures static and dynamic masking after a warm-up. Also reports the
-size of an iterator checkpoint with a 10k shuffle buffer. Prints one JSON object.
+size of an iterator checkpoint with a 10k shuffle buffer, and the same shards read as a three-source mixture
+(`mixture`: weights 0.5/0.3/0.2 that change at step 1,000, blocks of --block rows; `vs_one_set`: its sequences/s
+over the static pipeline's, measured in turns). Prints one JSON object.
 
 --bucket: the same shards also in a bucket (fake-gcs-server on localhost, tests/gcs_emulator.py), read as a job
 reads records there: copied to the local disk by data/remote_cache.py (timed), then through the same
@@ -60,11 +62,25 @@ def vocab():
     return instances.Vocab(size=VOCAB, pad_id=0, cls_id=101, sep_id=102, mask_id=103, is_continuation=cont)
 
 
-def measure(files: str, batch: int, batches: int, warmup: int, dynamic: bool) -> dict:
-    from bertjax.data.pretraining import instances, pipeline
+def mixture_sources(files: str) -> tuple[tuple[str, str], ...]:
+    """The same shards as three sources of a mixture: 3, 3 and 2 shards."""
+    shards = sorted(glob.glob(files))
+    return (("web", ",".join(shards[:3])), ("code", ",".join(shards[3:6])), ("wiki", ",".join(shards[6:])))
+
+
+MIXTURE = ("web=a:0.5,code=b:0.3,wiki=c:0.2", "1000:web=0.2,code=0.2,wiki=0.6")  # weights, and new ones from step 1000
+
+
+def measure(
+    files: str, batch: int, batches: int, warmup: int, dynamic: bool, mixed: bool = False, block: int = 8
+) -> dict:
+    from bertjax.data.pretraining import instances, mixture, pipeline
 
     cfg = pipeline.PipelineConfig(
-        files=files,
+        files="" if mixed else files,
+        sources=mixture_sources(files) if mixed else (),
+        mixture=mixture.Mixture.parse(*MIXTURE) if mixed else None,
+        mixture_block=block,
         batch_size=batch,
         max_seq_length=SEQ,
         max_predictions_per_seq=PRED,
@@ -90,6 +106,23 @@ def measure(files: str, batch: int, batches: int, warmup: int, dynamic: bool) ->
     }
 
 
+def mixture_row(files: str, args) -> dict:
+    """The same records as a three-source mixture whose weights change mid-run, against the one set: measured in
+    turns (3 each, medians), since their difference is smaller than a single run's noise."""
+    one, mixed = [], []
+    for _ in range(3):
+        one.append(measure(files, args.batch, args.batches, args.warmup, dynamic=False)["sequences_per_s"])
+        mixed.append(measure(files, args.batch, args.batches, args.warmup, False, True, args.block)["sequences_per_s"])
+    return {
+        "sources": 3,
+        "mixture_block": args.block,
+        "sequences_per_s": int(np.median(mixed)),
+        "one_set_sequences_per_s": int(np.median(one)),
+        "vs_one_set": round(float(np.median(mixed) / np.median(one)), 3),
+        "runs": {"mixture": mixed, "one_set": one},
+    }
+
+
 def checkpoint_size(files: str, directory: str) -> int:
     from bertjax.data.pretraining import pipeline
 
@@ -108,6 +141,7 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=100)
     parser.add_argument("--cores", type=int, default=1, help="CPUs the process may use")
     parser.add_argument("--bucket", action="store_true", help="also the shards in a bucket on localhost")
+    parser.add_argument("--block", type=int, default=8, help="the mixture's rows drawn together (mixture_block)")
     args = parser.parse_args()
 
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -132,6 +166,7 @@ def main() -> None:
             "write_s": round(write_s, 1),
             "static": measure(files, args.batch, args.batches, args.warmup, dynamic=False),
             "dynamic_whole_word": measure(files, args.batch, args.batches, args.warmup, dynamic=True),
+            "mixture": mixture_row(files, args),
             "checkpoint_bytes_10k_buffer": checkpoint_size(files, directory),
         }
         if args.bucket:

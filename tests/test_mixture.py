@@ -47,6 +47,7 @@ def mixed(sources, text="web=a:0.5,code=b:0.3,wiki=c:0.2", schedule="", **kw) ->
     spec = mixture.Mixture.parse(
         text, schedule, kw.pop("temperature", 1.0), kw.pop("interpolation", "step"), kw.pop("normalize", False)
     )
+    kw.setdefault("mixture_block", 1)  # every row drawn on its own: these batches are 8 rows
     return InputPipeline(config("", sources=tuple(sources.items()), mixture=spec, **kw))
 
 
@@ -74,6 +75,19 @@ def test_shares_follow_the_schedule_within_a_point_over_1000_steps(sources):
     # A source that ran out repeated as an epoch does: wiki's 60 records were drawn ~6,400 / 60 times.
     assert metrics["epochs_wiki"] == pytest.approx(np.concatenate(drawn).tolist().count(2) / 60)
     assert metrics["epochs_wiki"] > 100
+
+
+def test_blocks_of_rows_come_from_one_source_and_keep_the_shares(sources):
+    pipe = mixed(sources, batch_size=64, mixture_block=8)
+    drawn = []
+    for batch in take(pipe, 1000):
+        blocks = source_of(batch).reshape(8, 8)
+        assert (blocks == blocks[:, :1]).all()  # each block of 8 rows is one source's
+        drawn.append(blocks[:, 0])
+    shares = np.bincount(np.concatenate(drawn), minlength=3) / 8000
+    assert np.abs(shares - [0.5, 0.3, 0.2]).max() <= 0.01, shares
+    with pytest.raises(ValueError, match=r"mixture_block=16 rows must divide the batch each process reads \(8 rows\)"):
+        mixed(sources, mixture_block=16)
 
 
 def test_a_linear_ramp_moves_the_weights_step_by_step(sources):
@@ -118,7 +132,7 @@ def test_resume_across_a_schedule_boundary_is_exact(sources, tmp_path, stop):
         dynamic_masking=True,
         vocab=VOCAB,
         masked_lm_prob="0:0.3;10:0.1",
-        step_of_batch=lambda b: b // 2,  # two micro-batches a step, as batch warmup reads them
+        batches_per_step=2,  # two micro-batches a step, as batch warmup reads them
     )
     straight = take(mixed(sources, **kw), 30)
     first = mixed(sources, **kw)
@@ -133,7 +147,7 @@ def test_resume_across_a_schedule_boundary_is_exact(sources, tmp_path, stop):
 
 
 def test_the_past_may_not_change_and_the_future_may(sources, tmp_path, caplog):
-    kw = dict(dynamic_masking=True, vocab=VOCAB, masked_lm_prob="0:0.3;50:0.1")
+    kw = dict(dynamic_masking=True, vocab=VOCAB, masked_lm_prob="0:0.3;200:0.1")
     first = mixed(sources, schedule="20:web=0.1,code=0.1,wiki=0.8", **kw)
     take(first, 30)
     first.save_state(str(tmp_path / "state"))
@@ -145,11 +159,27 @@ def test_the_past_may_not_change_and_the_future_may(sources, tmp_path, caplog):
         ).restore_state(str(tmp_path / "state"))
     with pytest.raises(PipelineMismatch, match="keeps its mixture's sources"):
         InputPipeline(config(sources["web"], **kw)).restore_state(str(tmp_path / "state"))
-    future = mixed(sources, schedule="20:web=0.1,code=0.1,wiki=0.8;40:web=1,code=0,wiki=0", **kw)
+
+    # A change beyond the horizon (the batches the stopped pipeline may have drawn ahead) applies at its step, and
+    # the resumed run equals one that had the new schedule from the start.
+    later = dict(schedule="20:web=0.1,code=0.1,wiki=0.8;100:web=1,code=0,wiki=0", **kw)
+    straight = take(mixed(sources, **later), 110)
+    future = mixed(sources, **later)
     with caplog.at_level(logging.INFO):
         future.restore_state(str(tmp_path / "state"))
-    assert "the schedule after step 30 changed" in caplog.text
-    assert all((source_of(b) == 0).all() for b in take(future, 20)[10:])  # from step 40: web only
+    assert "the schedule after step 30 differs from the saved one" in caplog.text
+    for want, got in zip(straight[30:], take(future, 80)):
+        for key in want:
+            np.testing.assert_array_equal(got[key], want[key])
+    assert all((source_of(b) == 0).all() for b in straight[100:])
+    # One inside it applies from the horizon on, said in the log: the batches drawn before the stop stay as drawn.
+    caplog.clear()
+    soon = mixed(sources, schedule="20:web=0.1,code=0.1,wiki=0.8;40:web=1,code=0,wiki=0", **kw)
+    with caplog.at_level(logging.INFO):
+        soon.restore_state(str(tmp_path / "state"))
+    assert f"so it applies from step {30 + mixture.HORIZON}" in caplog.text
+    switch = 30 + mixture.HORIZON
+    assert soon.plan.weights_at(switch - 1) == pytest.approx([0.1, 0.1, 0.8]) and soon.plan.weights_at(switch)[0] == 1
 
 
 def test_the_masking_rate_follows_its_schedule(sources):

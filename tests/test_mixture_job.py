@@ -15,6 +15,7 @@ import pytest
 
 import train_setup
 from bertjax.data.corpus import sources as corpus_lib
+from bertjax.data.pretraining import mixture
 from bertjax.data.pretraining.pipeline import PipelineMismatch
 from bertjax.jobs import main as train
 from bertjax.jobs import stage
@@ -46,6 +47,7 @@ def mixture_config(reversed_text: str, **data):
         num_shards=2,
         num_workers=1,
         heldout_every=10,
+        mixture_block=1,  # 16-row batches: each row drawn on its own
         **data,
     )
     c.train.update(num_train_steps=8, log_every_steps=4)
@@ -140,11 +142,14 @@ def test_modernbert_packed_with_warmup_resumes_bitwise_across_the_boundary(rever
     # The past may not change: a schedule that moves the boundary to step 2 is refused, naming the step.
     with pytest.raises(PipelineMismatch, match="other weights at step 2 .* trained up to step 8"):
         train.train_and_evaluate(modern_config(reversed_text, 10, mixture_schedule="2:py=0.25,rev=0.75"), stopped)
-    # A decay branch may carry its own future: from step 4 of the run, all reversed text from step 6 on.
-    branch = modern_config(reversed_text, 10, mixture_schedule="4:py=0.25,rev=0.75;6:py=0,rev=1")
+    # A decay branch may carry its own future: from step 4 of the run, all reversed text from step 6 on, which
+    # applies once the batches the stopped run had drawn ahead are used (mixture.HORIZON steps after the branch).
+    branch = modern_config(reversed_text, 40, mixture_schedule="4:py=0.25,rev=0.75;6:py=0,rev=1")
     branch.train.branch_from = os.path.join(stopped, "4")
     train.train_and_evaluate(branch, str(tmp_path / "branch"))
-    assert rows(tmp_path / "branch", "train")[-1]["mix_rev"] == 1.0
+    shares = {r["step"]: r["mix_rev"] for r in rows(tmp_path / "branch", "train")}
+    switch = 4 + mixture.HORIZON
+    assert shares[switch] < 1 and all(shares[s] == 1.0 for s in range(switch + 1, 41))
 
 
 def test_record_set_sources_with_their_own_heldout_sets(pydocs_data, tmp_path):
@@ -177,6 +182,7 @@ def test_two_processes_draw_each_source_as_one_process_does(pydocs_data, tmp_pat
     shards = lambda k: os.path.join(pydocs_data, "train", f"records-0000{k}-of-00004.tfrecord")  # noqa: E731
     c = job_config(pydocs_data, **{"train.num_train_steps": 4, "train.log_every_steps": 1})
     c.data.update(train_files="", mixture=f"a={shards(0)}:0.3,b={shards(1)}:0.7", mixture_schedule="2:a=0.8,b=0.2")
+    c.data.mixture_block = 4  # two blocks a process
     c.mesh.shape = (-1, 1, 1)
     config_file = train_setup.write_config(c, tmp_path / "config.py")
     finish(start(config_file, tmp_path / "one", devices=4))
@@ -188,5 +194,5 @@ def test_two_processes_draw_each_source_as_one_process_does(pydocs_data, tmp_pat
     assert [r["step"] for r in two] == [1, 2, 3, 4]
     shares = lambda rows: [(r["mix_a"], r["mix_b"], r["epochs_a"], r["epochs_b"]) for r in rows]  # noqa: E731
     assert shares(two) == shares(one)
-    for row, weight in zip(one, (0.3, 0.3, 0.8, 0.8)):  # 16 rows a step: weight × 16 rows, within one row
-        assert abs(row["mix_a"] - weight) * 16 < 1
+    for row, weight in zip(one, (0.3, 0.3, 0.8, 0.8)):  # 16 rows a step: weight × 16 rows, within one block
+        assert abs(row["mix_a"] - weight) * 16 < 4

@@ -151,6 +151,7 @@ class DataConfig:
     mixture_temperature: float = 1.0  # `auto` weights ∝ size^(1/T), sizes the sources' token counts (larger T: flatter)
     mixture_interpolation: str = "step"  # step: each entry's weights until the next | linear: a ramp between entries
     mixture_normalize: bool = False  # weights not summing to 1 are divided by their sum (logged) instead of refused
+    mixture_block: int = 8  # rows drawn from one source together (must divide each process's micro-batch; 1 = each row)
 
     @property
     def predictions_per_row(self) -> int:

@@ -102,7 +102,9 @@ def _pipeline(
             verify_checksums=d.verify_checksums,
             sources=sources,
             mixture=d.mixture_spec() if sources else None,
-            step_of_batch=warmup.step_of if warmup is not None else None,
+            mixture_block=d.mixture_block,
+            batch_starts=warmup.batch_starts() if warmup is not None else (0,),
+            batches_per_step=job.train.micro_batches if warmup is not None else 1,
         )
     )
 

@@ -32,7 +32,6 @@ class BatchWarmup:
         self.seq_len = seq_len
         self._sizes: list[int] = []  # micro-batches of steps 0, 1, ... while warming up
         self._done_at: Optional[int] = None  # the first step at the full batch
-        self._starts: Optional[np.ndarray] = None  # step_of's table
 
     def micro_batches_at(self, step: int) -> int:
         while self._done_at is None and len(self._sizes) <= step:
@@ -47,14 +46,11 @@ class BatchWarmup:
     def rows_at(self, step: int) -> int:
         return self.micro_batches_at(step) * self.rows_per_micro_batch
 
-    def step_of(self, micro_batch: int) -> int:
-        """The step that the pipeline's micro-batch number `micro_batch` (0-based, since step 0) belongs to."""
+    def batch_starts(self) -> tuple[int, ...]:
+        """The pipeline's first micro-batch of each warmup step, then the warmup's end (after it a step takes
+        `micro_batches`): how the input pipeline finds the step of a micro-batch, for its schedules."""
         self.micro_batches_at(10**9)
-        if self._starts is None:
-            self._starts = np.cumsum([0] + self._sizes)  # the first micro-batch of each warmup step, and their end
-        if micro_batch < self._starts[-1]:
-            return int(np.searchsorted(self._starts, micro_batch, side="right")) - 1
-        return len(self._sizes) + int(micro_batch - self._starts[-1]) // self.micro_batches
+        return tuple(int(x) for x in np.cumsum([0] + self._sizes))
 
     def steps(self) -> int:
         """Steps until the full batch."""

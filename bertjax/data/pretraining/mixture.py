@@ -7,11 +7,11 @@ weighted `auto` ∝ size^(1/T) (sizes: the record sets' token counts), and `conf
 a schedule of rates (`0:0.3;9000:0.15`). No TensorFlow, no JAX: the config, the pipeline and the metrics
 share these functions.
 
-Which source a row comes from is `choose(weights(step), seed, batch, rows)`: a pure function of the seed, the
-pipeline batch (the step, or the micro-batch with batch warmup) and the row's position in the global batch, so
-it is the same for any number of processes and after any restart. A batch is a stratified draw — each source
-gets round(weight × rows) of its rows, give or take one, at seeded positions — so realised shares track the
-schedule within a row per batch, not within a binomial's noise.
+Which source a row comes from is decided in the input pipeline (`InputPipeline._draw`): a pure function of the
+seed, the pipeline batch (the step, or the micro-batch with batch warmup) and the row's position in the global
+batch, so it is the same for any number of processes and after any restart. A batch is a stratified draw — each
+source gets its weight × rows, give or take one block, at seeded positions — so realised shares track the
+schedule within a block per batch, not within a binomial's noise.
 """
 
 from __future__ import annotations
@@ -30,7 +30,6 @@ TEMPERATURE = "T"  # the temperature's name in a schedule entry
 INTERPOLATIONS = ("step", "linear")
 _NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*\Z")
 _SUM_TOLERANCE = 1e-3
-_SEED_TAG = 0x6D6978  # 'mix': the choice's stream apart from every other use of the seed
 
 
 class MixtureError(ValueError):
@@ -189,12 +188,7 @@ class Plan:
 
         Both are piecewise (constant or linear), so comparing them at every entry step of either and just before
         each (a linear ramp's end) covers every step."""
-        other = Plan(
-            tuple(saved["names"]),
-            tuple(saved["steps"]),
-            tuple(map(tuple, saved["weights"])),
-            saved.get("interpolation", "step"),
-        )
+        other = _plan_of(saved)
         if other.names != self.names:
             return 0
         points = sorted({s for s in self.steps + other.steps for s in (s - 1, s) if 0 <= s < before} | {0})
@@ -282,19 +276,6 @@ def _resolve_one(
     return {n: w / s for n, w in out.items()}, note
 
 
-# --- The choice ---------------------------------------------------------------------------------------------
-
-
-def choose(weights: np.ndarray, seed: int, batch: int, rows: int) -> np.ndarray:
-    """The source of each of a global batch's `rows` positions (int32 [rows]): stratified, then permuted, both
-    seeded by (seed, batch) alone."""
-    rng = np.random.default_rng([seed & 0xFFFFFFFF, _SEED_TAG, batch])
-    points = (np.arange(rows) + rng.random()) / rows
-    bounds = np.cumsum(np.asarray(weights, np.float64))[:-1]
-    chosen = np.searchsorted(bounds, points, side="right").astype(np.int32)
-    return chosen[rng.permutation(rows)]
-
-
 # --- A value scheduled by step (the masking rate) ------------------------------------------------------------
 
 
@@ -340,39 +321,72 @@ class RateSchedule:
 
 # --- Resuming: the future may change, the past may not -------------------------------------------------------
 
+# Steps ahead of a stop whose batches the input pipeline may already have drawn, masked and buffered (its draws are
+# made 16 batches at a time, ≤ 8 batches are parsed at once, 2 prefetched): a schedule changed on resume applies
+# from this many steps after the stop, so that the batches saved with the position stay exactly as they were.
+HORIZON = 32
 
-def past_change(saved: Mapping, plan: Optional[Plan], rates: Optional[RateSchedule], step: int) -> Optional[str]:
-    """Why resuming at `step` (steps before it trained) with this plan and masking rates would rewrite what the run
-    that saved `saved` (a pipeline fingerprint) trained on, as a sentence; None when only later steps change
-    (then logged)."""
-    now = plan.to_json() if plan is not None else None
-    if saved.get("mixture") is not None and now is not None:
+
+def _plan_of(saved: Mapping) -> Plan:
+    return Plan(
+        tuple(saved["names"]),
+        tuple(saved["steps"]),
+        tuple(map(tuple, saved["weights"])),
+        saved.get("interpolation", "step"),
+    )
+
+
+def _joined_plan(old: Plan, new: Plan, at: int) -> Plan:
+    """old's weights before step `at`, new's from it (an entry at at−1 keeps a linear ramp of old's exact)."""
+    before = [(s, tuple(old.weights_at(s))) for s in old.steps if s < at - 1] + [
+        (at - 1, tuple(old.weights_at(at - 1)))
+    ]
+    after = [(at, tuple(new.weights_at(at)))] + [(s, tuple(new.weights_at(s))) for s in new.steps if s > at]
+    entries = [e for e in before if e[0] >= 0] + after
+    return Plan(new.names, tuple(s for s, _ in entries), tuple(w for _, w in entries), new.interpolation)
+
+
+def resumed(
+    saved: Mapping, plan: Optional[Plan], rates: Optional[RateSchedule], step: int
+) -> tuple[Optional[Plan], Optional[RateSchedule]]:
+    """The plan and masking rates a pipeline restored at `step` (steps before it trained) runs with: the saved
+    ones up to HORIZON steps after the stop, this run's from there (logged when they differ). A schedule that
+    differs from the saved one before `step` rewrites what was trained: a MixtureError naming the step."""
+    switch = step + HORIZON
+    if plan is not None and saved.get("mixture") is not None:
+        then = _plan_of(saved["mixture"])
         at = plan.first_difference(saved["mixture"], step)
         if at is not None:
-            return (
+            raise MixtureError(
                 f"config.data.mixture_schedule gives other weights at step {at} than the run that saved this position, "
                 f"which has trained up to step {step}; change only entries from step {step} on (a branch_from run "
                 "may carry its own schedule from its branch step on), or start a new workdir"
             )
         if plan.first_difference(saved["mixture"], 2**62) is not None:
-            log.info("mixture: the schedule after step %d changed; from here on: %s", step, plan.describe())
-    if saved.get("masking") is not None or (rates is not None and not rates.constant):
-        then = (
-            RateSchedule(tuple(saved["masking"]["steps"]), tuple(saved["masking"]["values"]))
-            if saved.get("masking")
-            else None
-        )
-        if then is not None and rates is not None:
-            at = rates.first_difference(then, step)
-            if at is not None:
-                return (
-                    f"config.data.masked_lm_prob masks {rates.at(at):g} at step {at} where the run that saved this "
-                    f"position masked {then.at(at):g}, and it has trained up to step {step}; change only entries "
-                    f"from step {step} on, or start a new workdir"
-                )
-            if rates.first_difference(then, 2**62) is not None:
-                log.info("masking: the rate schedule after step %d changed; now %s", step, rates)
-    return None
+            plan = _joined_plan(then, plan, switch)
+            log.info(
+                "mixture: the schedule after step %d differs from the saved one; the batches up to step %d were drawn "
+                "before the stop, so it applies from step %d: %s",
+                step,
+                switch - 1,
+                switch,
+                plan.describe(),
+            )
+    if rates is not None and saved.get("masking") is not None:
+        then = RateSchedule(tuple(saved["masking"]["steps"]), tuple(saved["masking"]["values"]))
+        at = rates.first_difference(then, step)
+        if at is not None:
+            raise MixtureError(
+                f"config.data.masked_lm_prob masks {rates.at(at):g} at step {at} where the run that saved this "
+                f"position masked {then.at(at):g}, and it has trained up to step {step}; change only entries "
+                f"from step {step} on, or start a new workdir"
+            )
+        if rates.first_difference(then, 2**62) is not None:
+            kept = [(s, v) for s, v in zip(then.steps, then.values) if s < switch]
+            new = [(switch, rates.at(switch))] + [(s, v) for s, v in zip(rates.steps, rates.values) if s > switch]
+            rates = RateSchedule(tuple(s for s, _ in kept + new), tuple(v for _, v in kept + new))
+            log.info("masking: the rate schedule after step %d changed; from step %d: %s", step, switch, rates)
+    return plan, rates
 
 
 # --- The whole setting ----------------------------------------------------------------------------------------

@@ -22,7 +22,7 @@ import math
 import os
 import re
 import tempfile
-from typing import Callable, Iterator, Optional
+from typing import Iterator, Optional
 
 import numpy as np
 
@@ -31,7 +31,10 @@ from bertjax.data.pretraining import instances, mixture, packing, record_sets, r
 
 log = logging.getLogger(__name__)
 EXAMPLE_WEIGHT = "example_weight"
-SOURCE = "source"  # a mixture's batches: each row's source index (taken off before the step)
+DRAW_CHUNK = 16  # a mixture's draws are computed for this many batches at once (fixed: it seeds them)
+GOLDEN = (5**0.5 - 1) / 2
+MIXTURE_PARSE_CALLS = 8  # batches a mixture parses at once: with DRAW_CHUNK, what bounds mixture.HORIZON
+SOURCE, MIX_COUNTS = "source", "mix_counts"  # a mixture's: each row's source, the global rows per source (taken off)
 _MASKED = ("input_ids", "masked_lm_positions", "masked_lm_ids", "masked_lm_weights")
 
 
@@ -83,8 +86,11 @@ class PipelineConfig:
     # A data mixture (training): (name, record files) per source, `files` unused, and their weights by step.
     sources: tuple[tuple[str, str], ...] = ()
     mixture: Optional[mixture.Mixture] = dataclasses.field(default=None, compare=False)
-    # The step a pipeline batch belongs to (batch warmup: a step takes several); None: batch i is step i.
-    step_of_batch: Optional[Callable[[int], int]] = dataclasses.field(default=None, compare=False)
+    mixture_block: int = 8  # rows drawn from one source together; batch_size must be a multiple
+    # Which step a pipeline batch belongs to, for schedules: batch warmup's first batch of each warmup step and
+    # the warmup's end (BatchWarmup.batch_starts), after which a step takes batches_per_step; by default batch i is step i.
+    batch_starts: tuple[int, ...] = (0,)
+    batches_per_step: int = 1
 
     def validate(self) -> None:
         if self.batch_size < 1:
@@ -99,6 +105,11 @@ class PipelineConfig:
             raise ValueError(f"shuffle_buffer={self.shuffle_buffer} must be ≥ 1 (1 = no shuffling).")
         if self.sources and (not self.training or self.mixture is None or self.num_epochs is not None):
             raise ValueError("sources (a mixture) need training=True, a mixture and num_epochs=None (sources repeat).")
+        if self.sources and (self.mixture_block < 1 or self.batch_size % self.mixture_block):
+            raise ValueError(
+                f"config.data.mixture_block={self.mixture_block} rows must divide the batch each process reads "
+                f"({self.batch_size} rows); set it to a divisor of {self.batch_size} (1: every row drawn on its own)."
+            )
         if self.dynamic_masking and self.vocab is None:
             raise ValueError(
                 "dynamic_masking=True needs vocab (an instances.Vocab, e.g. from "
@@ -239,17 +250,51 @@ class InputPipeline:
 
     def step_of(self, batch: int) -> int:
         """The training step a pipeline batch belongs to (with batch warmup a step takes several)."""
-        return self.config.step_of_batch(batch) if self.config.step_of_batch else batch
-
-    def _global_choices(self, batch: int) -> np.ndarray:
         c = self.config
-        return mixture.choose(self.plan.weights_at(self.step_of(batch)), c.seed, batch, c.batch_size * c.process_count)
+        if batch < c.batch_starts[-1]:
+            return int(np.searchsorted(c.batch_starts, batch, side="right")) - 1
+        return len(c.batch_starts) - 1 + (batch - c.batch_starts[-1]) // c.batches_per_step
 
-    def _choices(self, batch) -> np.ndarray:
-        """This process's rows of the batch's global draw: positions [p·B, (p+1)·B)."""
-        c = self.config
-        start = c.process_index * c.batch_size
-        return self._global_choices(int(batch))[start : start + c.batch_size].astype(np.int64)
+    def _draws(self, chunk):
+        """The mixture's draws for pipeline batches chunk·C … chunk·C + C−1 (C = DRAW_CHUNK), in TensorFlow ops, C
+        batches at once (tf.data runs it once per C batches): for each batch, the source of each of this process's
+        blocks of `mixture_block` rows, and how many rows of the global batch each source gets.
+
+        A batch's global blocks are a stratified draw — each source gets its weight × blocks, give or take one,
+        from an offset that moves by the golden ratio from batch to batch — at positions a seeded shuffle spreads;
+        offsets and shuffles are functions of (seed, batch) alone, so a block's source is a function of (seed,
+        step, position), whatever the number of processes or restarts."""
+        tf, c, plan = _tf(), self.config, self.plan
+        batch = chunk * DRAW_CHUNK + tf.range(DRAW_CHUNK, dtype=tf.int64)
+        starts = tf.constant(c.batch_starts, tf.int64)
+        step = tf.where(
+            batch < starts[-1],
+            tf.searchsorted(starts, batch, side="right", out_type=tf.int64) - 1,
+            len(c.batch_starts) - 1 + (batch - starts[-1]) // c.batches_per_step,
+        )
+        steps, table = tf.constant(plan.steps, tf.int64), tf.constant(plan.weights, tf.float64)
+        i = tf.searchsorted(steps, step, side="right", out_type=tf.int64) - 1
+        weights = tf.gather(table, i)  # [C, sources]
+        if plan.interpolation == "linear" and len(plan.steps) > 1:
+            j = tf.minimum(i + 1, len(plan.steps) - 1)
+            span = tf.cast(tf.maximum(tf.gather(steps, j) - tf.gather(steps, i), 1), tf.float64)
+            done = tf.cast(step - tf.gather(steps, i), tf.float64) / span * tf.cast(j > i, tf.float64)
+            weights += (tf.gather(table, j) - weights) * done[:, None]
+        blocks = c.batch_size * c.process_count // c.mixture_block
+        seed = tf.stack([tf.constant(c.seed, tf.int64) * 2 + 1, chunk])
+        # The offsets follow the golden ratio from a seeded start: low-discrepancy across batches, so that even a
+        # batch of one block keeps each source's share over a few batches, not over a binomial's noise.
+        start = tf.random.stateless_uniform([], tf.stack([seed[0], tf.constant(-1, tf.int64)]), dtype=tf.float64)
+        offsets = tf.math.floormod(start + tf.cast(batch[:, None], tf.float64) * GOLDEN, 1.0)
+        points = (tf.range(blocks, dtype=tf.float64)[None, :] + offsets) / blocks
+        bounds = tf.cumsum(weights, axis=1)[:, :-1]
+        chosen = tf.searchsorted(bounds, points, side="right", out_type=tf.int32)  # [C, blocks]
+        counts = tf.reduce_sum(tf.one_hot(chosen, len(plan.names), dtype=tf.int64), axis=1) * c.mixture_block
+        order = tf.argsort(tf.random.stateless_uniform([DRAW_CHUNK, blocks], seed + [0, 1]), axis=1)
+        chosen = tf.gather(chosen, order, batch_dims=1)
+        per_process = c.batch_size // c.mixture_block
+        mine = chosen[:, c.process_index * per_process : (c.process_index + 1) * per_process]
+        return tf.cast(mine, tf.int64), counts
 
     def mix_metrics(self) -> dict[str, float]:
         """A mixture's `mix_<name>` (each source's share of the rows drawn since the last call, every process's)
@@ -308,26 +353,25 @@ class InputPipeline:
         return self._maskings[rate]
 
     def _mixed(self):
-        """A mixture's rows: each source shuffled and repeated, drawn as `_choices` says, tagged with its index."""
+        """A mixture's batches: (serialized rows, (each block's source, rows per source globally)). Every source is
+        shuffled, repeated and cut into blocks of `mixture_block` rows; each block is drawn from the source `_draws`
+        names (tf.data's choose_from_datasets costs ~1.3 µs an element: a block spreads it over its rows)."""
         tf, c = _tf(), self.config
-        buffer = max(1, math.ceil(c.shuffle_buffer / len(self.streams)))  # the buffer is the process's, shared
+        k, buffer = c.mixture_block, max(1, math.ceil(c.shuffle_buffer / len(self.streams)))  # the process's, shared
         sources = []
-        for k, stream in enumerate(self.streams):
-            ds = stream.examples(None, shuffle_files=True, seed=c.seed + 2 * k)
-            ds = ds.shuffle(buffer, seed=c.seed + 2 * k + 1, reshuffle_each_iteration=True)
-            sources.append(ds.map(lambda r, k=k: (r, tf.constant(k, tf.int32))))
-        rows = c.batch_size
-        choice = (
-            tf.data.Dataset.range(2**62)
-            .map(lambda b: tf.ensure_shape(tf.numpy_function(self._choices, [b], tf.int64, stateful=False), [rows]))
-            .unbatch()
-        )
-        return tf.data.Dataset.choose_from_datasets(sources, choice, stop_on_empty_dataset=True)
+        for i, stream in enumerate(self.streams):
+            ds = stream.examples(None, shuffle_files=True, seed=c.seed + 2 * i)
+            ds = ds.shuffle(buffer, seed=c.seed + 2 * i + 1, reshuffle_each_iteration=True)
+            sources.append(ds.batch(k, drop_remainder=True))
+        draws = lambda: tf.data.Dataset.range(2**62).map(self._draws).unbatch()  # noqa: E731  (per batch)
+        choice = draws().map(lambda blocks, counts: blocks).unbatch()
+        mixed = tf.data.Dataset.choose_from_datasets(sources, choice, stop_on_empty_dataset=True)
+        return tf.data.Dataset.zip(mixed.batch(c.batch_size // k, drop_remainder=True), draws())
 
     def _build(self):
         tf, c = _tf(), self.config
         if c.sources:
-            ds = self._mixed().batch(c.batch_size, drop_remainder=True)
+            ds = self._mixed()
         elif c.training:
             ds = self.streams[0].examples(c.num_epochs, shuffle_files=True)
             ds = ds.shuffle(c.shuffle_buffer, seed=c.seed + 1, reshuffle_each_iteration=True)
@@ -335,8 +379,11 @@ class InputPipeline:
         else:
             ds = self.streams[0].examples(1, shuffle_files=False).batch(c.batch_size)
         ds = ds.enumerate()  # the batch index seeds dynamic masking; part of the iterator state
-        parse = (lambda i, x: self._parse(i, *x)) if c.sources else self._parse
-        ds = ds.map(parse, num_parallel_calls=self._parallel, deterministic=self._deterministic)
+        parse, calls = self._parse, self._parallel
+        if c.sources:  # a bounded lookahead (mixture.HORIZON)
+            parse = lambda i, x: self._parse(i, *x)  # noqa: E731
+            calls = min(MIXTURE_PARSE_CALLS, os.cpu_count() or 1) if calls == tf.data.AUTOTUNE else calls
+        ds = ds.map(parse, num_parallel_calls=calls, deterministic=self._deterministic)
         if not c.training:
             real = math.ceil(self.num_examples / c.batch_size)
             padding = tf.data.Dataset.from_tensors(self._zeros())
@@ -346,6 +393,8 @@ class InputPipeline:
             ds = ds.repeat()
         options = tf.data.Options()
         options.deterministic = True
+        if c.sources:  # no prefetch beyond the pipeline's own (mixture.HORIZON)
+            options.experimental_optimization.inject_prefetch = False
         if c.dynamic_masking or c.sources:  # the numpy masker and chooser are pure functions: safe to checkpoint
             options.experimental_external_state_policy = tf.data.experimental.ExternalStatePolicy.IGNORE
         if c.threads is not None:
@@ -362,16 +411,19 @@ class InputPipeline:
             ).items()
         }
 
-    def _parse(self, index, serialized, source=None) -> dict:
+    def _parse(self, index, serialized, draw=None) -> dict:
         tf, c = _tf(), self.config
+        if draw is not None:  # a mixture's: blocks of rows, and the draw they came from
+            serialized = tf.reshape(serialized, [c.batch_size])
         parsed = tf.io.parse_example(serialized, self.schema.feature_spec())
         batch = {k: tf.cast(v, tf.int32) if v.dtype == tf.int64 else v for k, v in parsed.items()}
         if not c.max_instances_per_row:
             batch["next_sentence_labels"] = tf.reshape(batch["next_sentence_labels"], [-1])
         rows = tf.shape(serialized)[0]
         batch[EXAMPLE_WEIGHT] = tf.ones([rows], tf.float32)
-        if source is not None:
-            batch[SOURCE] = source
+        if draw is not None:  # each row's source, and the global rows per source for the host's counts
+            batch[SOURCE] = tf.repeat(tf.cast(draw[0], tf.int32), c.mixture_block)
+            batch[MIX_COUNTS] = draw[1]
         if c.dynamic_masking:
             out = tf.numpy_function(
                 self._remask,
@@ -442,7 +494,7 @@ class InputPipeline:
         out = {k: v.numpy() for k, v in batch.items()}
         if self.plan is not None:  # the draw of every process, counted once per batch on each
             self.last_sources = out.pop(SOURCE)
-            drawn = np.bincount(self._global_choices(self._batches), minlength=len(self.streams))
+            drawn = out.pop(MIX_COUNTS)
             self._drawn += drawn
             self._interval += drawn
         self._batches += 1
@@ -476,7 +528,7 @@ class InputPipeline:
             "max_predictions_per_seq": c.max_predictions_per_seq,
         }
         if self.plan is not None:
-            out["mixture"] = self.plan.to_json()
+            out["mixture"], out["mixture_block"] = self.plan.to_json(), c.mixture_block
         if self._rates is not None and not self._rates.constant:
             out["masking"] = {"steps": list(self._rates.steps), "values": list(self._rates.values)}
         return out
@@ -518,17 +570,21 @@ class InputPipeline:
             self.streams[0].legacy = legacy
             self.dataset = self._build()
         mine = self._fingerprint()
+        self._check_files(info, saved, mine)  # a mixture's sources first: other differences follow from them
         scheduled = ("files", "mixture", "masking")
         diff = sorted(k for k in set(saved) | set(mine) if k not in scheduled and saved.get(k) != mine.get(k))
         if diff:
             raise PipelineMismatch(
                 f"{info}: the saved pipeline differs in {', '.join(diff)}; restore with the config it was saved with."
             )
-        self._check_files(info, saved, mine)
         batches = int(position.get("batches", 0))
-        rewrites = mixture.past_change(saved, self.plan, self._rates, self.step_of(batches))
-        if rewrites:
-            raise PipelineMismatch(f"{info}: {rewrites}.")
+        try:
+            plan, rates = mixture.resumed(saved, self.plan, self._rates, self.step_of(batches))
+        except mixture.MixtureError as e:
+            raise PipelineMismatch(f"{info}: {e}.") from None
+        if plan is not self.plan or rates is not self._rates:  # the saved schedule until the horizon: rebuilt
+            self.plan, self._rates, self._maskings = plan, rates, {}
+            self.dataset = self._build()
         self._iterator, self._exhausted = iter(self.dataset), False
         tf.train.Checkpoint(iterator=self._iterator).read(path).assert_consumed()
         self._batches = batches
