@@ -7,6 +7,10 @@ splits the documents into train and held-out sets (every `heldout_every`-th docu
 no held-out sentence is ever trained on), trains a WordPiece vocab on the train documents unless
 `data.vocab_file` is given, prepares records for both with `bertjax.prepare`, and points the config at
 them. Outputs live in `workdir/data` and are reused when present, so a resumed job starts at once.
+
+With `data.mixture` each corpus source is split and prepared the same way under `workdir/data/NAME`, and one
+vocab is trained on a sample that follows the mixture's weights; record-set sources are read as they are
+(`mixture_sources` names every source's records for the job).
 """
 
 from __future__ import annotations

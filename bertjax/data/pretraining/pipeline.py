@@ -20,7 +20,6 @@ import json
 import logging
 import math
 import os
-import re
 import tempfile
 from typing import Iterator, Optional
 
@@ -133,34 +132,7 @@ class PipelineConfig:
             )
 
 
-_HIDDEN = False
-
-
-def _tf():
-    """TensorFlow with accelerators hidden, before it first touches a device."""
-    global _HIDDEN
-    import tensorflow as tf
-
-    if not _HIDDEN:
-        for kind in ("GPU", "TPU"):
-            try:
-                if tf.config.get_visible_devices(kind):
-                    tf.config.set_visible_devices([], kind)
-            except (RuntimeError, ValueError) as e:  # runtime already initialised by someone else
-                log.warning(
-                    "pipeline: could not hide %s devices from TensorFlow (%s); it may hold "
-                    "accelerator memory. Build the pipeline before other TF use.",
-                    kind,
-                    e,
-                )
-        _HIDDEN = True
-    return tf
-
-
-def _tf_message(error) -> str:
-    """A TensorFlow error's own words, without the op and function names around them."""
-    text = re.sub(r"\{\{[^}]*\}\}|\[Op:[^\]]*\].*$", "", error.message.splitlines()[0] if error.message else "")
-    return text.strip() or type(error).__name__
+_tf, _tf_message = record_stream.tf_hidden, record_stream.tf_message  # TensorFlow, kept off accelerators
 
 
 class InputPipeline:

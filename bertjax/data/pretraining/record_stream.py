@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import re
 from typing import Any, Optional
 
 import numpy as np
@@ -19,10 +20,37 @@ from bertjax.data.pretraining import record_sets, records
 log = logging.getLogger(__name__)
 
 
-def _tf():
-    from bertjax.data.pretraining import pipeline
+_HIDDEN = False
 
-    return pipeline._tf()
+
+def tf_hidden():
+    """TensorFlow with accelerators hidden, before it first touches a device."""
+    global _HIDDEN
+    import tensorflow as tf
+
+    if not _HIDDEN:
+        for kind in ("GPU", "TPU"):
+            try:
+                if tf.config.get_visible_devices(kind):
+                    tf.config.set_visible_devices([], kind)
+            except (RuntimeError, ValueError) as e:  # runtime already initialised by someone else
+                log.warning(
+                    "pipeline: could not hide %s devices from TensorFlow (%s); it may hold "
+                    "accelerator memory. Build the pipeline before other TF use.",
+                    kind,
+                    e,
+                )
+        _HIDDEN = True
+    return tf
+
+
+def tf_message(error) -> str:
+    """A TensorFlow error's own words, without the op and function names around them."""
+    text = re.sub(r"\{\{[^}]*\}\}|\[Op:[^\]]*\].*$", "", error.message.splitlines()[0] if error.message else "")
+    return text.strip() or type(error).__name__
+
+
+_tf = tf_hidden  # the module's own short name
 
 
 class RecordStream:
@@ -217,14 +245,12 @@ class RecordStream:
 
     def read_error(self, error) -> ValueError:
         """TF names a damaged record by byte offset only: find the file (on this failure path only)."""
-        from bertjax.data.pretraining.pipeline import _tf_message
-
         listed = record_sets.listed_counts(self.files, self.metadata)
         for scan in map(record_sets.scan_file, self.files):
             if scan.problem:
                 return record_sets.damaged_file_error(scan, listed)
         return ValueError(
-            f"reading {', '.join(self.files)} failed: {_tf_message(error)}; these are not BERT "
+            f"reading {', '.join(self.files)} failed: {tf_message(error)}; these are not BERT "
             "pre-training records of this schema: re-run prepare, or drop the file that is not."
         )
 
