@@ -54,6 +54,7 @@ def _numpy_reference(batch, example_weight=None):
         nsp_accuracy=(ncorrect * ew).sum() / ew.sum(),
         loss=(ce * w).sum() / (w.sum() + 1e-5) + (nce * ew).sum() / ew.sum(),
         mlm_count=w.sum(),
+        mlm_loss_squares=(ce * ce * w).sum() / w.sum(),
     )
 
 
@@ -61,7 +62,14 @@ def test_metrics_and_loss_match_numpy():
     batch = _batch(np.random.default_rng(0))
     ref = _numpy_reference(batch)
     got = metrics.normalize(pretraining_metrics(**batch))
-    assert set(got) == {"mlm_loss", "mlm_accuracy", "mlm_constant_prediction", "nsp_loss", "nsp_accuracy"}
+    assert set(got) == {
+        "mlm_loss",
+        "mlm_accuracy",
+        "mlm_constant_prediction",
+        "mlm_loss_squares",
+        "nsp_loss",
+        "nsp_accuracy",
+    }
     assert "mlm_constant_prediction" not in metrics.pretraining_metrics(**batch)  # the train step's
     for key in got:
         assert got[key] == pytest.approx(ref[key], rel=1e-5), key
@@ -82,11 +90,22 @@ def test_bfloat16_logits_give_float32_loss():
     assert value.dtype == jnp.float32 and m["mlm_loss"][0].dtype == jnp.float32
 
 
+def test_an_eval_result_has_the_standard_errors_of_its_mlm_figures():
+    batch = _batch(np.random.default_rng(5), b=16, p=5)
+    ref = _numpy_reference(batch)
+    got = metrics.eval_result(pretraining_metrics(**batch))
+    n, p = ref["mlm_count"], ref["mlm_accuracy"]
+    assert got["mlm_targets"] == n and "mlm_loss_squares" not in got
+    assert got["mlm_accuracy_stderr"] == pytest.approx(np.sqrt(p * (1 - p) / n))
+    variance = ref["mlm_loss_squares"] - ref["mlm_loss"] ** 2
+    assert got["mlm_loss_stderr"] == pytest.approx(np.sqrt(variance / n), rel=1e-4)
+
+
 def test_mlm_only_has_no_nsp_terms():
     batch = _batch(np.random.default_rng(2))
     batch.pop("nsp_logits"), batch.pop("next_sentence_labels")
     got = pretraining_metrics(**batch)
-    assert set(got) == {"mlm_loss", "mlm_accuracy", "mlm_constant_prediction"}
+    assert set(got) == {"mlm_loss", "mlm_accuracy", "mlm_constant_prediction", "mlm_loss_squares"}
     ref = _numpy_reference(_batch(np.random.default_rng(2)))
     assert float(metrics.loss(**batch)) == pytest.approx(ref["loss"] - ref["nsp_loss"], rel=1e-5)
 
