@@ -143,7 +143,7 @@ def test_resume_across_a_schedule_boundary_is_exact(sources, tmp_path, stop):
     for want, got in zip(straight[2 * stop :], take(resumed, 30 - 2 * stop)):
         for key in want:
             np.testing.assert_array_equal(got[key], want[key])
-    assert resumed._drawn.sum() == 30 * 8  # the draws before the stop were restored, not counted again
+    assert resumed.mixing.drawn.sum() == 30 * 8  # the draws before the stop were restored, not counted again
 
 
 def test_the_past_may_not_change_and_the_future_may(sources, tmp_path, caplog):

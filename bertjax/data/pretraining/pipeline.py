@@ -26,14 +26,10 @@ from typing import Iterator, Optional
 import numpy as np
 
 from bertjax.data import files
-from bertjax.data.pretraining import instances, mixture, packing, record_sets, record_stream, records
+from bertjax.data.pretraining import instances, mixing, mixture, packing, record_sets, record_stream, records
 
 log = logging.getLogger(__name__)
 EXAMPLE_WEIGHT = "example_weight"
-DRAW_CHUNK = 16  # a mixture's draws are computed for this many batches at once (fixed: it seeds them)
-GOLDEN = (5**0.5 - 1) / 2
-MIXTURE_PARSE_CALLS = 8  # batches a mixture parses at once: with DRAW_CHUNK, what bounds mixture.HORIZON
-SOURCE, MIX_COUNTS = "source", "mix_counts"  # a mixture's: each row's source, the global rows per source (taken off)
 _MASKED = ("input_ids", "masked_lm_positions", "masked_lm_ids", "masked_lm_weights")
 
 
@@ -147,8 +143,8 @@ class InputPipeline:
     State is per process: give each process its own save_state path.
 
     With `sources` (a data mixture, training only) each source is its own shuffled, repeating stream and
-    each row is drawn from the source `mixture.choose` names for its (seed, batch, global position); the
-    draws are counted (`mix_metrics`: each source's share since the last call and its epochs so far).
+    each block of rows is drawn from the source `mixing.Mixing.draws` names for its (seed, batch, global
+    position); the draws are counted (`mix_metrics`: each source's share since the last call, its epochs so far).
     """
 
     def __init__(self, config: PipelineConfig):
@@ -161,9 +157,7 @@ class InputPipeline:
             self.streams = [record_stream.RecordStream(c.files, c)]
         self.metadata = self.streams[0].metadata
         self.schema = records.RecordSchema(c.max_seq_length, c.max_predictions_per_seq, c.max_instances_per_row)
-        self.plan: Optional[mixture.Plan] = None
-        if c.sources:
-            self._plan_mixture()
+        self.mixing = mixing.Mixing(self.streams, c) if c.sources else None
         self.masking = self._masking_config() if c.dynamic_masking else None
         self._rates = mixture.RateSchedule.parse(c.masked_lm_prob) if c.masked_lm_prob is not None else None
         self._maskings: dict[float, instances.InstanceConfig] = {}
@@ -172,7 +166,7 @@ class InputPipeline:
         self.num_examples: Optional[int] = None  # eval: real rows on this process
         self.num_batches: Optional[int] = None  # eval: batches per pass, the same on every process
         if c.training:
-            for stream, used in zip(self.streams, self.plan.used() if self.plan else [True]):
+            for stream, used in zip(self.streams, self.plan.used() if self.plan is not None else [True]):
                 if used:
                     stream.check_not_empty()
         else:
@@ -185,6 +179,15 @@ class InputPipeline:
         self.last_sources: Optional[np.ndarray] = None  # a mixture: the source of each row of the last batch
 
     # --- One record set, or a mixture's: what the job reads about them -----------------------------------
+    @property
+    def plan(self) -> Optional[mixture.Plan]:
+        """A mixture's weights by step (None without one)."""
+        return self.mixing.plan if self.mixing is not None else None
+
+    def mix_metrics(self) -> dict[str, float]:
+        """A mixture's `mix_<name>` and `epochs_<name>` (`mixing.Mixing.metrics`); {} without one."""
+        return self.mixing.metrics() if self.mixing is not None else {}
+
     @property
     def files(self) -> list[str]:
         return [f for s in self.streams for f in s.files]
@@ -201,83 +204,12 @@ class InputPipeline:
     def skipped_records(self) -> int:
         return sum(s.skipped_records for s in self.streams)
 
-    def _plan_mixture(self) -> None:
-        """The weights resolved against the sources' sizes; the sources' records, for their epochs."""
-        c = self.config
-        sizes, units = {}, set()
-        for stream in self.streams:
-            sizes[stream.label], unit = stream.tokens()
-            units.add(unit)
-        self.plan = c.mixture.resolve(sizes)
-        for note in self.plan.notes:
-            log.info("mixture: %s", note)
-        if "records" in units and any(s.weight is None for s in c.mixture.sources):
-            log.warning("mixture: some sources have no metadata.json token count; auto weights use their record counts")
-        self.records = np.array([sum(s.record_counts()) for s in self.streams], np.float64)  # all processes'
-        for stream, used in zip(self.streams, self.plan.used()):
-            if not used:
-                log.warning("mixture: source %r has weight 0 at every step; none of its records are read", stream.label)
-        self._drawn = np.zeros(len(self.streams), np.int64)  # every process's draws since step 0
-        self._interval = np.zeros(len(self.streams), np.int64)  # ... since the last mix_metrics()
-
     def step_of(self, batch: int) -> int:
         """The training step a pipeline batch belongs to (with batch warmup a step takes several)."""
         c = self.config
         if batch < c.batch_starts[-1]:
             return int(np.searchsorted(c.batch_starts, batch, side="right")) - 1
         return len(c.batch_starts) - 1 + (batch - c.batch_starts[-1]) // c.batches_per_step
-
-    def _draws(self, chunk):
-        """The mixture's draws for pipeline batches chunk·C … chunk·C + C−1 (C = DRAW_CHUNK), in TensorFlow ops, C
-        batches at once (tf.data runs it once per C batches): for each batch, the source of each of this process's
-        blocks of `mixture_block` rows, and how many rows of the global batch each source gets.
-
-        A batch's global blocks are a stratified draw — each source gets its weight × blocks, give or take one,
-        from an offset that moves by the golden ratio from batch to batch — at positions a seeded shuffle spreads;
-        offsets and shuffles are functions of (seed, batch) alone, so a block's source is a function of (seed,
-        step, position), whatever the number of processes or restarts."""
-        tf, c, plan = _tf(), self.config, self.plan
-        batch = chunk * DRAW_CHUNK + tf.range(DRAW_CHUNK, dtype=tf.int64)
-        starts = tf.constant(c.batch_starts, tf.int64)
-        step = tf.where(
-            batch < starts[-1],
-            tf.searchsorted(starts, batch, side="right", out_type=tf.int64) - 1,
-            len(c.batch_starts) - 1 + (batch - starts[-1]) // c.batches_per_step,
-        )
-        steps, table = tf.constant(plan.steps, tf.int64), tf.constant(plan.weights, tf.float64)
-        i = tf.searchsorted(steps, step, side="right", out_type=tf.int64) - 1
-        weights = tf.gather(table, i)  # [C, sources]
-        if plan.interpolation == "linear" and len(plan.steps) > 1:
-            j = tf.minimum(i + 1, len(plan.steps) - 1)
-            span = tf.cast(tf.maximum(tf.gather(steps, j) - tf.gather(steps, i), 1), tf.float64)
-            done = tf.cast(step - tf.gather(steps, i), tf.float64) / span * tf.cast(j > i, tf.float64)
-            weights += (tf.gather(table, j) - weights) * done[:, None]
-        blocks = c.batch_size * c.process_count // c.mixture_block
-        seed = tf.stack([tf.constant(c.seed, tf.int64) * 2 + 1, chunk])
-        # The offsets follow the golden ratio from a seeded start: low-discrepancy across batches, so that even a
-        # batch of one block keeps each source's share over a few batches, not over a binomial's noise.
-        start = tf.random.stateless_uniform([], tf.stack([seed[0], tf.constant(-1, tf.int64)]), dtype=tf.float64)
-        offsets = tf.math.floormod(start + tf.cast(batch[:, None], tf.float64) * GOLDEN, 1.0)
-        points = (tf.range(blocks, dtype=tf.float64)[None, :] + offsets) / blocks
-        bounds = tf.cumsum(weights, axis=1)[:, :-1]
-        chosen = tf.searchsorted(bounds, points, side="right", out_type=tf.int32)  # [C, blocks]
-        counts = tf.reduce_sum(tf.one_hot(chosen, len(plan.names), dtype=tf.int64), axis=1) * c.mixture_block
-        order = tf.argsort(tf.random.stateless_uniform([DRAW_CHUNK, blocks], seed + [0, 1]), axis=1)
-        chosen = tf.gather(chosen, order, batch_dims=1)
-        per_process = c.batch_size // c.mixture_block
-        mine = chosen[:, c.process_index * per_process : (c.process_index + 1) * per_process]
-        return tf.cast(mine, tf.int64), counts
-
-    def mix_metrics(self) -> dict[str, float]:
-        """A mixture's `mix_<name>` (each source's share of the rows drawn since the last call, every process's)
-        and `epochs_<name>` (passes over its records so far); {} without one."""
-        if self.plan is None:
-            return {}
-        shares = self._interval / max(int(self._interval.sum()), 1)
-        self._interval[:] = 0
-        out = {f"mix_{n}": float(x) for n, x in zip(self.plan.names, shares)}
-        out.update({f"epochs_{n}": float(d / r) for n, d, r in zip(self.plan.names, self._drawn, self.records) if r})
-        return out
 
     # --- Construction ----------------------------------------------------------------------------
     def _masking_config(self, rate: Optional[float] = None) -> instances.InstanceConfig:
@@ -324,26 +256,10 @@ class InputPipeline:
             self._maskings[rate] = self._masking_config(rate)
         return self._maskings[rate]
 
-    def _mixed(self):
-        """A mixture's batches: (serialized rows, (each block's source, rows per source globally)). Every source is
-        shuffled, repeated and cut into blocks of `mixture_block` rows; each block is drawn from the source `_draws`
-        names (tf.data's choose_from_datasets costs ~1.3 µs an element: a block spreads it over its rows)."""
-        tf, c = _tf(), self.config
-        k, buffer = c.mixture_block, max(1, math.ceil(c.shuffle_buffer / len(self.streams)))  # the process's, shared
-        sources = []
-        for i, stream in enumerate(self.streams):
-            ds = stream.examples(None, shuffle_files=True, seed=c.seed + 2 * i)
-            ds = ds.shuffle(buffer, seed=c.seed + 2 * i + 1, reshuffle_each_iteration=True)
-            sources.append(ds.batch(k, drop_remainder=True))
-        draws = lambda: tf.data.Dataset.range(2**62).map(self._draws).unbatch()  # noqa: E731  (per batch)
-        choice = draws().map(lambda blocks, counts: blocks).unbatch()
-        mixed = tf.data.Dataset.choose_from_datasets(sources, choice, stop_on_empty_dataset=True)
-        return tf.data.Dataset.zip(mixed.batch(c.batch_size // k, drop_remainder=True), draws())
-
     def _build(self):
         tf, c = _tf(), self.config
         if c.sources:
-            ds = self._mixed()
+            ds = self.mixing.dataset()
         elif c.training:
             ds = self.streams[0].examples(c.num_epochs, shuffle_files=True)
             ds = ds.shuffle(c.shuffle_buffer, seed=c.seed + 1, reshuffle_each_iteration=True)
@@ -354,7 +270,7 @@ class InputPipeline:
         parse, calls = self._parse, self._parallel
         if c.sources:  # a bounded lookahead (mixture.HORIZON)
             parse = lambda i, x: self._parse(i, *x)  # noqa: E731
-            calls = min(MIXTURE_PARSE_CALLS, os.cpu_count() or 1) if calls == tf.data.AUTOTUNE else calls
+            calls = min(mixing.PARSE_CALLS, os.cpu_count() or 1) if calls == tf.data.AUTOTUNE else calls
         ds = ds.map(parse, num_parallel_calls=calls, deterministic=self._deterministic)
         if not c.training:
             real = math.ceil(self.num_examples / c.batch_size)
@@ -394,8 +310,8 @@ class InputPipeline:
         rows = tf.shape(serialized)[0]
         batch[EXAMPLE_WEIGHT] = tf.ones([rows], tf.float32)
         if draw is not None:  # each row's source, and the global rows per source for the host's counts
-            batch[SOURCE] = tf.repeat(tf.cast(draw[0], tf.int32), c.mixture_block)
-            batch[MIX_COUNTS] = draw[1]
+            batch[mixing.SOURCE] = tf.repeat(tf.cast(draw[0], tf.int32), c.mixture_block)
+            batch[mixing.MIX_COUNTS] = draw[1]
         if c.dynamic_masking:
             out = tf.numpy_function(
                 self._remask,
@@ -443,8 +359,8 @@ class InputPipeline:
             self.dataset = self._build()
             self._iterator = iter(self.dataset)
             self._batches = 0
-            if self.plan is not None:
-                self._drawn[:] = self._interval[:] = 0
+            if self.mixing is not None:
+                self.mixing.restart()
         else:  # the iterator repeats the pass: skip what is left of this one
             for _ in range(self.num_batches - self._position if self._position else 0):
                 next(self._iterator)
@@ -464,11 +380,9 @@ class InputPipeline:
             raise self._read_error(e) from None
         self._position += 1
         out = {k: v.numpy() for k, v in batch.items()}
-        if self.plan is not None:  # the draw of every process, counted once per batch on each
-            self.last_sources = out.pop(SOURCE)
-            drawn = out.pop(MIX_COUNTS)
-            self._drawn += drawn
-            self._interval += drawn
+        if self.mixing is not None:  # the draw of every process, counted once per batch on each
+            self.last_sources = out.pop(mixing.SOURCE)
+            self.mixing.count(out.pop(mixing.MIX_COUNTS))
         self._batches += 1
         return out
 
@@ -514,8 +428,8 @@ class InputPipeline:
         tf = _tf()
         prefix = tf.train.Checkpoint(iterator=self._iterator).write(path)
         saved = dict(self._fingerprint(), position={"batches": self._batches})
-        if self.plan is not None:
-            saved["position"]["drawn"] = self._drawn.tolist()
+        if self.mixing is not None:
+            saved["position"]["drawn"] = self.mixing.drawn.tolist()
         with tf.io.gfile.GFile(path + ".pipeline.json", "w") as f:
             json.dump(saved, f, sort_keys=True)
         return prefix
@@ -555,14 +469,15 @@ class InputPipeline:
         except mixture.MixtureError as e:
             raise PipelineMismatch(f"{info}: {e}.") from None
         if plan is not self.plan or rates is not self._rates:  # the saved schedule until the horizon: rebuilt
-            self.plan, self._rates, self._maskings = plan, rates, {}
+            if self.mixing is not None:
+                self.mixing.plan = plan
+            self._rates, self._maskings = rates, {}
             self.dataset = self._build()
         self._iterator, self._exhausted = iter(self.dataset), False
         tf.train.Checkpoint(iterator=self._iterator).read(path).assert_consumed()
         self._batches = batches
-        if self.plan is not None:
-            self._drawn[:] = position.get("drawn", [0] * len(self.streams))
-            self._interval[:] = 0
+        if self.mixing is not None:
+            self.mixing.restart(position.get("drawn", ()))
 
     def _check_files(self, info: str, saved: dict, mine: dict) -> None:
         """The same record files (per source, in the same source order, for a mixture) as the saved position's."""
