@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -85,7 +86,8 @@ def compile_stop_trial(fault: str, rng: random.Random, init_from: str, directory
     lines += process.stderr.readlines()
     out = {"fault": fault, "signal_after_s": round(delay, 2), "first_exit": process.wait()}
     said = "".join(lines)
-    out["stopped_before_training"] = "before training" in said and "train step" not in said
+    # A step's log line ("train step 1/4 | ..."), not "compile: train step compiled", which a stop may follow.
+    out["stopped_before_training"] = "before training" in said and not re.search(r"train step \d+/\d+", said)
     out["crash"] = out["first_exit"] != 0 and (
         out["first_exit"] < 0 or out["first_exit"] == 139 or "Fatal Python error" in said
     )
