@@ -7,11 +7,10 @@ weighted `auto` ∝ size^(1/T) (sizes: the record sets' token counts), and `conf
 a schedule of rates (`0:0.3;9000:0.15`). No TensorFlow, no JAX: the config, the pipeline and the metrics
 share these functions.
 
-Which source a row comes from is decided in the input pipeline (`InputPipeline._draw`): a pure function of the
-seed, the pipeline batch (the step, or the micro-batch with batch warmup) and the row's position in the global
-batch, so it is the same for any number of processes and after any restart. A batch is a stratified draw — each
-source gets its weight × rows, give or take one block, at seeded positions — so realised shares track the
-schedule within a block per batch, not within a binomial's noise.
+Which source a row comes from is decided inside the input pipeline (`mixing.Mixing.draws`, TensorFlow ops): a
+function of the seed, the pipeline batch (the step, or the micro-batch with batch warmup) and the row's position
+in the global batch, so it is the same for any number of processes and after any restart. `resumed` says what a
+resumed run may change: the weights after the step it stopped at, never before.
 """
 
 from __future__ import annotations
