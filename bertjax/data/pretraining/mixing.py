@@ -58,6 +58,8 @@ class Mixing:
             ds = stream.examples(None, shuffle_files=True, seed=c.seed + 2 * i)
             ds = ds.shuffle(buffer, seed=c.seed + 2 * i + 1, reshuffle_each_iteration=True)
             sources.append(ds.batch(k, drop_remainder=True))
+        # Two streams of the same draws, one for choose_from_datasets, one zipped to the batches (a tf.data stream
+        # has one consumer); each is computed once per DRAW_CHUNK batches.
         draws = lambda: tf.data.Dataset.range(2**62).map(self.draws).unbatch()  # noqa: E731  (per batch)
         choice = draws().map(lambda blocks, counts: blocks).unbatch()
         mixed = tf.data.Dataset.choose_from_datasets(sources, choice, stop_on_empty_dataset=True)

@@ -128,7 +128,7 @@ class PipelineConfig:
             )
 
 
-_tf, _tf_message = record_stream.tf_hidden, record_stream.tf_message  # TensorFlow, kept off accelerators
+_tf = record_stream.tf_hidden  # TensorFlow, kept off accelerators
 
 
 class InputPipeline:
@@ -158,8 +158,8 @@ class InputPipeline:
         self.metadata = self.streams[0].metadata
         self.schema = records.RecordSchema(c.max_seq_length, c.max_predictions_per_seq, c.max_instances_per_row)
         self.mixing = mixing.Mixing(self.streams, c) if c.sources else None
-        self.masking = self._masking_config() if c.dynamic_masking else None
         self._rates = mixture.RateSchedule.parse(c.masked_lm_prob) if c.masked_lm_prob is not None else None
+        self.masking = self._masking_config() if c.dynamic_masking else None
         self._maskings: dict[float, instances.InstanceConfig] = {}
         self._parallel = tf.data.AUTOTUNE if c.threads is None else (c.threads if c.threads > 1 else None)
         self._deterministic = True if self._parallel else None  # tf.data warns when given to sequential ops
@@ -223,11 +223,7 @@ class InputPipeline:
             else c.max_predictions_per_seq
         )
         if rate is None:
-            rate = (
-                md.get("masked_lm_prob", 0.15)
-                if c.masked_lm_prob is None
-                else mixture.RateSchedule.parse(c.masked_lm_prob).at(0)
-            )
+            rate = md.get("masked_lm_prob", 0.15) if self._rates is None else self._rates.at(0)
         if rate != md.get("masked_lm_prob", rate):
             log.info(
                 "pipeline: dynamic masking masks %g of each sequence (the records were masked at %g)",
@@ -387,10 +383,9 @@ class InputPipeline:
         return out
 
     def _read_error(self, error) -> ValueError:
-        if len(self.streams) == 1:
-            return self.streams[0].read_error(error)
-        errors = [s.read_error(error) for s in self.streams]
-        return next((e for e in errors if "re-create it" in str(e)), errors[0])
+        """The first damaged file of any source, else what TensorFlow said."""
+        damaged = next((e for e in (s.damage() for s in self.streams) if e is not None), None)
+        return damaged or self.streams[0].not_records(error)
 
     # --- State -------------------------------------------------------------------------------------
     def _fingerprint(self) -> dict:

@@ -50,9 +50,6 @@ def tf_message(error) -> str:
     return text.strip() or type(error).__name__
 
 
-_tf = tf_hidden  # the module's own short name
-
-
 class RecordStream:
     """A record set's files for one process (`config` is the pipeline's PipelineConfig); `label` names it in
     messages (a mixture's source)."""
@@ -68,6 +65,7 @@ class RecordStream:
         self.base = record_sets.common_dir(self.all_files)
         self.legacy = False  # restored from a state saved with absolute paths (before names): read by path
         self._sizes: Optional[dict[str, int]] = None  # bytes per file, for the saved fingerprint
+        self._counts: Optional[list[int]] = None  # records per file of all_files (record_counts)
         not_records = self._check_headers(self.all_files)
         readable = [f for f in self.all_files if f not in not_records]
         for here in record_sets.check_record_set(readable, damaged_ok=c.skip_damaged_records):
@@ -143,7 +141,7 @@ class RecordStream:
 
     def check_not_empty(self) -> None:
         """A process with no records would spin forever on repeat(); say why instead."""
-        tf, c = _tf(), self.config
+        tf, c = tf_hidden(), self.config
         try:
             empty = not self.files or not any(True for _ in self.examples(1, False).take(1))
         except (tf.errors.DataLossError, tf.errors.InvalidArgumentError) as e:
@@ -162,10 +160,13 @@ class RecordStream:
             )
 
     def record_counts(self) -> list[int]:
-        """Records in each of all_files (every process's)."""
-        if self.readable is not None and set(self.readable) >= set(self.all_files):
-            return [self.readable[f] for f in self.all_files]
-        return record_sets.count_records(self.all_files, self.metadata)
+        """Records in each of all_files (every process's); counted once (without metadata.json, by reading them)."""
+        if self._counts is None:
+            if self.readable is not None and set(self.readable) >= set(self.all_files):
+                self._counts = [self.readable[f] for f in self.all_files]
+            else:
+                self._counts = record_sets.count_records(self.all_files, self.metadata)
+        return self._counts
 
     def tokens(self) -> tuple[float, str]:
         """The set's size for a mixture's `auto` weight: metadata.json's corpus tokens, in the share of its
@@ -202,7 +203,7 @@ class RecordStream:
     def examples(self, epochs: Optional[int], shuffle_files: bool, seed: Optional[int] = None):
         """Serialized records of this process: files (shuffled per epoch, by `seed` or the config's) → interleave →
         split."""
-        tf, c = _tf(), self.config
+        tf, c = tf_hidden(), self.config
         names, read_file = (
             (self.files, tf.data.TFRecordDataset)
             if self.legacy
@@ -236,19 +237,27 @@ class RecordStream:
     def _read_name(self, name):
         """One file's records, by name under `base`. Not tf.data.TFRecordDataset: it opens files through a
         flat_map whose saved state holds the full path, which a moved file set no longer has."""
-        tf = _tf()
+        tf = tf_hidden()
         path = tf.strings.join([self.base + "/", name]) if self.base else name
         return tf.data.experimental.from_variant(
             tf.raw_ops.TFRecordDataset(filenames=path, compression_type="", buffer_size=256 << 10),
             tf.TensorSpec([], tf.string),
         )
 
-    def read_error(self, error) -> ValueError:
-        """TF names a damaged record by byte offset only: find the file (on this failure path only)."""
+    def damage(self) -> Optional[ValueError]:
+        """The first damaged file of this process's, as the error naming it, or None (scanned: a failure path)."""
         listed = record_sets.listed_counts(self.files, self.metadata)
         for scan in map(record_sets.scan_file, self.files):
             if scan.problem:
                 return record_sets.damaged_file_error(scan, listed)
+        return None
+
+    def read_error(self, error) -> ValueError:
+        """TF names a damaged record by byte offset only: find the file (on this failure path only)."""
+        return self.damage() or self.not_records(error)
+
+    def not_records(self, error) -> ValueError:
+        """A reading error with no damaged frame to blame: files of another schema, or not records at all."""
         return ValueError(
             f"reading {', '.join(self.files)} failed: {tf_message(error)}; these are not BERT "
             "pre-training records of this schema: re-run prepare, or drop the file that is not."
@@ -262,7 +271,7 @@ class RecordStream:
         if self._sizes is None:  # stat'ed once, many at a time: remote storage is slow
             from concurrent import futures
 
-            tf = _tf()
+            tf = tf_hidden()
             with futures.ThreadPoolExecutor(16) as pool:
                 self._sizes = dict(zip(self.files, pool.map(lambda f: tf.io.gfile.stat(f).length, self.files)))
         return [[self.name(f), self._sizes[f]] for f in self.files]

@@ -26,19 +26,20 @@ def check_job_vocab(job: Any, record_files: Sequence[tuple[str, str]] = ()) -> A
     sets = list(record_files) or [("config.data.train_files", d.train_files)]
     found = [(what, records.read_metadata(record_sets.expand_record_files(glob, what))) for what, glob in sets]
     sizes = {what: m["vocab_size"] for what, m in found if m and m.get("vocab_size")}
+    first, m = next(iter(sizes.items()), (None, None))
     for what, n in sizes.items():
-        first, m = next(iter(sizes.items()))
         if n != m:
             raise ValueError(
                 f"{first} was made with a vocabulary of {m:,} tokens and {what} with {n:,}; one model reads every "
                 "source: prepare them all with one vocab_file."
             )
-    for what, metadata in found[1:]:
-        _check_vocab_file(d, metadata, f"the {records.METADATA_NAME} of {what}")
+    tokenizer = tokenization.load(d.vocab_file, d.do_lower_case) if d.vocab_file else None  # read once
+    if tokenizer is not None:
+        for what, metadata in found[1:]:
+            _check_vocab_file(d, metadata, f"the {records.METADATA_NAME} of {what}", tokenizer)
     metadata = found[0][1]
     where = f"the records' {records.METADATA_NAME}"
     vocab_size = job.model.vocab_size
-    tokenizer = tokenization.load(d.vocab_file, d.do_lower_case) if d.vocab_file else None
     if not vocab_size:
         if metadata and metadata.get("vocab_size"):
             vocab_size = int(metadata["vocab_size"])
@@ -74,13 +75,10 @@ def check_job_vocab(job: Any, record_files: Sequence[tuple[str, str]] = ()) -> A
     return job.replace(model=model)
 
 
-def _check_vocab_file(d: Any, metadata: Optional[dict], where: str, tokenizer: Any = None) -> None:
-    """The vocab file is the one the records were made with (metadata.json's vocab_hash), when both are known."""
+def _check_vocab_file(d: Any, metadata: Optional[dict], where: str, tokenizer: Any) -> None:
+    """The vocab file (`tokenizer`) is the one the records were made with (metadata.json's vocab_hash), when known."""
     made_with = (metadata or {}).get("vocab_hash")
-    if not made_with or not d.vocab_file:
-        return
-    tokenizer = tokenizer or tokenization.load(d.vocab_file, d.do_lower_case)
-    if tokenizer.vocab_hash() != made_with:
+    if made_with and tokenizer.vocab_hash() != made_with:
         raise ValueError(
             f"config.data.vocab_file={d.vocab_file} is not the vocabulary the records were made "
             f"with (its sha256 differs from {where}' vocab_hash; prepare used "
