@@ -30,6 +30,8 @@ import sys
 import tempfile
 import time
 
+import numpy as np
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MAIN, HELD_BACK = ("de", "fr", "nl", "pt", "sv"), ("it", "pl")
 
@@ -189,6 +191,11 @@ def main() -> None:
                 },
                 "main_gain": {lang: round(table["curriculum"][lang] - table["fixed"][lang], 2) for lang in MAIN},
                 "seconds": {"fixed": round(fixed_s), "curriculum": round(curriculum_s)},
+                # the share of the training loop's time spent waiting for batches (train rows after the first)
+                "input_wait_fraction": {
+                    name: round(float(np.mean([r["input_wait_fraction"] for r in rows(w, "train")[1:]])), 4)
+                    for name, w in (("fixed", fixed), ("curriculum", curriculum))
+                },
                 "plot": args.plot,
                 "workdir": base,
             }

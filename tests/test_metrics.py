@@ -225,8 +225,13 @@ def test_throughput_tracker_excludes_first_step_and_pauses():
     assert out["step_time_s"] == pytest.approx(0.2)
     assert out["steps_per_s"] == pytest.approx(5.0)
     assert out["eta_s"] == pytest.approx(899 * 0.7)  # the pause recurs: 70 s of wall time per 100 steps
+    assert out["input_wait_fraction"] == 0  # no batch was waited for
     now[0] = 210.0
+    tracker.input_wait(2.5)  # 2.5 s of the 10 s waiting for batches
     out = tracker.update(151)
+    assert out["input_wait_fraction"] == pytest.approx(0.25)
+    assert "input-bound: 25% of the time waiting for batches" in metrics.format_log_line(out)
+    assert "input-bound" not in metrics.format_log_line(dict(out, input_wait_fraction=0.01))
     assert out["step_time_s"] == pytest.approx(0.2)
     assert out["eta_s"] == pytest.approx(849 * 80 / 150)  # the mean since the clock started, not the last 50
 

@@ -67,6 +67,7 @@ def test_a_mixture_of_corpora_trains_with_its_shares_epochs_and_per_source_evals
     train_rows = rows(workdir, "train")
     assert [r["mix_py"] for r in train_rows] == pytest.approx([0.7, 0.25], abs=1 / 16)  # 16 rows a step
     assert all(r["epochs_rev"] > 0 and r["epochs_py"] > 0 for r in train_rows)
+    assert all(0 <= r["input_wait_fraction"] <= 1 for r in train_rows)  # the loop's wait for batches, measured
     assert train_rows[1]["epochs_rev"] > 2 * train_rows[0]["epochs_rev"]  # drawn faster after step 4
     final = rows(workdir, "eval")[-1]
     for name in ("py", "rev"):

@@ -15,6 +15,7 @@ import errno
 import logging
 import os
 import signal
+import time
 from typing import Any, Callable, Optional
 
 import jax
@@ -267,7 +268,10 @@ def train_loop(
     stop.training_started()  # from here a SIGTERM saves at the next step
     try:
         while step < num_steps:
-            state, step_metrics = trainer.train_step(state, trainer.global_batch(next(train_data)))
+            waited = time.perf_counter()
+            batch = next(train_data)
+            meter.input_wait(time.perf_counter() - waited)
+            state, step_metrics = trainer.train_step(state, trainer.global_batch(batch))
             nonfinite = step_metrics.pop("nonfinite")[0]
             running = metrics_lib.merge(running, step_metrics)
             step += 1

@@ -358,9 +358,15 @@ class Throughput:
         self._start: Optional[tuple[int, float]] = None
         self._last: Optional[tuple[int, float]] = None
         self._excluded = 0.0
+        self._input_wait = 0.0
+
+    def input_wait(self, seconds: float) -> None:
+        """Time the loop spent waiting for its next batch (the input pipeline not ready)."""
+        self._input_wait += seconds
 
     def update(self, step: int) -> dict[str, float]:
-        """{step_time_s, steps_per_s, eta_s} since the previous update; {} on the first call."""
+        """{step_time_s, steps_per_s, eta_s, input_wait_fraction} since the previous update; {} on the first call.
+        input_wait_fraction: the share of the (unpaused) interval spent waiting for batches."""
         now = self._clock()
         out = {}
         if self._last is not None and step > self._last[0]:
@@ -371,10 +377,11 @@ class Throughput:
                 "step_time_s": step_time,
                 "steps_per_s": 1.0 / step_time,
                 "eta_s": max(self.num_train_steps - step, 0) * wall_per_step,
+                "input_wait_fraction": min(self._input_wait / elapsed, 1.0),
             }
         if self._start is None:
             self._start = (int(step), now)
-        self._last, self._excluded = (int(step), now), 0.0
+        self._last, self._excluded, self._input_wait = (int(step), now), 0.0, 0.0
         return out
 
     def paused(self):
@@ -402,11 +409,15 @@ def format_eta(seconds: float) -> str:
     return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
 
 
+INPUT_BOUND = 0.05  # a log line says so when the loop waited this share of its time for batches
+
+
 def format_log_line(m: Mapping[str, Any], extra: Sequence[str] = ()) -> str:
     """One log line from a dict of host floats; keys that are absent are left out.
 
     Keys: step, num_train_steps, loss, mlm_accuracy, nsp_accuracy, learning_rate, grad_norm, seq_per_s,
     tokens_per_s, real_tokens_per_s, padding_fraction (0-1), mfu (0-1), eta_s, skipped_steps (shown when > 0),
+    input_wait_fraction (shown from INPUT_BOUND on),
     then each of `extra` present in m, as `key value` (fine-tuning's held-out scores).
     """
     parts = []
@@ -432,6 +443,8 @@ def format_log_line(m: Mapping[str, Any], extra: Sequence[str] = ()) -> str:
         parts.append(f"ETA {format_eta(float(m['eta_s']))}")
     if m.get("skipped_steps"):
         parts.append(f"{int(m['skipped_steps'])} non-finite step(s) skipped")
+    if m.get("input_wait_fraction", 0.0) >= INPUT_BOUND:
+        parts.append(f"input-bound: {100 * float(m['input_wait_fraction']):.0f}% of the time waiting for batches")
     parts.extend(f"{key} {float(m[key]):.4g}" for key in extra if m.get(key) is not None)
     return " | ".join(parts)
 
