@@ -53,6 +53,10 @@ def test_bad_model_fields_are_named():
     config.model.num_attention_heads = 3
     with pytest.raises(ValueError, match=r"config.model: hidden_size=128 is not divisible by num_attention_heads=3"):
         JobConfig.from_configdict(config)
+    config = load("tiny")
+    config.model.window_block = -2
+    with pytest.raises(ValueError, match=r"config.model.window_block=-2 must be -1 \(auto\), 0 \(off\) or a positive"):
+        JobConfig.from_configdict(config)
 
 
 def uncommented_fields(source: str, classes: tuple[str, ...]) -> list[str]:

@@ -157,3 +157,37 @@ def test_dry_run_takes_each_kind_of_variant_through_the_trace_and_its_summary(tm
         timeout=120,
     )
     assert bad.returncode != 0 and "--override 'model.scan_layer=false'" in bad.stderr
+
+
+def test_dry_run_of_a_modernbert_case_runs_its_windows_in_blocks_to_the_same_losses(tmp_path):
+    """ModernBERT's variants on the CPU: the baseline's sliding layers in blocks (xla, the default at this length)
+    train to the losses of one attention over the row (the same model), the cuDNN ones are listed as needing a
+    GPU, and --base reaches every variant."""
+    out = tmp_path / "results"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "benchmarks/gpu_profile.py",
+            f"--out={out}",
+            "--dry_run",
+            "--case=modernbert:base:512:32",
+            "--variants=baseline,window_whole,cudnn_window_blocks",
+            "--base=--override=model.remat_policy=none",
+            "--variant_s=100",
+        ],
+        cwd=ROOT,
+        env=dict(os.environ, BERTJAX_NO_TCMALLOC="1"),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = {r["variant"]: r for r in map(json.loads, (out / "variants.jsonl").read_text().splitlines())}
+    assert rows["baseline"]["case"] == dict(family="modernbert", size="tiny", seq=512, batch=8)
+    assert rows["window_whole"]["step_s"] > 0 and rows["window_whole"]["loss"][0] > 0
+    for a, b in zip(rows["window_whole"]["loss"], rows["baseline"]["loss"]):
+        assert abs(a - b) < 1e-4 * abs(b), (rows["window_whole"]["loss"], rows["baseline"]["loss"])
+    assert rows["cudnn_window_blocks"]["skipped"] == "needs a GPU (dry run)"
+    log = (out / "workers.log").read_text()
+    command = next(line for line in log.splitlines() if "model.window_block=0" in line)
+    assert command.index("--override=model.remat_policy=none") < command.index("model.window_block=0")

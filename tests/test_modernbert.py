@@ -312,7 +312,7 @@ def test_a_bare_modernbert_model_directory_loads_with_a_fresh_head(tmp_path, cap
 # --- Kernels ----------------------------------------------------------------------------------------------
 
 
-def _loss_and_grads(attention: str, packed: bool, seq: int = 100, window: int = 16):
+def _loss_and_grads(attention: str, packed: bool, seq: int = 100, window: int = 16, window_block: int = 0):
     """A masked-LM loss and its gradients, and the real tokens' outputs, by one attention kernel."""
     config = modernbert_config.ModernBertConfig(
         **SPECIAL,
@@ -324,7 +324,7 @@ def _loss_and_grads(attention: str, packed: bool, seq: int = 100, window: int = 
         local_attention=window,
         max_position_embeddings=512,
     )
-    model = modernbert.ModernBertForMaskedLM(config, attention=attention, packed=packed)
+    model = modernbert.ModernBertForMaskedLM(config, attention=attention, packed=packed, window_block=window_block)
     params = modernbert.init_params(modernbert.ModernBertForMaskedLM(config), jax.random.PRNGKey(0))
     rng = np.random.default_rng(0)
     ids = rng.integers(3, VOCAB, (2, seq))
@@ -365,6 +365,60 @@ def test_splash_with_its_local_mask_equals_xla(packed, seq, window):
     np.testing.assert_allclose(np.asarray(out_b), np.asarray(out_a), atol=1e-5)
     for (path, a), b in zip(jax.tree_util.tree_leaves_with_path(grads_a), jax.tree.leaves(grads_b)):
         np.testing.assert_allclose(np.asarray(b), np.asarray(a), atol=1e-5, err_msg=jax.tree_util.keystr(path))
+
+
+@pytest.mark.parametrize(
+    "packed, seq, window, block",
+    [(False, 100, 16, 8), (True, 100, 16, 8), (True, 100, 16, 12), (False, 96, 8, 32), (True, 64, 160, 16)],
+    ids=[
+        "padded",
+        "packed",
+        "block-not-a-multiple-of-the-window",
+        "blocks-wider-than-the-window",
+        "window-wider-than-the-row",
+    ],
+)
+def test_the_window_in_blocks_equals_the_whole_sequence_under_a_band(packed, seq, window, block):
+    """attention.windowed (sliding layers in blocks of queries, each against the keys its window reaches) gives
+    the outputs and gradients of one attention over the whole sequence with the band in its bias: padded and
+    packed rows, a row that is no whole number of blocks, blocks that are no multiple of the window."""
+    (loss_a, out_a), grads_a = _loss_and_grads("xla", packed, seq, window)
+    (loss_b, out_b), grads_b = _loss_and_grads("xla", packed, seq, window, window_block=block)
+    np.testing.assert_allclose(float(loss_b), float(loss_a), rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(out_b), np.asarray(out_a), atol=1e-5)
+    for (path, a), b in zip(jax.tree_util.tree_leaves_with_path(grads_a), jax.tree.leaves(grads_b)):
+        np.testing.assert_allclose(np.asarray(b), np.asarray(a), atol=1e-5, err_msg=jax.tree_util.keystr(path))
+
+
+def test_auto_blocks_the_window_on_xla_once_a_row_holds_six_windows():
+    auto = attention_lib.AUTO_BLOCK
+    assert attention_lib.block_size(auto, "xla", 1024, 64) == 64  # ModernBERT-base's phase 1
+    assert attention_lib.block_size(auto, "xla", 384, 64) == 64
+    assert attention_lib.block_size(auto, "xla", 383, 64) == 0
+    assert attention_lib.block_size(auto, "cudnn", 1024, 64) == 0  # not measured on a GPU yet
+    assert attention_lib.block_size(128, "cudnn", 1024, 64) == 128 and attention_lib.block_size(0, "xla", 1024, 64) == 0
+    assert attention_lib.block_size(64, "splash", 1024, 64) == 0  # splash skips the blocks itself
+
+
+def test_window_blocks_hold_each_block_its_windows_keys():
+    """The keys of block i are positions i·block − window … (i+1)·block + window − 1, zeros outside the row, and
+    the bias lets a query see exactly the real keys of its instance at most `window` away."""
+    length, block, window = 10, 4, 2
+    x = jnp.arange(1, length + 1)[None]
+    keys = np.asarray(attention_lib.window_blocks(x, block, window, keys=True))[0]
+    for i, row in enumerate(keys):
+        expect = [p + 1 if 0 <= p < length else 0 for p in range(i * block - window, (i + 1) * block + window)]
+        assert row.tolist() == expect
+    mask = jnp.asarray([[1, 1, 1, 2, 2, 2, 2, 0, 0, 0]])
+    bias = np.asarray(attention_lib.window_bias(mask, block, window)) == 0
+    full = np.asarray(attention_lib.xla_bias(mask, True, window))[0, 0] == 0
+    for i in range(3):
+        for a in range(block):
+            q = i * block + a
+            if q >= length or mask[0, q] == 0:
+                continue
+            seen = {i * block - window + c for c in np.flatnonzero(bias[i, 0, a])}
+            assert seen == set(np.flatnonzero(full[q])), q
 
 
 # --- Fine-tuning heads --------------------------------------------------------------------------------------
@@ -413,7 +467,8 @@ def test_finetuning_heads_export_to_their_transformers_class(tmp_path, task, poo
 
 def test_the_flops_formula_counts_what_xla_compiles():
     """Forward FLOPs of the xla kernel's program (which computes every score, masked or not) against the
-    formula without window savings; a window saves exactly the keys it leaves out."""
+    formula without window savings; a window saves exactly the keys it leaves out, and computed in blocks
+    the program drops about the scores and context of the keys outside each block's reach."""
     config = modernbert_config.ModernBertConfig(
         **SPECIAL,
         vocab_size=VOCAB,
@@ -424,18 +479,22 @@ def test_the_flops_formula_counts_what_xla_compiles():
         local_attention=16,
         max_position_embeddings=256,
     )
-    model = modernbert.ModernBertForMaskedLM(config)
-    params = modernbert.init_params(model, jax.random.PRNGKey(0))
+    params = modernbert.init_params(modernbert.ModernBertForMaskedLM(config), jax.random.PRNGKey(0))
     ids = jnp.ones((1, 256), jnp.int32)
-    compiled = (
-        jax.jit(lambda p: model.apply({"params": p}, input_ids=ids, input_mask=ids).mlm_logits).lower(params).compile()
-    )
-    counted = compiled.cost_analysis()["flops"]
+
+    def counted_flops(window_block):
+        model = modernbert.ModernBertForMaskedLM(config, window_block=window_block)
+        logits = jax.jit(lambda p: model.apply({"params": p}, input_ids=ids, input_mask=ids).mlm_logits)
+        return logits.lower(params).compile().cost_analysis()["flops"]
+
+    counted = counted_flops(0)
     formula = modernbert.flops_per_sequence(config, 256, training=False, window_saves=False)
     # XLA counts elementwise work too (softmax and masking of every score, norms, rotary, GELU): ~10% here.
     assert 0.85 < formula / counted <= 1.0, (formula, counted)
     saved = formula - modernbert.flops_per_sequence(config, 256, training=False)
     assert saved == 2 * 2 * 2 * 256 * (256 - 17) * 64  # two sliding layers, 17 keys of 256 each
+    blocks_save = 2 * 2 * 2 * 256 * (256 - 24) * 64  # blocks of 8 queries reach 24 keys, not 256
+    assert 1.0 < (counted - counted_flops(8)) / blocks_save < 1.3, (counted, counted_flops(8))  # + softmax, mask
 
 
 def test_splash_skips_the_blocks_outside_the_window():

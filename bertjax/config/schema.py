@@ -63,6 +63,10 @@ class ModelConfig:
     # Fused kernels (splash, cudnn) have no attention dropout: they need attention_probs_dropout_prob=0, and
     # auto keeps xla while it is > 0. The params are the same whichever computes them.
     attention: str = "auto"  # xla (any backend) | splash (Pallas TPU kernel) | cudnn (GPU) | auto (the best one)
+    # ModernBERT's sliding-window layers on xla or cudnn: queries in blocks of this many, each against the keys its
+    # window reaches (block + local_attention of them), not every key under a band mask. 0: one attention over the
+    # row; -1: the measured choice (blocks of the window on xla once a row holds 6 windows; attention.block_size).
+    window_block: int = -1
     # The encoder family: bert, or modernbert (configs/modernbert.py sets the fields below, transformers' names;
     # BERT ignores them).
     family: str = models_lib.DEFAULT_FAMILY  # bert | modernbert
@@ -97,6 +101,10 @@ class ModelConfig:
         if self.remat_policy not in options.REMAT_POLICY_NAMES:
             raise _bad(
                 "config.model.remat_policy", self.remat_policy, f"is not one of {list(options.REMAT_POLICY_NAMES)}."
+            )
+        if self.window_block < -1:
+            raise _bad(
+                "config.model.window_block", self.window_block, "must be -1 (auto), 0 (off) or a positive block size."
             )
         self.architecture  # noqa: B018  (BertConfig validates the architecture and names the field)
 

@@ -7,6 +7,10 @@
 - `cudnn`: `jax.nn.dot_product_attention(implementation="cudnn")` on NVIDIA GPUs.
 - `auto`: splash on TPU, cudnn on GPU, xla elsewhere, and xla wherever attention dropout is on.
 
+A sliding window (ModernBERT's local layers) on xla or cudnn can be computed in blocks (`windowed`): the
+queries in blocks of `block`, each block against only the keys its window reaches (block + 2·window of them)
+instead of every key under a band mask. Splash skips the blocks outside the window itself.
+
 One mask serves all of them: `input_mask` holds per token 0 for padding, else the number of the
 instance the token belongs to (1 in an unpacked row, 1..k in a packed row). A real token attends to the
 tokens of its own instance only. Padding queries differ by implementation (xla: every real key, as
@@ -222,3 +226,85 @@ def _cudnn(
 ) -> jax.Array:
     arguments = cudnn_arguments(mask, packed, window, q.dtype)
     return jax.nn.dot_product_attention(q, k, v, **arguments, implementation="cudnn")
+
+
+# --- sliding windows in blocks ------------------------------------------------------------------------
+
+
+AUTO_BLOCK = -1  # config.model.window_block's default: `block_size` decides
+BLOCKS_FROM = 6  # auto: blocks of the window on xla once a row holds this many windows (keys ≤ half the row)
+
+
+def block_size(requested: int, implementation: str, length: int, window: int) -> int:
+    """The queries per block `windowed` computes a sliding-window layer in, 0 for one attention over the row.
+
+    `requested` is config.model.window_block: > 0 that size, 0 off, AUTO_BLOCK the measured choice: on xla
+    blocks of the window once the row holds BLOCKS_FROM windows (ModernBERT-base at 1,024 tokens on a CPU:
+    1.43× the step, docs/modernbert.md); off on cuDNN until a GPU has measured it (gpu_profile's
+    cudnn_window_blocks); splash skips the blocks outside the window itself."""
+    if implementation == "splash":
+        return 0
+    if requested != AUTO_BLOCK:
+        return requested
+    return window if implementation == "xla" and length >= BLOCKS_FROM * window else 0
+
+
+def window_blocks(x: jax.Array, block: int, window: int, keys: bool) -> jax.Array:
+    """[batch, length, ...] → [batch, blocks, block, ...] (queries), or (keys) the block + 2·window positions
+    block i's window reaches, from i·block − window: padding (zeros) past either end. Keys are strided slices
+    of the padded sequence concatenated, never a gather, whose gradient would be a scatter-add."""
+    batch, length = x.shape[:2]
+    blocks = -(-length // block)
+    before, after = (window, window) if keys else (0, 0)
+    x = jnp.pad(x, [(0, 0), (before, blocks * block - length + after)] + [(0, 0)] * (x.ndim - 2))
+    if not keys:
+        return x.reshape(batch, blocks, block, *x.shape[2:])
+    unit = math.gcd(block, window)  # block and window in whole units: each block's keys are whole units
+    units = x.reshape(batch, -1, unit, *x.shape[2:])
+    stride = block // unit
+    parts = [units[:, j : j + (blocks - 1) * stride + 1 : stride] for j in range((block + 2 * window) // unit)]
+    return jnp.concatenate(parts, axis=2)
+
+
+def window_bias(input_mask: jax.Array, block: int, window: int) -> jax.Array:
+    """The additive float32 bias [batch · blocks, 1, block, block + 2·window] of `windowed`: a query sees the
+    keys at most `window` positions away, real, of its own instance (a padding query: any real key), as
+    `xla_bias(mask, packed, window)` does for the whole sequence."""
+    mask = input_mask.astype(jnp.int32)
+    queries, keys = window_blocks(mask, block, window, False), window_blocks(mask, block, window, True)
+    offset = jnp.arange(block)[:, None] + window - jnp.arange(block + 2 * window)[None, :]  # query − key position
+    allowed = (jnp.abs(offset) <= window)[None, None] & (keys > 0)[:, :, None, :]
+    allowed &= (queries[..., :, None] == keys[..., None, :]) | (queries[..., :, None] == 0)
+    bias = jnp.where(allowed, 0.0, jnp.finfo(jnp.float32).min).astype(jnp.float32)
+    return bias.reshape(-1, 1, block, block + 2 * window)
+
+
+def windowed(
+    implementation: str,
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    input_mask: jax.Array,
+    window: int,
+    block: int,
+    xla_attention=None,
+) -> jax.Array:
+    """Sliding-window attention [batch, length, heads, kv] computed in blocks of `block` queries, each against
+    the block + 2·window keys its window reaches: (block + 2·window) / length of the work of one attention over
+    every key (ModernBERT-base at 1,024 tokens, window 64, blocks of 64: 3/16). Real tokens' outputs equal the
+    whole sequence's under `xla_bias(mask, packed, window)`. `xla_attention(q, k, v, bias)` is the caller's
+    (its dropout); cudnn passes the bias to the fused kernel."""
+    batch, length = q.shape[:2]
+    bias = window_bias(input_mask, block, window)
+
+    def flat(x):  # [batch, blocks, n, ...] → [batch · blocks, n, ...]
+        return x.reshape(-1, *x.shape[2:])
+
+    q = flat(window_blocks(q, block, window, False))
+    k, v = (flat(window_blocks(x, block, window, True)) for x in (k, v))
+    if implementation == "xla":
+        context = xla_attention(q, k, v, bias)
+    else:  # see cudnn_arguments: the dtype's own most negative number keeps a query with no key finite
+        bias = jnp.maximum(bias, jnp.finfo(q.dtype).min).astype(q.dtype)
+        context = jax.nn.dot_product_attention(q, k, v, bias=bias, implementation="cudnn")
+    return context.reshape(batch, -1, *context.shape[2:])[:, :length]

@@ -90,5 +90,8 @@ class BertForFinetuning(nn.Module):
         return jax.device_get(nn.meta.unbox(self.init(rng, hidden, method=BertForFinetuning.init_head)["params"]))
 
 
-def finetuning_model(architecture: BertConfig, task: str, num_labels: int, **compute: Any) -> BertForFinetuning:
+def finetuning_model(
+    architecture: BertConfig, task: str, num_labels: int, window_block: int = -1, **compute: Any
+) -> BertForFinetuning:
+    del window_block  # ModernBERT's sliding-window layers; BERT attends globally
     return BertForFinetuning(architecture, task, num_labels, **compute)

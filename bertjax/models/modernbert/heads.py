@@ -9,6 +9,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from bertjax.models import attention as attention_lib
 from bertjax.models import layers
 from bertjax.models.modernbert.config import ModernBertConfig
 from bertjax.models.modernbert.model import ModernBertModel, _init, _init_std, _norm, head_dense
@@ -36,11 +37,12 @@ class ModernBertForFinetuning(nn.Module):
     attention: str = "xla"
     packed: bool = False
     remat_policy: str = "none"
+    window_block: int = attention_lib.AUTO_BLOCK  # ModernBertModel's
 
     def setup(self):
         cfg = self.config
         std, cut = _init_std(cfg), cfg.initializer_cutoff_factor
-        self.model = ModernBertModel(cfg, self.dtype, self.attention, self.packed, self.remat_policy)
+        self.model = ModernBertModel(cfg, self.dtype, self.attention, self.packed, self.remat_policy, self.window_block)
         self.head_dense = head_dense(cfg, self.dtype)
         self.head_norm = _norm(cfg, self.dtype, "head_norm")
         self.dropout = layers.Dropout(cfg.classifier_dropout)

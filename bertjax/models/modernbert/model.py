@@ -122,6 +122,7 @@ class ModernBertLayer(nn.Module):
     deterministic: bool = True
     attention: str = "xla"  # resolved: xla | splash | cudnn
     packed: bool = False
+    window_block: int = attention_lib.AUTO_BLOCK  # sliding-window layers: queries in blocks of this many (block_size)
 
     @nn.compact
     def __call__(self, x: Array, bias: Optional[Array], input_mask: Array, cos: Array, sin: Array) -> Array:
@@ -139,13 +140,20 @@ class ModernBertLayer(nn.Module):
         )(h)
         q, k, v = (qkv[:, :, i] for i in range(3))
         q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
-        if self.attention == "xla":
+
+        def xla_attention(q, k, v, bias):
             scores = jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=jnp.float32) * head_dim**-0.5
             probs = jax.nn.softmax(scores + bias, axis=-1)
             probs = layers.Dropout(cfg.attention_dropout)(probs, deterministic=self.deterministic)
-            context = jnp.einsum("bhqk,bkhd->bqhd", probs.astype(self.dtype), v)
+            return jnp.einsum("bhqk,bkhd->bqhd", probs.astype(self.dtype), v)
+
+        window = None if cfg.is_global(self.layer) else cfg.sliding_window
+        block = window and attention_lib.block_size(self.window_block, self.attention, x.shape[1], window)
+        if block:
+            context = attention_lib.windowed(self.attention, q, k, v, input_mask, window, block, xla_attention)
+        elif self.attention == "xla":
+            context = xla_attention(q, k, v, bias)
         else:  # the kernel masks padding, other instances and (local layers) keys outside the window itself
-            window = None if cfg.is_global(self.layer) else cfg.sliding_window
             context = attention_lib.fused(self.attention, q, k, v, input_mask, self.packed, window)
         out = nn.DenseGeneral(
             cfg.hidden_size,
@@ -188,6 +196,7 @@ class ModernBertModel(nn.Module):
     attention: str = "xla"
     packed: bool = False
     remat_policy: str = "none"  # layers.REMAT_POLICIES: what each layer keeps for the backward pass
+    window_block: int = attention_lib.AUTO_BLOCK  # sliding-window layers in blocks of this many queries (block_size)
 
     @nn.compact
     def __call__(
@@ -216,9 +225,10 @@ class ModernBertModel(nn.Module):
             False: rotary(position_ids, cfg.head_dim, cfg.local_rope_theta),
         }
         xla = self.attention == "xla"
+        blocked = attention_lib.block_size(self.window_block, self.attention, input_ids.shape[-1], cfg.sliding_window)
         biases = {
             True: attention_lib.xla_bias(input_mask, True) if xla else None,
-            False: attention_lib.xla_bias(input_mask, True, cfg.sliding_window) if xla else None,
+            False: attention_lib.xla_bias(input_mask, True, cfg.sliding_window) if xla and not blocked else None,
         }
         hidden = [x] if output_hidden_states else None
         layer_class = (
@@ -228,9 +238,9 @@ class ModernBertModel(nn.Module):
         )
         for i in range(cfg.num_hidden_layers):
             kind = cfg.is_global(i)
-            x = layer_class(cfg, i, self.dtype, deterministic, self.attention, self.packed, name=f"layers_{i}")(
-                x, biases[kind], input_mask, *rope[kind]
-            )
+            x = layer_class(
+                cfg, i, self.dtype, deterministic, self.attention, self.packed, self.window_block, name=f"layers_{i}"
+            )(x, biases[kind], input_mask, *rope[kind])
             if hidden is not None:
                 hidden.append(x)
         x = _norm(cfg, self.dtype, "final_norm")(x)
@@ -246,10 +256,11 @@ class ModernBertForMaskedLM(nn.Module):
     attention: str = "xla"  # resolved (attention.choose): xla | splash | cudnn
     packed: bool = False  # rows of several instances (input_mask numbers them)
     remat_policy: str = "none"
+    window_block: int = attention_lib.AUTO_BLOCK  # ModernBertModel's
 
     def setup(self):
         cfg = self.config
-        self.model = ModernBertModel(cfg, self.dtype, self.attention, self.packed, self.remat_policy)
+        self.model = ModernBertModel(cfg, self.dtype, self.attention, self.packed, self.remat_policy, self.window_block)
         self.head_dense = head_dense(cfg, self.dtype)
         self.head_norm = _norm(cfg, self.dtype, "head_norm")
         if cfg.decoder_bias:
@@ -344,6 +355,7 @@ def from_config(cfg: Any, platform: Optional[str] = None, packed: bool = False) 
         attention=implementation,
         packed=packed,
         remat_policy=cfg.remat_policy,
+        window_block=cfg.window_block,
     )
 
 
