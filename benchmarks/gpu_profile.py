@@ -92,8 +92,15 @@ VARIANTS = {
         "",
         True,
     ),
-    # The reductions (LayerNorm, softmax, the loss) took 15 of BERT-Base's 49 busy ms (loop, cuDNN): XLA:GPU's
-    # other ways of fusing them.
+    # The reductions (LayerNorm, softmax, the loss) took 15 of BERT-Base's 49 busy ms (loop, cuDNN), and the
+    # GELU's forward 3.5 (it writes three [tokens, 3072] tensors: the output and two of erfc's intermediates for
+    # the backward): keeping less for the backward, and XLA:GPU's other ways of fusing the reductions.
+    "remat_dots": (
+        "keep only matmul outputs for the backward, recompute the rest (GELU's erfc, LayerNorm, dropout) there",
+        ["--override", "model.remat_policy=dots"],
+        "",
+        True,
+    ),
     "block_level_fusions": (
         "normalisations and softmaxes as Triton block-level fusions",
         [],
@@ -141,6 +148,7 @@ ORDERS = {  # --variants when not given: the questions still open for each famil
         "torch",
         "cudnn",
         "no_dropout",
+        "remat_dots",
         "block_level_fusions",
         "heroless_fusion",
         "cudnn_layer_norm",
