@@ -239,8 +239,8 @@ def block_size(requested: int, implementation: str, length: int, window: int) ->
     """The queries per block `windowed` computes a sliding-window layer in, 0 for one attention over the row.
 
     `requested` is config.model.window_block: > 0 that size, 0 off, AUTO_BLOCK the measured choice: on xla
-    blocks of the window once the row holds BLOCKS_FROM windows (ModernBERT-base at 1,024 tokens on a CPU:
-    1.43× the step, docs/modernbert.md); off on cuDNN until a GPU has measured it (gpu_profile's
+    blocks of the window once the row holds BLOCKS_FROM windows (ModernBERT-base on a CPU: 1.39-1.42× the step
+    at 1,024 tokens, 16 windows; 1.13× at 512, docs/modernbert.md); off on cuDNN until a GPU has measured it (gpu_profile's
     cudnn_window_blocks); splash skips the blocks outside the window itself."""
     if implementation == "splash":
         return 0
