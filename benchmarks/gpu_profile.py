@@ -95,6 +95,12 @@ VARIANTS = {
     # The reductions (LayerNorm, softmax, the loss) took 15 of BERT-Base's 49 busy ms (loop, cuDNN), and the
     # GELU's forward 3.5 (it writes three [tokens, 3072] tensors: the output and two of erfc's intermediates for
     # the backward): keeping less for the backward, and XLA:GPU's other ways of fusing the reductions.
+    "recompute_activation": (
+        "the activation's backward recomputes it from the matmul's output: its forward writes one tensor, not three",
+        ["--override", "model.recompute_activation=true"],
+        "",
+        True,
+    ),
     "remat_dots": (
         "keep only matmul outputs for the backward, recompute the rest (GELU's erfc, LayerNorm, dropout) there",
         ["--override", "model.remat_policy=dots"],
@@ -148,6 +154,7 @@ ORDERS = {  # --variants when not given: the questions still open for each famil
         "torch",
         "cudnn",
         "no_dropout",
+        "recompute_activation",
         "remat_dots",
         "block_level_fusions",
         "heroless_fusion",
@@ -163,7 +170,7 @@ ORDERS = {  # --variants when not given: the questions still open for each famil
         "cudnn_window_blocks",
         "cudnn_window_blocks128",
         "window_whole",
-        "torch",
+        "recompute_activation",
     ),
 }
 

@@ -46,6 +46,39 @@ def test_loop_scan_and_remat_are_numerically_identical():
                 np.testing.assert_allclose(g, h, atol=1e-6, rtol=1e-5, err_msg=f"scan={scan} remat={policy}")
 
 
+def test_recomputed_activation_is_the_same_model_and_keeps_one_tensor_for_the_backward():
+    """config.model.recompute_activation: layers.DenseActivation has nn.Dense's parameters and forward to the bit;
+    recomputed, the backward keeps the matmul's output instead of the exact GELU's three [tokens, features]
+    tensors (output, erfc, exp), and BERT's loss and gradients (loop and scan) stay those of the plain model."""
+    from jax._src.ad_checkpoint import saved_residuals
+
+    x = jnp.asarray(np.random.default_rng(0).normal(size=(4, 8, 16)), jnp.bfloat16)
+    gelu = model_lib.ACTIVATIONS["gelu"]
+    plain = nn.Dense(32, dtype=jnp.bfloat16)
+    params = plain.init(jax.random.PRNGKey(0), x)
+    kept = {}
+    for recompute in (False, True):
+        ours = model_lib.DenseActivation(32, dtype=jnp.bfloat16, activation=gelu, recompute=recompute)
+        initial = ours.init(jax.random.PRNGKey(0), x)
+        assert jax.tree.structure(initial) == jax.tree.structure(params)
+        assert all(jax.tree.leaves(jax.tree.map(lambda a, b: bool(jnp.array_equal(a, b)), initial, params)))
+        np.testing.assert_array_equal(ours.apply(params, x), gelu(plain.apply(params, x)))
+        residuals = saved_residuals(lambda p, x: jnp.sum(ours.apply(p, x).astype(jnp.float32)), params, x)
+        kept[recompute] = [why for value, why in residuals if value.shape == (4, 8, 32)]
+    assert len(kept[False]) == 3 and len(kept[True]) == 1 and "dot_general" in kept[True][0], kept
+
+    inputs = reference.batch(CONFIG)
+    params = reference.random_params(model_lib.BertForPreTraining(CONFIG))
+    base_loss, base_grads = loss_and_grads(model_lib.BertForPreTraining(CONFIG), params, inputs)
+    for scan in (False, True):
+        model = model_lib.BertForPreTraining(CONFIG, scan_layers=scan, recompute_activation=True)
+        p = model_lib.stack_layers(params, CONFIG.num_hidden_layers) if scan else params
+        loss, grads = loss_and_grads(model, p, inputs)
+        np.testing.assert_allclose(loss, base_loss, rtol=1e-6)
+        for g, h in zip(jax.tree.leaves(model_lib.unstack_layers(grads)), jax.tree.leaves(base_grads)):
+            np.testing.assert_allclose(g, h, atol=1e-6, rtol=1e-5, err_msg=f"scan={scan}")
+
+
 def _pooled(model, params, inputs, pooled_only, rng=None, **extra):
     return model.apply(
         {"params": params},

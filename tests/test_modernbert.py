@@ -312,7 +312,9 @@ def test_a_bare_modernbert_model_directory_loads_with_a_fresh_head(tmp_path, cap
 # --- Kernels ----------------------------------------------------------------------------------------------
 
 
-def _loss_and_grads(attention: str, packed: bool, seq: int = 100, window: int = 16, window_block: int = 0):
+def _loss_and_grads(
+    attention: str, packed: bool, seq: int = 100, window: int = 16, window_block: int = 0, recompute: bool = False
+):
     """A masked-LM loss and its gradients, and the real tokens' outputs, by one attention kernel."""
     config = modernbert_config.ModernBertConfig(
         **SPECIAL,
@@ -324,7 +326,9 @@ def _loss_and_grads(attention: str, packed: bool, seq: int = 100, window: int = 
         local_attention=window,
         max_position_embeddings=512,
     )
-    model = modernbert.ModernBertForMaskedLM(config, attention=attention, packed=packed, window_block=window_block)
+    model = modernbert.ModernBertForMaskedLM(
+        config, attention=attention, packed=packed, window_block=window_block, recompute_activation=recompute
+    )
     params = modernbert.init_params(modernbert.ModernBertForMaskedLM(config), jax.random.PRNGKey(0))
     rng = np.random.default_rng(0)
     ids = rng.integers(3, VOCAB, (2, seq))
@@ -388,6 +392,16 @@ def test_the_window_in_blocks_equals_the_whole_sequence_under_a_band(packed, seq
     np.testing.assert_allclose(np.asarray(out_b), np.asarray(out_a), atol=1e-5)
     for (path, a), b in zip(jax.tree_util.tree_leaves_with_path(grads_a), jax.tree.leaves(grads_b)):
         np.testing.assert_allclose(np.asarray(b), np.asarray(a), atol=1e-5, err_msg=jax.tree_util.keystr(path))
+
+
+def test_recomputed_geglu_gives_the_same_loss_and_gradients():
+    """config.model.recompute_activation: GeGLU's backward recomputes it from Wi's output, the same numbers."""
+    (loss_a, out_a), grads_a = _loss_and_grads("xla", True)
+    (loss_b, out_b), grads_b = _loss_and_grads("xla", True, recompute=True)
+    np.testing.assert_allclose(float(loss_b), float(loss_a), rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(out_b), np.asarray(out_a), atol=1e-6)
+    for (path, a), b in zip(jax.tree_util.tree_leaves_with_path(grads_a), jax.tree.leaves(grads_b)):
+        np.testing.assert_allclose(np.asarray(b), np.asarray(a), atol=1e-6, err_msg=jax.tree_util.keystr(path))
 
 
 def test_auto_blocks_the_window_on_xla_once_a_row_holds_six_windows():

@@ -60,6 +60,9 @@ class ModelConfig:
     # 0.75× the step (H200, docs/benchmarks.md), and nn.scan elsewhere (TPU, CPU: a fast compile, the same step).
     scan_layers: Optional[bool] = None
     remat_policy: str = "none"  # none | full | dots | dots_no_batch: what a layer keeps for backprop
+    # The feed-forward activation's backward recomputes it from the matmul's output, so the forward writes only its
+    # output (XLA:GPU otherwise keeps two of the exact GELU's intermediates a layer: layers.DenseActivation).
+    recompute_activation: bool = False
     # Fused kernels (splash, cudnn) have no attention dropout: they need attention_probs_dropout_prob=0, and
     # auto keeps xla while it is > 0. The params are the same whichever computes them.
     attention: str = "auto"  # xla (any backend) | splash (Pallas TPU kernel) | cudnn (GPU) | auto (the best one)

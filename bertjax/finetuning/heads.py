@@ -35,7 +35,7 @@ Array = jax.Array
 
 def model_for(architecture: Any, task: str, num_labels: int, **compute: Any) -> nn.Module:
     """The fine-tuning module of `architecture`'s family (BertForFinetuning, ModernBertForFinetuning), in the
-    loop layout unless `compute` says otherwise (dtype, scan_layers, remat_policy, attention, packed, window_block)."""
+    loop layout unless `compute` says otherwise (dtype, scan_layers, remat_policy, attention, packed, window_block, ...)."""
     family = models_lib.of(architecture)
     if task not in family.heads.FINETUNING_TASKS:
         raise ValueError(
@@ -62,6 +62,7 @@ def from_config(
         attention=implementation,
         packed=packed,
         window_block=cfg.window_block,
+        recompute_activation=cfg.recompute_activation,
     )
 
 

@@ -42,10 +42,13 @@ class BertForFinetuning(nn.Module):
     remat_policy: str = "none"
     attention: str = "xla"
     packed: bool = False  # rows hold several examples (finetuning/example_packing.py): input_mask numbers them 1..k
+    recompute_activation: bool = False  # the GELU's backward recomputes it (layers.DenseActivation)
 
     def setup(self):
         cfg = self.config
-        self.bert = BertModel(cfg, self.dtype, self.scan_layers, self.remat_policy, self.attention, self.packed)
+        self.bert = BertModel(
+            cfg, self.dtype, self.scan_layers, self.remat_policy, self.attention, self.packed, self.recompute_activation
+        )
         self.dropout = Dropout(cfg.hidden_dropout_prob)
         if self.task == "question_answering":
             self.qa_outputs = _head(cfg, 2, self.dtype, "qa_outputs")

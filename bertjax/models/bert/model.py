@@ -43,6 +43,7 @@ from bertjax.models.layers import (  # noqa: F401  (re-exported: model.Dropout, 
     ACTIVATIONS,
     DTYPES,
     REMAT_POLICIES,
+    DenseActivation,
     Dropout,
     Embed,
     hash_bits,
@@ -146,6 +147,7 @@ class BertLayer(nn.Module):
     attention: str = "xla"  # resolved: xla | splash | cudnn
     packed: bool = False
     emit_output: bool = False  # output_hidden_states: return x as y too (off: the training program, unchanged)
+    recompute_activation: bool = False  # the GELU's backward recomputes it (layers.DenseActivation)
 
     @nn.compact
     def __call__(
@@ -199,7 +201,15 @@ class BertLayer(nn.Module):
         attn = Dropout(cfg.hidden_dropout_prob, name="attention_dropout")(attn, deterministic=self.deterministic)
         x = _layer_norm(cfg, self.dtype, "attention_layer_norm")(x + attn)
 
-        h = act(_dense(cfg, cfg.intermediate_size, ("embed", "mlp"), self.dtype, "intermediate")(x))
+        h = DenseActivation(
+            cfg.intermediate_size,
+            dtype=self.dtype,
+            kernel_init=_init(cfg, ("embed", "mlp")),
+            bias_init=_zeros(("mlp",)),
+            activation=act,
+            recompute=self.recompute_activation,
+            name="intermediate",
+        )(x)
         h = sharding_lib.constrain(h, ("batch", "length", "mlp"))
         h = _dense(cfg, cfg.hidden_size, ("mlp", "embed"), self.dtype, "output")(h)
         h = Dropout(cfg.hidden_dropout_prob, name="output_dropout")(h, deterministic=self.deterministic)
@@ -222,6 +232,7 @@ class BertEncoder(nn.Module):
     remat_policy: str = "none"
     attention: str = "xla"
     packed: bool = False
+    recompute_activation: bool = False
 
     @nn.compact
     def __call__(
@@ -255,7 +266,14 @@ class BertEncoder(nn.Module):
             )
             inputs = x
             x, ys = stack(
-                self.config, self.dtype, deterministic, self.attention, self.packed, output_hidden_states, name="layers"
+                self.config,
+                self.dtype,
+                deterministic,
+                self.attention,
+                self.packed,
+                output_hidden_states,
+                self.recompute_activation,
+                name="layers",
             )(x, attention_bias, input_mask)
             if last_rows is not None:  # initialising: the parameters are the same, the rows the output's
                 return jnp.take_along_axis(x, last_rows[..., None].astype(jnp.int32), axis=1), None
@@ -265,9 +283,15 @@ class BertEncoder(nn.Module):
         hidden_states = [x]
         last = self.config.num_hidden_layers - 1
         for i in range(self.config.num_hidden_layers):
-            x, _ = layer_cls(self.config, self.dtype, deterministic, self.attention, self.packed, name=f"layer_{i}")(
-                x, attention_bias, input_mask, last_rows if i == last else None
-            )
+            x, _ = layer_cls(
+                self.config,
+                self.dtype,
+                deterministic,
+                self.attention,
+                self.packed,
+                recompute_activation=self.recompute_activation,
+                name=f"layer_{i}",
+            )(x, attention_bias, input_mask, last_rows if i == last else None)
             hidden_states.append(x)
         return x, (tuple(hidden_states) if output_hidden_states else None)
 
@@ -279,7 +303,15 @@ class BertEncoder(nn.Module):
         Same parameters and numerics; dropout keys split per layer from the module's key (other masks than
         nn.scan would draw, as reproducible)."""
         stacked = self.variables["params"]["layers"]
-        layer = BertLayer(self.config, self.dtype, deterministic, self.attention, self.packed, parent=None)
+        layer = BertLayer(
+            self.config,
+            self.dtype,
+            deterministic,
+            self.attention,
+            self.packed,
+            recompute_activation=self.recompute_activation,
+            parent=None,
+        )
 
         def apply(params, x, key, layer_rows):
             return layer.apply(
@@ -314,11 +346,14 @@ class BertModel(nn.Module):
     remat_policy: str = "none"
     attention: str = "xla"
     packed: bool = False
+    recompute_activation: bool = False  # the GELU's backward recomputes it (layers.DenseActivation)
 
     def setup(self):
         cfg = self.config
         self.embeddings = BertEmbeddings(cfg, self.dtype)
-        self.encoder = BertEncoder(cfg, self.dtype, self.scan_layers, self.remat_policy, self.attention, self.packed)
+        self.encoder = BertEncoder(
+            cfg, self.dtype, self.scan_layers, self.remat_policy, self.attention, self.packed, self.recompute_activation
+        )
         self.pooler = _dense(cfg, cfg.hidden_size, ("embed", "mlp"), self.dtype, "pooler")
 
     def __call__(
@@ -370,6 +405,7 @@ class BertForPreTraining(nn.Module):
     remat_policy: str = "none"  # one of REMAT_POLICIES
     attention: str = "xla"  # xla | splash | cudnn (attention.choose resolves config.model.attention)
     packed: bool = False  # rows hold several instances: input_mask numbers them 1..k
+    recompute_activation: bool = False  # the GELU's backward recomputes it (layers.DenseActivation)
 
     def setup(self):
         cfg = self.config
@@ -377,7 +413,9 @@ class BertForPreTraining(nn.Module):
             raise ValueError(f"remat_policy={self.remat_policy!r} is not one of {list(REMAT_POLICIES)}.")
         if self.attention not in attention_lib.IMPLEMENTATIONS or self.attention == "auto":
             raise ValueError(f"attention={self.attention!r} is not one of xla, splash, cudnn.")
-        self.bert = BertModel(cfg, self.dtype, self.scan_layers, self.remat_policy, self.attention, self.packed)
+        self.bert = BertModel(
+            cfg, self.dtype, self.scan_layers, self.remat_policy, self.attention, self.packed, self.recompute_activation
+        )
         self.transform = _dense(cfg, cfg.hidden_size, ("embed", "mlp"), self.dtype, "transform")
         self.transform_layer_norm = _layer_norm(cfg, self.dtype, "transform_layer_norm")
         self.mlm_bias = self.param("mlm_bias", _zeros(("vocab",)), (cfg.vocab_size,))
@@ -564,6 +602,7 @@ def from_config(cfg: Any, platform: Optional[str] = None, packed: bool = False) 
         remat_policy=cfg.remat_policy,
         attention=implementation,
         packed=packed,
+        recompute_activation=cfg.recompute_activation,
     )
 
 

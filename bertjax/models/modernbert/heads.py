@@ -38,11 +38,20 @@ class ModernBertForFinetuning(nn.Module):
     packed: bool = False
     remat_policy: str = "none"
     window_block: int = attention_lib.AUTO_BLOCK  # ModernBertModel's
+    recompute_activation: bool = False  # ModernBertModel's
 
     def setup(self):
         cfg = self.config
         std, cut = _init_std(cfg), cfg.initializer_cutoff_factor
-        self.model = ModernBertModel(cfg, self.dtype, self.attention, self.packed, self.remat_policy, self.window_block)
+        self.model = ModernBertModel(
+            cfg,
+            self.dtype,
+            self.attention,
+            self.packed,
+            self.remat_policy,
+            self.window_block,
+            self.recompute_activation,
+        )
         self.head_dense = head_dense(cfg, self.dtype)
         self.head_norm = _norm(cfg, self.dtype, "head_norm")
         self.dropout = layers.Dropout(cfg.classifier_dropout)

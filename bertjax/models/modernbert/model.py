@@ -123,6 +123,7 @@ class ModernBertLayer(nn.Module):
     attention: str = "xla"  # resolved: xla | splash | cudnn
     packed: bool = False
     window_block: int = attention_lib.AUTO_BLOCK  # sliding-window layers: queries in blocks of this many (block_size)
+    recompute_activation: bool = False  # GeGLU's backward recomputes it from Wi's output (layers.DenseActivation)
 
     @nn.compact
     def __call__(self, x: Array, bias: Optional[Array], input_mask: Array, cos: Array, sin: Array) -> Array:
@@ -175,7 +176,11 @@ class ModernBertLayer(nn.Module):
             bias_init=nn.with_logical_partitioning(nn.initializers.zeros_init(), (None, "mlp")),
             name="Wi",
         )(_norm(cfg, self.dtype, "mlp_norm")(x))
-        h = layers.ACTIVATIONS[cfg.hidden_activation](h[:, :, 0]) * h[:, :, 1]
+
+        def geglu(h: Array) -> Array:
+            return layers.ACTIVATIONS[cfg.hidden_activation](h[:, :, 0]) * h[:, :, 1]
+
+        h = (jax.checkpoint(geglu) if self.recompute_activation else geglu)(h)
         h = layers.Dropout(cfg.mlp_dropout)(h, deterministic=self.deterministic)
         out = nn.Dense(
             cfg.hidden_size,
@@ -197,6 +202,7 @@ class ModernBertModel(nn.Module):
     packed: bool = False
     remat_policy: str = "none"  # layers.REMAT_POLICIES: what each layer keeps for the backward pass
     window_block: int = attention_lib.AUTO_BLOCK  # sliding-window layers in blocks of this many queries (block_size)
+    recompute_activation: bool = False  # ModernBertLayer's
 
     @nn.compact
     def __call__(
@@ -239,7 +245,15 @@ class ModernBertModel(nn.Module):
         for i in range(cfg.num_hidden_layers):
             kind = cfg.is_global(i)
             x = layer_class(
-                cfg, i, self.dtype, deterministic, self.attention, self.packed, self.window_block, name=f"layers_{i}"
+                cfg,
+                i,
+                self.dtype,
+                deterministic,
+                self.attention,
+                self.packed,
+                self.window_block,
+                self.recompute_activation,
+                name=f"layers_{i}",
             )(x, biases[kind], input_mask, *rope[kind])
             if hidden is not None:
                 hidden.append(x)
@@ -257,10 +271,19 @@ class ModernBertForMaskedLM(nn.Module):
     packed: bool = False  # rows of several instances (input_mask numbers them)
     remat_policy: str = "none"
     window_block: int = attention_lib.AUTO_BLOCK  # ModernBertModel's
+    recompute_activation: bool = False  # ModernBertModel's
 
     def setup(self):
         cfg = self.config
-        self.model = ModernBertModel(cfg, self.dtype, self.attention, self.packed, self.remat_policy, self.window_block)
+        self.model = ModernBertModel(
+            cfg,
+            self.dtype,
+            self.attention,
+            self.packed,
+            self.remat_policy,
+            self.window_block,
+            self.recompute_activation,
+        )
         self.head_dense = head_dense(cfg, self.dtype)
         self.head_norm = _norm(cfg, self.dtype, "head_norm")
         if cfg.decoder_bias:
@@ -356,6 +379,7 @@ def from_config(cfg: Any, platform: Optional[str] = None, packed: bool = False) 
         packed=packed,
         remat_policy=cfg.remat_policy,
         window_block=cfg.window_block,
+        recompute_activation=cfg.recompute_activation,
     )
 
 
