@@ -265,16 +265,9 @@ class BertEncoder(nn.Module):
                 unroll=_scan_unroll(self.config),
             )
             inputs = x
-            x, ys = stack(
-                self.config,
-                self.dtype,
-                deterministic,
-                self.attention,
-                self.packed,
-                output_hidden_states,
-                self.recompute_activation,
-                name="layers",
-            )(x, attention_bias, input_mask)
+            x, ys = stack(**self._layer_fields(deterministic), emit_output=output_hidden_states, name="layers")(
+                x, attention_bias, input_mask
+            )
             if last_rows is not None:  # initialising: the parameters are the same, the rows the output's
                 return jnp.take_along_axis(x, last_rows[..., None].astype(jnp.int32), axis=1), None
             if not output_hidden_states:
@@ -283,17 +276,21 @@ class BertEncoder(nn.Module):
         hidden_states = [x]
         last = self.config.num_hidden_layers - 1
         for i in range(self.config.num_hidden_layers):
-            x, _ = layer_cls(
-                self.config,
-                self.dtype,
-                deterministic,
-                self.attention,
-                self.packed,
-                recompute_activation=self.recompute_activation,
-                name=f"layer_{i}",
-            )(x, attention_bias, input_mask, last_rows if i == last else None)
+            x, _ = layer_cls(**self._layer_fields(deterministic), name=f"layer_{i}")(
+                x, attention_bias, input_mask, last_rows if i == last else None
+            )
             hidden_states.append(x)
         return x, (tuple(hidden_states) if output_hidden_states else None)
+
+    def _layer_fields(self, deterministic: bool) -> dict:
+        return dict(
+            config=self.config,
+            dtype=self.dtype,
+            deterministic=deterministic,
+            attention=self.attention,
+            packed=self.packed,
+            recompute_activation=self.recompute_activation,
+        )
 
     def _scan_then_rows(
         self, x: Array, attention_bias: Optional[Array], input_mask: Array, deterministic: bool, rows: Array
@@ -303,15 +300,7 @@ class BertEncoder(nn.Module):
         Same parameters and numerics; dropout keys split per layer from the module's key (other masks than
         nn.scan would draw, as reproducible)."""
         stacked = self.variables["params"]["layers"]
-        layer = BertLayer(
-            self.config,
-            self.dtype,
-            deterministic,
-            self.attention,
-            self.packed,
-            recompute_activation=self.recompute_activation,
-            parent=None,
-        )
+        layer = BertLayer(**self._layer_fields(deterministic), parent=None)
 
         def apply(params, x, key, layer_rows):
             return layer.apply(
