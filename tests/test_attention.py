@@ -218,3 +218,27 @@ def test_packed_instances_do_not_see_each_other():
     other[0, 20:44] = 7  # the second instance's tokens change; the first instance's outputs must not
     again = packed.apply({"params": params}, other, np.zeros_like(ids), mask).sequence_output
     np.testing.assert_allclose(np.asarray(again[0, :20]), np.asarray(together[0, :20]), atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+def test_the_window_in_blocks_hands_cudnn_what_it_takes(monkeypatch, dtype):
+    """attention.windowed's cuDNN branch, with jax.nn.dot_product_attention's own checks and its xla
+    implementation standing in for the kernel (no GPU here): the blocks' bias is accepted for [batch · blocks]
+    queries against block + 2·window keys, kept finite in half precision, and gives the reference attention."""
+    calls = []
+    real_attention = jax.nn.dot_product_attention
+
+    def stand_in(q, k, v, bias=None, implementation=None, **rest):
+        calls.append((q.shape, k.shape, bias.shape, bias.dtype, implementation))
+        return real_attention(q, k, v, bias=bias, implementation="xla", **rest)
+
+    monkeypatch.setattr(jax.nn, "dot_product_attention", stand_in)
+    mask = np.array([[1] * 20 + [2] * 14 + [0] * 6, [1] * 40])  # a packed row ending in padding, a full row
+    q, k, v = (jax.random.normal(jax.random.PRNGKey(i), (2, 40, 2, 8)).astype(dtype) for i in range(3))
+    out = attention.windowed("cudnn", q, k, v, jnp.asarray(mask), window=4, block=8)
+    assert calls == [((10, 8, 2, 8), (10, 16, 2, 8), (10, 1, 8, 16), dtype, "cudnn")]
+    assert out.shape == q.shape and bool(jnp.all(jnp.isfinite(out)))
+    real = mask > 0
+    expect = _reference_attention(q.astype(jnp.float32), k.astype(jnp.float32), v.astype(jnp.float32), mask, 4)
+    atol = 1e-5 if dtype == jnp.float32 else 3e-2
+    np.testing.assert_allclose(np.asarray(out, np.float32)[real], expect[real], atol=atol)
