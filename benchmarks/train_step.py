@@ -231,8 +231,9 @@ def apply_override(c: ConfigDict, item: str) -> None:
             f"--override {item!r}: want KEY=VALUE with KEY a field of the config, e.g. model.scan_layers=false."
         )
     current = node[field]
-    if isinstance(current, bool):
-        value = raw.strip().lower() in ("1", "true", "yes")
+    words = {"true": True, "yes": True, "false": False, "no": False, "none": None}
+    if isinstance(current, bool) or (current is None and raw.strip().lower() in words):  # None: the platform's
+        value = words.get(raw.strip().lower(), raw.strip() == "1")
     elif isinstance(current, (int, float)):
         value = type(current)(raw)
     else:

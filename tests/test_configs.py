@@ -158,6 +158,25 @@ def test_scan_layers_is_the_platforms_choice_until_a_flag_or_file_sets_it():
     assert model_lib.from_config(job.model, platform="cpu").scan_layers is True
 
 
+def test_the_activation_is_recomputed_on_cpus_until_a_flag_says_otherwise():
+    """recompute_activation None: on for CPUs (measured faster, the same numbers), off on GPUs and TPUs until
+    measured there; a flag's bool wins; the models (BERT and ModernBERT, pre-training and fine-tuning) get it."""
+    from bertjax.finetuning import heads as finetuning_heads
+    from bertjax.models.modernbert import model as modernbert_model
+
+    job = JobConfig.from_configdict(load("tiny"))
+    assert job.model.recompute_activation is None
+    assert [job.model.activation_recompute(p) for p in ("cpu", "gpu", "tpu")] == [True, False, False]
+    assert model_lib.from_config(job.model, platform="cpu").recompute_activation is True
+    assert model_lib.from_config(job.model, platform="gpu").recompute_activation is False
+    arch = job.model.architecture
+    assert finetuning_heads.from_config(job.model, arch, "sequence_classification", 2, "cpu").recompute_activation
+    config = load("modernbert", "size=tiny")
+    config.model.recompute_activation = True  # --config.model.recompute_activation=true
+    modern = JobConfig.from_configdict(config).model
+    assert modernbert_model.from_config(modern, platform="gpu").recompute_activation is True
+
+
 def test_boolean_arguments_mean_what_they_say():
     steps = load("large").train.num_train_steps
     assert load("large", "runlocal=False").train.num_train_steps == steps

@@ -97,17 +97,10 @@ def test_combined_takes_only_same_numerics_changes_that_beat_the_noise():
     )
 
 
-def test_dry_run_takes_each_kind_of_variant_through_the_trace_and_its_summary(tmp_path):
-    out = tmp_path / "results"
+def _dry_run(out, *flags: str) -> tuple[subprocess.CompletedProcess, dict[str, dict]]:
+    """gpu_profile.py --dry_run into `out`: the finished process and its rows by variant."""
     done = subprocess.run(
-        [
-            sys.executable,
-            "benchmarks/gpu_profile.py",
-            f"--out={out}",
-            "--dry_run",
-            "--variants=baseline,no_dropout,no_command_buffers,cudnn,loop_cudnn",
-            "--variant_s=100",
-        ],
+        [sys.executable, "benchmarks/gpu_profile.py", f"--out={out}", "--dry_run", "--variant_s=100", *flags],
         cwd=ROOT,
         env=dict(os.environ, BERTJAX_NO_TCMALLOC="1"),
         capture_output=True,
@@ -115,7 +108,12 @@ def test_dry_run_takes_each_kind_of_variant_through_the_trace_and_its_summary(tm
         timeout=600,
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    rows = {r["variant"]: r for r in map(json.loads, (out / "variants.jsonl").read_text().splitlines())}
+    return done, {r["variant"]: r for r in map(json.loads, (out / "variants.jsonl").read_text().splitlines())}
+
+
+def test_dry_run_takes_each_kind_of_variant_through_the_trace_and_its_summary(tmp_path):
+    out = tmp_path / "results"
+    done, rows = _dry_run(out, "--variants=baseline,no_dropout,no_command_buffers,cudnn,loop_cudnn")
     assert set(rows) == {"baseline", "no_dropout", "no_command_buffers", "cudnn", "loop_cudnn"}
     for name in ("baseline", "no_dropout", "no_command_buffers"):
         row = rows[name]
@@ -164,25 +162,12 @@ def test_dry_run_of_a_modernbert_case_runs_its_windows_in_blocks_to_the_same_los
     train to the losses of one attention over the row (the same model), the cuDNN ones are listed as needing a
     GPU, and --base reaches every variant."""
     out = tmp_path / "results"
-    done = subprocess.run(
-        [
-            sys.executable,
-            "benchmarks/gpu_profile.py",
-            f"--out={out}",
-            "--dry_run",
-            "--case=modernbert:base:512:32",
-            "--variants=baseline,window_whole,cudnn_window_blocks",
-            "--base=--override=model.remat_policy=none",
-            "--variant_s=100",
-        ],
-        cwd=ROOT,
-        env=dict(os.environ, BERTJAX_NO_TCMALLOC="1"),
-        capture_output=True,
-        text=True,
-        timeout=600,
+    _, rows = _dry_run(
+        out,
+        "--case=modernbert:base:512:32",
+        "--variants=baseline,window_whole,cudnn_window_blocks",
+        "--base=--override=model.remat_policy=none",
     )
-    assert done.returncode == 0, done.stderr[-3000:]
-    rows = {r["variant"]: r for r in map(json.loads, (out / "variants.jsonl").read_text().splitlines())}
     assert rows["baseline"]["case"] == dict(family="modernbert", size="tiny", seq=512, batch=8)
     assert rows["window_whole"]["step_s"] > 0 and rows["window_whole"]["loss"][0] > 0
     for a, b in zip(rows["window_whole"]["loss"], rows["baseline"]["loss"]):

@@ -62,7 +62,7 @@ def from_config(
         attention=implementation,
         packed=packed,
         window_block=cfg.window_block,
-        recompute_activation=cfg.recompute_activation,
+        recompute_activation=cfg.activation_recompute(platform),
     )
 
 

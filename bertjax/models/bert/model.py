@@ -591,7 +591,7 @@ def from_config(cfg: Any, platform: Optional[str] = None, packed: bool = False) 
         remat_policy=cfg.remat_policy,
         attention=implementation,
         packed=packed,
-        recompute_activation=cfg.recompute_activation,
+        recompute_activation=cfg.activation_recompute(platform),
     )
 
 

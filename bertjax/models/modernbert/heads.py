@@ -12,7 +12,7 @@ import jax.numpy as jnp
 from bertjax.models import attention as attention_lib
 from bertjax.models import layers
 from bertjax.models.modernbert.config import ModernBertConfig
-from bertjax.models.modernbert.model import ModernBertModel, _init, _init_std, _norm, head_dense
+from bertjax.models.modernbert.model import _init, _init_std, _norm, encoder_of, head_dense
 
 Array = jax.Array
 Dtype = Any
@@ -43,15 +43,7 @@ class ModernBertForFinetuning(nn.Module):
     def setup(self):
         cfg = self.config
         std, cut = _init_std(cfg), cfg.initializer_cutoff_factor
-        self.model = ModernBertModel(
-            cfg,
-            self.dtype,
-            self.attention,
-            self.packed,
-            self.remat_policy,
-            self.window_block,
-            self.recompute_activation,
-        )
+        self.model = encoder_of(self)
         self.head_dense = head_dense(cfg, self.dtype)
         self.head_norm = _norm(cfg, self.dtype, "head_norm")
         self.dropout = layers.Dropout(cfg.classifier_dropout)

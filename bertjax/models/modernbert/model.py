@@ -261,6 +261,19 @@ class ModernBertModel(nn.Module):
         return x, tuple(hidden) if hidden is not None else None
 
 
+def encoder_of(head: nn.Module) -> ModernBertModel:
+    """The encoder a head module (masked LM, fine-tuning) computes with its own compute fields."""
+    return ModernBertModel(
+        head.config,
+        head.dtype,
+        head.attention,
+        head.packed,
+        head.remat_policy,
+        head.window_block,
+        head.recompute_activation,
+    )
+
+
 class ModernBertForMaskedLM(nn.Module):
     """The encoder and its MLM head; logits for `masked_lm_positions` [batch, predictions], or for every
     position when none are passed. `segment_ids` is accepted and ignored (ModernBERT has no token types)."""
@@ -275,15 +288,7 @@ class ModernBertForMaskedLM(nn.Module):
 
     def setup(self):
         cfg = self.config
-        self.model = ModernBertModel(
-            cfg,
-            self.dtype,
-            self.attention,
-            self.packed,
-            self.remat_policy,
-            self.window_block,
-            self.recompute_activation,
-        )
+        self.model = encoder_of(self)
         self.head_dense = head_dense(cfg, self.dtype)
         self.head_norm = _norm(cfg, self.dtype, "head_norm")
         if cfg.decoder_bias:
@@ -369,9 +374,8 @@ def from_architecture(config: ModernBertConfig, scan_layers: bool = False, **com
 def from_config(cfg: Any, platform: Optional[str] = None, packed: bool = False) -> ModernBertForMaskedLM:
     """`config.model` (family modernbert) → the model, as models/bert/model.py's `from_config` for BERT."""
     cfg.validate()
-    implementation = attention_lib.choose(
-        cfg.attention, cfg.attention_probs_dropout_prob, platform or jax.default_backend()
-    )
+    platform = platform or jax.default_backend()
+    implementation = attention_lib.choose(cfg.attention, cfg.attention_probs_dropout_prob, platform)
     return ModernBertForMaskedLM(
         cfg.architecture,
         dtype=layers.DTYPES[cfg.dtype],
@@ -379,7 +383,7 @@ def from_config(cfg: Any, platform: Optional[str] = None, packed: bool = False) 
         packed=packed,
         remat_policy=cfg.remat_policy,
         window_block=cfg.window_block,
-        recompute_activation=cfg.recompute_activation,
+        recompute_activation=cfg.activation_recompute(platform),
     )
 
 
