@@ -62,7 +62,7 @@ class ModelConfig:
     remat_policy: str = "none"  # none | full | dots | dots_no_batch: what a layer keeps for backprop
     # The feed-forward activation's backward recomputes it from the matmul's output, so the forward writes only its
     # output (XLA:GPU otherwise keeps two of the exact GELU's intermediates a layer: layers.DenseActivation). The same
-    # numbers. None: the platform's choice, on for CPUs (BERT-Base's step 1.04-1.05x), off elsewhere until measured.
+    # numbers. None: the platform's choice, on for CPUs (steps 1.04-1.3x faster), off elsewhere until measured.
     recompute_activation: Optional[bool] = None
     # Fused kernels (splash, cudnn) have no attention dropout: they need attention_probs_dropout_prob=0, and
     # auto keeps xla while it is > 0. The params are the same whichever computes them.
