@@ -2,7 +2,7 @@
 
     python benchmarks/gpu_profile.py --out=DIR [--case=bert:base:128:256] [--variants=a,b] [--budget_s=420]
         [--base=--attention=cudnn]     # train_step.py flags every variant starts from
-    python benchmarks/gpu_profile.py --out=DIR --dry_run      # on the CPU: every variant's code path, BERT-tiny
+    python benchmarks/gpu_profile.py --out=DIR --dry_run      # on the CPU: every variant's code path, the family's tiny size
 
 The GPU is lent rarely (15 minutes a session, one command at most 10), so one command answers as many
 questions as it can. Each variant below is the train step of one case (family:size:seq:batch) with one
@@ -200,7 +200,7 @@ def parse_args():
     p.add_argument(
         "--dry_run",
         action="store_true",
-        help="on the CPU: BERT-tiny, 2 steps, every variant's code path (cudnn needs a GPU: skipped)",
+        help="on the CPU: the case's family at its tiny size, 2 steps, every variant's code path (cudnn needs a GPU: skipped)",
     )
     return p.parse_args()
 
@@ -478,7 +478,7 @@ def main():
         json.dump(summary, f, indent=1)
     shutil.rmtree(scratch, ignore_errors=True)
     print(json.dumps(summary))
-    print(f"\n{summary['device']}, {args.case}{' (dry run: BERT-tiny on the CPU)' if args.dry_run else ''}:\n")
+    print(f"\n{summary['device']}, {args.case}{f' (dry run: {family}-tiny on the CPU)' if args.dry_run else ''}:\n")
     print(markdown(list(rows.values()), base_step))
 
 
