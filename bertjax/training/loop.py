@@ -16,7 +16,7 @@ import logging
 import os
 import signal
 import time
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import jax
 
@@ -208,6 +208,18 @@ def stopped_before_training() -> bool:
     return _stopped_before_training
 
 
+def next_batch(batches: Iterator[Any], in_flight: Any) -> tuple[Any, float]:
+    """The next batch and how long it held the device up. Steps are dispatched asynchronously, so the batch is
+    fetched while the step `in_flight` (an array it produces) still runs: that time costs nothing and is not
+    counted. Only if the step had finished by the time the batch came does the fetch count, all of it (an upper
+    bound: the step finished somewhere within it). Counting every fetch read 14% "input-bound" for the ModernBERT
+    demo on 2 cores, where the step was still running after 348 of 351 fetches."""
+    started = time.perf_counter()
+    batch = next(batches)
+    seconds = time.perf_counter() - started
+    return batch, seconds if in_flight.is_ready() else 0.0
+
+
 def run_job(workdir: str, body: Callable[[StopRequest, lock_lib.WorkdirLock], dict]) -> dict:
     """body(stop, lock) with the workdir locked and SIGTERM handled; a SIGTERM before the first step
     (data preparation, compilation, restore) ends it cleanly, with nothing trained."""
@@ -268,9 +280,8 @@ def train_loop(
     stop.training_started()  # from here a SIGTERM saves at the next step
     try:
         while step < num_steps:
-            waited = time.perf_counter()
-            batch = next(train_data)
-            meter.input_wait(time.perf_counter() - waited)
+            batch, held_up = next_batch(train_data, state.step)
+            meter.input_wait(held_up)
             state, step_metrics = trainer.train_step(state, trainer.global_batch(batch))
             nonfinite = step_metrics.pop("nonfinite")[0]
             running = metrics_lib.merge(running, step_metrics)

@@ -366,7 +366,7 @@ class Throughput:
 
     def update(self, step: int) -> dict[str, float]:
         """{step_time_s, steps_per_s, eta_s, input_wait_fraction} since the previous update; {} on the first call.
-        input_wait_fraction: the share of the (unpaused) interval spent waiting for batches."""
+        input_wait_fraction: the share of the (unpaused) interval the device waited for batches (loop.next_batch)."""
         now = self._clock()
         out = {}
         if self._last is not None and step > self._last[0]:
