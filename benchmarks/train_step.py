@@ -87,6 +87,13 @@ def parse_args():
         "profile.json (profile_summary.py), beside hlo.txt.gz, the program's optimized HLO",
     )
     p.add_argument("--profile_steps", type=int, default=3)
+    p.add_argument(
+        "--compile_for",
+        default="",
+        metavar="GPU",
+        help="compile bertjax's step for one GPU that need not be here (a100, h100, h200: bertjax.training."
+        "gpu_targets) instead of running it; print what its kernels move (hlo_traffic.py), the HLO to --profile_dir",
+    )
     return p.parse_args()
 
 
@@ -103,6 +110,10 @@ from timing import time_interleaved  # noqa: E402  (benchmarks/timing.py, beside
 tcmalloc.reexec_under_tcmalloc()  # as `python -m bertjax.main` runs; BERTJAX_NO_TCMALLOC=1 keeps glibc's
 os.environ["XLA_FLAGS"] = (ARGS.xla_flags + " " + os.environ.get("XLA_FLAGS", "")).strip()
 
+if ARGS.compile_for:  # for a GPU that is not here: this machine's devices stay its own, the CUDA plugin quiet
+    from bertjax.training import gpu_targets  # noqa: E402
+
+    gpu_targets.quiet_cuda_plugin()
 import jax  # noqa: E402  (after XLA_FLAGS)
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
@@ -188,7 +199,7 @@ def matmul_peak(sizes=(1024, 2048, 3072, 4096), reps: int = 3) -> dict:
 def compute_dtype() -> str:
     if ARGS.dtype != "auto":
         return ARGS.dtype
-    return "float32" if jax.default_backend() == "cpu" else "bfloat16"
+    return "float32" if jax.default_backend() == "cpu" and not ARGS.compile_for else "bfloat16"
 
 
 def jax_config(size: str, batch_size: int, packed: bool = False) -> ConfigDict:
@@ -356,7 +367,41 @@ def torch_runner(cfg, batch_np: dict):
     )
 
 
+def compile_for_gpu(size: str, batch_size: int) -> dict:
+    """The step compiled for ARGS.compile_for's GPU, here or not, as the job would build it there: the row."""
+    import gzip
+
+    import hlo_traffic
+    from bertjax.training import aot, gpu_targets
+    from bertjax.training import trainer as trainer_lib
+
+    gpu = gpu_targets.GPUS[ARGS.compile_for]
+    _, _, devices = aot.topology_devices(f"{ARGS.compile_for}:1")
+    job = JobConfig.from_configdict(jax_config(size, batch_size))
+    start = time.perf_counter()
+    trainer = trainer_lib.setup(job, devices, compile=False)
+    compiled = trainer.compile_step(gpu_targets.COMPILER_OPTIONS)
+    text = compiled.as_text()
+    if ARGS.profile_dir:
+        os.makedirs(ARGS.profile_dir, exist_ok=True)
+        with gzip.open(os.path.join(ARGS.profile_dir, "hlo.txt.gz"), "wt") as f:
+            f.write(text)
+    memory = trainer_lib.memory_bytes(compiled) or {}
+    return dict(
+        compile_s=time.perf_counter() - start,
+        temp_bytes=memory.get("temp"),
+        attention=trainer.model.attention,
+        traffic=hlo_traffic.traffic(text, gpu.memory_bandwidth),
+    )
+
+
 def main():
+    if ARGS.compile_for:  # one JSON line per size: the compiled program, nothing run
+        for size in ARGS.sizes.split(","):
+            batch = ARGS.batch or BATCH[size]
+            row = dict(family=ARGS.family, size=size, batch=batch, seq=SEQ, dtype=compute_dtype(), gpu=ARGS.compile_for)
+            print(json.dumps(dict(row, **compile_for_gpu(size, batch), jax=jax.__version__)), flush=True)
+        return
     frameworks = ARGS.frameworks.split(",")
     unknown = set(frameworks) - {"jax", "jax_packed", "torch"}
     if unknown:

@@ -40,9 +40,9 @@ def define_flags() -> None:
     flags.DEFINE_string(
         "topology",
         None,
-        "With --compile_only: compile for this TPU topology (e.g. v5e:16x16) "
-        "on a machine without TPUs and without data, and write WORKDIR/compile_report.json "
-        "(needs libtpu: pip install 'bertjax[tpu]').",
+        "With --compile_only: compile for this TPU topology (e.g. v5e:16x16) or these NVIDIA GPUs (h100:8, one "
+        "host; h200:2x8, two) on a machine without them and without data, and write WORKDIR/compile_report.json "
+        "(needs libtpu: pip install 'bertjax[tpu]'; for GPUs jax's CUDA plugin: pip install jax-cuda13-plugin).",
     )
     flags.DEFINE_string(
         "coordinator_address",
@@ -98,7 +98,7 @@ def _pretrain() -> None:
 def _compile_for_topology() -> None:
     """--compile_only --topology: one process, no devices of this machine, no data."""
     if not FLAGS.compile_only:
-        raise app.UsageError("--topology compiles for a TPU topology without running: add --compile_only.")
+        raise app.UsageError("--topology compiles for a TPU topology or GPUs without running: add --compile_only.")
     from bertjax.config.schema import JobConfig
 
     aot.compile_for_topology(JobConfig.from_configdict(FLAGS.config), FLAGS.workdir, FLAGS.topology)

@@ -143,7 +143,10 @@ def test_a_step_that_cannot_fit_is_refused_with_the_bytes_and_the_knobs(tmp_path
 @pytest.mark.parametrize(
     "topology, mesh, expected",
     [
-        ("v9:2x2", (-1, 1, 1), "is not a TPU topology bertjax knows; use CHIP:SHAPE with CHIP one of v4, v5e"),
+        ("v9:2x2", (-1, 1, 1), "is not a topology bertjax knows; use CHIP:SHAPE with CHIP one of v4, v5e"),
+        ("h100:1x2x2", (-1, 1, 1), "GPUs are GPU:GPUS or GPU:HOSTSxGPUS; use CHIP:SHAPE"),
+        ("h100:0", (-1, 1, 1), "GPUs are GPU:GPUS or GPU:HOSTSxGPUS"),
+        ("b100:8", (-1, 1, 1), "or GPU:[HOSTSx]GPUS with GPU one of a100, h100, h200, e.g. h100:1, h100:8"),
         ("v5e", (-1, 1, 1), "e.g. v4:2x2x1, v4:4x4x4, v5e:2x2"),
         ("v5e:3x3", (-1, 1, 1), "libtpu cannot lay it out"),
         (
@@ -166,6 +169,6 @@ def test_a_bad_topology_or_mesh_is_one_sentence_saying_what_is_valid(tmp_path, t
 def test_the_cli_says_what_is_wrong_in_one_line(tmp_path):
     done = _main(tmp_path, f"--config={TINY}", "--compile_only", "--topology=v5e:9")
     assert done.returncode != 0
-    assert done.stderr.strip().splitlines()[-1].startswith("bertjax: --topology='v5e:9' is not a TPU topology")
+    assert done.stderr.strip().splitlines()[-1].startswith("bertjax: --topology='v5e:9' is not a topology")
     done = _main(tmp_path, f"--config={TINY}", "--topology=v5e:2x2")
     assert done.returncode != 0 and "add --compile_only" in done.stderr

@@ -1,6 +1,7 @@
-"""Will it fit? The job's train step compiled for a TPU topology on a machine without TPUs.
+"""Will it fit? The job's train step compiled for a TPU topology or for GPUs, on a machine without them.
 
     python -m bertjax.main --config=configs/large.py --workdir=DIR --compile_only --topology=v5e:16x16
+    python -m bertjax.main --config=configs/large.py --workdir=DIR --compile_only --topology=h100:8   # 2x8: 2 hosts
 
 MaxText's train_compile.py, for BERT: libtpu (`pip install 'bertjax[tpu]'`) describes the devices of a
 topology that is not present (`jax.experimental.topologies.get_topology_desc`), and the job's own
@@ -8,10 +9,13 @@ trainer (`trainer.setup`: the config's mesh, logical-axis rules, attention, rema
 global batch and record shapes) lowers and compiles the real program for them. Nothing reads data. The
 compiled program's memory and cost analyses say what one device needs; a program that cannot fit fails
 inside libtpu's compiler, which says by how much. Either way the answer is DIR/compile_report.json.
+NVIDIA GPUs (a100, h100, h200: gpu_targets.py) compile the same way with jax's CUDA plugin and no GPU; XLA:GPU
+compiles a program of any size, and the report says whether it fits.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import glob
 import importlib.util
@@ -23,6 +27,8 @@ import re
 from typing import TYPE_CHECKING, Any, Sequence
 
 import jax
+
+from bertjax.training import gpu_targets
 
 if TYPE_CHECKING:
     from bertjax.config.schema import JobConfig
@@ -49,7 +55,8 @@ CHIPS = {
     "v6e": Chip(32, "https://cloud.google.com/tpu/docs/v6e (32 GiB HBM per chip)"),
 }
 EXAMPLES = ("v4:2x2x1", "v4:4x4x4", "v5e:2x2", "v5e:4x4", "v5e:16x16", "v5p:2x2x1", "v6e:2x4", "v6e:16x16")
-_TOPOLOGY = re.compile(r"(?P<chip>[a-z0-9]+):(?P<shape>\d+(x\d+){1,2})")
+GPU_EXAMPLES = ("h100:1", "h100:8", "h200:2x8", "a100:8")
+_TOPOLOGY = re.compile(r"(?P<chip>[a-z0-9]+):(?P<shape>\d+(x\d+){0,2})")
 # libtpu's compiler refuses a program that cannot fit, in one of two sentences (amounts like 112.62G):
 _SIZE = r"([\d.]+)([KMGT]?)"
 _TEMPORARIES_TOO_BIG = re.compile(rf"required for HLO temporaries \({_SIZE}\) exceeds available HBM \({_SIZE}\)")
@@ -62,7 +69,8 @@ class DoesNotFit(ValueError):
 
 def _valid_topologies() -> str:
     return (
-        f"CHIP:SHAPE with CHIP one of {', '.join(CHIPS)} and SHAPE its chips per dimension, e.g. {', '.join(EXAMPLES)}"
+        f"CHIP:SHAPE with CHIP one of {', '.join(CHIPS)} and SHAPE its chips per dimension, e.g. {', '.join(EXAMPLES)}; "
+        f"or GPU:[HOSTSx]GPUS with GPU one of {', '.join(gpu_targets.GPUS)}, e.g. {', '.join(GPU_EXAMPLES)}"
     )
 
 
@@ -83,11 +91,13 @@ def quiet_libtpu() -> None:
 
 
 def topology_devices(name: str) -> tuple[str, int, Sequence[jax.Device]]:
-    """(chip, number of chips, devices) of a TPU topology such as v5e:16x16; one clear ValueError for a
-    bad name."""
+    """(chip, number of chips, devices) of a TPU topology such as v5e:16x16 or of GPUs such as h100:8 (one
+    host) or h100:2x8 (two hosts of 8); one clear ValueError for a bad name."""
     match = _TOPOLOGY.fullmatch(name.strip().lower())
-    if not match or match["chip"] not in CHIPS:
-        raise ValueError(f"--topology={name!r} is not a TPU topology bertjax knows; use {_valid_topologies()}.")
+    if match and match["chip"] in gpu_targets.GPUS:
+        return _gpu_devices(name, match["chip"], match["shape"])
+    if not match or match["chip"] not in CHIPS or "x" not in match["shape"]:
+        raise ValueError(f"--topology={name!r} is not a topology bertjax knows; use {_valid_topologies()}.")
     if importlib.util.find_spec("libtpu") is None:  # the compiler for TPU programs
         raise ValueError(
             "--topology compiles with libtpu, which is not installed; install it with "
@@ -104,6 +114,48 @@ def topology_devices(name: str) -> tuple[str, int, Sequence[jax.Device]]:
             f"--topology={name!r}: libtpu cannot lay it out ({reason}); use {_valid_topologies()}."
         ) from None
     return match["chip"], math.prod(int(n) for n in match["shape"].split("x")), devices
+
+
+def _gpu_devices(name: str, chip: str, shape: str) -> tuple[str, int, Sequence[jax.Device]]:
+    sizes = [int(n) for n in shape.split("x")]
+    if len(sizes) > 2 or min(sizes) < 1:
+        raise ValueError(f"--topology={name!r}: GPUs are GPU:GPUS or GPU:HOSTSxGPUS; use {_valid_topologies()}.")
+    hosts, per_host = sizes if len(sizes) == 2 else (1, sizes[0])
+    if not gpu_targets.cuda_plugin_installed():  # the compiler for NVIDIA GPUs
+        raise ValueError(
+            f"--topology={name!r} compiles with jax's CUDA plugin, which is not installed; install it with "
+            "`pip install jax-cuda13-plugin` (the compiler alone, at the installed jax's version) or "
+            "`pip install 'bertjax[cuda13]'`."
+        )
+    gpu_targets.quiet_cuda_plugin()  # before this process's backends start: this machine's own devices stay its own
+    from jax.experimental import topologies
+
+    devices = topologies.get_topology_desc(
+        platform="cuda", target_config=gpu_targets.GPUS[chip].target_config(), topology=f"1x{hosts}x{per_host}"
+    ).devices
+    return chip, hosts * per_host, devices
+
+
+@contextlib.contextmanager
+def _cudnn_library_needed(topology: str):
+    """jax's 'cuDNN not found' (a plugin without CUDA libraries, compiling cuDNN attention) as one sentence."""
+    try:
+        yield
+    except RuntimeError as e:
+        if isinstance(e, jax.errors.JaxRuntimeError) or not re.search(r"cudnn.*not (found|detected)", str(e), re.I):
+            raise
+        raise ValueError(
+            f"--topology={topology}: cuDNN attention compiles with cuDNN's library, which is not installed "
+            f"({str(e).splitlines()[0]}); install it with `pip install 'bertjax[cuda13]'`, or compile with "
+            "--config.model.attention=xla."
+        ) from None
+
+
+def _chip_facts(chip: str) -> tuple[int, str]:
+    """(memory bytes per chip, where the figure comes from)."""
+    if chip in gpu_targets.GPUS:
+        return gpu_targets.GPUS[chip].memory_bytes, gpu_targets.GPUS[chip].source
+    return int(CHIPS[chip].hbm_gib * GIB), CHIPS[chip].source
 
 
 def _bytes(amount: str, unit: str) -> int:
@@ -147,17 +199,19 @@ def compile_for_topology(job: "JobConfig", workdir: str, topology: str) -> dict[
     from bertjax.training import trainer as trainer_lib
 
     chip, chips, devices = topology_devices(topology)
-    hbm = int(CHIPS[chip].hbm_gib * GIB * chips / len(devices))  # per device (a chip's share)
+    chip_bytes, chip_source = _chip_facts(chip)
+    hbm = int(chip_bytes * chips / len(devices))  # per device (a chip's share)
     if job.data.corpus and not job.data.vocab_file:  # the data stage would train a vocab of this size
         job = job.replace(model={"vocab_size": job.data.corpus_vocab_size})
     log.info(
-        "aot: compiling %s's train step for %s (%d devices, %s), without TPUs and without data",
+        "aot: compiling %s's train step for %s (%d devices, %s), without them and without data",
         job.model.size,
         topology,
         len(devices),
         devices[0].device_kind,
     )
-    trainer = trainer_lib.setup(job, devices, compile=False)
+    with _cudnn_library_needed(topology):  # cuDNN attention asks cuDNN's version as it traces
+        trainer = trainer_lib.setup(job, devices, compile=False)
     mesh = dict(trainer.mesh.shape)
     log.info(
         "aot: mesh %s, global batch %d × seq %d, %s, attention %s, remat %s, micro-batches %d",
@@ -179,7 +233,7 @@ def compile_for_topology(job: "JobConfig", workdir: str, topology: str) -> dict[
         num_devices=len(devices),
         mesh=mesh,
         hbm_bytes_per_device=hbm,
-        hbm_source=CHIPS[chip].source,
+        hbm_source=chip_source,
         global_batch_size=job.train.global_batch_size,
         max_seq_length=job.data.max_seq_length,
         micro_batches=job.train.micro_batches,
@@ -190,7 +244,8 @@ def compile_for_topology(job: "JobConfig", workdir: str, topology: str) -> dict[
         state_bytes=state_bytes,
     )
     try:
-        compiled = trainer.compile_step()
+        with _cudnn_library_needed(topology):
+            compiled = trainer.compile_step(gpu_targets.COMPILER_OPTIONS if chip in gpu_targets.GPUS else None)
     except jax.errors.JaxRuntimeError as e:
         memory = _out_of_memory(str(e), state_bytes, batch_bytes) if "RESOURCE_EXHAUSTED" in str(e) else None
         if memory is None:

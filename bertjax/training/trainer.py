@@ -331,7 +331,12 @@ def memory_bytes(compiled: Any) -> Optional[dict[str, int]]:
 
 
 def compile_train_step(
-    jitted: Any, abstract: TrainState, batch_abstract: dict, mesh: jax.sharding.Mesh, rules: sharding_lib.Rules
+    jitted: Any,
+    abstract: TrainState,
+    batch_abstract: dict,
+    mesh: jax.sharding.Mesh,
+    rules: sharding_lib.Rules,
+    compiler_options: Optional[dict] = None,
 ) -> Any:
     """Lowers and compiles the jitted step ahead of time; logs the time taken and the memory per device.
 
@@ -340,7 +345,7 @@ def compile_train_step(
     guess from the parameters."""
     start = time.perf_counter()
     with sharding_lib.activation_rules(mesh, rules):
-        compiled = jitted.lower(abstract, batch_abstract).compile()
+        compiled = jitted.lower(abstract, batch_abstract).compile(compiler_options)
     log.info("compile: train step compiled in %.1fs", time.perf_counter() - start)
     mem = memory_bytes(compiled)
     if mem is None:
@@ -385,10 +390,11 @@ class Trainer:
     def model(self) -> nn.Module:
         return self.task.model
 
-    def compile_step(self) -> Any:
-        """The train step lowered and compiled for this mesh (what `setup` does unless compile=False)."""
+    def compile_step(self, compiler_options: Optional[dict] = None) -> Any:
+        """The train step lowered and compiled for this mesh (what `setup` does unless compile=False);
+        `compiler_options`: XLA's DebugOptions for this compile (e.g. gpu_targets.COMPILER_OPTIONS)."""
         return compile_train_step(
-            self.jitted_train_step, self.abstract_state, self.batch_abstract, self.mesh, self.rules
+            self.jitted_train_step, self.abstract_state, self.batch_abstract, self.mesh, self.rules, compiler_options
         )
 
     def global_batch(self, local: dict[str, np.ndarray]) -> Batch:

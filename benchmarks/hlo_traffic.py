@@ -1,0 +1,141 @@
+"""What a compiled step's kernels read and write: the bytes of memory traffic in an optimized HLO program.
+
+    python benchmarks/hlo_traffic.py HLO.txt[.gz] [--bandwidth=4.8e12]
+
+Each kernel of the program (every instruction of the entry computation that launches one: a fusion, a
+library call such as cuBLAS or cuDNN, a copy; not parameters, tuples or bitcasts) reads its operands and
+writes its result; a while loop's body counts once per known iteration. Summed by the categories of
+profile_summary.py, the bytes say what the step must move through HBM at least, and divided by the chip's
+bandwidth, the least time that takes: a floor that ignores caches and how well each kernel runs, but that a
+change can be compared by without a device (benchmarks/gpu_compile.py, on a program compiled for a GPU that
+is not here). Matmuls and attention are bound by their FLOPs, not their bytes: their rows are for context.
+
+The count is an upper bound for a fusion that reads part of an operand (a slice fused in) and a lower one
+for a kernel that reads an input twice; what changes between two variants of one step is what it is for.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import re
+from typing import Iterable, Optional
+
+import profile_summary as summary_lib
+
+_ITEM_BYTES = {"pred": 1, "s8": 1, "u8": 1, "bf16": 2, "f16": 2, "s16": 2, "u16": 2, "f32": 4, "s32": 4, "u32": 4}
+_ITEM_BYTES.update({"f64": 8, "s64": 8, "u64": 8, "f8e4m3fn": 1, "f8e5m2": 1})
+_ARRAY = re.compile(r"\b(" + "|".join(sorted(_ITEM_BYTES, key=len, reverse=True)) + r")\[([\d,]*)\]")
+# What launches no kernel: names, views and constants.
+_NO_KERNEL = {"parameter", "tuple", "get-tuple-element", "bitcast", "constant", "after-all", "partition-id"}
+_NO_KERNEL |= {"replica-id", "opt-barrier", "add-dependency"}
+_TRIP_COUNT = re.compile(r'"known_trip_count":\{"n":"(\d+)"\}')
+_CALLED = re.compile(r"\b(?:body|calls|to_apply)=%?([\w.\-]+)")
+
+
+def array_bytes(shape: str, skip_workspace: bool = False) -> int:
+    """Bytes of every array in an HLO shape (a tuple's elements summed); `skip_workspace`: not the s8 scratch
+    buffer a library call returns beside its result."""
+    total = 0
+    for dtype, dims in _ARRAY.findall(shape):
+        if skip_workspace and dtype == "s8":
+            continue
+        count = 1
+        for d in filter(None, dims.split(",")):
+            count *= int(d)
+        total += count * _ITEM_BYTES[dtype]
+    return total
+
+
+def _operands(tail: str, opcode: str) -> list[str]:
+    """The %names between the opcode's parentheses."""
+    args = tail[len(opcode) :]
+    depth = 0
+    for i, ch in enumerate(args):
+        depth += ch == "("
+        depth -= ch == ")"
+        if depth == 0 and i:
+            return re.findall(r"%([\w.\-]+)", args[: i + 1])
+    return []
+
+
+def _computations(text: str) -> tuple[dict[str, list[str]], str]:
+    """(computation name → its instruction lines, the entry computation's name)."""
+    computations: dict[str, list[str]] = collections.defaultdict(list)
+    name, entry = "", ""
+    for line in text.splitlines():
+        if summary_lib._INSTRUCTION.match(line):
+            computations[name].append(line)
+            continue
+        header = summary_lib._COMPUTATION.match(line)
+        if header and "->" in line:
+            name = header.group("name")
+            entry = name if line.lstrip().startswith("ENTRY") else entry
+    return computations, entry
+
+
+def kernels(text: str) -> list[dict]:
+    """Every kernel the program launches a step, with what it reads and writes and how many times it runs."""
+    computations, entry = _computations(text)
+    out: list[dict] = []
+
+    def walk(name: str, times: int, depth: int = 0) -> None:
+        shapes: dict[str, str] = {}
+        for line in computations.get(name, []):
+            match = summary_lib._INSTRUCTION.match(line)
+            shape, tail = summary_lib._split_shape(line[match.end() :])
+            instruction = match.group("name")
+            shapes[instruction] = shape
+            opcode = re.match(r"[\w\-]+", tail)
+            opcode = opcode.group(0) if opcode else ""
+            if opcode in _NO_KERNEL or not opcode:
+                continue
+            if opcode in ("while", "call", "conditional") and depth < 4:
+                trips = _TRIP_COUNT.search(tail)
+                for called in _CALLED.findall(tail) if opcode != "while" else re.findall(r"body=%?([\w.\-]+)", tail):
+                    walk(called, times * (int(trips.group(1)) if trips else 1), depth + 1)
+                continue
+            read = sum(array_bytes(shapes.get(o, "")) for o in _operands(tail, opcode))
+            written = array_bytes(shape, skip_workspace=opcode == "custom-call")
+            out.append(dict(name=instruction, opcode=opcode, read=read * times, written=written * times, runs=times))
+
+    walk(entry, 1)
+    return out
+
+
+def traffic(text: str, bandwidth: Optional[float] = None) -> dict:
+    """Kernels and bytes a step, by profile_summary's categories (with ms at `bandwidth` bytes/s if given)."""
+    instructions, bodies = summary_lib.parse_hlo(text)
+    by_category: dict[str, dict] = collections.defaultdict(lambda: dict(kernels=0, read_bytes=0, written_bytes=0))
+    for k in kernels(text):
+        row = by_category[summary_lib.category(instructions.get(k["name"]), bodies, k["name"])]
+        row["kernels"] += k["runs"]
+        row["read_bytes"] += k["read"]
+        row["written_bytes"] += k["written"]
+    rows = dict(sorted(by_category.items(), key=lambda kv: -(kv[1]["read_bytes"] + kv[1]["written_bytes"])))
+    bound = {c for c in rows if c in ("matmul", "attention (cuDNN)")}  # their time is their FLOPs'
+    memory_bound = sum(r["read_bytes"] + r["written_bytes"] for c, r in rows.items() if c not in bound)
+    out = dict(
+        kernels=sum(r["kernels"] for r in rows.values()),
+        bytes=sum(r["read_bytes"] + r["written_bytes"] for r in rows.values()),
+        memory_bound_bytes=memory_bound,
+        categories=rows,
+    )
+    if bandwidth:
+        out["memory_bound_ms_at_bandwidth"] = round(memory_bound / bandwidth * 1e3, 3)
+        for row in rows.values():
+            row["ms_at_bandwidth"] = round((row["read_bytes"] + row["written_bytes"]) / bandwidth * 1e3, 3)
+    return out
+
+
+def main(argv: Optional[Iterable[str]] = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("hlo", help="an optimized HLO program (compiled.as_text()), .gz too")
+    p.add_argument("--bandwidth", type=float, default=4.8e12, help="bytes/s (an H200's HBM: 4.8e12)")
+    args = p.parse_args(argv)
+    print(json.dumps(traffic(summary_lib.read_text(args.hlo), args.bandwidth), indent=1))
+
+
+if __name__ == "__main__":
+    main()

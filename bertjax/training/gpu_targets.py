@@ -1,0 +1,119 @@
+"""NVIDIA GPUs that are not here, described to XLA: what `--compile_only --topology=h100:8` compiles for.
+
+XLA:GPU compiles for a device it is told about (a `GpuTargetConfigProto`: cores, memory, bandwidth, compute
+capability, cuDNN version) as well as for one it finds, so jax's CUDA plugin (`pip install 'bertjax[cuda13]'`, or
+only `jax-cuda13-plugin`: the compiler, no CUDA libraries) lays out a topology of GPUs on a machine with none
+(`jax.experimental.topologies.get_topology_desc(platform="cuda", target_config=...)`). The figures are XLA's own
+device specs (xla/backends/gpu/target_config/specs in openxla/xla) and NVIDIA's data sheets.
+
+Without a device nothing can be autotuned, so matmuls compile as cuBLAS calls rather than Triton GEMM fusions
+(COMPILER_OPTIONS: XLA cannot tile some dots into Triton GEMMs untuned): the same program and buffers; a real
+GPU may fuse a few small matmuls differently.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import glob
+import importlib.util
+import os
+
+# For a compile without the device: no Triton GEMM fusions, whose tiles XLA would autotune on it (untuned, it
+# fails to tile some of BERT's dots). The flag's form, for XLA_FLAGS in a process of its own.
+COMPILER_OPTIONS = {"xla_gpu_enable_triton_gemm": False}
+NO_AUTOTUNING_FLAG = "--xla_gpu_enable_triton_gemm=false"
+
+
+@dataclasses.dataclass(frozen=True)
+class Gpu:
+    name: str  # what the device calls itself (device_kind)
+    memory_bytes: int  # what the device reports (XLA's spec)
+    compute_capability: int  # major
+    cores: int  # streaming multiprocessors
+    fpus_per_core: int
+    memory_bandwidth: float  # bytes/s
+    l2_bytes: int
+    clock_ghz: float
+    shared_memory_per_core: int
+    shared_memory_per_block_optin: int
+    bf16_dense_flops: float  # the dense bf16 peak MFU is measured against
+    source: str
+
+    def target_config(self) -> str:
+        """The GpuTargetConfigProto, in text format, that XLA compiles for."""
+        memory = self.memory_bytes
+        return f"""gpu_device_info {{
+  threads_per_block_limit: 1024
+  threads_per_warp: 32
+  shared_memory_per_block: 49152
+  shared_memory_per_core: {self.shared_memory_per_core}
+  threads_per_core_limit: 2048
+  core_count: {self.cores}
+  fpus_per_core: {self.fpus_per_core}
+  block_dim_limit_x: 2147483647
+  block_dim_limit_y: 65535
+  block_dim_limit_z: 65535
+  memory_bandwidth: {int(self.memory_bandwidth)}
+  l2_cache_size: {self.l2_bytes}
+  clock_rate_ghz: {self.clock_ghz}
+  device_memory_size: {memory}
+  shared_memory_per_block_optin: {self.shared_memory_per_block_optin}
+  cuda_compute_capability {{ major: {self.compute_capability} }}
+  registers_per_core_limit: 65536
+  registers_per_block_limit: 65536
+}}
+platform_name: "CUDA"
+dnn_version_info {{ major: 9 minor: 10 }}
+runtime_version {{ major: 13 minor: 0 }}
+device_description_str: "{self.name}"
+"""
+
+
+GPUS = {
+    "a100": Gpu(
+        "NVIDIA A100-SXM4-80GB", 85100068864, 8, 108, 64, 2.039e12, 40 * 2**20, 1.41, 167936, 166912, 312e12,
+        "XLA's a100_sxm_80 spec; NVIDIA A100 data sheet (80 GB HBM2e, 312 TFLOP/s dense bf16)",
+    ),
+    "h100": Gpu(
+        "NVIDIA H100 80GB HBM3", 84942979072, 9, 132, 128, 3.35232e12, 50 * 2**20, 1.98, 233472, 232448, 989e12,
+        "XLA's h100_sxm spec; NVIDIA H100 SXM data sheet (80 GB HBM3, 989 TFLOP/s dense bf16)",
+    ),
+    "h200": Gpu(
+        "NVIDIA H200", 151397597184, 9, 132, 128, 4.8e12, 50 * 2**20, 1.98, 233472, 232448, 989e12,
+        "XLA's h200 spec; NVIDIA H200 SXM data sheet (141 GB HBM3e, 4.8 TB/s, 989 TFLOP/s dense bf16)",
+    ),
+}  # fmt: skip
+
+
+def gpu_here() -> bool:
+    """True on a machine with an NVIDIA GPU (its driver's device files)."""
+    return bool(glob.glob("/dev/nvidia[0-9]*"))
+
+
+def cuda_plugin_installed() -> bool:
+    return any(importlib.util.find_spec(f"jax_cuda{v}_plugin") for v in (12, 13))
+
+
+def quiet_cuda_plugin() -> None:
+    """Before any JAX backend starts: on a machine without NVIDIA GPUs, jax's CUDA plugin (installed for
+    `--topology=h100:8`, or by `bertjax[cuda13]`) is not started, here nor in the processes this one starts;
+    it would fail without a driver and log a traceback. It still compiles for GPUs that are not here. A set
+    JAX_PLATFORMS wins."""
+    if gpu_here() or not cuda_plugin_installed() or os.environ.get("JAX_PLATFORMS"):
+        return
+    import jax
+
+    from bertjax.training import aot
+
+    platforms = "cpu" if aot.no_tpu_here() else "tpu,cpu"
+    if not jax.config.jax_platforms:
+        jax.config.update("jax_platforms", platforms)
+    os.environ["JAX_PLATFORMS"] = jax.config.jax_platforms
+
+
+def cudnn_installed() -> bool:
+    """cuDNN's library as pip installs it (nvidia-cudnn-cu12/13, with bertjax[cuda13]): what cudnn attention needs."""
+    try:
+        return importlib.util.find_spec("nvidia.cudnn") is not None
+    except ModuleNotFoundError:  # no nvidia package at all
+        return False

@@ -1,0 +1,127 @@
+"""Will it fit on GPUs: the job's train step compiled for NVIDIA GPUs that are not here, by jax's CUDA plugin
+(the test extra installs it without any CUDA library), as a TPU topology is compiled by libtpu."""
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+import jax
+import pytest
+
+import train_setup
+from bertjax.config.schema import JobConfig
+from bertjax.training import aot, gpu_targets
+from bertjax.training import trainer as trainer_lib
+
+TINY = str(train_setup.ROOT / "configs" / "tiny.py")
+
+
+def _state_bytes_unsharded(job: JobConfig) -> int:
+    trainer = trainer_lib.setup(job.replace(mesh={"shape": (-1, 1, 1)}), jax.devices()[:1], compile=False)
+    return sum(math.prod(x.shape) * x.dtype.itemsize for x in jax.tree.leaves(trainer.abstract_state))
+
+
+def test_the_cli_compiles_for_gpus_without_one_and_the_cuda_plugin_stays_quiet(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "JAX_PLATFORMS"}  # as a user's shell: the CLI quiets it
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bertjax.main",
+            f"--config={TINY}",
+            f"--workdir={tmp_path / 'work'}",
+            "--compile_only",
+            "--topology=h100:2",
+            "--config.model.dtype=bfloat16",
+            "--config.train.global_batch_size=16",
+            "--config.data.max_seq_length=64",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=train_setup.ROOT,
+        env=env,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr and "plugin configuration error" not in done.stderr
+    report = json.loads((tmp_path / "work" / aot.REPORT_FILE).read_text())
+    assert report["chip"] == "h100" and report["device_kind"] == "NVIDIA H100 80GB HBM3"
+    assert report["num_devices"] == 2 and report["mesh"] == {"data": 2, "fsdp": 1, "tensor": 1}
+    assert report["hbm_bytes_per_device"] == gpu_targets.GPUS["h100"].memory_bytes and report["fits"] is True
+    assert report["dtype"] == "bfloat16" and report["temp_bytes"] > 0
+    assert report["total_bytes"] == (
+        report["argument_bytes"]
+        + report["output_bytes"]
+        - report["alias_bytes"]
+        + report["temp_bytes"]
+        + report["code_bytes"]
+    )
+    # The GPU's own defaults: attention auto is xla while the attention dropout is on (cuDNN has none).
+    assert report["attention"] == "xla"
+    assert "h100 HBM per chip" in done.stderr and "fits" in done.stderr
+
+
+def test_gpus_on_two_hosts_shard_the_state(tmp_path):
+    job = JobConfig.from_configdict(
+        train_setup.small_config(
+            **{
+                "model.num_hidden_layers": 2,
+                "model.dtype": "bfloat16",
+                "mesh.shape": (1, 4, 1),
+                "train.global_batch_size": 16,
+            }
+        )
+    )
+    report = aot.compile_for_topology(job, str(tmp_path), "a100:2x2")
+    assert report["num_devices"] == 4 and report["mesh"] == {"data": 1, "fsdp": 4, "tensor": 1}
+    assert report["device_kind"] == "NVIDIA A100-SXM4-80GB" and report["fits"]
+    assert report["state_bytes"] < _state_bytes_unsharded(job) / (0.6 * 4)  # fsdp over the four GPUs
+
+
+def test_cudnn_attention_without_cudnns_library_is_one_sentence(tmp_path):
+    """The test extra's plugin has no CUDA libraries; cuDNN attention needs cuDNN's to be compiled."""
+    if gpu_targets.cudnn_installed():
+        pytest.skip("cuDNN's library is installed here: cudnn attention compiles")
+    job = JobConfig.from_configdict(
+        train_setup.small_config(
+            **{"model.attention": "cudnn", "model.attention_probs_dropout_prob": 0.0, "model.dtype": "bfloat16"}
+        )
+    )
+    with pytest.raises(ValueError) as error:
+        aot.compile_for_topology(job, str(tmp_path), "h100:1")
+    assert "cuDNN attention compiles with cuDNN's library, which is not installed" in str(error.value)
+    assert "--config.model.attention=xla" in str(error.value) and "\n" not in str(error.value)
+
+
+def test_a_step_too_big_for_the_gpu_is_refused_with_its_memory(tmp_path):
+    # An 8M-token vocab at width 1024: 8G parameters, 92 GiB of state with Adam's two moments, on an 80 GB H100.
+    job = JobConfig.from_configdict(
+        train_setup.small_config(
+            **{"model.vocab_size": 8_000_000, "model.hidden_size": 1024, "train.global_batch_size": 4}
+        )
+    )
+    with pytest.raises(aot.DoesNotFit) as error:
+        aot.compile_for_topology(job, str(tmp_path), "h100:1")
+    assert "h100 chip has 79 GiB" in str(error.value) and "\n" not in str(error.value)
+    report = json.loads((tmp_path / aot.REPORT_FILE).read_text())
+    assert report["fits"] is False and report["state_bytes"] > 90 * 2**30
+
+
+@pytest.mark.parametrize("chip", sorted(gpu_targets.GPUS))
+def test_each_gpu_description_is_one_xla_compiles_for(chip):
+    gpu = gpu_targets.GPUS[chip]
+    name, count, devices = aot.topology_devices(f"{chip}:2x4")
+    assert (name, count, len(devices)) == (chip, 8, 8)
+    assert {d.device_kind for d in devices} == {gpu.name} and {d.platform for d in devices} == {"gpu"}
+    assert f"device_memory_size: {gpu.memory_bytes}" in gpu.target_config()
+
+
+def test_without_the_cuda_plugin_the_sentence_says_what_to_install(tmp_path, monkeypatch):
+    monkeypatch.setattr(gpu_targets, "cuda_plugin_installed", lambda: False)
+    job = JobConfig.from_configdict(train_setup.small_config())
+    with pytest.raises(ValueError) as error:
+        aot.compile_for_topology(job, str(tmp_path), "h200:8")
+    assert "compiles with jax's CUDA plugin, which is not installed" in str(error.value)
+    assert "pip install jax-cuda13-plugin" in str(error.value) and "\n" not in str(error.value)
