@@ -42,7 +42,7 @@ def define_flags() -> None:
         None,
         "With --compile_only: compile for this TPU topology (e.g. v5e:16x16) or these NVIDIA GPUs (h100:8, one "
         "host; h200:2x8, two) on a machine without them and without data, and write WORKDIR/compile_report.json "
-        "(needs libtpu: pip install 'bertjax[tpu]'; for GPUs jax's CUDA plugin: pip install jax-cuda13-plugin).",
+        "(needs libtpu: pip install 'bertjax[tpu]'; for GPUs jax's CUDA plugin: pip install 'jax[cuda13-local]').",
     )
     flags.DEFINE_string(
         "coordinator_address",

@@ -49,7 +49,8 @@ def test_the_cli_compiles_for_gpus_without_one_and_the_cuda_plugin_stays_quiet(t
     report = json.loads((tmp_path / "work" / aot.REPORT_FILE).read_text())
     assert report["chip"] == "h100" and report["device_kind"] == "NVIDIA H100 80GB HBM3"
     assert report["num_devices"] == 2 and report["mesh"] == {"data": 2, "fsdp": 1, "tensor": 1}
-    assert report["hbm_bytes_per_device"] == gpu_targets.GPUS["h100"].memory_bytes and report["fits"] is True
+    # What JAX's allocator takes of the H100 (75% by default), all the program may use.
+    assert report["hbm_bytes_per_device"] == int(0.75 * gpu_targets.GPUS["h100"].memory_bytes) and report["fits"]
     assert report["dtype"] == "bfloat16" and report["temp_bytes"] > 0
     assert report["total_bytes"] == (
         report["argument_bytes"]
@@ -60,7 +61,7 @@ def test_the_cli_compiles_for_gpus_without_one_and_the_cuda_plugin_stays_quiet(t
     )
     # The GPU's own defaults: attention auto is xla while the attention dropout is on (cuDNN has none).
     assert report["attention"] == "xla"
-    assert "h100 HBM per chip" in done.stderr and "fits" in done.stderr
+    assert "h100 memory JAX may use" in done.stderr and "fits" in done.stderr
 
 
 def test_gpus_on_two_hosts_shard_the_state(tmp_path):
@@ -104,7 +105,7 @@ def test_a_step_too_big_for_the_gpu_is_refused_with_its_memory(tmp_path):
     )
     with pytest.raises(aot.DoesNotFit) as error:
         aot.compile_for_topology(job, str(tmp_path), "h100:1")
-    assert "h100 chip has 79 GiB" in str(error.value) and "\n" not in str(error.value)
+    assert "h100 chip has 59 GiB" in str(error.value) and "\n" not in str(error.value)
     report = json.loads((tmp_path / aot.REPORT_FILE).read_text())
     assert report["fits"] is False and report["state_bytes"] > 90 * 2**30
 
@@ -124,4 +125,4 @@ def test_without_the_cuda_plugin_the_sentence_says_what_to_install(tmp_path, mon
     with pytest.raises(ValueError) as error:
         aot.compile_for_topology(job, str(tmp_path), "h200:8")
     assert "compiles with jax's CUDA plugin, which is not installed" in str(error.value)
-    assert "pip install jax-cuda13-plugin" in str(error.value) and "\n" not in str(error.value)
+    assert "pip install 'jax[cuda13-local]'" in str(error.value) and "\n" not in str(error.value)

@@ -124,7 +124,7 @@ def _gpu_devices(name: str, chip: str, shape: str) -> tuple[str, int, Sequence[j
     if not gpu_targets.cuda_plugin_installed():  # the compiler for NVIDIA GPUs
         raise ValueError(
             f"--topology={name!r} compiles with jax's CUDA plugin, which is not installed; install it with "
-            "`pip install jax-cuda13-plugin` (the compiler alone, at the installed jax's version) or "
+            "`pip install 'jax[cuda13-local]'` (the compiler alone, at the installed jax's version) or "
             "`pip install 'bertjax[cuda13]'`."
         )
     gpu_targets.quiet_cuda_plugin()  # before this process's backends start: this machine's own devices stay its own
@@ -152,9 +152,11 @@ def _cudnn_library_needed(topology: str):
 
 
 def _chip_facts(chip: str) -> tuple[int, str]:
-    """(memory bytes per chip, where the figure comes from)."""
+    """(memory bytes per chip a program may use, where the figures come from). On a GPU, JAX's allocator takes
+    XLA_PYTHON_CLIENT_MEM_FRACTION of the memory (0.75 unless set) and the program gets no more."""
     if chip in gpu_targets.GPUS:
-        return gpu_targets.GPUS[chip].memory_bytes, gpu_targets.GPUS[chip].source
+        gpu, fraction = gpu_targets.GPUS[chip], gpu_targets.memory_fraction()
+        return int(gpu.memory_bytes * fraction), f"{gpu.source}; JAX's share: XLA_PYTHON_CLIENT_MEM_FRACTION={fraction}"
     return int(CHIPS[chip].hbm_gib * GIB), CHIPS[chip].source
 
 
@@ -281,12 +283,19 @@ def compile_for_topology(job: "JobConfig", workdir: str, topology: str) -> dict[
     if not report["fits"]:
         raise DoesNotFit(
             f"The train step needs {report['total_bytes'] / GIB:.2f} GiB per device but a {chip} chip has "
-            f"{hbm / GIB:.0f} GiB (mesh {mesh}, batch {job.train.global_batch_size} × {job.data.max_seq_length}); "
+            f"{hbm / GIB:.0f} GiB{_for_jax(chip)} (mesh {mesh}, batch {job.train.global_batch_size} × "
+            f"{job.data.max_seq_length}); "
             f"shard the state over a larger fsdp axis (--config.mesh.shape='(-1,N,1)'), recompute activations "
             f"(--config.model.remat_policy=full or dots), split the step into micro-batches "
             f"(--config.train.micro_batches=K), or lower --config.train.global_batch_size."
         )
     return report
+
+
+def _for_jax(chip: str) -> str:
+    if chip not in gpu_targets.GPUS:
+        return ""
+    return f" for JAX (XLA_PYTHON_CLIENT_MEM_FRACTION={gpu_targets.memory_fraction()} of its memory: raise it, e.g. to 0.9, to give JAX more)"
 
 
 def splash_score_share(architecture: Any, seq_len: int) -> dict[str, Any]:
@@ -312,7 +321,8 @@ def _log(report: dict[str, Any]) -> None:
     ]
     lines = [f"  {name:<44} {value / GIB:9.3f} GiB" for name, value in rows]
     lines.append(
-        f"  {report['chip'] + ' HBM per chip':<44} {hbm / GIB:9.3f} GiB  → "
+        f"  {report['chip'] + (' memory JAX may use' if report['chip'] in gpu_targets.GPUS else ' HBM per chip'):<44} "
+        f"{hbm / GIB:9.3f} GiB  → "
         f"{'fits' if report['fits'] else 'DOES NOT FIT'} ({100 * report['total_bytes'] / hbm:.0f}%)"
     )
     log.info("aot: per device on %s:\n%s", report["topology"], "\n".join(lines))

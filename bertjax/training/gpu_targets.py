@@ -2,7 +2,7 @@
 
 XLA:GPU compiles for a device it is told about (a `GpuTargetConfigProto`: cores, memory, bandwidth, compute
 capability, cuDNN version) as well as for one it finds, so jax's CUDA plugin (`pip install 'bertjax[cuda13]'`, or
-only `jax-cuda13-plugin`: the compiler, no CUDA libraries) lays out a topology of GPUs on a machine with none
+only `jax[cuda13-local]`: the compiler, no CUDA libraries) lays out a topology of GPUs on a machine with none
 (`jax.experimental.topologies.get_topology_desc(platform="cuda", target_config=...)`). The figures are XLA's own
 device specs (xla/backends/gpu/target_config/specs in openxla/xla) and NVIDIA's data sheets.
 
@@ -83,6 +83,19 @@ GPUS = {
         "XLA's h200 spec; NVIDIA H200 SXM data sheet (141 GB HBM3e, 4.8 TB/s, 989 TFLOP/s dense bf16)",
     ),
 }  # fmt: skip
+
+
+def memory_fraction() -> float:
+    """The share of a GPU's memory JAX's allocator takes (XLA_PYTHON_CLIENT_MEM_FRACTION; JAX's default 0.75):
+    all a program can use. XLA_PYTHON_CLIENT_PREALLOCATE=false grows into the same limit."""
+    try:
+        fraction = float(os.environ.get("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.75"))
+    except ValueError:
+        raise ValueError(
+            f"XLA_PYTHON_CLIENT_MEM_FRACTION={os.environ['XLA_PYTHON_CLIENT_MEM_FRACTION']!r} is not a number; "
+            "set it to a share of the GPU's memory such as 0.9, or unset it (JAX's default: 0.75)."
+        ) from None
+    return fraction
 
 
 def gpu_here() -> bool:

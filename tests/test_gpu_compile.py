@@ -1,0 +1,91 @@
+"""benchmarks/gpu_compile.py and hlo_traffic.py: gpu_profile's variants compiled for an H200 that is not here
+(the test extra's CUDA plugin, without CUDA libraries), and the bytes a compiled program's kernels move."""
+
+import json
+import os
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+
+import hlo_traffic  # noqa: E402
+
+
+def test_the_traffic_of_a_program_is_what_its_kernels_read_and_write():
+    n = 512
+
+    def step(x, w):
+        h = jnp.tanh(x @ w)  # a dot, then an elementwise kernel reading and writing [n, n] f32
+
+        def body(_, h):
+            return jnp.sin(h) * 2.0
+
+        return jax.lax.fori_loop(0, 3, body, h).sum(axis=0)  # 3 iterations of one kernel, then a reduction
+
+    x = jnp.ones((n, n), jnp.float32)
+    text = jax.jit(step).lower(x, x).compile().as_text()
+    kernels = hlo_traffic.kernels(text)
+    array = n * n * 4
+    # Every kernel reads at least one [n, n] array; the loop's body runs three times.
+    assert sum(k["runs"] for k in kernels) >= 4
+    looped = [k for k in kernels if k["runs"] == 3]
+    assert any(k["read"] == k["written"] == 3 * array for k in looped)  # sin(h)·2: h in, h out, three times
+    traffic = hlo_traffic.traffic(text, bandwidth=1e12)
+    assert traffic["bytes"] == sum(k["read"] + k["written"] for k in kernels) >= 9 * array
+    assert traffic["categories"]["matmul"]["read_bytes"] == 2 * array  # x and w
+    assert traffic["memory_bound_ms_at_bandwidth"] == round(traffic["memory_bound_bytes"] / 1e12 * 1e3, 3)
+    assert hlo_traffic.array_bytes("(bf16[8,4]{1,0}, s8[1024]{0})", skip_workspace=True) == 64
+    assert hlo_traffic.array_bytes("(bf16[8,4]{1,0}, s8[1024]{0})") == 64 + 1024
+
+
+def test_variants_compiled_for_an_h200_show_what_each_removes(tmp_path):
+    done = subprocess.run(
+        [
+            sys.executable,
+            os.path.join(ROOT, "benchmarks", "gpu_compile.py"),
+            f"--out={tmp_path}",
+            "--gpu=h200",
+            "--case=bert:tiny:128:16",
+            "--variants=baseline,recompute_activation,torch",
+            "--keep_hlo",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = {r["variant"]: r for r in map(json.loads, (tmp_path / "variants.jsonl").read_text().splitlines())}
+    base, recomputed = rows["baseline"], rows["recompute_activation"]
+    assert base["gpu"] == "h200" and base["attention"] == "xla" and base["kernels"] > 100
+    # The exact GELU's saved erfc intermediates are gone: less traffic, less memory, the same kernels.
+    assert recomputed["memory_bound_gb"] < base["memory_bound_gb"] and recomputed["temp_gib"] < base["temp_gib"]
+    assert recomputed["flags"] == ["--override", "model.recompute_activation=true"]
+    assert rows["torch"]["skipped"].startswith("PyTorch's step")
+    assert (tmp_path / "hlo_baseline.txt.gz").exists()
+    assert "| recompute_activation |" in done.stdout and "compiled for h200" in done.stdout
+
+
+def test_variants_that_do_not_compile_are_rows_saying_why(tmp_path):
+    done = subprocess.run(
+        [
+            sys.executable,
+            os.path.join(ROOT, "benchmarks", "gpu_compile.py"),
+            f"--out={tmp_path}",
+            "--case=bert:tiny:128:16",
+            "--variants=latency_hiding,baseline",
+            "--xla_flags=--xla_gpu_no_such_flag=true",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = [json.loads(line) for line in (tmp_path / "variants.jsonl").read_text().splitlines()]
+    assert [r["variant"] for r in rows] == ["latency_hiding", "baseline"]
+    assert all("xla_gpu_no_such_flag" in r["error"] for r in rows)
