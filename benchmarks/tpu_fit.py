@@ -3,6 +3,7 @@
     python benchmarks/tpu_fit.py [--models=base,large] [--phases=128:4096,128:65536,512:4096,512:32768]
                                  [--slices=v4-8,v5e-16,v5e-256,v5p-8,v6e-8] [--results=FILE] [--markdown]
     python benchmarks/tpu_fit.py --models=modernbert-base,modernbert-large --phases=1024:4608,8192:576
+    python benchmarks/tpu_fit.py --slices=8xH100,8xH200     # GPU nodes: jax's CUDA plugin (bertjax[cuda13])
 
 `modernbert-SIZE` is configs/modernbert.py:size=SIZE (packed rows, 30% masking: int(0.3 · seq) + 1
 predictions a sequence) with splash attention, whose sliding window skips the blocks outside it.
@@ -46,6 +47,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Cloud TPU accelerator types → topologies (chips per dimension). v4 and v5p count TensorCores in the
 # name, two a chip: v4-8 is 4 chips.
 SLICES = {"v4-8": "v4:2x2x1", "v5e-16": "v5e:4x4", "v5e-256": "v5e:16x16", "v5p-8": "v5p:2x2x1", "v6e-8": "v6e:2x4"}
+# GPU nodes (not searched unless named in --slices): 8 GPUs on one host, compiled by jax's CUDA plugin; judged
+# against the memory JAX's allocator takes (XLA_PYTHON_CLIENT_MEM_FRACTION, 0.75 unless set).
+GPU_NODES = {"8xA100": "a100:8", "8xH100": "h100:8", "8xH200": "h200:8"}
 PREDICTIONS = {128: 20, 512: 80}
 MESHES = {"data": "(-1,1,1)", "fsdp": "(1,-1,1)"}
 PLANS = (("data", "none"), ("data", "full"), ("fsdp", "none"), ("fsdp", "full"))
@@ -56,7 +60,7 @@ def parse_args():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--models", default="base,large")
     p.add_argument("--phases", default="128:4096,128:65536,512:4096,512:32768", help="SEQ:GLOBAL_BATCH list")
-    p.add_argument("--slices", default=",".join(SLICES))
+    p.add_argument("--slices", default=",".join(SLICES), help=f"of {', '.join(SLICES)}; GPUs: {', '.join(GPU_NODES)}")
     p.add_argument("--results", default=os.path.join(ROOT, "benchmarks", "results", "tpu_fit.jsonl"))
     p.add_argument("--timeout", type=int, default=1800, help="seconds per compile")
     p.add_argument("--markdown", action="store_true", help="also print the README's markdown table")
@@ -73,6 +77,10 @@ def config_file(model: str) -> str:
     if model.startswith("modernbert-"):
         return os.path.join(ROOT, "configs", "modernbert.py") + ":size=" + model.split("-", 1)[1]
     return os.path.join(ROOT, "configs", model + ".py")
+
+
+def topology(slice_name: str) -> str:
+    return GPU_NODES[slice_name] if slice_name in GPU_NODES else SLICES[slice_name]
 
 
 def predictions(model: str, seq: int) -> int:
@@ -101,7 +109,7 @@ def attempt(
             f"--config={config_file(model)}",
             f"--workdir={workdir}",
             "--compile_only",
-            f"--topology={SLICES[slice_name]}",
+            f"--topology={topology(slice_name)}",
             "--config.model.dtype=bfloat16",
             f"--config.data.max_seq_length={seq}",
             f"--config.data.max_predictions_per_seq={predictions(model, seq)}",
@@ -110,8 +118,8 @@ def attempt(
             f"--config.model.remat_policy={remat}",
             f"--config.train.micro_batches={micro}",
         ]
-        if model.startswith("modernbert-"):
-            command.append("--config.model.attention=splash")
+        if model.startswith("modernbert-"):  # the fused kernel that skips the window's blocks; cuDNN on GPUs
+            command.append("--config.model.attention=" + ("cudnn" if slice_name in GPU_NODES else "splash"))
         start = time.time()
         try:
             run = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=args.timeout)

@@ -111,9 +111,9 @@ tcmalloc.reexec_under_tcmalloc()  # as `python -m bertjax.main` runs; BERTJAX_NO
 os.environ["XLA_FLAGS"] = (ARGS.xla_flags + " " + os.environ.get("XLA_FLAGS", "")).strip()
 
 if ARGS.compile_for:  # for a GPU that is not here: this machine's devices stay its own, the CUDA plugin quiet
-    from bertjax.training import gpu_targets  # noqa: E402
+    from bertjax.training import aot, gpu_targets  # noqa: E402
 
-    gpu_targets.quiet_cuda_plugin()
+    gpu_targets.quiet_cuda_plugin(tpu_here=not aot.no_tpu_here())
 import jax  # noqa: E402  (after XLA_FLAGS)
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402

@@ -234,7 +234,7 @@ def quiet() -> None:
     absl_logging.set_verbosity(absl_logging.WARNING)  # orbax and JAX log every step at INFO
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow (tf.data, TensorBoard) starts with INFO lines
     aot.quiet_libtpu()  # a no-op on TPU VMs
-    gpu_targets.quiet_cuda_plugin()  # a no-op on GPU machines
+    gpu_targets.quiet_cuda_plugin(tpu_here=not aot.no_tpu_here())  # a no-op on GPU machines
 
 
 def prologue(argv: Sequence[str]) -> None:

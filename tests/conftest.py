@@ -35,7 +35,9 @@ jax.config.update("jax_num_cpu_devices", 8)  # this process's 8 virtual devices,
 from bertjax.training import aot, gpu_targets  # noqa: E402
 
 aot.quiet_libtpu()  # TPU topology compiles in the tests and in the job processes they start, side by side
-gpu_targets.quiet_cuda_plugin()  # the test extra's CUDA plugin compiles for GPUs that are not here, silently
+gpu_targets.quiet_cuda_plugin(
+    tpu_here=not aot.no_tpu_here()
+)  # the test extra's CUDA plugin compiles for GPUs that are not here, silently
 
 import pytest  # noqa: E402
 

@@ -127,7 +127,9 @@ def _gpu_devices(name: str, chip: str, shape: str) -> tuple[str, int, Sequence[j
             "`pip install 'jax[cuda13-local]'` (the compiler alone, at the installed jax's version) or "
             "`pip install 'bertjax[cuda13]'`."
         )
-    gpu_targets.quiet_cuda_plugin()  # before this process's backends start: this machine's own devices stay its own
+    gpu_targets.quiet_cuda_plugin(
+        tpu_here=not no_tpu_here()
+    )  # before this process's backends start: this machine's own devices stay its own
     from jax.experimental import topologies
 
     devices = topologies.get_topology_desc(

@@ -107,20 +107,17 @@ def cuda_plugin_installed() -> bool:
     return any(importlib.util.find_spec(f"jax_cuda{v}_plugin") for v in (12, 13))
 
 
-def quiet_cuda_plugin() -> None:
+def quiet_cuda_plugin(tpu_here: bool) -> None:
     """Before any JAX backend starts: on a machine without NVIDIA GPUs, jax's CUDA plugin (installed for
     `--topology=h100:8`, or by `bertjax[cuda13]`) is not started, here nor in the processes this one starts;
     it would fail without a driver and log a traceback. It still compiles for GPUs that are not here. A set
-    JAX_PLATFORMS wins."""
+    JAX_PLATFORMS wins. `tpu_here`: this machine's TPUs stay its devices (aot.no_tpu_here says)."""
     if gpu_here() or not cuda_plugin_installed() or os.environ.get("JAX_PLATFORMS"):
         return
     import jax
 
-    from bertjax.training import aot
-
-    platforms = "cpu" if aot.no_tpu_here() else "tpu,cpu"
     if not jax.config.jax_platforms:
-        jax.config.update("jax_platforms", platforms)
+        jax.config.update("jax_platforms", "tpu,cpu" if tpu_here else "cpu")
     os.environ["JAX_PLATFORMS"] = jax.config.jax_platforms
 
 
