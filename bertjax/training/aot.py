@@ -127,9 +127,8 @@ def _gpu_devices(name: str, chip: str, shape: str) -> tuple[str, int, Sequence[j
             "`pip install 'jax[cuda13-local]'` (the compiler alone, at the installed jax's version) or "
             "`pip install 'bertjax[cuda13]'`."
         )
-    gpu_targets.quiet_cuda_plugin(
-        tpu_here=not no_tpu_here()
-    )  # before this process's backends start: this machine's own devices stay its own
+    # Before this process's backends start: this machine's own devices stay its own, the plugin quiet.
+    gpu_targets.quiet_cuda_plugin(tpu_here=not no_tpu_here())
     from jax.experimental import topologies
 
     devices = topologies.get_topology_desc(
@@ -295,9 +294,13 @@ def compile_for_topology(job: "JobConfig", workdir: str, topology: str) -> dict[
 
 
 def _for_jax(chip: str) -> str:
+    """On a GPU, where the limit comes from: the share of its memory JAX's allocator takes."""
     if chip not in gpu_targets.GPUS:
         return ""
-    return f" for JAX (XLA_PYTHON_CLIENT_MEM_FRACTION={gpu_targets.memory_fraction()} of its memory: raise it, e.g. to 0.9, to give JAX more)"
+    fraction = gpu_targets.memory_fraction()
+    return (
+        f" for JAX (XLA_PYTHON_CLIENT_MEM_FRACTION={fraction} of its memory: raise it, e.g. to 0.9, to give JAX more)"
+    )
 
 
 def splash_score_share(architecture: Any, seq_len: int) -> dict[str, Any]:
@@ -322,9 +325,9 @@ def _log(report: dict[str, Any]) -> None:
         ("total (donated state counted once)", report["total_bytes"]),
     ]
     lines = [f"  {name:<44} {value / GIB:9.3f} GiB" for name, value in rows]
+    limit = report["chip"] + (" memory JAX may use" if report["chip"] in gpu_targets.GPUS else " HBM per chip")
     lines.append(
-        f"  {report['chip'] + (' memory JAX may use' if report['chip'] in gpu_targets.GPUS else ' HBM per chip'):<44} "
-        f"{hbm / GIB:9.3f} GiB  → "
+        f"  {limit:<44} {hbm / GIB:9.3f} GiB  → "
         f"{'fits' if report['fits'] else 'DOES NOT FIT'} ({100 * report['total_bytes'] / hbm:.0f}%)"
     )
     log.info("aot: per device on %s:\n%s", report["topology"], "\n".join(lines))

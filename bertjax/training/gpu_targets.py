@@ -19,9 +19,8 @@ import importlib.util
 import os
 
 # For a compile without the device: no Triton GEMM fusions, whose tiles XLA would autotune on it (untuned, it
-# fails to tile some of BERT's dots). The flag's form, for XLA_FLAGS in a process of its own.
+# fails to tile some of BERT's dots).
 COMPILER_OPTIONS = {"xla_gpu_enable_triton_gemm": False}
-NO_AUTOTUNING_FLAG = "--xla_gpu_enable_triton_gemm=false"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,12 +35,10 @@ class Gpu:
     clock_ghz: float
     shared_memory_per_core: int
     shared_memory_per_block_optin: int
-    bf16_dense_flops: float  # the dense bf16 peak MFU is measured against
     source: str
 
     def target_config(self) -> str:
         """The GpuTargetConfigProto, in text format, that XLA compiles for."""
-        memory = self.memory_bytes
         return f"""gpu_device_info {{
   threads_per_block_limit: 1024
   threads_per_warp: 32
@@ -56,7 +53,7 @@ class Gpu:
   memory_bandwidth: {int(self.memory_bandwidth)}
   l2_cache_size: {self.l2_bytes}
   clock_rate_ghz: {self.clock_ghz}
-  device_memory_size: {memory}
+  device_memory_size: {self.memory_bytes}
   shared_memory_per_block_optin: {self.shared_memory_per_block_optin}
   cuda_compute_capability {{ major: {self.compute_capability} }}
   registers_per_core_limit: 65536
@@ -71,16 +68,16 @@ device_description_str: "{self.name}"
 
 GPUS = {
     "a100": Gpu(
-        "NVIDIA A100-SXM4-80GB", 85100068864, 8, 108, 64, 2.039e12, 40 * 2**20, 1.41, 167936, 166912, 312e12,
-        "XLA's a100_sxm_80 spec; NVIDIA A100 data sheet (80 GB HBM2e, 312 TFLOP/s dense bf16)",
+        "NVIDIA A100-SXM4-80GB", 85100068864, 8, 108, 64, 2.039e12, 40 * 2**20, 1.41, 167936, 166912,
+        "XLA's a100_sxm_80 spec; NVIDIA A100 data sheet (80 GB HBM2e, 2.0 TB/s)",
     ),
     "h100": Gpu(
-        "NVIDIA H100 80GB HBM3", 84942979072, 9, 132, 128, 3.35232e12, 50 * 2**20, 1.98, 233472, 232448, 989e12,
-        "XLA's h100_sxm spec; NVIDIA H100 SXM data sheet (80 GB HBM3, 989 TFLOP/s dense bf16)",
+        "NVIDIA H100 80GB HBM3", 84942979072, 9, 132, 128, 3.35232e12, 50 * 2**20, 1.98, 233472, 232448,
+        "XLA's h100_sxm spec; NVIDIA H100 SXM data sheet (80 GB HBM3, 3.35 TB/s)",
     ),
     "h200": Gpu(
-        "NVIDIA H200", 151397597184, 9, 132, 128, 4.8e12, 50 * 2**20, 1.98, 233472, 232448, 989e12,
-        "XLA's h200 spec; NVIDIA H200 SXM data sheet (141 GB HBM3e, 4.8 TB/s, 989 TFLOP/s dense bf16)",
+        "NVIDIA H200", 151397597184, 9, 132, 128, 4.8e12, 50 * 2**20, 1.98, 233472, 232448,
+        "XLA's h200 spec; NVIDIA H200 SXM data sheet (141 GB HBM3e, 4.8 TB/s)",
     ),
 }  # fmt: skip
 
