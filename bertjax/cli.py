@@ -228,12 +228,14 @@ def run(main: Callable[[list[str]], Any], known_only: bool = False) -> None:
 def quiet() -> None:
     """Before any JAX backend starts: bertjax's INFO lines on; orbax's, JAX's, TensorFlow's and libtpu's
     start-up and per-step lines off (a first run shows only bertjax's own lines)."""
+    from bertjax.runtime import xla_flags
     from bertjax.training import aot, gpu_targets  # jax, imported here: the data commands never call this
 
     logging.getLogger("bertjax").setLevel(logging.INFO)
     absl_logging.set_verbosity(absl_logging.WARNING)  # orbax and JAX log every step at INFO
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow (tf.data, TensorBoard) starts with INFO lines
     aot.quiet_libtpu()  # a no-op on TPU VMs
+    xla_flags.apply_gpu_defaults()  # a no-op without NVIDIA GPUs
     gpu_targets.quiet_cuda_plugin(tpu_here=not aot.no_tpu_here())  # a no-op on GPU machines
 
 

@@ -1,0 +1,47 @@
+"""The XLA flags bertjax adds on a machine with NVIDIA GPUs, each there for a measurement; the user's XLA_FLAGS win.
+
+XLA reads XLA_FLAGS once, when its first backend starts, so `apply_gpu_defaults` runs before that
+(`cli.quiet`, every job command's start). A flag the user already set, to any value, is left alone; on a
+machine without an NVIDIA GPU nothing is added. A flag earns its place here with a row of
+`benchmarks/gpu_profile.py` on a GPU (docs/benchmarks.md), written beside it.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import MutableMapping
+
+
+def autotune_cache_dir() -> str:
+    """Where XLA:GPU keeps each fusion's autotuning result: $BERTJAX_CACHE_DIR/xla_gpu_autotune (default
+    ~/.cache/bertjax/...), shared by every run of this user on this machine."""
+    root = os.environ.get("BERTJAX_CACHE_DIR") or os.path.expanduser("~/.cache/bertjax")
+    return os.path.join(root, "xla_gpu_autotune")
+
+
+def gpu_defaults() -> dict[str, str]:
+    """Flag name → value, for NVIDIA GPUs."""
+    return {
+        # Autotuning results kept across processes, keyed by fusion and device: on an H200 the second compile of
+        # BERT-Base's step took 13 s instead of 27 (gpu_profile.py's variants, 2026-11-26), and a job that resumes,
+        # or a second run of the same model, skips the search.
+        "xla_gpu_per_fusion_autotune_cache_dir": autotune_cache_dir(),
+    }
+
+
+def apply_gpu_defaults(environ: MutableMapping[str, str] = os.environ) -> list[str]:
+    """Adds gpu_defaults() to environ["XLA_FLAGS"] on a machine with an NVIDIA GPU, except flags it already
+    names; returns the flags added."""
+    from bertjax.training import gpu_targets
+
+    if not gpu_targets.gpu_here():
+        return []
+    current = environ.get("XLA_FLAGS", "")
+    named = {part.lstrip("-").split("=", 1)[0] for part in current.split()}
+    defaults = gpu_defaults()
+    added = [f"--{name}={value}" for name, value in defaults.items() if name not in named]
+    if "xla_gpu_per_fusion_autotune_cache_dir" not in named:
+        os.makedirs(defaults["xla_gpu_per_fusion_autotune_cache_dir"], exist_ok=True)
+    if added:
+        environ["XLA_FLAGS"] = " ".join([current, *added]).strip()
+    return added
