@@ -60,19 +60,10 @@ NOT_COMPILED = {
 
 def compile_variant(args, name: str, case: dict, scratch: str) -> dict:
     what, extra, xla, same = gpu_profile.VARIANTS[name]
-    command = [
-        sys.executable,
-        os.path.join(HERE, "train_step.py"),
-        f"--family={case['family']}",
-        f"--sizes={case['size']}",
-        f"--seq={case['seq']}",
-        f"--batch={case['batch']}",
-        f"--compile_for={args.gpu}",
-        f"--profile_dir={os.path.join(scratch, name)}",
-        "--attention=xla",  # as gpu_profile's workers: --base, then the variant's own, win
-        *args.base.split(),
-        *extra,
-    ]
+    # gpu_profile's own worker command (--base, then the variant's flags, win), compiled instead of run
+    worker = argparse.Namespace(steps=1, warmup=0, base=args.base, dry_run=False)
+    command = gpu_profile.worker_command(worker, name, case, extra, os.path.join(scratch, name))
+    command.append(f"--compile_for={args.gpu}")
     env = dict(os.environ, XLA_FLAGS=" ".join(f for f in (args.xla_flags, xla) if f), BERTJAX_NO_TCMALLOC="1")
     row = dict(variant=name, asks=what, same_numerics=same, flags=extra, xla_flags=xla, case=case, gpu=args.gpu)
     start = time.perf_counter()

@@ -31,7 +31,14 @@ _ARRAY = re.compile(r"\b(" + "|".join(sorted(_ITEM_BYTES, key=len, reverse=True)
 _NO_KERNEL = {"parameter", "tuple", "get-tuple-element", "bitcast", "constant", "after-all", "partition-id"}
 _NO_KERNEL |= {"replica-id", "opt-barrier", "add-dependency"}
 _TRIP_COUNT = re.compile(r'"known_trip_count":\{"n":"(\d+)"\}')
-_CALLED = re.compile(r"\b(?:body|calls|to_apply)=%?([\w.\-]+)")
+# The computations a control-flow instruction runs: a while's body (its condition is a scalar), a call's, and
+# every branch of a conditional (each counted, an upper bound: one of them runs).
+_CALLED = {
+    "while": re.compile(r"\bbody=%?([\w.\-]+)"),
+    "call": re.compile(r"\bto_apply=%?([\w.\-]+)"),
+    "conditional": re.compile(r"%([\w.\-]+)"),
+}
+_BRANCHES = re.compile(r"branch_computations=\{([^}]*)\}|(?:true|false)_computation=(%[\w.\-]+)")
 
 
 def array_bytes(shape: str, skip_workspace: bool = False) -> int:
@@ -91,9 +98,10 @@ def kernels(text: str) -> list[dict]:
             opcode = opcode.group(0) if opcode else ""
             if opcode in _NO_KERNEL or not opcode:
                 continue
-            if opcode in ("while", "call", "conditional") and depth < 4:
+            if opcode in _CALLED and depth < 4:
                 trips = _TRIP_COUNT.search(tail)
-                for called in _CALLED.findall(tail) if opcode != "while" else re.findall(r"body=%?([\w.\-]+)", tail):
+                where = "".join("".join(m) for m in _BRANCHES.findall(tail)) if opcode == "conditional" else tail
+                for called in _CALLED[opcode].findall(where):
                     walk(called, times * (int(trips.group(1)) if trips else 1), depth + 1)
                 continue
             read = sum(array_bytes(shapes.get(o, "")) for o in _operands(tail, opcode))

@@ -30,7 +30,18 @@ def _main(tmp_path, *flags) -> subprocess.CompletedProcess:
     )
 
 
-def _state_bytes_unsharded(job: JobConfig) -> int:
+def assert_memory_adds_up(report: dict) -> None:
+    """The report's total is its parts: the donated state (aliased with the outputs) counted once."""
+    assert report["total_bytes"] == (
+        report["argument_bytes"]
+        + report["output_bytes"]
+        - report["alias_bytes"]
+        + report["temp_bytes"]
+        + report["code_bytes"]
+    )
+
+
+def state_bytes_unsharded(job: JobConfig) -> int:
     trainer = trainer_lib.setup(job.replace(mesh={"shape": (-1, 1, 1)}), jax.devices()[:1], compile=False)
     return sum(math.prod(x.shape) * x.dtype.itemsize for x in jax.tree.leaves(trainer.abstract_state))
 
@@ -50,16 +61,10 @@ def test_the_cli_compiles_the_job_for_a_topology_and_writes_the_report(tmp_path)
     assert report["num_devices"] == 4 and report["mesh"] == {"data": 4, "fsdp": 1, "tensor": 1}
     assert report["hbm_bytes_per_device"] == 16 * 2**30 and report["fits"] is True
     assert (report["global_batch_size"], report["max_seq_length"]) == (16, 64)
-    assert report["total_bytes"] == (
-        report["argument_bytes"]
-        + report["output_bytes"]
-        - report["alias_bytes"]
-        + report["temp_bytes"]
-        + report["code_bytes"]
-    )
+    assert_memory_adds_up(report)
     # Data parallelism replicates the state: every device holds all of it (params, Adam's mu and nu).
     job = JobConfig.from_configdict(runpy.run_path(TINY)["get_config"]()).replace(data={"max_seq_length": 64})
-    assert report["state_bytes"] == _state_bytes_unsharded(job)
+    assert report["state_bytes"] == state_bytes_unsharded(job)
     assert report["argument_bytes"] >= report["state_bytes"] and report["temp_bytes"] > 0
     # cost_analysis counts one device's program: times 4 devices it is about the model's FLOPs.
     assert report["flops_per_step"] == 4 * report["flops_per_device"]
@@ -98,7 +103,7 @@ def test_a_4_layer_model_with_splash_compiles_on_fsdp_and_tensor_meshes(tmp_path
     assert report["hbm_bytes_per_device"] == {"v4": 32, "v5e": 16, "v6e": 32}[report["chip"]] * 2**30
     # fsdp × tensor split the parameters and optimizer state (a few small ones stay whole).
     split = mesh[1] * mesh[2]
-    assert report["state_bytes"] < _state_bytes_unsharded(job) / (0.6 * split)
+    assert report["state_bytes"] < state_bytes_unsharded(job) / (0.6 * split)
     assert json.loads((tmp_path / aot.REPORT_FILE).read_text()) == json.loads(json.dumps(report))
 
 

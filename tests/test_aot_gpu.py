@@ -1,26 +1,20 @@
 """Will it fit on GPUs: the job's train step compiled for NVIDIA GPUs that are not here, by jax's CUDA plugin
 (the test extra installs it without any CUDA library), as a TPU topology is compiled by libtpu."""
 
+import importlib.util
 import json
-import math
 import os
 import subprocess
 import sys
 
-import jax
 import pytest
 
 import train_setup
+from test_aot import assert_memory_adds_up, state_bytes_unsharded
 from bertjax.config.schema import JobConfig
 from bertjax.training import aot, gpu_targets
-from bertjax.training import trainer as trainer_lib
 
 TINY = str(train_setup.ROOT / "configs" / "tiny.py")
-
-
-def _state_bytes_unsharded(job: JobConfig) -> int:
-    trainer = trainer_lib.setup(job.replace(mesh={"shape": (-1, 1, 1)}), jax.devices()[:1], compile=False)
-    return sum(math.prod(x.shape) * x.dtype.itemsize for x in jax.tree.leaves(trainer.abstract_state))
 
 
 def test_the_cli_compiles_for_gpus_without_one_and_the_cuda_plugin_stays_quiet(tmp_path):
@@ -52,13 +46,7 @@ def test_the_cli_compiles_for_gpus_without_one_and_the_cuda_plugin_stays_quiet(t
     # What JAX's allocator takes of the H100 (75% by default), all the program may use.
     assert report["hbm_bytes_per_device"] == int(0.75 * gpu_targets.GPUS["h100"].memory_bytes) and report["fits"]
     assert report["dtype"] == "bfloat16" and report["temp_bytes"] > 0
-    assert report["total_bytes"] == (
-        report["argument_bytes"]
-        + report["output_bytes"]
-        - report["alias_bytes"]
-        + report["temp_bytes"]
-        + report["code_bytes"]
-    )
+    assert_memory_adds_up(report)
     # The GPU's own defaults: attention auto is xla while the attention dropout is on (cuDNN has none).
     assert report["attention"] == "xla"
     assert "h100 memory JAX may use" in done.stderr and "fits" in done.stderr
@@ -78,12 +66,20 @@ def test_gpus_on_two_hosts_shard_the_state(tmp_path):
     report = aot.compile_for_topology(job, str(tmp_path), "a100:2x2")
     assert report["num_devices"] == 4 and report["mesh"] == {"data": 1, "fsdp": 4, "tensor": 1}
     assert report["device_kind"] == "NVIDIA A100-SXM4-80GB" and report["fits"]
-    assert report["state_bytes"] < _state_bytes_unsharded(job) / (0.6 * 4)  # fsdp over the four GPUs
+    assert report["state_bytes"] < state_bytes_unsharded(job) / (0.6 * 4)  # fsdp over the four GPUs
+
+
+def _cudnn_installed() -> bool:
+    """cuDNN's library as pip installs it (nvidia-cudnn-cu12/13, with bertjax[cuda13])."""
+    try:
+        return importlib.util.find_spec("nvidia.cudnn") is not None
+    except ModuleNotFoundError:  # no nvidia package at all
+        return False
 
 
 def test_cudnn_attention_without_cudnns_library_is_one_sentence(tmp_path):
     """The test extra's plugin has no CUDA libraries; cuDNN attention needs cuDNN's to be compiled."""
-    if gpu_targets.cudnn_installed():
+    if _cudnn_installed():
         pytest.skip("cuDNN's library is installed here: cudnn attention compiles")
     job = JobConfig.from_configdict(
         train_setup.small_config(

@@ -42,22 +42,28 @@ def test_the_traffic_of_a_program_is_what_its_kernels_read_and_write():
     assert hlo_traffic.array_bytes("(bf16[8,4]{1,0}, s8[1024]{0})") == 64 + 1024
 
 
-def test_variants_compiled_for_an_h200_show_what_each_removes(tmp_path):
-    done = subprocess.run(
-        [
-            sys.executable,
-            os.path.join(ROOT, "benchmarks", "gpu_compile.py"),
-            f"--out={tmp_path}",
-            "--gpu=h200",
-            "--case=bert:tiny:128:16",
-            "--variants=baseline,recompute_activation,torch",
-            "--keep_hlo",
-        ],
+def test_each_branch_of_a_conditional_is_counted():
+    n = 256
+    step = jax.jit(lambda p, x: jax.lax.cond(p, lambda x: jnp.sin(x) * 2.0, lambda x: jnp.cos(x) * 3.0, x))
+    kernels = hlo_traffic.kernels(step.lower(True, jnp.ones((n, n))).compile().as_text())
+    # Both branches' kernels (one of them runs: an upper bound), each reading and writing the [n, n] array.
+    assert sum(k["read"] == k["written"] == n * n * 4 for k in kernels) == 2
+
+
+def _gpu_compile(out, *flags) -> subprocess.CompletedProcess:
+    """benchmarks/gpu_compile.py on BERT-tiny (128 × 16), its rows into `out`."""
+    return subprocess.run(
+        [sys.executable, os.path.join(ROOT, "benchmarks", "gpu_compile.py"), f"--out={out}", "--case=bert:tiny:128:16"]
+        + list(flags),
         capture_output=True,
         text=True,
         cwd=ROOT,
         timeout=600,
     )
+
+
+def test_variants_compiled_for_an_h200_show_what_each_removes(tmp_path):
+    done = _gpu_compile(tmp_path, "--gpu=h200", "--variants=baseline,recompute_activation,torch", "--keep_hlo")
     assert done.returncode == 0, done.stderr[-3000:]
     rows = {r["variant"]: r for r in map(json.loads, (tmp_path / "variants.jsonl").read_text().splitlines())}
     base, recomputed = rows["baseline"], rows["recompute_activation"]
@@ -71,20 +77,7 @@ def test_variants_compiled_for_an_h200_show_what_each_removes(tmp_path):
 
 
 def test_variants_that_do_not_compile_are_rows_saying_why(tmp_path):
-    done = subprocess.run(
-        [
-            sys.executable,
-            os.path.join(ROOT, "benchmarks", "gpu_compile.py"),
-            f"--out={tmp_path}",
-            "--case=bert:tiny:128:16",
-            "--variants=latency_hiding,baseline",
-            "--xla_flags=--xla_gpu_no_such_flag=true",
-        ],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=600,
-    )
+    done = _gpu_compile(tmp_path, "--variants=latency_hiding,baseline", "--xla_flags=--xla_gpu_no_such_flag=true")
     assert done.returncode == 0, done.stderr[-3000:]
     rows = [json.loads(line) for line in (tmp_path / "variants.jsonl").read_text().splitlines()]
     assert [r["variant"] for r in rows] == ["latency_hiding", "baseline"]

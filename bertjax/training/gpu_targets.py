@@ -116,11 +116,3 @@ def quiet_cuda_plugin(tpu_here: bool) -> None:
     if not jax.config.jax_platforms:
         jax.config.update("jax_platforms", "tpu,cpu" if tpu_here else "cpu")
     os.environ["JAX_PLATFORMS"] = jax.config.jax_platforms
-
-
-def cudnn_installed() -> bool:
-    """cuDNN's library as pip installs it (nvidia-cudnn-cu12/13, with bertjax[cuda13]): what cudnn attention needs."""
-    try:
-        return importlib.util.find_spec("nvidia.cudnn") is not None
-    except ModuleNotFoundError:  # no nvidia package at all
-        return False
