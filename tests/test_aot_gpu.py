@@ -122,3 +122,13 @@ def test_without_the_cuda_plugin_the_sentence_says_what_to_install(tmp_path, mon
         aot.compile_for_topology(job, str(tmp_path), "h200:8")
     assert "compiles with jax's CUDA plugin, which is not installed" in str(error.value)
     assert "pip install 'jax[cuda13-local]'" in str(error.value) and "\n" not in str(error.value)
+
+
+@pytest.mark.parametrize("fraction", ["lots", "0", "1.5"])
+def test_a_bad_memory_fraction_is_one_sentence_before_anything_compiles(tmp_path, monkeypatch, fraction):
+    monkeypatch.setenv("XLA_PYTHON_CLIENT_MEM_FRACTION", fraction)
+    job = JobConfig.from_configdict(train_setup.small_config())
+    with pytest.raises(ValueError) as error:
+        aot.compile_for_topology(job, str(tmp_path), "h100:1")
+    assert f"XLA_PYTHON_CLIENT_MEM_FRACTION={fraction!r} is not a share of the GPU's memory" in str(error.value)
+    assert "\n" not in str(error.value) and not (tmp_path / aot.REPORT_FILE).exists()

@@ -127,13 +127,20 @@ def _gpu_devices(name: str, chip: str, shape: str) -> tuple[str, int, Sequence[j
             "`pip install 'jax[cuda13-local]'` (the compiler alone, at the installed jax's version) or "
             "`pip install 'bertjax[cuda13]'`."
         )
+    gpu_targets.memory_fraction()  # jax's CUDA plugin does not start with a bad one: say so first
     # Before this process's backends start: this machine's own devices stay its own, the plugin quiet.
     gpu_targets.quiet_cuda_plugin(tpu_here=not no_tpu_here())
     from jax.experimental import topologies
 
-    devices = topologies.get_topology_desc(
-        platform="cuda", target_config=gpu_targets.GPUS[chip].target_config(), topology=f"1x{hosts}x{per_host}"
-    ).devices
+    try:
+        devices = topologies.get_topology_desc(
+            platform="cuda", target_config=gpu_targets.GPUS[chip].target_config(), topology=f"1x{hosts}x{per_host}"
+        ).devices
+    except NotImplementedError:  # the plugin is installed but did not register (its own error is logged above)
+        raise ValueError(
+            f"--topology={name!r}: jax's CUDA plugin is installed but did not start (its error is logged above); "
+            "reinstall it at the installed jax's version: `pip install -U 'jax[cuda13-local]'`."
+        ) from None
     return chip, hosts * per_host, devices
 
 

@@ -85,13 +85,16 @@ GPUS = {
 def memory_fraction() -> float:
     """The share of a GPU's memory JAX's allocator takes (XLA_PYTHON_CLIENT_MEM_FRACTION; JAX's default 0.75):
     all a program can use. XLA_PYTHON_CLIENT_PREALLOCATE=false grows into the same limit."""
+    raw = os.environ.get("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.75")
     try:
-        fraction = float(os.environ.get("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.75"))
+        fraction = float(raw)
     except ValueError:
+        fraction = -1.0
+    if not 0 < fraction <= 1:
         raise ValueError(
-            f"XLA_PYTHON_CLIENT_MEM_FRACTION={os.environ['XLA_PYTHON_CLIENT_MEM_FRACTION']!r} is not a number; "
-            "set it to a share of the GPU's memory such as 0.9, or unset it (JAX's default: 0.75)."
-        ) from None
+            f"XLA_PYTHON_CLIENT_MEM_FRACTION={raw!r} is not a share of the GPU's memory; set it to a number in (0, 1] "
+            "such as 0.9, or unset it (JAX's default: 0.75)."
+        )
     return fraction
 
 
