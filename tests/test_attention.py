@@ -83,8 +83,10 @@ def test_cudnn_arguments_mask_padding_instances_and_the_window_both_sides(packed
         else np.array([[1] * 5 + [2] * 7 + [0] * 4, [1] * 9 + [2] * 7])
     )
     arguments = attention.cudnn_arguments(jnp.asarray(mask), packed, window)
-    assert "local_window_size" not in arguments
-    assert ("bias" in arguments) == (packed or window is not None)
+    assert "local_window_size" not in arguments and "bias" not in arguments
+    # Boolean: jax then asks cuDNN for no bias gradient (jax-ml/jax#39512), as it does for any float bias.
+    assert ("mask" in arguments) == (packed or window is not None)
+    assert "mask" not in arguments or arguments["mask"].dtype == jnp.bool_
     out = jax.nn.dot_product_attention(q, k, v, **arguments, implementation="xla")
     real = mask > 0
     np.testing.assert_allclose(np.asarray(out)[real], _reference_attention(q, k, v, mask, window)[real], atol=1e-5)
@@ -94,14 +96,18 @@ def test_cudnn_arguments_mask_padding_instances_and_the_window_both_sides(packed
 def test_cudnn_arguments_keep_padding_beyond_the_window_finite_in_half_precision(dtype):
     # A padding query more than the window away from every real token sees no key. With float32's minimum as
     # the bias (-inf in half precision) its softmax was NaN, and the next layer spread that to real tokens.
+    # The bias cuDNN gets is jax's own from the boolean mask; the xla implementation stands in for the kernel.
+    from jax._src.cudnn.fused_attention_stablehlo import combine_bias_and_mask
+
     mask = np.array([[1] * 4 + [0] * 12, [1] * 5 + [2] * 3 + [0] * 8])
     q, k, v = (jax.random.normal(jax.random.PRNGKey(i), (2, 16, 2, 8)).astype(dtype) for i in range(3))
     for packed in (False, True):
         rows = mask if packed else (mask > 0).astype(int)
-        arguments = attention.cudnn_arguments(jnp.asarray(rows), packed, 2, dtype)
-        assert arguments["bias"].dtype == dtype and np.isfinite(np.asarray(arguments["bias"], np.float32)).all()
-        first = jax.nn.dot_product_attention(q, k, v, **arguments, implementation="xla")
-        second = jax.nn.dot_product_attention(first, first, first, **arguments, implementation="xla")
+        arguments = attention.cudnn_arguments(jnp.asarray(rows), packed, 2)
+        bias = combine_bias_and_mask(None, arguments["mask"], dtype)
+        assert bias.dtype == dtype and np.isfinite(np.asarray(bias, np.float32)).all()
+        first = jax.nn.dot_product_attention(q, k, v, bias=bias, implementation="xla")
+        second = jax.nn.dot_product_attention(first, first, first, bias=bias, implementation="xla")
         assert np.isfinite(np.asarray(first, np.float32)).all() and np.isfinite(np.asarray(second, np.float32)).all()
         reference = _reference_attention(*(np.asarray(x, np.float32) for x in (q, k, v)), rows, 2)
         np.testing.assert_allclose(np.asarray(first, np.float32)[rows > 0], reference[rows > 0], atol=3e-2)
@@ -223,20 +229,21 @@ def test_packed_instances_do_not_see_each_other():
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
 def test_the_window_in_blocks_hands_cudnn_what_it_takes(monkeypatch, dtype):
     """attention.windowed's cuDNN branch, with jax.nn.dot_product_attention's own checks and its xla
-    implementation standing in for the kernel (no GPU here): the blocks' bias is accepted for [batch · blocks]
-    queries against block + 2·window keys, kept finite in half precision, and gives the reference attention."""
+    implementation standing in for the kernel (no GPU here): the blocks' boolean mask is accepted for
+    [batch · blocks] queries against block + 2·window keys, kept finite in half precision, and gives the
+    reference attention."""
     calls = []
     real_attention = jax.nn.dot_product_attention
 
-    def stand_in(q, k, v, bias=None, implementation=None, **rest):
-        calls.append((q.shape, k.shape, bias.shape, bias.dtype, implementation))
-        return real_attention(q, k, v, bias=bias, implementation="xla", **rest)
+    def stand_in(q, k, v, mask=None, implementation=None, **rest):
+        calls.append((q.shape, k.shape, mask.shape, mask.dtype, implementation, sorted(rest)))
+        return real_attention(q, k, v, mask=mask, implementation="xla", **rest)
 
     monkeypatch.setattr(jax.nn, "dot_product_attention", stand_in)
     mask = np.array([[1] * 20 + [2] * 14 + [0] * 6, [1] * 40])  # a packed row ending in padding, a full row
     q, k, v = (jax.random.normal(jax.random.PRNGKey(i), (2, 40, 2, 8)).astype(dtype) for i in range(3))
     out = attention.windowed("cudnn", q, k, v, jnp.asarray(mask), window=4, block=8)
-    assert calls == [((10, 8, 2, 8), (10, 16, 2, 8), (10, 1, 8, 16), dtype, "cudnn")]
+    assert calls == [((10, 8, 2, 8), (10, 16, 2, 8), (10, 1, 8, 16), jnp.bool_, "cudnn", [])]
     assert out.shape == q.shape and bool(jnp.all(jnp.isfinite(out)))
     real = mask > 0
     expect = _reference_attention(q.astype(jnp.float32), k.astype(jnp.float32), v.astype(jnp.float32), mask, 4)

@@ -416,7 +416,7 @@ def test_auto_blocks_the_window_on_xla_once_a_row_holds_six_windows():
 
 def test_window_blocks_hold_each_block_its_windows_keys():
     """The keys of block i are positions i·block − window … (i+1)·block + window − 1, zeros outside the row, and
-    the bias lets a query see exactly the real keys of its instance at most `window` away."""
+    the mask lets a query see exactly the real keys of its instance at most `window` away."""
     length, block, window = 10, 4, 2
     x = jnp.arange(1, length + 1)[None]
     keys = np.asarray(attention_lib.window_blocks(x, block, window, keys=True))[0]
@@ -424,14 +424,14 @@ def test_window_blocks_hold_each_block_its_windows_keys():
         expect = [p + 1 if 0 <= p < length else 0 for p in range(i * block - window, (i + 1) * block + window)]
         assert row.tolist() == expect
     mask = jnp.asarray([[1, 1, 1, 2, 2, 2, 2, 0, 0, 0]])
-    bias = np.asarray(attention_lib.window_bias(mask, block, window)) == 0
-    full = np.asarray(attention_lib.xla_bias(mask, True, window))[0, 0] == 0
+    allowed = np.asarray(attention_lib.window_allowed(mask, block, window))
+    full = np.asarray(attention_lib.allowed_keys(mask, True, window))[0, 0]
     for i in range(3):
         for a in range(block):
             q = i * block + a
             if q >= length or mask[0, q] == 0:
                 continue
-            seen = {i * block - window + c for c in np.flatnonzero(bias[i, 0, a])}
+            seen = {i * block - window + c for c in np.flatnonzero(allowed[i, 0, a])}
             assert seen == set(np.flatnonzero(full[q])), q
 
 

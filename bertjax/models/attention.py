@@ -78,10 +78,10 @@ def choose(requested: str, attention_probs_dropout_prob: float, platform: str) -
     return requested
 
 
-def xla_bias(input_mask: jax.Array, packed: bool, window: Optional[int] = None) -> jax.Array:
-    """Additive float32 bias: [batch, 1, 1, keys] masking padding keys, or [batch, 1, queries, keys]
-    also masking other instances when rows are packed, and with `window` (a sliding window) keys more
-    than `window` positions from the query."""
+def allowed_keys(input_mask: jax.Array, packed: bool, window: Optional[int] = None) -> jax.Array:
+    """Which keys each query sees, boolean: [batch, 1, 1, keys] (real keys) or [batch, 1, queries, keys] also
+    of the query's own instance when rows are packed (a padding query: any real key), and with `window` (a
+    sliding window) at most `window` positions from the query."""
     mask = input_mask.astype(jnp.int32)
     allowed = (mask > 0)[:, None, None, :]
     if packed or window is not None:
@@ -90,6 +90,15 @@ def xla_bias(input_mask: jax.Array, packed: bool, window: Optional[int] = None) 
     if window is not None:
         index = jnp.arange(mask.shape[-1])
         allowed = allowed & (jnp.abs(index[:, None] - index[None, :]) <= window)[None, None]
+    return allowed
+
+
+def xla_bias(input_mask: jax.Array, packed: bool, window: Optional[int] = None) -> jax.Array:
+    """`allowed_keys` as an additive float32 bias: 0 where a key is seen, float32's minimum where not."""
+    return _additive(allowed_keys(input_mask, packed, window))
+
+
+def _additive(allowed: jax.Array) -> jax.Array:
     return jnp.where(allowed, 0.0, jnp.finfo(jnp.float32).min).astype(jnp.float32)
 
 
@@ -205,26 +214,29 @@ def _splash(q: jax.Array, k: jax.Array, v: jax.Array, segments: jax.Array, windo
 # --- cuDNN --------------------------------------------------------------------------------------------
 
 
-def cudnn_arguments(mask: jax.Array, packed: bool, window: Optional[int] = None, dtype=jnp.float32) -> dict:
-    """What `jax.nn.dot_product_attention` gets besides q, k, v of `dtype`. Unpacked rows (real tokens first,
-    then padding) pass their lengths. Packed rows pass the instance mask as a bias, which cuDNN's fused kernel
-    takes too. So does a sliding window: cuDNN's own window is one-sided (causal) in jax <= 0.11, which
-    refuses a right window without a causal mask, so the band goes into the bias. That is exact, but
-    cuDNN then computes the blocks outside the window too (splash on TPU skips them)."""
+def cudnn_arguments(mask: jax.Array, packed: bool, window: Optional[int] = None) -> dict:
+    """What `jax.nn.dot_product_attention` gets besides q, k, v. Unpacked rows (real tokens first, then
+    padding) pass their lengths. Packed rows pass which keys each query sees (`allowed_keys`), which cuDNN's
+    fused kernel takes as a bias. So does a sliding window: cuDNN's own window is one-sided (causal) in
+    jax <= 0.11, which refuses a right window without a causal mask, so the band goes into the mask. That is
+    exact, but cuDNN then computes the blocks outside the window too (splash on TPU skips them)."""
     if packed or window is not None:
-        # float32's most negative number is -inf in bfloat16 and float16. A padding query more than the window
-        # away from every real token sees no key at all: with -inf its softmax is NaN, which reaches real
-        # tokens through the next layer's keys and values. The dtype's own most negative number keeps it finite.
-        bias = jnp.maximum(xla_bias(mask, packed, window), jnp.finfo(dtype).min)
-        return dict(bias=bias.astype(dtype))
+        return dict(mask=allowed_keys(mask, packed, window))
     lengths = jnp.sum(mask > 0, axis=1).astype(jnp.int32)
     return dict(query_seq_lengths=lengths, key_value_seq_lengths=lengths)
 
 
+# A boolean mask, never a float bias, goes to cuDNN. jax turns it into an additive bias itself, of a finite
+# -2**41 in half precision: a padding query more than the window away from every real token sees no key, and
+# a bias of -inf (float32's minimum in bfloat16) made its softmax NaN, which the next layer's keys and values
+# carried to real tokens. And from jax 0.11.1 on (jax-ml/jax#39512) a boolean mask spares the backward the
+# bias gradient that jax has cuDNN compute for any float bias, nobody reading it: ModernBERT-base 1,024 × 32 on
+# the H200 spent 8.6 of 95 busy ms a step on its sliding layers' `fmha_dbias` (3.6) and `matmul_dq` (5.0, dQ
+# from the materialised score gradient; the layers without a bias convert a fused dQ instead, 0.03 ms each).
 def _cudnn(
     q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, packed: bool, window: Optional[int] = None
 ) -> jax.Array:
-    arguments = cudnn_arguments(mask, packed, window, q.dtype)
+    arguments = cudnn_arguments(mask, packed, window)
     return jax.nn.dot_product_attention(q, k, v, **arguments, implementation="cudnn")
 
 
@@ -266,17 +278,16 @@ def window_blocks(x: jax.Array, block: int, window: int, keys: bool) -> jax.Arra
     return jnp.concatenate(parts, axis=2)
 
 
-def window_bias(input_mask: jax.Array, block: int, window: int) -> jax.Array:
-    """The additive float32 bias [batch · blocks, 1, block, block + 2·window] of `windowed`: a query sees the
-    keys at most `window` positions away, real, of its own instance (a padding query: any real key), as
-    `xla_bias(mask, packed, window)` does for the whole sequence."""
+def window_allowed(input_mask: jax.Array, block: int, window: int) -> jax.Array:
+    """Which keys each query of `windowed` sees, boolean [batch · blocks, 1, block, block + 2·window]: at most
+    `window` positions away, real, of its own instance (a padding query: any real key), as
+    `allowed_keys(mask, packed, window)` says for the whole sequence."""
     mask = input_mask.astype(jnp.int32)
     queries, keys = window_blocks(mask, block, window, False), window_blocks(mask, block, window, True)
     offset = jnp.arange(block)[:, None] + window - jnp.arange(block + 2 * window)[None, :]  # query − key position
     allowed = (jnp.abs(offset) <= window)[None, None] & (keys > 0)[:, :, None, :]
     allowed &= (queries[..., :, None] == keys[..., None, :]) | (queries[..., :, None] == 0)
-    bias = jnp.where(allowed, 0.0, jnp.finfo(jnp.float32).min).astype(jnp.float32)
-    return bias.reshape(-1, 1, block, block + 2 * window)
+    return allowed.reshape(-1, 1, block, block + 2 * window)
 
 
 def windowed(
@@ -293,9 +304,9 @@ def windowed(
     the block + 2·window keys its window reaches: (block + 2·window) / length of the work of one attention over
     every key (ModernBERT-base at 1,024 tokens, window 64, blocks of 64: 3/16). Real tokens' outputs equal the
     whole sequence's under `xla_bias(mask, packed, window)`. `xla_attention(q, k, v, bias)` is the caller's
-    (its dropout); cudnn passes the bias to the fused kernel."""
+    (its dropout); cudnn passes the mask to the fused kernel."""
     batch, length = q.shape[:2]
-    bias = window_bias(input_mask, block, window)
+    allowed = window_allowed(input_mask, block, window)
 
     def flat(x):  # [batch, blocks, n, ...] → [batch · blocks, n, ...]
         return x.reshape(-1, *x.shape[2:])
@@ -303,8 +314,7 @@ def windowed(
     q = flat(window_blocks(q, block, window, False))
     k, v = (flat(window_blocks(x, block, window, True)) for x in (k, v))
     if implementation == "xla":
-        context = xla_attention(q, k, v, bias)
-    else:  # see cudnn_arguments: the dtype's own most negative number keeps a query with no key finite
-        bias = jnp.maximum(bias, jnp.finfo(q.dtype).min).astype(q.dtype)
-        context = jax.nn.dot_product_attention(q, k, v, bias=bias, implementation="cudnn")
+        context = xla_attention(q, k, v, _additive(allowed))
+    else:  # a boolean mask, as _cudnn passes: finite for a query with no key, and no bias gradient
+        context = jax.nn.dot_product_attention(q, k, v, mask=allowed, implementation="cudnn")
     return context.reshape(batch, -1, *context.shape[2:])[:, :length]
