@@ -3,6 +3,7 @@ in both directions, the architecture's traps each tested on its own, packed rows
 
 from __future__ import annotations
 
+import functools
 import json
 
 import flax.linen as nn
@@ -12,7 +13,7 @@ import numpy as np
 import pytest
 
 import bertjax
-from bertjax.models import attention as attention_lib
+from bertjax.models import attention as attention_lib, layers
 from bertjax.models.modernbert import model as modernbert, config as modernbert_config, hf as modernbert_hf
 from bertjax.models.modernbert import heads as modernbert_heads
 
@@ -402,6 +403,51 @@ def test_recomputed_geglu_gives_the_same_loss_and_gradients():
     np.testing.assert_allclose(np.asarray(out_b), np.asarray(out_a), atol=1e-6)
     for (path, a), b in zip(jax.tree_util.tree_leaves_with_path(grads_a), jax.tree.leaves(grads_b)):
         np.testing.assert_allclose(np.asarray(b), np.asarray(a), atol=1e-6, err_msg=jax.tree_util.keystr(path))
+
+
+def _vocab_dots(jaxpr, vocab: int) -> list[tuple]:
+    """The operand dtypes of every dot_general in `jaxpr` (and the jaxprs inside it) with a `vocab`-long axis."""
+    found = []
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name == "dot_general" and any(vocab in v.aval.shape for v in eqn.invars):
+            found.append(tuple(str(v.aval.dtype) for v in eqn.invars))
+        for param in eqn.params.values():
+            for inner in param if isinstance(param, (list, tuple)) else [param]:
+                if hasattr(inner, "jaxpr"):
+                    found += _vocab_dots(inner.jaxpr if hasattr(inner.jaxpr, "eqns") else inner.jaxpr.jaxpr, vocab)
+                elif hasattr(inner, "eqns"):
+                    found += _vocab_dots(inner, vocab)
+    return found
+
+
+def test_the_tied_decoders_backward_multiplies_in_the_compute_dtype():
+    """layers.vocab_logits: float32 logits, and gradients whose matmuls take bfloat16 operands under bf16 compute
+    (autodiff's took float32 ones: TF32 on a GPU), within bf16's tolerance of float32's; in float32, autodiff's."""
+    vocab = 101
+    x = jax.random.normal(jax.random.PRNGKey(0), (2, 6, 16))
+    table = jax.random.normal(jax.random.PRNGKey(1), (vocab, 16)) * 0.2
+    w = jax.random.normal(jax.random.PRNGKey(2), (2, 6, vocab))
+
+    def loss(fn, x, table):
+        return jnp.sum(jax.nn.log_softmax(fn(x, table)) * w)
+
+    def autodiff(x, table):
+        return jnp.einsum("...e,ve->...v", x, table.astype(x.dtype), preferred_element_type=jnp.float32)
+
+    grads = jax.grad(functools.partial(loss, layers.vocab_logits), argnums=(0, 1))(x, table)
+    expect = jax.grad(functools.partial(loss, autodiff), argnums=(0, 1))(x, table)
+    for a, b in zip(grads, expect):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
+    x16 = x.astype(jnp.bfloat16)
+    assert layers.vocab_logits(x16, table).dtype == jnp.float32
+    d_x, d_table = jax.grad(functools.partial(loss, layers.vocab_logits), argnums=(0, 1))(x16, table)
+    assert d_x.dtype == jnp.bfloat16 and d_table.dtype == jnp.float32
+    np.testing.assert_allclose(np.asarray(d_x, np.float32), np.asarray(expect[0]), atol=0.05)
+    np.testing.assert_allclose(np.asarray(d_table), np.asarray(expect[1]), atol=0.05)
+    jaxpr = jax.make_jaxpr(jax.grad(functools.partial(loss, layers.vocab_logits), argnums=(0, 1)))(x16, table).jaxpr
+    assert _vocab_dots(jaxpr, vocab) == [("bfloat16", "bfloat16")] * 3, _vocab_dots(jaxpr, vocab)
+    jaxpr = jax.make_jaxpr(jax.grad(functools.partial(loss, autodiff), argnums=(0, 1)))(x16, table).jaxpr
+    assert any("float32" in dtypes for dtypes in _vocab_dots(jaxpr, vocab))  # what XLA turned into f32 matmuls
 
 
 def test_auto_blocks_the_window_on_xla_once_a_row_holds_six_windows():

@@ -74,6 +74,31 @@ class DenseActivation(nn.Dense):
         return (jax.checkpoint(activate) if self.recompute else activate)(y, bias)
 
 
+@jax.custom_vjp
+def vocab_logits(x: Array, table: Array) -> Array:
+    """float32 logits `x · tableᵀ` of x [..., embed] in the compute dtype and a [vocab, embed] table (float32
+    parameters), multiplied in x's dtype. Its backward multiplies in x's dtype too, the logits' float32
+    gradient cast to it, as PyTorch's autocast does: left to autodiff, both gradient matmuls took float32
+    operands (TF32 on a GPU: 2.4 of ModernBERT-base's 95 busy ms a step on the H200, for 0.8 TFLOP). In float32
+    the same products as autodiff's; the table's gradient stays float32 (accumulated there)."""
+    return jnp.einsum("...e,ve->...v", x, table.astype(x.dtype), preferred_element_type=jnp.float32)
+
+
+def _vocab_logits_forward(x: Array, table: Array) -> tuple[Array, tuple[Array, Array]]:
+    return vocab_logits(x, table), (x, table)
+
+
+def _vocab_logits_backward(saved: tuple[Array, Array], g: Array) -> tuple[Array, Array]:
+    x, table = saved
+    g = g.astype(x.dtype)
+    d_x = jnp.einsum("...v,ve->...e", g, table.astype(x.dtype), preferred_element_type=jnp.float32)
+    d_table = jnp.einsum("...v,...e->ve", g, x, preferred_element_type=jnp.float32)
+    return d_x.astype(x.dtype), d_table.astype(table.dtype)
+
+
+vocab_logits.defvjp(_vocab_logits_forward, _vocab_logits_backward)
+
+
 def _mix32(x: Array) -> Array:
     """lowbias32 (C. Wellons' hash-prospector): a bijection on uint32 with near-ideal avalanche."""
     x = (x ^ (x >> 16)) * jnp.uint32(0x7FEB352D)

@@ -320,7 +320,7 @@ class ModernBertForMaskedLM(nn.Module):
         x = self.head_norm(layers.ACTIVATIONS[self.config.classifier_activation](self.head_dense(x)))
         table = self.model.variables["params"]["tok_embeddings"]["embedding"]
         table = table.value if isinstance(table, nn.meta.AxisMetadata) else table
-        logits = jnp.einsum("bpe,ve->bpv", x, table.astype(self.dtype), preferred_element_type=jnp.float32)
+        logits = layers.vocab_logits(x.astype(self.dtype), table)
         if self.config.decoder_bias:
             logits = logits + self.decoder_bias
         return ModernBertOutput(logits.astype(jnp.float32), sequence, hidden)
