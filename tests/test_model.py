@@ -1,5 +1,7 @@
 """Model options that must not change fp32 numerics, logical axes, dropout, dtype, config validation."""
 
+import functools
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -79,6 +81,7 @@ def test_recomputed_activation_is_the_same_model_and_keeps_one_tensor_for_the_ba
             np.testing.assert_allclose(g, h, atol=1e-6, rtol=1e-5, err_msg=f"scan={scan}")
 
 
+@functools.partial(jax.jit, static_argnums=(0, 3))
 def _pooled(model, params, inputs, pooled_only, rng=None, **extra):
     return model.apply(
         {"params": params},
@@ -109,7 +112,7 @@ def test_pooled_only_computes_the_same_pooled_output_with_less_work(packed):
     params = reference.random_params(model_lib.BertForPreTraining(CONFIG))["bert"]
     full = _pooled(loop, params, inputs, False, **extra)
     assert full.shape == ((3, 2, 64) if packed else (3, 64))
-    full_grads = jax.grad(lambda p: jnp.sum(_pooled(loop, p, inputs, False, **extra) ** 2))(params)
+    full_grads = jax.jit(jax.grad(lambda p: jnp.sum(_pooled(loop, p, inputs, False, **extra) ** 2)))(params)
     for scan in (False, True):
         for policy in ("none", "full"):
             model = model_lib.BertModel(CONFIG, scan_layers=scan, remat_policy=policy, packed=packed)
@@ -117,7 +120,7 @@ def test_pooled_only_computes_the_same_pooled_output_with_less_work(packed):
             np.testing.assert_allclose(
                 _pooled(model, p, inputs, True, **extra), full, atol=2e-6, err_msg=f"scan={scan} remat={policy}"
             )
-            grads = jax.grad(lambda q: jnp.sum(_pooled(model, q, inputs, True, **extra) ** 2))(p)
+            grads = jax.jit(jax.grad(lambda q: jnp.sum(_pooled(model, q, inputs, True, **extra) ** 2)))(p)
             if scan:
                 grads = model_lib.unstack_layers({"bert": grads})["bert"]
             for g, h in zip(jax.tree.leaves(grads), jax.tree.leaves(full_grads)):
