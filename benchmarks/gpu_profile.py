@@ -169,6 +169,7 @@ ORDERS = {
         "cudnn",
         "cudnn_window_blocks",
         "cudnn_window_blocks128",
+        "cudnn_layer_norm",  # its norms gain a zero bias for the rewrite (layers.ZeroBiasLayerNorm): -1.8 ms compiled
         "window_whole",
         "recompute_activation",
     ),

@@ -74,6 +74,21 @@ class DenseActivation(nn.Dense):
         return (jax.checkpoint(activate) if self.recompute else activate)(y, bias)
 
 
+class ZeroBiasLayerNorm(nn.LayerNorm):
+    """A bias-less nn.LayerNorm (ModernBERT's) plus `scale · 0`: the same parameters and, bit for bit, the same
+    outputs and gradients, in a form XLA:GPU's cuDNN LayerNorm rewrite matches (it needs a bias; a constant
+    zero is folded away, `scale · 0` is not). Computed in float32 (`dtype`), returned in `out_dtype`, where
+    nn.LayerNorm casts after the same float32 arithmetic."""
+
+    out_dtype: Any = jnp.float32
+
+    @nn.compact
+    def __call__(self, x: Array, *, mask: Optional[Array] = None) -> Array:
+        y = super().__call__(x, mask=mask)
+        scale = nn.meta.unbox(self.get_variable("params", "scale"))
+        return (y + scale * 0).astype(self.out_dtype)
+
+
 @jax.custom_vjp
 def vocab_logits(x: Array, table: Array) -> Array:
     """float32 logits `x · tableᵀ` of x [..., embed] in the compute dtype and a [vocab, embed] table (float32

@@ -9,7 +9,7 @@ machine without an NVIDIA GPU nothing is added. A flag earns its place here with
 from __future__ import annotations
 
 import os
-from typing import MutableMapping
+from typing import Mapping, MutableMapping
 
 
 def autotune_cache_dir() -> str:
@@ -27,6 +27,17 @@ def gpu_defaults() -> dict[str, str]:
         # or a second run of the same model, skips the search.
         "xla_gpu_per_fusion_autotune_cache_dir": autotune_cache_dir(),
     }
+
+
+def cudnn_layer_norm(environ: Mapping[str, str] = os.environ) -> bool:
+    """Whether XLA_FLAGS turns on XLA:GPU's rewrite of LayerNorms into cuDNN's kernel
+    (`--xla_gpu_enable_cudnn_layer_norm=true`), which matches only a norm with a bias (layers.ZeroBiasLayerNorm)."""
+    enabled = False
+    for part in environ.get("XLA_FLAGS", "").split():  # the last one named counts, as for XLA
+        name, _, value = part.lstrip("-").partition("=")
+        if name == "xla_gpu_enable_cudnn_layer_norm":
+            enabled = value.lower() in ("", "true", "1")
+    return enabled
 
 
 def apply_gpu_defaults(environ: MutableMapping[str, str] = os.environ) -> list[str]:

@@ -22,6 +22,7 @@ import jax.numpy as jnp
 
 from bertjax.models import attention as attention_lib
 from bertjax.models import layers
+from bertjax.runtime import xla_flags
 from bertjax.training import sharding as sharding_lib
 from bertjax.models.modernbert.config import ModernBertConfig
 
@@ -54,15 +55,17 @@ def _init_std(config: ModernBertConfig) -> dict[str, float]:
 
 
 def _norm(config: ModernBertConfig, dtype: Dtype, name: str) -> nn.LayerNorm:
-    return nn.LayerNorm(
+    settings = dict(
         epsilon=config.norm_eps,
         use_bias=config.norm_bias,
-        dtype=dtype,
         use_fast_variance=False,
         scale_init=nn.with_logical_partitioning(nn.initializers.ones_init(), ("embed",)),
         bias_init=nn.with_logical_partitioning(nn.initializers.zeros_init(), ("embed",)),
         name=name,
     )
+    if not config.norm_bias and xla_flags.cudnn_layer_norm():  # a form cuDNN's LayerNorm rewrite matches
+        return layers.ZeroBiasLayerNorm(dtype=jnp.float32, out_dtype=dtype, **settings)
+    return nn.LayerNorm(dtype=dtype, **settings)
 
 
 def head_dense(config: ModernBertConfig, dtype: Dtype) -> nn.Dense:
