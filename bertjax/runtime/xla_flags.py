@@ -29,15 +29,15 @@ def gpu_defaults() -> dict[str, str]:
     }
 
 
+def named(environ: Mapping[str, str] = os.environ) -> dict[str, str]:
+    """The flags XLA_FLAGS names, name → value ("" for a bare flag); the last of a name counts, as for XLA."""
+    return dict(part.lstrip("-").partition("=")[::2] for part in environ.get("XLA_FLAGS", "").split())
+
+
 def cudnn_layer_norm(environ: Mapping[str, str] = os.environ) -> bool:
     """Whether XLA_FLAGS turns on XLA:GPU's rewrite of LayerNorms into cuDNN's kernel
     (`--xla_gpu_enable_cudnn_layer_norm=true`), which matches only a norm with a bias (layers.ZeroBiasLayerNorm)."""
-    enabled = False
-    for part in environ.get("XLA_FLAGS", "").split():  # the last one named counts, as for XLA
-        name, _, value = part.lstrip("-").partition("=")
-        if name == "xla_gpu_enable_cudnn_layer_norm":
-            enabled = value.lower() in ("", "true", "1")
-    return enabled
+    return named(environ).get("xla_gpu_enable_cudnn_layer_norm", "false").lower() in ("", "true", "1")
 
 
 def apply_gpu_defaults(environ: MutableMapping[str, str] = os.environ) -> list[str]:
@@ -47,11 +47,10 @@ def apply_gpu_defaults(environ: MutableMapping[str, str] = os.environ) -> list[s
 
     if not gpu_targets.gpu_here():
         return []
-    current = environ.get("XLA_FLAGS", "")
-    named = {part.lstrip("-").split("=", 1)[0] for part in current.split()}
+    current, already = environ.get("XLA_FLAGS", ""), named(environ)
     defaults = gpu_defaults()
-    added = [f"--{name}={value}" for name, value in defaults.items() if name not in named]
-    if "xla_gpu_per_fusion_autotune_cache_dir" not in named:
+    added = [f"--{name}={value}" for name, value in defaults.items() if name not in already]
+    if "xla_gpu_per_fusion_autotune_cache_dir" not in already:
         os.makedirs(defaults["xla_gpu_per_fusion_autotune_cache_dir"], exist_ok=True)
     if added:
         environ["XLA_FLAGS"] = " ".join([current, *added]).strip()
