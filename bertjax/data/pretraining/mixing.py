@@ -60,8 +60,9 @@ class Mixing:
             sources.append(ds.batch(k, drop_remainder=True))
         # Two streams of the same draws, one for choose_from_datasets, one zipped to the batches (a tf.data stream
         # has one consumer); each is computed once per DRAW_CHUNK batches.
-        draws = lambda: tf.data.Dataset.range(2**62).map(self.draws).unbatch()  # noqa: E731  (per batch)
-        choice = draws().map(lambda blocks, counts: blocks).unbatch()
+        plain = tf.autograph.experimental.do_not_convert  # TensorFlow ops only: nothing for autograph to convert
+        draws = lambda: tf.data.Dataset.range(2**62).map(plain(self.draws)).unbatch()  # noqa: E731  (per batch)
+        choice = draws().map(plain(lambda blocks, counts: blocks)).unbatch()
         mixed = tf.data.Dataset.choose_from_datasets(sources, choice, stop_on_empty_dataset=True)
         return tf.data.Dataset.zip(mixed.batch(c.batch_size // k, drop_remainder=True), draws())
 

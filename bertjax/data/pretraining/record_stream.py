@@ -220,7 +220,7 @@ class RecordStream:
             ds = ds.repeat(epochs)
         parallel = tf.data.AUTOTUNE if c.threads is None else (c.threads if c.threads > 1 else None)
         ds = ds.interleave(
-            read,
+            tf.autograph.experimental.do_not_convert(read),  # TensorFlow ops only, no control flow to convert
             cycle_length=min(c.cycle_length, len(self.files)),
             block_length=1,
             num_parallel_calls=parallel,
