@@ -351,12 +351,10 @@ def main() -> None:
         )
     base = args.workdir or tempfile.mkdtemp(prefix="bertjax-faults-")
     os.makedirs(base, exist_ok=True)
-    # Every run compiles the same steps: JAX's persistent cache compiles them once (the jobs inherit this).
-    os.environ.update(
-        JAX_COMPILATION_CACHE_DIR=os.path.join(base, "jax_cache"),
-        JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
-        JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0",
-    )
+    # Every run compiles the same steps: JAX's persistent cache compiles them once (the jobs inherit this); a
+    # cache the caller already names (the test suite's) is used as it is.
+    os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", os.path.join(base, "jax_cache"))
+    os.environ.update(JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0", JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
     data = make_data(os.path.join(base, "data_run"))
     config_file = write_config(data, args.steps, os.path.join(base, "config.py"))
     reference = os.path.join(base, "reference")
