@@ -94,7 +94,7 @@ def pytest_runtest_teardown(item, nextitem):
 # files that took at most QUICK_FILE_SECONDS: the inner loop's tier; `make test` runs every file.
 FILE_SECONDS = pathlib.Path(__file__).with_name("file_seconds.json")
 MEASURED = pathlib.Path(__file__).parent.parent / ".pytest_cache" / "bertjax_file_seconds.json"
-QUICK_FILE_SECONDS = 25.0  # 29 of 60 files, 254 s of work in tests/file_seconds.json
+QUICK_FILE_SECONDS = 35.0  # 30 of 60 files, 317 s of work in tests/file_seconds.json (the slow box, loaded)
 
 
 def pytest_addoption(parser):
