@@ -267,8 +267,8 @@ class InputPipeline:
         if c.sources:  # a bounded lookahead (mixture.HORIZON)
             parse = lambda i, x: self._parse(i, *x)  # noqa: E731
             calls = min(mixing.PARSE_CALLS, os.cpu_count() or 1) if calls == tf.data.AUTOTUNE else calls
-        # Autograph would rewrite parse's Python source at every start (0.3-0.9 s of a job process's CPU for the
-        # pipeline's functions): its branches are on the config, never on a tensor, so there is nothing to convert.
+        # Autograph would rewrite parse's Python source at every start (~0.2-0.4 s of a tiny job process's CPU with
+        # the other pipeline functions): its branches are on the config, never on a tensor, so there is nothing to convert.
         parse = tf.autograph.experimental.do_not_convert(parse)
         ds = ds.map(parse, num_parallel_calls=calls, deterministic=self._deterministic)
         if not c.training:
