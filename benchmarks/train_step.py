@@ -109,6 +109,11 @@ from timing import time_interleaved  # noqa: E402  (benchmarks/timing.py, beside
 
 tcmalloc.reexec_under_tcmalloc()  # as `python -m bertjax.main` runs; BERTJAX_NO_TCMALLOC=1 keeps glibc's
 os.environ["XLA_FLAGS"] = (ARGS.xla_flags + " " + os.environ.get("XLA_FLAGS", "")).strip()
+from bertjax.runtime import xla_flags  # noqa: E402
+
+# The flags every bertjax command adds on NVIDIA GPUs (cli.quiet), so the step timed is the one a job runs; the
+# flags above win, as a user's own do.
+xla_flags.apply_gpu_defaults(for_gpu=bool(ARGS.compile_for))
 
 if ARGS.compile_for:  # for a GPU that is not here: this machine's devices stay its own, the CUDA plugin quiet
     from bertjax.training import aot, gpu_targets  # noqa: E402

@@ -68,8 +68,9 @@ def test_variants_compiled_for_an_h200_show_what_each_removes(tmp_path):
     rows = {r["variant"]: r for r in map(json.loads, (tmp_path / "variants.jsonl").read_text().splitlines())}
     base, recomputed = rows["baseline"], rows["recompute_activation"]
     assert base["gpu"] == "h200" and base["attention"] == "xla" and base["kernels"] > 100
-    # The exact GELU's saved erfc intermediates are gone: less traffic, less memory, the same kernels.
-    assert recomputed["memory_bound_gb"] < base["memory_bound_gb"] and recomputed["temp_gib"] < base["temp_gib"]
+    # layers.exact_gelu keeps only its input for the backward, so recomputing it from the matmul's output keeps
+    # as much (the matmul's output and the bias instead): no more traffic, no more memory.
+    assert recomputed["memory_bound_gb"] <= base["memory_bound_gb"] and recomputed["temp_gib"] <= base["temp_gib"]
     assert recomputed["flags"] == ["--override", "model.recompute_activation=true"]
     assert rows["torch"]["skipped"].startswith("PyTorch's step")
     assert (tmp_path / "hlo_baseline.txt.gz").exists()

@@ -22,7 +22,6 @@ import jax.numpy as jnp
 
 from bertjax.models import attention as attention_lib
 from bertjax.models import layers
-from bertjax.runtime import xla_flags
 from bertjax.training import sharding as sharding_lib
 from bertjax.models.modernbert.config import ModernBertConfig
 
@@ -63,8 +62,6 @@ def _norm(config: ModernBertConfig, dtype: Dtype, name: str) -> nn.LayerNorm:
         bias_init=nn.with_logical_partitioning(nn.initializers.zeros_init(), ("embed",)),
         name=name,
     )
-    if not config.norm_bias and xla_flags.cudnn_layer_norm():  # a form cuDNN's LayerNorm rewrite matches
-        return layers.ZeroBiasLayerNorm(dtype=jnp.float32, out_dtype=dtype, **settings)
     return nn.LayerNorm(dtype=dtype, **settings)
 
 
