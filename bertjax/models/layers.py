@@ -78,10 +78,10 @@ DTYPES = dict(zip(options.DTYPE_NAMES, (jnp.float32, jnp.bfloat16), strict=True)
 
 class DenseActivation(nn.Dense):
     """nn.Dense then `activation`: nn.Dense's parameters (kernel, bias) and forward, to the bit. With `recompute`
-    the backward recomputes the activation from the matmul's output and the bias, which stay in memory anyway,
-    so the forward writes only its output: left to itself XLA:GPU saves the exact GELU's erfc intermediates
-    for the backward, two more [tokens, intermediate] tensors a layer written and read back (BERT-Base on an
-    H200: the forward's GELU 3.5 of 49 busy ms). config.model.recompute_activation."""
+    the backward recomputes the activation from the matmul's output and the bias, so the forward writes only its
+    output, whatever intermediates the activation's own backward would keep (jax.nn.gelu's erfc kept two more
+    [tokens, intermediate] tensors a layer; exact_gelu keeps only its input, so for it this trades the input
+    for the matmul's output). config.model.recompute_activation."""
 
     activation: Callable[[Array], Array] = jax.nn.gelu
     recompute: bool = False
