@@ -123,8 +123,9 @@ def test_flops_per_step_count_every_micro_batch(tmp_path):
         reports.append(aot.compile_for_topology(job, str(tmp_path / str(micro)), "v5e:2x2"))
     one, two = (r["model_flops_share"] for r in reports)
     # Above 1 by a little: the standard count includes the whole last layer, of which the train step
-    # computes only the [CLS] and masked rows (predictions_only; half of this 2-layer model's layers).
-    assert 0.5 < one <= 1.1 and abs(two / one - 1) < 0.1, (one, two)
+    # computes only the [CLS] and masked rows (predictions_only; half of this 2-layer model's layers). XLA's
+    # count includes elementwise work: 1.10 with layers.exact_gelu, 1.03 with erfc's longer expansion before.
+    assert 0.5 < one <= 1.15 and abs(two / one - 1) < 0.1, (one, two)
 
 
 def test_a_step_that_cannot_fit_is_refused_with_the_bytes_and_the_knobs(tmp_path):
