@@ -178,3 +178,23 @@ def test_dry_run_of_a_modernbert_case_runs_its_windows_in_blocks_to_the_same_los
     log = (out / "workers.log").read_text()
     command = next(line for line in log.splitlines() if "model.window_block=0" in line)
     assert command.index("--override=model.remat_policy=none") < command.index("model.window_block=0")
+
+
+def test_the_prepared_loan_script_names_only_variants_and_flags_gpu_profile_takes(monkeypatch):
+    """benchmarks/gpu_loan.sh, the command the next lent GPU runs first: each of its gpu_profile runs parses
+    (gpu_profile's own argument parser), names a known family and known variants, and packs its own --out."""
+    import shlex
+
+    script = open(os.path.join(ROOT, "benchmarks", "gpu_loan.sh")).read().replace("\\\n", " ")
+    runs = [shlex.split(line)[1:] for line in script.splitlines() if line.startswith("profile ")]
+    assert len(runs) == 2, runs
+    names = [run[0] for run in runs]
+    assert len(set(names)) == len(names)  # one .tgz each
+    for name, *flags in runs:
+        monkeypatch.setattr(sys, "argv", ["gpu_profile.py", "--out=/nowhere", *flags])
+        args = gpu_profile.parse_args()
+        assert args.case.split(":")[0] in gpu_profile.ORDERS, args.case
+        unknown = set(args.variants.split(",")) - set(gpu_profile.VARIANTS) - {"combined"}
+        assert not unknown, (name, unknown)
+    done = subprocess.run(["bash", "-n", os.path.join(ROOT, "benchmarks", "gpu_loan.sh")], capture_output=True)
+    assert done.returncode == 0, done.stderr

@@ -1,0 +1,44 @@
+#!/bin/bash
+# The next GPU loan's command, ready to run (docs/benchmarks.md "Prepared for the next loan").
+#
+#   bash benchmarks/gpu_loan.sh wheels   # here, before the loan: the packages the device's image lacks, into .whl/
+#   bash benchmarks/gpu_loan.sh          # there: device `run` with carry [".whl"], timeout_s 590
+#
+# The device's image has jax 0.11 (CUDA 13), flax, optax, orbax, torch and transformers, not bertjax's smaller
+# dependencies. Each gpu_profile.py run packs its --out into one .tgz under $OUT as soon as it ends (at most 8
+# files come back, and a run cut off at the call's limit still returns what was packed before it).
+set -u
+cd "$(dirname "$0")/.."
+WHEELS=(ml_collections==1.1.0 sentencex==1.0.32 google-crc32c==1.9.0 zstandard==0.25.0)
+
+if [ "${1:-}" = wheels ]; then
+    grep -qx '/.whl/' .git/info/exclude 2>/dev/null || echo /.whl/ >>.git/info/exclude
+    exec python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+        --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+        --platform any -d .whl "${WHEELS[@]}"
+fi
+
+: "${OUT:?OUT (the folder the device brings back) is not set: run this on the device machine}"
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl ||
+    { echo "gpu_loan.sh: no wheels in .whl/: run 'bash benchmarks/gpu_loan.sh wheels' here and carry .whl" >&2; exit 1; }
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+AUTOTUNE=--xla_gpu_per_fusion_autotune_cache_dir=/tmp/autotune  # shared by the variants: each compiles faster
+RESULTS=/tmp/gpu_loan
+mkdir -p "$RESULTS"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv >"$OUT/nvidia_smi.txt" 2>&1
+
+profile() {  # NAME, then gpu_profile.py's flags
+    local name=$1
+    shift
+    python3 benchmarks/gpu_profile.py --out="$RESULTS/$name" --xla_flags="$AUTOTUNE" "$@" 2>&1 | tail -12
+    tar czf "$OUT/$name.tgz" -C "$RESULTS" "$name"
+}
+
+# BERT-Large 128 x 128 with layers.exact_gelu: against 79.9 ms (2026-11-28), its two GELU kernels against 5.1 +
+# 4.1 ms; transformers beside it; cuDNN's LayerNorm (a default since that loan) off, for the A/B on one machine.
+profile large --case=bert:large:128:128 --base=--attention=cudnn --budget_s=260 --variant_s=80 \
+    --variants=baseline,torch,no_cudnn_layer_norm
+# ModernBERT-base 1,024 x 32 (its GeGLU takes the exact GELU too): against 89.0 ms; the sliding layers in blocks
+# of 64 and 128 queries on cuDNN against the band in cuDNN's mask.
+profile modernbert --case=modernbert:base:1024:32 --base=--attention=cudnn --budget_s=170 \
+    --variants=baseline,cudnn_window_blocks,cudnn_window_blocks128
