@@ -25,7 +25,11 @@ def exact_gelu(x: Array) -> Array:
     two of its intermediates: on an H200 BERT-Large's GELU took 5.1 ms a step forward and 4.1 backward, far
     from its ~2.4 ms of memory traffic (benchmarks/results/gpu_profile/2026-11-28-h200.profiles.jsonl)."""
     x32 = x.astype(jnp.float32)
-    return (x32 * (0.5 + 0.5 * jax.lax.erf(x32 * np.float32(np.sqrt(0.5))))).astype(x.dtype)
+    return (x32 * _normal_cdf(x32)).astype(x.dtype)
+
+
+def _normal_cdf(x32: Array) -> Array:
+    return 0.5 + 0.5 * jax.lax.erf(x32 * np.float32(np.sqrt(0.5)))
 
 
 def _exact_gelu_forward(x: Array) -> tuple[Array, Array]:
@@ -34,9 +38,8 @@ def _exact_gelu_forward(x: Array) -> tuple[Array, Array]:
 
 def _exact_gelu_backward(x: Array, g: Array) -> tuple[Array]:
     x32 = x.astype(jnp.float32)
-    cdf = 0.5 + 0.5 * jax.lax.erf(x32 * np.float32(np.sqrt(0.5)))
     pdf = jnp.exp(-0.5 * x32 * x32) * np.float32(1 / np.sqrt(2 * np.pi))
-    return ((g.astype(jnp.float32) * (cdf + x32 * pdf)).astype(g.dtype),)
+    return ((g.astype(jnp.float32) * (_normal_cdf(x32) + x32 * pdf)).astype(x.dtype),)
 
 
 exact_gelu.defvjp(_exact_gelu_forward, _exact_gelu_backward)
