@@ -107,9 +107,13 @@ def test_a_step_too_big_for_the_gpu_is_refused_with_its_memory(tmp_path):
 
 
 @pytest.mark.parametrize("chip", sorted(gpu_targets.GPUS))
-def test_each_gpu_description_is_one_xla_compiles_for(chip):
+def test_each_gpu_description_is_one_xla_compiles_for(chip, monkeypatch, tmp_path):
     gpu = gpu_targets.GPUS[chip]
+    monkeypatch.setenv("BERTJAX_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("XLA_FLAGS", "--xla_backend_optimization_level=0")
     name, count, devices = aot.topology_devices(f"{chip}:2x4")
+    # The XLA flags a job adds on NVIDIA GPUs (cuDNN's LayerNorm...): the program compiled is the one run there.
+    assert "--xla_gpu_enable_cudnn_layer_norm=true" in os.environ["XLA_FLAGS"].split()
     assert (name, count, len(devices)) == (chip, 8, 8)
     assert {d.device_kind for d in devices} == {gpu.name} and {d.platform for d in devices} == {"gpu"}
     assert f"device_memory_size: {gpu.memory_bytes}" in gpu.target_config()

@@ -1,8 +1,9 @@
 """The XLA flags bertjax adds on a machine with NVIDIA GPUs, each there for a measurement; the user's XLA_FLAGS win.
 
 XLA reads XLA_FLAGS once, when its first backend starts, so `apply_gpu_defaults` runs before that
-(`cli.quiet`, every job command's start). A flag the user already set, to any value, is left alone; on a
-machine without an NVIDIA GPU nothing is added. A flag earns its place here with a row of
+(`cli.quiet`, every job command's start; `aot`, before compiling for GPUs that are not here, so that program is
+the one a job would run there). A flag the user already set, to any value, is left alone; on a machine without
+an NVIDIA GPU, and compiling for none, nothing is added. A flag earns its place here with a row of
 `benchmarks/gpu_profile.py` on a GPU (docs/benchmarks.md), written beside it.
 """
 

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import jax
 
+from bertjax.runtime import xla_flags
 from bertjax.training import gpu_targets
 
 if TYPE_CHECKING:
@@ -128,7 +129,9 @@ def _gpu_devices(name: str, chip: str, shape: str) -> tuple[str, int, Sequence[j
             "`pip install 'bertjax[cuda13]'`."
         )
     gpu_targets.memory_fraction()  # jax's CUDA plugin does not start with a bad one: say so first
-    # Before this process's backends start: this machine's own devices stay its own, the plugin quiet.
+    # Before this process's backends start: the XLA flags a job adds on NVIDIA GPUs (runtime/xla_flags.py), so the
+    # program compiled is the one it would run there; this machine's own devices stay its own, the plugin quiet.
+    xla_flags.apply_gpu_defaults(for_gpu=True)
     gpu_targets.quiet_cuda_plugin(tpu_here=not no_tpu_here())
     from jax.experimental import topologies
 
