@@ -3,11 +3,14 @@
 import os
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
-# LLVM's optimisation level 0: the suite's programs are tiny, so compiling is most of their cost; measured on
-# the 2-core AMD EPYC, test_model.py 101 s → 82 s and the fault and job tests 236 s → 213 s, all passing.
-# The job processes tests start inherit this, and run on one CPU device unless a test asks for more: eight
-# virtual devices on two cores made benchmarks/faults.py's eleven jobs 146 s against 110 s on one.
-os.environ.setdefault("XLA_FLAGS", "--xla_backend_optimization_level=0")
+import train_setup  # noqa: E402  (tests/, beside this file)
+
+# Flags that compile the suite's tiny programs faster (train_setup.FAST_COMPILE_FLAGS, each measured there); a
+# developer's own XLA_FLAGS replace them. The job processes tests start inherit them (train_setup.job_xla_flags),
+# and run on one CPU device unless a test asks for more: eight virtual devices on two cores made
+# benchmarks/faults.py's eleven jobs 146 s against 110 s on one.
+if "XLA_FLAGS" not in os.environ:
+    os.environ["XLA_FLAGS"] = train_setup.fast_compile_flags()
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")

@@ -89,7 +89,7 @@ def test_notebook_pretrains_plots_predicts_and_exports_to_transformers(tmp_path)
         os.environ,
         JAX_PLATFORMS="cpu",
         BERTJAX_NO_TCMALLOC="1",
-        XLA_FLAGS="--xla_force_host_platform_device_count=1 --xla_backend_optimization_level=0",
+        XLA_FLAGS=train_setup.job_xla_flags(1),
         IPYTHONDIR=str(tmp_path / "ipython"),
         PYDEVD_DISABLE_FILE_VALIDATION="1",
         HF_HUB_OFFLINE="1",

@@ -17,7 +17,7 @@ def run(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     env = dict(
         os.environ,
         JAX_PLATFORMS="cpu",
-        XLA_FLAGS="--xla_force_host_platform_device_count=1 --xla_backend_optimization_level=0",
+        XLA_FLAGS=train_setup.job_xla_flags(1),
     )
     proc = subprocess.run(
         [sys.executable, "-m", *args], cwd=train_setup.ROOT, env=env, capture_output=True, text=True, timeout=600

@@ -23,6 +23,8 @@ import time
 import numpy as np
 import pytest
 
+import train_setup
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 # Shared settings (both frameworks): BERT's fine-tuning recipe, scaled to a small task.
@@ -170,7 +172,7 @@ def start_bertjax(minilm_dir: pathlib.Path, train_file: str, dev_file: str, work
         "--config.optim.max_grad_norm=1.0",
         f"--config.sweep.seeds={','.join(str(s) for s in SEEDS)}",
     ]
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=1 --xla_backend_optimization_level=0")
+    env = dict(os.environ, XLA_FLAGS=train_setup.job_xla_flags(1))
     return subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 

@@ -99,8 +99,8 @@ def test_combined_takes_only_same_numerics_changes_that_beat_the_noise():
 
 def _dry_run(out, *flags: str) -> tuple[subprocess.CompletedProcess, dict[str, dict]]:
     """gpu_profile.py --dry_run into `out`: the finished process and its rows by variant."""
-    # Every variant compiles at the suite's LLVM level 0 (conftest): its own XLA_FLAGS replace the inherited ones.
-    level = "--xla_flags=--xla_backend_optimization_level=0"
+    # Every variant compiles with the suite's flags (conftest): its own XLA_FLAGS replace the inherited ones.
+    level = f"--xla_flags={os.environ['XLA_FLAGS']}"
     done = subprocess.run(
         [sys.executable, "benchmarks/gpu_profile.py", f"--out={out}", "--dry_run", "--variant_s=100", level, *flags],
         cwd=ROOT,
@@ -124,7 +124,7 @@ def test_dry_run_takes_each_kind_of_variant_through_the_trace_and_its_summary(tm
     assert rows["cudnn"]["skipped"] == rows["loop_cudnn"]["skipped"] == "needs a GPU (dry run)"
     assert rows["no_command_buffers"]["xla_flags"] == "--xla_gpu_enable_command_buffer="
     log = (out / "workers.log").read_text()
-    assert "XLA_FLAGS='--xla_backend_optimization_level=0 --xla_gpu_enable_command_buffer='" in log  # --xla_flags first
+    assert f"XLA_FLAGS='{os.environ['XLA_FLAGS']} --xla_gpu_enable_command_buffer='" in log  # --xla_flags first
     assert "--override model.hidden_dropout_prob=0 --override model.attention_probs_dropout_prob=0" in log
     profiles = {p["variant"]: p for p in map(json.loads, (out / "profiles.jsonl").read_text().splitlines())}
     baseline = profiles["baseline"]

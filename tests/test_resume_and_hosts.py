@@ -41,7 +41,7 @@ def job_config(pydocs_data: str, **overrides):
 def start(config_file: str, workdir, devices: int = 8, args: tuple = ()) -> subprocess.Popen:
     env = dict(
         os.environ,
-        XLA_FLAGS=f"--xla_force_host_platform_device_count={devices} --xla_backend_optimization_level=0",
+        XLA_FLAGS=train_setup.job_xla_flags(devices),
         JAX_PLATFORMS="cpu",
     )
     env.pop("TF_ENABLE_ONEDNN_OPTS", None)  # as a user's shell has it: the command quiets TensorFlow itself

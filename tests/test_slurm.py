@@ -68,7 +68,7 @@ def test_two_processes_train_in_step_stop_together_on_sigterm_and_the_requeued_j
         JAX_COORDINATOR_PORT=str(free_port()),
         JAX_PLATFORMS="cpu",
         BERTJAX_NO_TCMALLOC="1",
-        XLA_FLAGS="--xla_force_host_platform_device_count=1 --xla_backend_optimization_level=0",
+        XLA_FLAGS=train_setup.job_xla_flags(1),
     )
     command = ["bash", str(train_setup.ROOT / "launch" / "slurm.sbatch"), f"--config={config_file}"]
 

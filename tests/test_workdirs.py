@@ -190,7 +190,7 @@ def test_a_job_that_fails_with_checkpoints_open_ends_in_its_sentence_alone(pydoc
     env = dict(
         os.environ,
         **{tcmalloc.DISABLE: "1"},  # re-executing would drop the slowed cleanup
-        XLA_FLAGS="--xla_force_host_platform_device_count=8 --xla_backend_optimization_level=0",
+        XLA_FLAGS=train_setup.job_xla_flags(8),
     )
     done = subprocess.run(
         [sys.executable, "-c", SLOW_TMP_CLEANUP, f"--config={config_file}", f"--workdir={tmp_path / 'run'}"],
