@@ -1,5 +1,5 @@
 """Warmup-stable-decay as a workflow: a decay branch (`config.train.branch_from=W/STEP`) goes on from a stable
-run's whole state in its own workdir and ends bitwise where one run that decayed at that step ends; it resumes
+run's whole state in its own workdir and ends where one run that decayed at that step ends; it resumes
 from its own checkpoints exactly; a branch that cannot be taken is one sentence."""
 
 import shutil
@@ -50,9 +50,13 @@ def test_a_branch_ends_where_one_run_that_decayed_there_ends(stable, pydocs_data
         )
     assert f"branched from {stable}/4 at step 4" in caplog.text
     # One run with the decay over steps 4..7 from the start: the same learning rates at every step, the same data.
+    # Its steps 0..3 are another program than the stable run's (another schedule's formula, the same values): equal
+    # where the compiler builds both alike (XLA:CPU's default emitters: bit for bit), float32 rounding apart where
+    # it fuses them differently (the suite's faster-compiling emitters: up to 1e-7). A branch that lost any of the state
+    # (moments, step, rng, data position) ends 1e-2 away (its moments reset: 0.011).
     train.train_and_evaluate(config(pydocs_data, 7, **decay), str(tmp_path / "straight"))
     for a, b in zip(params_of(tmp_path / "straight"), params_of(tmp_path / "branch")):
-        np.testing.assert_array_equal(a, b)
+        np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-5)
     # The stable run itself is untouched: the branch wrote only into its own workdir.
     assert sorted(int(s.name) for s in (stable / "checkpoints").iterdir() if s.name.isdigit())[-1] == 6
 
