@@ -22,7 +22,7 @@ from bertjax.training import checkpoint as checkpoint_lib
 from gcs_emulator import gcs_bucket  # noqa: F401  (the fixture)
 from bertjax.jobs import main as train
 
-STEPS = 40
+STEPS = 20
 
 
 def job_config(pydocs_data: str, **overrides):
