@@ -2,7 +2,9 @@
 # The next GPU loan's command, ready to run (docs/benchmarks.md "Prepared for the next loan").
 #
 #   bash benchmarks/gpu_loan.sh wheels   # here, before the loan: the packages the device's image lacks, into .whl/
-#   bash benchmarks/gpu_loan.sh          # there: device `run` with carry [".whl"], timeout_s 590
+#   bash benchmarks/gpu_loan.sh          # there: device `run` with carry [".whl"], timeout_s 590 (~7 min)
+#   bash benchmarks/gpu_loan.sh table    # there, with the loan's minutes left (~5 min): gpu_table.py rows not
+#                                        # re-measured since the loan of 2026-11-26
 #
 # The device's image has jax 0.11 (CUDA 13), flax, optax, orbax, torch and transformers, not bertjax's smaller
 # dependencies. Each gpu_profile.py run packs its --out into one .tgz under $OUT as soon as it ends (at most 8
@@ -26,6 +28,23 @@ AUTOTUNE=--xla_gpu_per_fusion_autotune_cache_dir=/tmp/autotune  # shared by the 
 RESULTS=/tmp/gpu_loan
 mkdir -p "$RESULTS"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv >"$OUT/nvidia_smi.txt" 2>&1
+
+table() {  # NAME SECONDS, then gpu_table.py's flags: its rows and log packed into $OUT/NAME.tgz, even if cut off
+    local name=$1 seconds=$2
+    shift 2
+    XLA_FLAGS="$AUTOTUNE" timeout "$seconds" python3 benchmarks/gpu_table.py --results="$RESULTS/$name.jsonl" \
+        --log="$RESULTS/$name.log" "$@" 2>&1 | tail -8
+    touch "$RESULTS/$name.jsonl" "$RESULTS/$name.log"
+    tar czf "$OUT/$name.tgz" -C "$RESULTS" "$name.jsonl" "$name.log"
+}
+
+if [ "${1:-}" = table ]; then
+    # BERT-Large at 512 (never measured with cuDNN attention and the loop layers), padded and packed, beside
+    # transformers; BERT-Base 128 against torch.compile (the issue asks bertjax ahead of it too).
+    table large512 150 --family=bert --sizes=large --seqs=512 --attentions=cudnn
+    table compiled 150 --family=bert --sizes=base --seqs=128 --attentions=cudnn --torch_compile
+    exit 0
+fi
 
 profile() {  # NAME, then gpu_profile.py's flags
     local name=$1

@@ -196,5 +196,16 @@ def test_the_prepared_loan_script_names_only_variants_and_flags_gpu_profile_take
         assert args.case.split(":")[0] in gpu_profile.ORDERS, args.case
         unknown = set(args.variants.split(",")) - set(gpu_profile.VARIANTS) - {"combined"}
         assert not unknown, (name, unknown)
+    # Its `table` stage: gpu_table.py rows, each run parsing and naming sizes and lengths the family has batches for.
+    import gpu_table
+
+    tables = [shlex.split(line)[1:] for line in script.splitlines() if line.strip().startswith("table ")]
+    assert len(tables) >= 2 and len({t[0] for t in tables}) == len(tables), tables
+    for name, seconds, *flags in tables:
+        monkeypatch.setattr(sys, "argv", ["gpu_table.py", *flags])
+        args = gpu_table.parse_args()
+        batches = {tuple(b.split(":")[:2]) for b in gpu_table.BATCHES[args.family].split(",")}
+        cases = {(size, seq) for size in args.sizes.split(",") for seq in args.seqs.split(",")}
+        assert float(seconds) > 0 and cases <= batches, (name, cases - batches)
     done = subprocess.run(["bash", "-n", os.path.join(ROOT, "benchmarks", "gpu_loan.sh")], capture_output=True)
     assert done.returncode == 0, done.stderr
