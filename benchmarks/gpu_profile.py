@@ -385,7 +385,7 @@ def main():
     family, size, seq, batch = args.case.split(":")
     case = dict(family=family, size=size, seq=int(seq), batch=int(batch))
     if args.dry_run:
-        case.update(size="tiny", batch=8)
+        case.update(size="tiny", batch=min(int(batch), 8))  # the CPU's rows: at most 8 (fewer where the case asks)
         args.steps, args.warmup = 2, 1
     names = [n.strip() for n in args.variants.split(",") if n.strip()] or list(ORDERS[family])
     unknown = set(names) - set(VARIANTS) - {"combined"}
