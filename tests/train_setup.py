@@ -23,14 +23,18 @@ FAST_COMPILE_FLAGS = ("--xla_backend_optimization_level=0", "--xla_cpu_use_fusio
 
 def fast_compile_flags() -> str:
     """FAST_COMPILE_FLAGS this jaxlib knows: XLA aborts on a flag it does not, and a jax release may drop one,
-    so each is tried once in a subprocess (0.7 s) before the suite sets them (conftest)."""
-    known = []
-    for flag in FAST_COMPILE_FLAGS:
-        env = dict(os.environ, XLA_FLAGS=flag, JAX_PLATFORMS="cpu")
-        probe = subprocess.run([sys.executable, "-c", "import jax; jax.devices()"], env=env, capture_output=True)
-        if probe.returncode == 0:
-            known.append(flag)
-    return " ".join(known)
+    so they are tried in a subprocess (0.7 s) before the suite sets them (conftest): all at once, and one by one
+    only if that fails."""
+
+    def known(flags: str) -> bool:
+        env = dict(os.environ, XLA_FLAGS=flags, JAX_PLATFORMS="cpu")
+        return (
+            subprocess.run([sys.executable, "-c", "import jax; jax.devices()"], env=env, capture_output=True).returncode
+            == 0
+        )
+
+    together = " ".join(FAST_COMPILE_FLAGS)
+    return together if known(together) else " ".join(f for f in FAST_COMPILE_FLAGS if known(f))
 
 
 def job_xla_flags(devices: int) -> str:
