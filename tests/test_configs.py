@@ -220,6 +220,10 @@ def test_misspelled_missing_and_ill_typed_keys_are_named():
     with pytest.raises(ValueError, match=r"config\.data\.max_seq_length='128' must be an integer"):
         JobConfig.from_configdict(config)
     config = load("tiny")
+    config.data.pipeline_threads = -1
+    with pytest.raises(ValueError, match=r"config\.data\.pipeline_threads=-1 must be ≥ 0 \(0 = autotuned\)"):
+        JobConfig.from_configdict(config)
+    config = load("tiny")
     config.mesh.logical_axis_rules = (("batch", "dta"),)
     with pytest.raises(ValueError, match=r"maps 'batch' to 'dta', which is not a mesh axis"):
         JobConfig.from_configdict(config)

@@ -126,6 +126,21 @@ def test_deterministic_per_seed(shards):
     assert not np.array_equal(a, c)
 
 
+@pytest.mark.parametrize("threads", [1, 3, 8])
+def test_fixed_threads_read_the_same_batches_without_autotuning(shards, threads):
+    """config.data.pipeline_threads: a fixed pool, more threads than the 4 files included (tf.data refuses more
+    parallel reads than the interleave's cycle), the autotuned run's batches, training and eval, and no autotuning."""
+    files, _ = shards
+    for training in (True, False):
+        tuned = InputPipeline(config(files, seed=7, training=training))
+        fixed = InputPipeline(config(files, seed=7, training=training, threads=threads))
+        assert fixed.dataset.options().autotune.enabled is False
+        assert tuned.dataset.options().autotune.enabled is not False
+        for a, b in zip(take(tuned, 12), take(fixed, 12)):
+            for name in a:
+                np.testing.assert_array_equal(a[name], b[name], err_msg=name)
+
+
 def test_num_epochs_ends_and_restarts(shards):
     files, _ = shards
     pipe = InputPipeline(config(files, num_epochs=2, batch_size=10))

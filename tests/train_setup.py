@@ -54,7 +54,9 @@ def small_config(workdir_data: str | None = None, **overrides) -> ml_collections
         max_position_embeddings=64,
         scan_layers=False,
     )
-    c.data.update(max_seq_length=SEQ, max_predictions_per_seq=PRED, shuffle_buffer=100)
+    # Fixed threads, so no autotuning thread: the gc of a finished job's iterator waited 12-76 s for it in
+    # teardowns under pytest -n 3 on 2 cores (pipeline.py says why).
+    c.data.update(max_seq_length=SEQ, max_predictions_per_seq=PRED, shuffle_buffer=100, pipeline_threads=2)
     c.train.update(global_batch_size=16, num_train_steps=5, log_every_steps=1)
     c.optim.update(learning_rate=1e-3, warmup_steps=2)
     c.checkpoint.update(every_steps=2, keep=10, keep_every=0)

@@ -159,6 +159,9 @@ class DataConfig:
     # instead check every file at start (~200 MB/s), read each up to its first damage, count the loss
     skip_damaged_records: bool = False
     verify_checksums: bool = False  # read every shard at start and compare its CRC32C with metadata.json's
+    # tf.data threads reading and parsing records, per process (0: tf.data autotunes them). A number: that many,
+    # no autotuning thread, whose deletion can hold the job's end up to a minute on a loaded host (docs/pretraining.md)
+    pipeline_threads: int = 0
     # A data mixture (instead of corpus / train_files): named sources, each a corpus spec (anything corpus takes)
     # or a record-set glob, with a weight or `auto`: 'web=web/*.parquet:0.6,code=code/*.tfrecord:0.4' ("" = off)
     mixture: str = ""
@@ -245,6 +248,8 @@ class DataConfig:
             )
         if self.num_workers < 0:
             raise _bad("config.data.num_workers", self.num_workers, "must be ≥ 0 (0 = one per core).")
+        if self.pipeline_threads < 0:
+            raise _bad("config.data.pipeline_threads", self.pipeline_threads, "must be ≥ 0 (0 = autotuned).")
         self._validate_schedules()
         if not 0.0 <= self.eval_masked_lm_prob < 1.0:
             raise _bad(

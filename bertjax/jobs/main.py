@@ -100,6 +100,7 @@ def _pipeline(
             masked_lm_prob=d.masked_lm_prob if vocab else None,
             skip_damaged_records=d.skip_damaged_records,
             verify_checksums=d.verify_checksums,
+            threads=d.pipeline_threads or None,
             sources=sources,
             mixture=d.mixture_spec() if sources else None,
             mixture_block=d.mixture_block,

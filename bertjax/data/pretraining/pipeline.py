@@ -73,7 +73,7 @@ class PipelineConfig:
     masked_lm_prob: Optional[float | str] = None
     vocab_size: Optional[int] = None  # checked against metadata.json; None: vocab.size when a vocab is given
     cycle_length: int = 8  # shards read at once
-    threads: Optional[int] = None  # tf.data threads (None: tf.data's autotuned pool)
+    threads: Optional[int] = None  # tf.data threads (None: tf.data's autotuned pool); a number turns autotuning off
     prefetch: int = 2  # batches
     max_batches: Optional[int] = None  # eval: at most this many batches per pass (None: the whole set)
     skip_damaged_records: bool = False  # read each file up to its first damage (scanned at start) instead of failing
@@ -287,6 +287,10 @@ class InputPipeline:
         if c.threads is not None:
             options.threading.private_threadpool_size = c.threads
             options.threading.max_intra_op_parallelism = 1
+            # Nothing left to tune, and no tuning thread: deleting an autotuned iterator waits for that thread, which
+            # can miss TF 2.21's cancellation (woken before the iterator counts as cancelled) and sleep out its period,
+            # up to 60 s (seen under load on 2 cores: gc in a test's teardown, 12-76 s; docs/pretraining.md).
+            options.autotune.enabled = False
         return ds.prefetch(c.prefetch).with_options(options)
 
     def _zeros(self) -> dict:

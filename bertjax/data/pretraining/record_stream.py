@@ -218,10 +218,12 @@ class RecordStream:
             ds = ds.shuffle(len(self.files), seed=c.seed if seed is None else seed, reshuffle_each_iteration=True)
         if epochs != 1:
             ds = ds.repeat(epochs)
-        parallel = tf.data.AUTOTUNE if c.threads is None else (c.threads if c.threads > 1 else None)
+        cycle = min(c.cycle_length, len(self.files))
+        fixed = min(c.threads or 1, cycle)  # tf.data refuses more parallel reads than files in the cycle
+        parallel = tf.data.AUTOTUNE if c.threads is None else (fixed if fixed > 1 else None)
         ds = ds.interleave(
             tf.autograph.experimental.do_not_convert(read),  # TensorFlow ops only, no control flow to convert
-            cycle_length=min(c.cycle_length, len(self.files)),
+            cycle_length=cycle,
             block_length=1,
             num_parallel_calls=parallel,
             deterministic=True if parallel else None,
