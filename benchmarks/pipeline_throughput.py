@@ -8,7 +8,9 @@ TensorFlow with one thread, and measures static and dynamic masking after a warm
 size of an iterator checkpoint with a 10k shuffle buffer, and the same shards read as a three-source mixture
 (`mixture`: weights 0.5/0.3/0.2 that change at step 1,000, blocks of --block rows; `vs_one_set`: its sequences/s
 over the static pipeline's, measured in turns; `shares_by_1000_steps`: the realised shares of each 1,000-step window
-against the schedule, for this batch and for 8-row batches of one block). Prints one JSON object.
+against the schedule, for this batch and for 8-row batches of one block), and `threads`: tf.data's autotuned
+threads (the default) against --cores fixed ones (`config.data.pipeline_threads`), in turns; pass the host's
+cores (`--cores=N`) to choose between them there. Prints one JSON object.
 
 --bucket: the same shards also in a bucket (fake-gcs-server on localhost, tests/gcs_emulator.py), read as a job
 reads records there: copied to the local disk by data/remote_cache.py (timed), then through the same
@@ -64,16 +66,23 @@ def vocab():
 
 
 def mixture_sources(files: str) -> tuple[tuple[str, str], ...]:
-    """The same shards as three sources of a mixture: 3, 3 and 2 shards."""
-    shards = sorted(glob.glob(files))
-    return (("web", ",".join(shards[:3])), ("code", ",".join(shards[3:6])), ("wiki", ",".join(shards[6:])))
+    """The same shards as three sources of a mixture, as even as they go (8 shards: 3, 3 and 2)."""
+    parts = np.array_split(np.array(sorted(glob.glob(files))), 3)
+    return tuple((name, ",".join(part)) for name, part in zip(("web", "code", "wiki"), parts))
 
 
 MIXTURE = ("web=a:0.5,code=b:0.3,wiki=c:0.2", "1000:web=0.2,code=0.2,wiki=0.6")  # weights, and new ones from step 1000
 
 
 def measure(
-    files: str, batch: int, batches: int, warmup: int, dynamic: bool, mixed: bool = False, block: int = 8
+    files: str,
+    batch: int,
+    batches: int,
+    warmup: int,
+    dynamic: bool,
+    mixed: bool = False,
+    block: int = 8,
+    threads: int | None = 1,
 ) -> dict:
     from bertjax.data.pretraining import instances, mixture, pipeline
 
@@ -88,7 +97,7 @@ def measure(
         seed=0,
         shuffle_buffer=10_000,
         dynamic_masking=dynamic,
-        threads=1,
+        threads=threads,
         vocab=vocab() if dynamic else None,
         masking=instances.InstanceConfig(SEQ, PRED, do_whole_word_mask=True) if dynamic else None,
     )
@@ -123,6 +132,24 @@ def mixture_row(files: str, args) -> dict:
         "runs": {"mixture": mixed, "one_set": one},
         # the issue's "within ±1 point over any 1,000 steps": a large batch, and one block a batch (the demo's size)
         "shares_by_1000_steps": [share_errors(files, args.batch, args.block), share_errors(files, 8, 8)],
+    }
+
+
+def threads_row(files: str, args) -> dict:
+    """tf.data's autotuned threads (config.data.pipeline_threads=0, the default) against as many fixed threads as
+    --cores (no autotuning thread), static masks, in turns (3 each, medians): run it with the host's cores to choose."""
+    tuned, fixed = [], []
+    for _ in range(3):
+        tuned.append(measure(files, args.batch, args.batches, args.warmup, False, threads=None)["sequences_per_s"])
+        fixed.append(
+            measure(files, args.batch, args.batches, args.warmup, False, threads=args.cores)["sequences_per_s"]
+        )
+    return {
+        "cores": args.cores,
+        "autotuned_sequences_per_s": int(np.median(tuned)),
+        "fixed_sequences_per_s": int(np.median(fixed)),
+        "fixed_vs_autotuned": round(float(np.median(fixed) / np.median(tuned)), 3),
+        "runs": {"autotuned": tuned, "fixed": fixed},
     }
 
 
@@ -179,6 +206,8 @@ def main() -> None:
     parser.add_argument("--bucket", action="store_true", help="also the shards in a bucket on localhost")
     parser.add_argument("--block", type=int, default=8, help="the mixture's rows drawn together (mixture_block)")
     args = parser.parse_args()
+    if args.shards < 3:
+        parser.error(f"--shards={args.shards}: the mixture row reads the shards as three sources; pass 3 or more.")
 
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     if hasattr(os, "sched_setaffinity"):
@@ -203,6 +232,7 @@ def main() -> None:
             "static": measure(files, args.batch, args.batches, args.warmup, dynamic=False),
             "dynamic_whole_word": measure(files, args.batch, args.batches, args.warmup, dynamic=True),
             "mixture": mixture_row(files, args),
+            "threads": threads_row(files, args),
             "checkpoint_bytes_10k_buffer": checkpoint_size(files, directory),
         }
         if args.bucket:
