@@ -141,6 +141,22 @@ def test_fixed_threads_read_the_same_batches_without_autotuning(shards, threads)
                 np.testing.assert_array_equal(a[name], b[name], err_msg=name)
 
 
+def test_the_jobs_pipeline_threads_reach_its_pipelines(shards):
+    """config.data.pipeline_threads is what a job's training and eval pipelines get: 0 leaves tf.data autotuning."""
+    import train_setup
+
+    from bertjax.config.schema import JobConfig
+    from bertjax.jobs import main as job_main
+
+    files, _ = shards
+    for threads in (0, 2):
+        job = JobConfig.from_configdict(train_setup.small_config(**{"data.pipeline_threads": threads}))
+        for training in (True, False):
+            pipe = job_main._pipeline(job, files, training, 8)
+            assert pipe.config.threads == (threads or None)
+            assert (pipe.dataset.options().autotune.enabled is not False) == (threads == 0)
+
+
 def test_num_epochs_ends_and_restarts(shards):
     files, _ = shards
     pipe = InputPipeline(config(files, num_epochs=2, batch_size=10))
