@@ -288,8 +288,8 @@ class InputPipeline:
             options.threading.private_threadpool_size = c.threads
             options.threading.max_intra_op_parallelism = 1
             # Nothing left to tune, and no tuning thread: deleting an autotuned iterator waits for that thread, which
-            # can miss TF 2.21's cancellation (woken before the iterator counts as cancelled) and sleep out its period,
-            # up to 60 s (seen under load on 2 cores: gc in a test's teardown, 12-76 s; docs/pretraining.md).
+            # can miss TF 2.21's cancellation and sleep out its period, up to 60 s (under load on 2 cores, gdb: asleep
+            # in Model::OptimizeLoop's timed wait while ~Iterator waited; gc in test teardowns, 12-76 s).
             options.autotune.enabled = False
         return ds.prefetch(c.prefetch).with_options(options)
 
