@@ -141,6 +141,19 @@ def test_fixed_threads_read_the_same_batches_without_autotuning(shards, threads)
                 np.testing.assert_array_equal(a[name], b[name], err_msg=name)
 
 
+def test_fixed_threads_bound_each_stage_and_one_is_sequential(shards):
+    """A stage never runs more calls than it can use (the interleave: files in its cycle; a mixture's parse:
+    mixing.PARSE_CALLS, which bounds mixture.HORIZON), one thread is sequential, and 0 threads is refused."""
+    import tensorflow as tf
+
+    files, _ = shards
+    assert config(files).parallel_calls(4) == tf.data.AUTOTUNE
+    assert config(files, threads=1).parallel_calls() is None
+    assert config(files, threads=16).parallel_calls(8) == 8 and config(files, threads=3).parallel_calls(8) == 3
+    with pytest.raises(ValueError, match="threads=0 must be ≥ 1, or None"):
+        InputPipeline(config(files, threads=0))
+
+
 def test_the_jobs_pipeline_threads_reach_its_pipelines(shards):
     """config.data.pipeline_threads is what a job's training and eval pipelines get: 0 leaves tf.data autotuning."""
     import train_setup

@@ -98,6 +98,8 @@ class PipelineConfig:
             raise ValueError(f"num_epochs={self.num_epochs} must be ≥ 1, or None to repeat forever.")
         if self.shuffle_buffer < 1:
             raise ValueError(f"shuffle_buffer={self.shuffle_buffer} must be ≥ 1 (1 = no shuffling).")
+        if self.threads is not None and self.threads < 1:
+            raise ValueError(f"threads={self.threads} must be ≥ 1, or None for tf.data's autotuned pool.")
         if self.sources and (not self.training or self.mixture is None or self.num_epochs is not None):
             raise ValueError("sources (a mixture) need training=True, a mixture and num_epochs=None (sources repeat).")
         if self.sources and (self.mixture_block < 1 or self.batch_size % self.mixture_block):
@@ -127,6 +129,14 @@ class PipelineConfig:
                 f"{self.max_predictions_per_seq}; make them equal."
             )
 
+    def parallel_calls(self, most: Optional[int] = None) -> Optional[int]:
+        """num_parallel_calls of a tf.data stage that runs at most `most` calls at once: AUTOTUNE without fixed
+        threads, else that many threads' worth (None for one: tf.data warns when sequential ops get a number)."""
+        if self.threads is None:
+            return _tf().data.AUTOTUNE
+        calls = min(self.threads, most or self.threads)
+        return calls if calls > 1 else None
+
 
 _tf = record_stream.tf_hidden  # TensorFlow, kept off accelerators
 
@@ -150,7 +160,6 @@ class InputPipeline:
     def __init__(self, config: PipelineConfig):
         config.validate()
         self.config = c = config
-        tf = _tf()
         if c.sources:
             self.streams = [record_stream.RecordStream(files, c, name) for name, files in c.sources]
         else:
@@ -161,8 +170,6 @@ class InputPipeline:
         self._rates = mixture.RateSchedule.parse(c.masked_lm_prob) if c.masked_lm_prob is not None else None
         self.masking = self._masking_config() if c.dynamic_masking else None
         self._maskings: dict[float, instances.InstanceConfig] = {}
-        self._parallel = tf.data.AUTOTUNE if c.threads is None else (c.threads if c.threads > 1 else None)
-        self._deterministic = True if self._parallel else None  # tf.data warns when given to sequential ops
         self.num_examples: Optional[int] = None  # eval: real rows on this process
         self.num_batches: Optional[int] = None  # eval: batches per pass, the same on every process
         if c.training:
@@ -263,14 +270,15 @@ class InputPipeline:
         else:
             ds = self.streams[0].examples(1, shuffle_files=False).batch(c.batch_size)
         ds = ds.enumerate()  # the batch index seeds dynamic masking; part of the iterator state
-        parse, calls = self._parse, self._parallel
-        if c.sources:  # a bounded lookahead (mixture.HORIZON)
+        parse, calls = self._parse, c.parallel_calls()
+        if c.sources:  # a bounded lookahead (mixture.HORIZON): at most PARSE_CALLS batches parsed at once
             parse = lambda i, x: self._parse(i, *x)  # noqa: E731
+            calls = c.parallel_calls(mixing.PARSE_CALLS)
             calls = min(mixing.PARSE_CALLS, os.cpu_count() or 1) if calls == tf.data.AUTOTUNE else calls
         # Autograph would rewrite parse's Python source at every start (~0.2-0.4 s of a tiny job process's CPU with
         # the other pipeline functions): its branches are on the config, never on a tensor, so there is nothing to convert.
         parse = tf.autograph.experimental.do_not_convert(parse)
-        ds = ds.map(parse, num_parallel_calls=calls, deterministic=self._deterministic)
+        ds = ds.map(parse, num_parallel_calls=calls, deterministic=True if calls else None)
         if not c.training:
             real = math.ceil(self.num_examples / c.batch_size)
             padding = tf.data.Dataset.from_tensors(self._zeros())

@@ -219,8 +219,7 @@ class RecordStream:
         if epochs != 1:
             ds = ds.repeat(epochs)
         cycle = min(c.cycle_length, len(self.files))
-        fixed = min(c.threads or 1, cycle)  # tf.data refuses more parallel reads than files in the cycle
-        parallel = tf.data.AUTOTUNE if c.threads is None else (fixed if fixed > 1 else None)
+        parallel = c.parallel_calls(cycle)  # tf.data refuses more parallel reads than files in the cycle
         ds = ds.interleave(
             tf.autograph.experimental.do_not_convert(read),  # TensorFlow ops only, no control flow to convert
             cycle_length=cycle,
