@@ -401,6 +401,13 @@ def compile_for_gpu(size: str, batch_size: int) -> dict:
 
 
 def main():
+    for size in ARGS.sizes.split(","):  # a mistyped size or --override refused before the peak's seconds of matmuls
+        if size not in BATCH:
+            raise SystemExit(f"--sizes: {size!r} unknown; choose from {', '.join(BATCH)}.")
+        try:
+            jax_config(size, ARGS.batch or BATCH[size])
+        except ValueError as e:  # configs/modernbert.py's sizes are fewer
+            raise SystemExit(f"--sizes: {e}") from None
     if ARGS.compile_for:  # one JSON line per size: the compiled program, nothing run
         for size in ARGS.sizes.split(","):
             batch = ARGS.batch or BATCH[size]

@@ -140,23 +140,20 @@ def test_dry_run_takes_each_kind_of_variant_through_the_trace_and_its_summary(tm
     summary = json.loads((out / "summary.json").read_text())
     assert summary["dry_run"] and summary["baseline_step_s"] == rows["baseline"]["step_s"]
     assert "| baseline |" in done.stdout and "| cudnn | needs a GPU (dry run) |" in done.stdout
-    # A mistyped override is one sentence naming it, not a KeyError.
-    bad = subprocess.run(
-        [
-            sys.executable,
-            "benchmarks/train_step.py",
-            "--sizes=tiny",
-            "--frameworks=jax",
-            "--override",
-            "model.scan_layer=false",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        env=dict(os.environ, BERTJAX_NO_TCMALLOC="1", JAX_PLATFORMS="cpu"),
-        timeout=120,
-    )
-    assert bad.returncode != 0 and "--override 'model.scan_layer=false'" in bad.stderr
+    # A mistyped override or size is one sentence naming it, not a KeyError, and before the CPU's peak is measured.
+    for mistake, said in (
+        (["--sizes=tiny", "--override", "model.scan_layer=false"], "--override 'model.scan_layer=false': want KEY"),
+        (["--sizes=huge"], "--sizes: 'huge' unknown; choose from tiny,"),
+    ):
+        bad = subprocess.run(
+            [sys.executable, "benchmarks/train_step.py", "--frameworks=jax", *mistake],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            env=dict(os.environ, BERTJAX_NO_TCMALLOC="1", JAX_PLATFORMS="cpu"),
+            timeout=120,
+        )
+        assert bad.returncode != 0 and bad.stderr.strip().splitlines()[-1].startswith(said), bad.stderr[-2000:]
 
 
 def test_dry_run_of_a_modernbert_case_runs_its_windows_in_blocks_to_the_same_losses(tmp_path):
