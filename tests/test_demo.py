@@ -69,7 +69,10 @@ def test_the_same_command_gives_the_same_vocab_records_losses_and_weights(demo, 
     bitwise equal."""
     first, _ = demo
     second = tmp_path / "again"
-    run("bertjax.main", f"--workdir={second}", *DEMO_FLAGS)
+    again = run("bertjax.main", f"--workdir={second}", *DEMO_FLAGS)
+    # The same step, so the second process loads it from the compilation cache the first one filled (the suite's
+    # JAX_COMPILATION_CACHE_DIR, which a user's setting of it replaces as this does: runtime/compile_cache.py).
+    assert "compile: train step loaded from the compilation cache in" in again.stderr, again.stderr[-3000:]
     vocab = ("data", "vocab", "vocab.txt")
     assert first.joinpath(*vocab).read_bytes() == second.joinpath(*vocab).read_bytes()
     shards = sorted(p.relative_to(first) for p in (first / "data").rglob("*.tfrecord"))

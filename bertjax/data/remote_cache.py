@@ -22,6 +22,7 @@ import posixpath
 import time
 from typing import Sequence
 
+from bertjax import runtime
 from bertjax.data import files
 from bertjax.data.pretraining.records import METADATA_NAME, STAGING_NAME
 
@@ -29,7 +30,7 @@ log = logging.getLogger(__name__)
 
 
 def cache_root() -> str:
-    return os.path.join(os.environ.get("BERTJAX_CACHE_DIR") or os.path.expanduser("~/.cache/bertjax"), "remote")
+    return runtime.cache_dir("remote")
 
 
 def _folder(directory: str) -> str:

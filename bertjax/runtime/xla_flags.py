@@ -12,12 +12,13 @@ from __future__ import annotations
 import os
 from typing import Mapping, MutableMapping
 
+from bertjax import runtime
+
 
 def autotune_cache_dir() -> str:
     """Where XLA:GPU keeps each fusion's autotuning result: $BERTJAX_CACHE_DIR/xla_gpu_autotune (default
     ~/.cache/bertjax/...), shared by every run of this user on this machine."""
-    root = os.environ.get("BERTJAX_CACHE_DIR") or os.path.expanduser("~/.cache/bertjax")
-    return os.path.join(root, "xla_gpu_autotune")
+    return runtime.cache_dir("xla_gpu_autotune")
 
 
 def gpu_defaults() -> dict[str, str]:

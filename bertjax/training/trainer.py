@@ -25,6 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from bertjax.runtime import compile_cache
 from bertjax.training import metrics as metrics_lib
 from bertjax import models as models_lib
 from bertjax.training import optim as optim_lib
@@ -343,10 +344,14 @@ def compile_train_step(
     Traced under the mesh and the logical-axis rules, so that the model's activation constraints
     (`sharding.constrain`) pin activations to the batch axes instead of leaving the partitioner to
     guess from the parameters."""
-    start = time.perf_counter()
+    start, hits = time.perf_counter(), compile_cache.hits()
     with sharding_lib.activation_rules(mesh, rules):
         compiled = jitted.lower(abstract, batch_abstract).compile(compiler_options)
-    log.info("compile: train step compiled in %.1fs", time.perf_counter() - start)
+    seconds = time.perf_counter() - start
+    if compile_cache.hits() > hits:
+        log.info("compile: train step loaded from the compilation cache in %.1fs", seconds)
+    else:
+        log.info("compile: train step compiled in %.1fs", seconds)
     mem = memory_bytes(compiled)
     if mem is None:
         log.info("compile: memory analysis not available on %s", mesh.devices.flat[0].platform)
