@@ -20,6 +20,7 @@ import os
 from typing import Mapping, Optional
 
 from bertjax import runtime
+from bertjax.runtime import xla_flags
 
 log = logging.getLogger("bertjax")
 
@@ -54,6 +55,10 @@ def enable(environ: Mapping[str, str] = os.environ) -> Optional[str]:
         _listening[0] = True
     if not jax.config.jax_enable_compilation_cache:  # JAX_ENABLE_COMPILATION_CACHE=false
         return None
+    if "xla_gpu_per_fusion_autotune_cache_dir" in xla_flags.named(environ):
+        # XLA_FLAGS names XLA:GPU's autotuning folder (runtime/xla_flags.py's, or the user's): jax would move it
+        # into the compilation cache's folder, over that flag.
+        jax.config.update("jax_persistent_cache_enable_xla_caches", "none")
     chosen = jax.config.jax_compilation_cache_dir  # JAX_COMPILATION_CACHE_DIR, or set in code
     if chosen or environ.get(OFF, "").strip().lower() in _OFF_WORDS:
         return chosen or None
