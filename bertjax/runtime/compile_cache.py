@@ -8,9 +8,8 @@ and flags and the devices, so a cache never hands one jax's program to another. 
 second are not kept (jax's own threshold): the cache holds the steps, not every small helper.
 
 The user's own settings win: JAX_COMPILATION_CACHE_DIR (or jax.config's `jax_compilation_cache_dir`) names another
-folder, JAX_ENABLE_COMPILATION_CACHE=false turns caching off, and
-BERTJAX_COMPILATION_CACHE=0 turns off only this default. Importing bertjax as a library changes nothing: `enable`
-runs at each command's start (`cli.quiet`).
+folder, JAX_ENABLE_COMPILATION_CACHE=false turns caching off, and BERTJAX_COMPILATION_CACHE=0 turns off only this
+default. Importing bertjax as a library changes nothing: `enable` runs at each command's start (`cli.quiet`).
 """
 
 from __future__ import annotations
@@ -24,7 +23,7 @@ from bertjax.runtime import xla_flags
 
 log = logging.getLogger("bertjax")
 
-MAX_BYTES = 8 * 2**30  # BERT-Large's step for one GPU is ~0.1 GB serialized; a TPU slice's a few times that
+MAX_BYTES = 8 * 2**30  # an entry is a program's code, not its weights: a 12-layer BERT-Base-sized CPU step, 0.8 MB
 OFF = "BERTJAX_COMPILATION_CACHE"
 _OFF_WORDS = ("0", "false", "no", "off")
 _hits = [0]
