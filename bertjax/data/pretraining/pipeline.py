@@ -271,10 +271,9 @@ class InputPipeline:
             ds = self.streams[0].examples(1, shuffle_files=False).batch(c.batch_size)
         ds = ds.enumerate()  # the batch index seeds dynamic masking; part of the iterator state
         parse, calls = self._parse, c.parallel_calls()
-        if c.sources:  # a bounded lookahead (mixture.HORIZON): at most PARSE_CALLS batches parsed at once
+        if c.sources:  # a bounded lookahead (mixture.HORIZON): at most PARSE_CALLS batches at once, never AUTOTUNE
             parse = lambda i, x: self._parse(i, *x)  # noqa: E731
-            calls = c.parallel_calls(mixing.PARSE_CALLS)
-            calls = min(mixing.PARSE_CALLS, os.cpu_count() or 1) if calls == tf.data.AUTOTUNE else calls
+            calls = c.parallel_calls(mixing.PARSE_CALLS) if c.threads else min(mixing.PARSE_CALLS, os.cpu_count() or 1)
         # Autograph would rewrite parse's Python source at every start (~0.2-0.4 s of a tiny job process's CPU with
         # the other pipeline functions): its branches are on the config, never on a tensor, so there is nothing to convert.
         parse = tf.autograph.experimental.do_not_convert(parse)
