@@ -17,6 +17,11 @@ PIP_STAGES := awk '/^(Collecting|Processing) / { n++; if (n % 20 == 1) { print "
 
 .PHONY: demo test test-quick format clean
 
+# Refuses to start, in one sentence, what a nearly full disk would stop half-way: DISK_CHECK PATH GIB WHAT.
+DISK_CHECK = $(PYTHON) -c 'import shutil, sys; path, need, what = sys.argv[1], float(sys.argv[2]), sys.argv[3]; \
+	free = shutil.disk_usage(path).free / 2**30; \
+	sys.exit(0 if free >= need else f"make: {free:.1f} GiB free in {path}, and {what} needs about {need:g} GiB: free some space there and rerun")'
+
 $(PY):
 	@echo "make: creating $(VENV) with $$($(PYTHON) --version), and upgrading pip in it"
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +34,7 @@ $(VENV)/.base-installed: setup.cfg pyproject.toml | $(PY)
 	touch $@
 
 $(VENV)/.test-installed: setup.cfg pyproject.toml | $(PY)
+	@[ -e $@ ] || $(DISK_CHECK) . 6 "a first install of the test tools into $(VENV) (PyTorch, TensorFlow, libtpu)"
 	@echo "make: installing bertjax, its dependencies and the test tools into $(VENV) (about 3 minutes on a fresh machine)"
 	@$(PIP_INSTALL) -e '.[test]' 2>&1 | $(PIP_STAGES)
 	touch $@ $(VENV)/.base-installed
@@ -49,6 +55,7 @@ PYTEST_WORKERS ?= 3
 PYTEST := $(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=15
 test: $(VENV)/.test-installed
 	@echo "make: the test suite in $(PYTEST_WORKERS) worker processes (about 15 minutes on a 2-core AMD EPYC from a fresh clone: 14:22 and 14:54 under CI=true .ci/run, 2026-11-28)"
+	@$(DISK_CHECK) "$${TMPDIR:-/tmp}" 2 "the suite (the corpora, records and checkpoints its tests write)"
 	$(PYTEST) tests
 
 # The inner loop's tier: the test files that each took at most a few seconds (tests/file_seconds.json).
