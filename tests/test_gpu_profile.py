@@ -8,6 +8,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 
@@ -115,14 +117,16 @@ def _dry_run(out, *flags: str) -> tuple[subprocess.CompletedProcess, dict[str, d
 
 def test_dry_run_takes_each_kind_of_variant_through_the_trace_and_its_summary(tmp_path):
     out = tmp_path / "results"
-    done, rows = _dry_run(out, "--variants=baseline,no_dropout,no_command_buffers,cudnn,loop_cudnn")
-    assert set(rows) == {"baseline", "no_dropout", "no_command_buffers", "cudnn", "loop_cudnn"}
-    for name in ("baseline", "no_dropout", "no_command_buffers"):
+    done, rows = _dry_run(out, "--variants=baseline,no_dropout,no_command_buffers,cudnn,loop_cudnn,scan_unrolled")
+    assert set(rows) == {"baseline", "no_dropout", "no_command_buffers", "cudnn", "loop_cudnn", "scan_unrolled"}
+    for name in ("baseline", "no_dropout", "no_command_buffers", "scan_unrolled"):
         row = rows[name]
         assert row["step_s"] > 0 and row["pipelined_step_s"] > 0 and row["init_s"] > 0, row
         assert all(0 < loss < 20 for loss in row["loss"]), row
     assert rows["cudnn"]["skipped"] == rows["loop_cudnn"]["skipped"] == "needs a GPU (dry run)"
     assert rows["no_command_buffers"]["xla_flags"] == "--xla_gpu_enable_command_buffer="
+    # An Optional[int] override (model.scan_unroll=0) is read as a count; on a CPU it is the baseline's program.
+    assert rows["scan_unrolled"]["loss"] == pytest.approx(rows["baseline"]["loss"], rel=1e-6), rows
     log = (out / "workers.log").read_text()
     assert f"XLA_FLAGS='{os.environ['XLA_FLAGS']} --xla_gpu_enable_command_buffer='" in log  # --xla_flags first
     assert "--override model.hidden_dropout_prob=0 --override model.attention_probs_dropout_prob=0" in log

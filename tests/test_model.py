@@ -48,6 +48,30 @@ def test_loop_scan_and_remat_are_numerically_identical():
                 np.testing.assert_allclose(g, h, atol=1e-6, rtol=1e-5, err_msg=f"scan={scan} remat={policy}")
 
 
+def test_scan_unroll_reaches_the_scan_and_keeps_the_numbers():
+    """config.model.scan_unroll: 1 leaves XLA a loop over the stacked layers, 0 none (every layer its own code,
+    the params still stacked), 2 a loop of two layers an iteration; the same loss and gradients each way."""
+    inputs = reference.batch(CONFIG)
+    base = model_lib.BertForPreTraining(CONFIG)
+    params = model_lib.stack_layers(reference.random_params(base), CONFIG.num_hidden_layers)
+    results, loops = {}, {}
+    for unroll in (0, 1, 2):
+        model = model_lib.BertForPreTraining(CONFIG, scan_layers=True, scan_unroll=unroll)
+
+        def loss_fn(p):
+            out = model.apply({"params": p}, **inputs)
+            return jnp.mean(out.mlm_logits**2) + jnp.mean(out.nsp_logits**2)
+
+        step = jax.jit(jax.value_and_grad(loss_fn))
+        loops[unroll] = step.lower(params).as_text().count("stablehlo.while")
+        results[unroll] = step(params)
+    assert CONFIG.num_hidden_layers > 2 and loops[0] == 0 and loops[1] > 0 and loops[2] > 0, loops
+    for unroll in (1, 2):
+        np.testing.assert_allclose(results[unroll][0], results[0][0], rtol=1e-6, err_msg=f"unroll={unroll}")
+        for g, h in zip(jax.tree.leaves(results[unroll][1]), jax.tree.leaves(results[0][1])):
+            np.testing.assert_allclose(g, h, atol=1e-6, rtol=1e-5, err_msg=f"unroll={unroll}")
+
+
 def test_recomputed_activation_is_the_same_model_and_keeps_one_tensor_for_the_backward():
     """config.model.recompute_activation: layers.DenseActivation has nn.Dense's parameters and forward to the bit;
     recomputed, the backward keeps the matmul's output, not the activation's input (layers.exact_gelu keeps only

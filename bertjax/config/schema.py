@@ -59,6 +59,9 @@ class ModelConfig:
     # loops). None: a loop on GPUs, where XLA copies a scan's stacked weights and gradients and the loop took
     # 0.75× the step (H200, docs/benchmarks.md), and nn.scan elsewhere (TPU, CPU: a fast compile, the same step).
     scan_layers: Optional[bool] = None
+    # Scanned layers per loop iteration (0: all, no loop left; the params stay stacked). None: all on CPUs, where
+    # XLA:CPU's loop zero-fills and copies the stacked buffers (a fifth of a BERT-Base step), 1 elsewhere.
+    scan_unroll: Optional[int] = None
     remat_policy: str = "none"  # none | full | dots | dots_no_batch: what a layer keeps for backprop
     # The feed-forward activation's backward recomputes it from the matmul's output, so the forward writes only its
     # output (layers.DenseActivation). The same numbers. None: the platform's choice, on for CPUs (steps 1.04-1.3x
@@ -87,6 +90,10 @@ class ModelConfig:
         """Whether the layers run under nn.scan on `platform` (cpu, gpu, tpu): scan_layers, or its default."""
         return self.scan_layers if self.scan_layers is not None else platform != "gpu"
 
+    def layer_unroll(self, platform: str) -> int:
+        """Scanned layers per loop iteration on `platform` (0: all): scan_unroll, or its default."""
+        return self.scan_unroll if self.scan_unroll is not None else (0 if platform == "cpu" else 1)
+
     def activation_recompute(self, platform: str) -> bool:
         """Whether the activation is recomputed in the backward on `platform`: recompute_activation, or its default."""
         return self.recompute_activation if self.recompute_activation is not None else platform == "cpu"
@@ -109,6 +116,10 @@ class ModelConfig:
         if self.remat_policy not in options.REMAT_POLICY_NAMES:
             raise _bad(
                 "config.model.remat_policy", self.remat_policy, f"is not one of {list(options.REMAT_POLICY_NAMES)}."
+            )
+        if self.scan_unroll is not None and self.scan_unroll < 0:
+            raise _bad(
+                "config.model.scan_unroll", self.scan_unroll, "must be None, 0 (all layers) or a positive count."
             )
         if self.window_block < -1:
             raise _bad(

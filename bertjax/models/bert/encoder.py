@@ -150,13 +150,6 @@ class BertLayer(nn.Module):
         return x, (x if self.emit_output else None)
 
 
-def _scan_unroll(config: BertConfig) -> int:
-    """Layers per scan iteration. On the CPU the scan is unrolled: XLA:CPU's while loop zero-fills the
-    stacked residual and gradient buffers and copies each layer's weights out of the stack, a fifth of
-    a BERT-base step; unrolled, the params keep their stacked layout and the same numerics."""
-    return config.num_hidden_layers if jax.default_backend() == "cpu" else 1
-
-
 class BertEncoder(nn.Module):
     config: BertConfig
     dtype: Dtype = jnp.float32
@@ -165,6 +158,16 @@ class BertEncoder(nn.Module):
     attention: str = "xla"
     packed: bool = False
     recompute_activation: bool = False
+    # Scanned layers per loop iteration, 0 all (config.model.scan_unroll, chosen by from_config for the platform
+    # the step is compiled for: not this process's backend when it compiles for a TPU or GPU that is not here).
+    # None: this process's backend's default (ModelConfig.layer_unroll).
+    scan_unroll: Optional[int] = None
+
+    def _unroll(self, layers: int) -> int:
+        unroll = self.scan_unroll
+        if unroll is None:
+            unroll = 0 if jax.default_backend() == "cpu" else 1
+        return layers if unroll == 0 else max(1, min(unroll, layers))
 
     @nn.compact
     def __call__(
@@ -194,7 +197,7 @@ class BertEncoder(nn.Module):
                 in_axes=(nn.broadcast, nn.broadcast),
                 length=self.config.num_hidden_layers,
                 metadata_params={nn.PARTITION_NAME: "layers"},
-                unroll=_scan_unroll(self.config),
+                unroll=self._unroll(self.config.num_hidden_layers),
             )
             inputs = x
             x, ys = stack(**self._layer_fields(deterministic), emit_output=output_hidden_states, name="layers")(
@@ -253,6 +256,6 @@ class BertEncoder(nn.Module):
             lambda x, layer_in: (apply(layer_in[0], x, layer_in[1], None), None),
             x,
             first,
-            unroll=max(1, min(_scan_unroll(self.config), n - 1)),
+            unroll=self._unroll(n - 1),
         )
         return apply(jax.tree.map(lambda a: a[-1], stacked), x, None if keys is None else keys[-1], rows)

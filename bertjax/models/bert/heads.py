@@ -43,11 +43,19 @@ class BertForFinetuning(nn.Module):
     attention: str = "xla"
     packed: bool = False  # rows hold several examples (finetuning/example_packing.py): input_mask numbers them 1..k
     recompute_activation: bool = False  # the GELU's backward recomputes it (layers.DenseActivation)
+    scan_unroll: Optional[int] = None  # scanned layers per loop iteration (BertEncoder's)
 
     def setup(self):
         cfg = self.config
         self.bert = BertModel(
-            cfg, self.dtype, self.scan_layers, self.remat_policy, self.attention, self.packed, self.recompute_activation
+            cfg,
+            self.dtype,
+            self.scan_layers,
+            self.remat_policy,
+            self.attention,
+            self.packed,
+            self.recompute_activation,
+            self.scan_unroll,
         )
         self.dropout = Dropout(cfg.hidden_dropout_prob)
         if self.task == "question_answering":

@@ -106,12 +106,20 @@ class BertModel(nn.Module):
     attention: str = "xla"
     packed: bool = False
     recompute_activation: bool = False  # the GELU's backward recomputes it (layers.DenseActivation)
+    scan_unroll: Optional[int] = None  # scanned layers per loop iteration (BertEncoder's)
 
     def setup(self):
         cfg = self.config
         self.embeddings = BertEmbeddings(cfg, self.dtype)
         self.encoder = BertEncoder(
-            cfg, self.dtype, self.scan_layers, self.remat_policy, self.attention, self.packed, self.recompute_activation
+            cfg,
+            self.dtype,
+            self.scan_layers,
+            self.remat_policy,
+            self.attention,
+            self.packed,
+            self.recompute_activation,
+            self.scan_unroll,
         )
         self.pooler = _dense(cfg, cfg.hidden_size, ("embed", "mlp"), self.dtype, "pooler")
 
@@ -165,6 +173,7 @@ class BertForPreTraining(nn.Module):
     attention: str = "xla"  # xla | splash | cudnn (attention.choose resolves config.model.attention)
     packed: bool = False  # rows hold several instances: input_mask numbers them 1..k
     recompute_activation: bool = False  # the GELU's backward recomputes it (layers.DenseActivation)
+    scan_unroll: Optional[int] = None  # scanned layers per loop iteration (BertEncoder's)
 
     def setup(self):
         cfg = self.config
@@ -173,7 +182,14 @@ class BertForPreTraining(nn.Module):
         if self.attention not in attention_lib.IMPLEMENTATIONS or self.attention == "auto":
             raise ValueError(f"attention={self.attention!r} is not one of xla, splash, cudnn.")
         self.bert = BertModel(
-            cfg, self.dtype, self.scan_layers, self.remat_policy, self.attention, self.packed, self.recompute_activation
+            cfg,
+            self.dtype,
+            self.scan_layers,
+            self.remat_policy,
+            self.attention,
+            self.packed,
+            self.recompute_activation,
+            self.scan_unroll,
         )
         self.transform = _dense(cfg, cfg.hidden_size, ("embed", "mlp"), self.dtype, "transform")
         self.transform_layer_norm = _layer_norm(cfg, self.dtype, "transform_layer_norm")
@@ -362,6 +378,7 @@ def from_config(cfg: Any, platform: Optional[str] = None, packed: bool = False) 
         attention=implementation,
         packed=packed,
         recompute_activation=cfg.activation_recompute(platform),
+        scan_unroll=cfg.layer_unroll(platform),
     )
 
 

@@ -97,7 +97,12 @@ class ModernBertForFinetuning(nn.Module):
 
 
 def finetuning_model(
-    architecture: ModernBertConfig, task: str, num_labels: int, scan_layers: bool = False, **compute: Any
+    architecture: ModernBertConfig,
+    task: str,
+    num_labels: int,
+    scan_layers: bool = False,
+    scan_unroll: Optional[int] = None,
+    **compute: Any,
 ) -> ModernBertForFinetuning:
-    del scan_layers  # BERT's; ModernBERT's layers alternate kinds and run as a loop
+    del scan_layers, scan_unroll  # BERT's; ModernBERT's layers alternate kinds and run as a loop
     return ModernBertForFinetuning(architecture, task, num_labels, **compute)
