@@ -10,8 +10,9 @@ bandwidth, the least time that takes: a floor that ignores caches and how well e
 change can be compared by without a device (benchmarks/gpu_compile.py, on a program compiled for a GPU that
 is not here). Matmuls and attention are bound by their FLOPs, not their bytes: their rows are for context.
 
-The count is an upper bound for a fusion that reads part of an operand (a slice fused in) and a lower one
-for a kernel that reads an input twice; what changes between two variants of one step is what it is for.
+An operand a fusion only slices (a layer's weights out of a scanned stack) counts the slices' bytes, not the
+whole operand's. The count is a lower bound for a kernel that reads an input twice; what changes between two
+variants of one step is what it is for.
 """
 
 from __future__ import annotations
@@ -39,6 +40,10 @@ _CALLED = {
     "conditional": re.compile(r"%([\w.\-]+)"),
 }
 _BRANCHES = re.compile(r"branch_computations=\{([^}]*)\}|(?:true|false)_computation=(%[\w.\-]+)")
+_FUSED = re.compile(r"\bcalls=%?([\w.\-]+)")
+_PARAMETER = re.compile(r"parameter\((\d+)\)")
+_SLICES = ("slice", "dynamic-slice")
+_CASTS = ("convert", "bitcast", "copy")  # element-wise, one operand: a slice after them reads as much
 
 
 def array_bytes(shape: str, skip_workspace: bool = False) -> int:
@@ -67,6 +72,54 @@ def _operands(tail: str, opcode: str) -> list[str]:
     return []
 
 
+def _instruction(line: str) -> tuple[str, str, str, str]:
+    """(name, result shape, the text after it, opcode) of an HLO instruction line."""
+    match = summary_lib._INSTRUCTION.match(line)
+    shape, tail = summary_lib._split_shape(line[match.end() :])
+    opcode = re.match(r"[\w\-]+", tail)
+    return match.group("name"), shape, tail, opcode.group(0) if opcode else ""
+
+
+def _sliced_reads(lines: list[str]) -> dict[int, int]:
+    """{operand index: bytes read} for each parameter of a fused computation that only slices read, directly or
+    through element-wise casts (the scanned stack's f32 weights, cast to bf16, then a layer sliced out): a fusion
+    reads those elements of the operand, not all of it."""
+    params: dict[str, tuple[int, str]] = {}
+    shapes: dict[str, str] = {}
+    users: dict[str, list[tuple[str, str]]] = collections.defaultdict(list)  # operand → (opcode, user) pairs
+    for line in lines:
+        name, shape, tail, opcode = _instruction(line)
+        shapes[name] = shape
+        if opcode == "parameter":
+            params[name] = (int(_PARAMETER.search(tail).group(1)), shape)
+            continue
+        for i, operand in enumerate(_operands(tail, opcode)):
+            users[operand].append((opcode if i == 0 else "other", name))
+
+    def sliced_elements(name: str) -> int | None:  # None: something reads it whole
+        if not users[name]:
+            return None
+        total = 0
+        for opcode, user in users[name]:
+            if opcode in _SLICES:
+                total += array_bytes(shapes[user]) // _ITEM_BYTES[_ARRAY.search(shapes[user]).group(1)]
+            elif opcode in _CASTS:
+                inner = sliced_elements(user)
+                if inner is None:
+                    return None
+                total += inner
+            else:
+                return None
+        return total
+
+    out = {}
+    for name, (index, shape) in params.items():
+        elements = sliced_elements(name)
+        if elements is not None:
+            out[index] = elements * _ITEM_BYTES[_ARRAY.search(shape).group(1)]
+    return out
+
+
 def _computations(text: str) -> tuple[dict[str, list[str]], str]:
     """(computation name → its instruction lines, the entry computation's name)."""
     computations: dict[str, list[str]] = collections.defaultdict(list)
@@ -90,12 +143,8 @@ def kernels(text: str) -> list[dict]:
     def walk(name: str, times: int, depth: int = 0) -> None:
         shapes: dict[str, str] = {}
         for line in computations.get(name, []):
-            match = summary_lib._INSTRUCTION.match(line)
-            shape, tail = summary_lib._split_shape(line[match.end() :])
-            instruction = match.group("name")
+            instruction, shape, tail, opcode = _instruction(line)
             shapes[instruction] = shape
-            opcode = re.match(r"[\w\-]+", tail)
-            opcode = opcode.group(0) if opcode else ""
             if opcode in _NO_KERNEL or not opcode:
                 continue
             if opcode in _CALLED and depth < 4:
@@ -104,7 +153,9 @@ def kernels(text: str) -> list[dict]:
                 for called in _CALLED[opcode].findall(where):
                     walk(called, times * (int(trips.group(1)) if trips else 1), depth + 1)
                 continue
-            read = sum(array_bytes(shapes.get(o, "")) for o in _operands(tail, opcode))
+            fused = _FUSED.search(tail) if opcode == "fusion" else None
+            sliced = _sliced_reads(computations.get(fused.group(1), [])) if fused else {}
+            read = sum(sliced.get(i, array_bytes(shapes.get(o, ""))) for i, o in enumerate(_operands(tail, opcode)))
             written = array_bytes(shape, skip_workspace=opcode == "custom-call")
             out.append(dict(name=instruction, opcode=opcode, read=read * times, written=written * times, runs=times))
 

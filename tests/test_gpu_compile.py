@@ -42,6 +42,41 @@ def test_the_traffic_of_a_program_is_what_its_kernels_read_and_write():
     assert hlo_traffic.array_bytes("(bf16[8,4]{1,0}, s8[1024]{0})") == 64 + 1024
 
 
+# A scanned stack's kernels as XLA:GPU fuses them: one reads a layer of the f32 stack (cast, then sliced),
+# the other casts the whole stack.
+SLICED_HLO = """HloModule stacked
+
+%fused_layer (param_0: f32[24,8,4], param_1: bf16[8,4]) -> bf16[8,4] {
+  %param_0 = f32[24,8,4]{2,1,0} parameter(0)
+  %convert.1 = bf16[24,8,4]{2,1,0} convert(%param_0)
+  %slice.1 = bf16[1,8,4]{2,1,0} slice(%convert.1), slice={[3:4], [0:8], [0:4]}
+  %bitcast.1 = bf16[8,4]{1,0} bitcast(%slice.1)
+  %param_1 = bf16[8,4]{1,0} parameter(1)
+  ROOT %multiply.1 = bf16[8,4]{1,0} multiply(%bitcast.1, %param_1)
+}
+
+%fused_whole (param_0.2: f32[24,8,4]) -> bf16[24,8,4] {
+  %param_0.2 = f32[24,8,4]{2,1,0} parameter(0)
+  ROOT %convert.2 = bf16[24,8,4]{2,1,0} convert(%param_0.2)
+}
+
+ENTRY %main (p0: f32[24,8,4], p1: bf16[8,4]) -> (bf16[8,4], bf16[24,8,4]) {
+  %p0 = f32[24,8,4]{2,1,0} parameter(0)
+  %p1 = bf16[8,4]{1,0} parameter(1)
+  %layer = bf16[8,4]{1,0} fusion(%p0, %p1), kind=kLoop, calls=%fused_layer
+  %whole = bf16[24,8,4]{2,1,0} fusion(%p0), kind=kLoop, calls=%fused_whole
+  ROOT %t = (bf16[8,4]{1,0}, bf16[24,8,4]{2,1,0}) tuple(%layer, %whole)
+}
+"""
+
+
+def test_a_kernel_that_slices_a_layer_out_of_a_stack_reads_that_layer():
+    kernels = {k["name"]: k for k in hlo_traffic.kernels(SLICED_HLO)}
+    assert set(kernels) == {"layer", "whole"}
+    assert kernels["layer"]["read"] == 8 * 4 * 4 + 8 * 4 * 2  # one f32 layer of 24, and the bf16 operand
+    assert kernels["whole"]["read"] == 24 * 8 * 4 * 4 and kernels["whole"]["written"] == 24 * 8 * 4 * 2
+
+
 def test_each_branch_of_a_conditional_is_counted():
     n = 256
     step = jax.jit(lambda p, x: jax.lax.cond(p, lambda x: jnp.sin(x) * 2.0, lambda x: jnp.cos(x) * 3.0, x))

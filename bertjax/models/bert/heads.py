@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 
 from bertjax.models.bert.config import BertConfig
-from bertjax.models.bert.model import BertModel
+from bertjax.models.bert.model import BertModel, compute_fields
 from bertjax.models.layers import Dropout
 
 Array = jax.Array
@@ -47,16 +47,7 @@ class BertForFinetuning(nn.Module):
 
     def setup(self):
         cfg = self.config
-        self.bert = BertModel(
-            cfg,
-            self.dtype,
-            self.scan_layers,
-            self.remat_policy,
-            self.attention,
-            self.packed,
-            self.recompute_activation,
-            self.scan_unroll,
-        )
+        self.bert = BertModel(cfg, **compute_fields(self))
         self.dropout = Dropout(cfg.hidden_dropout_prob)
         if self.task == "question_answering":
             self.qa_outputs = _head(cfg, 2, self.dtype, "qa_outputs")

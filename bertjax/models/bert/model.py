@@ -96,6 +96,15 @@ class BertEmbeddings(nn.Module):
         return self.dropout(x, deterministic=deterministic)
 
 
+# How a BERT is computed, the same fields on every module that holds the encoder (pre-training, fine-tuning).
+COMPUTE_FIELDS = ("dtype", "scan_layers", "remat_policy", "attention", "packed", "recompute_activation", "scan_unroll")
+
+
+def compute_fields(module: nn.Module) -> dict[str, Any]:
+    """`module`'s COMPUTE_FIELDS, for the BertModel or BertEncoder it builds."""
+    return {name: getattr(module, name) for name in COMPUTE_FIELDS}
+
+
 class BertModel(nn.Module):
     """Embeddings, encoder and pooler: Hugging Face's `BertModel`."""
 
@@ -111,16 +120,7 @@ class BertModel(nn.Module):
     def setup(self):
         cfg = self.config
         self.embeddings = BertEmbeddings(cfg, self.dtype)
-        self.encoder = BertEncoder(
-            cfg,
-            self.dtype,
-            self.scan_layers,
-            self.remat_policy,
-            self.attention,
-            self.packed,
-            self.recompute_activation,
-            self.scan_unroll,
-        )
+        self.encoder = BertEncoder(cfg, **compute_fields(self))
         self.pooler = _dense(cfg, cfg.hidden_size, ("embed", "mlp"), self.dtype, "pooler")
 
     def __call__(
@@ -181,16 +181,7 @@ class BertForPreTraining(nn.Module):
             raise ValueError(f"remat_policy={self.remat_policy!r} is not one of {list(REMAT_POLICIES)}.")
         if self.attention not in attention_lib.IMPLEMENTATIONS or self.attention == "auto":
             raise ValueError(f"attention={self.attention!r} is not one of xla, splash, cudnn.")
-        self.bert = BertModel(
-            cfg,
-            self.dtype,
-            self.scan_layers,
-            self.remat_policy,
-            self.attention,
-            self.packed,
-            self.recompute_activation,
-            self.scan_unroll,
-        )
+        self.bert = BertModel(cfg, **compute_fields(self))
         self.transform = _dense(cfg, cfg.hidden_size, ("embed", "mlp"), self.dtype, "transform")
         self.transform_layer_norm = _layer_norm(cfg, self.dtype, "transform_layer_norm")
         self.mlm_bias = self.param("mlm_bias", _zeros(("vocab",)), (cfg.vocab_size,))
