@@ -252,8 +252,6 @@ def apply_override(c: ConfigDict, item: str) -> None:
         value = words.get(raw.strip().lower(), raw.strip() == "1")
     elif isinstance(current, (int, float)):
         value = type(current)(raw)
-    elif current is None and raw.strip().lstrip("-").isdigit():  # a count at the platform's default (scan_unroll)
-        value = int(raw)
     else:
         value = raw
     node[field] = value

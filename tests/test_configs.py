@@ -158,23 +158,23 @@ def test_scan_layers_is_the_platforms_choice_until_a_flag_or_file_sets_it():
     assert model_lib.from_config(job.model, platform="cpu").scan_layers is True
 
 
-def test_scan_unroll_is_chosen_for_the_platform_compiled_for_not_this_process():
-    """None: every layer unrolled on CPUs, one an iteration on TPUs and GPUs, decided by the platform the step
-    is built for (a TPU compiled from this CPU gets the TPU's loop); a flag's count wins; below 0 is named."""
+def test_scan_unroll_is_every_layer_unless_a_count_asks_for_a_loop():
+    """0 (every layer unrolled) on every platform, whatever this process's backend: a TPU compiled from this CPU
+    gets what a TPU job runs; a flag's count reaches pre-training and fine-tuning models; below 0 is named."""
     from bertjax.finetuning import heads as finetuning_heads
 
     job = JobConfig.from_configdict(load("tiny"))
-    assert job.model.scan_unroll is None
-    assert [job.model.layer_unroll(p) for p in ("cpu", "gpu", "tpu")] == [0, 1, 1]
-    assert model_lib.from_config(job.model, platform="tpu").scan_unroll == 1
-    assert model_lib.from_config(job.model, platform="cpu").scan_unroll == 0
-    arch = job.model.architecture
-    assert finetuning_heads.from_config(job.model, arch, "sequence_classification", 2, "tpu").scan_unroll == 1
+    assert job.model.scan_unroll == 0
+    assert model_lib.from_config(job.model, platform="tpu").scan_unroll == 0
     config = load("tiny")
     config.model.scan_unroll = 4  # --config.model.scan_unroll=4
-    assert model_lib.from_config(JobConfig.from_configdict(config).model, platform="tpu").scan_unroll == 4
+    model = JobConfig.from_configdict(config).model
+    assert model_lib.from_config(model, platform="tpu").scan_unroll == 4
+    assert finetuning_heads.from_config(model, model.architecture, "sequence_classification", 2, "tpu").scan_unroll == 4
     config.model.scan_unroll = -1
-    with pytest.raises(ValueError, match=r"config\.model\.scan_unroll=-1 must be None, 0 \(all layers\) or a positive"):
+    with pytest.raises(
+        ValueError, match=r"config\.model\.scan_unroll=-1 must be 0 \(every layer unrolled\) or a count"
+    ):
         JobConfig.from_configdict(config)
 
 

@@ -56,8 +56,6 @@ def _coerce(value: Any, kind: Any, path: str) -> Any:
         if value is None or isinstance(value, bool):
             return value
         raise _bad(path, value, "must be True, False or None (the platform's choice).")
-    if kind == Optional[int]:  # None: the default chosen where the job runs (model.scan_unroll)
-        return None if value is None else _coerce(value, int, path)
     if kind == RateOrSchedule:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return float(value)

@@ -55,13 +55,15 @@ class ModelConfig:
     initializer_range: float = _BASE.initializer_range  # std of the truncated-normal init
     layer_norm_eps: float = _BASE.layer_norm_eps  # LayerNorm epsilon, 1e-12 as in BERT
     dtype: str = "float32"  # compute dtype: float32 or bfloat16 (params, softmax and loss stay float32)
-    # nn.scan over layers (one layer compiled, not num_hidden_layers of them) or a Python loop (BERT's; ModernBERT
-    # loops). None: a loop on GPUs, where XLA copies a scan's stacked weights and gradients and the loop took
-    # 0.75× the step (H200, docs/benchmarks.md), and nn.scan elsewhere (TPU, CPU: a fast compile, the same step).
+    # nn.scan over layers (the params stacked on a "layers" axis, a leaf per kind) or a Python loop (a leaf per
+    # layer; BERT's, ModernBERT loops). None: the loop on GPUs, where XLA copied a scan loop's stacked weights and
+    # gradients and the loop took 0.75x the step (H200, docs/benchmarks.md), nn.scan on TPUs and CPUs.
     scan_layers: Optional[bool] = None
-    # Scanned layers per loop iteration (0: all, no loop left; the params stay stacked). None: all on CPUs, where
-    # XLA:CPU's loop zero-fills and copies the stacked buffers (a fifth of a BERT-Base step), 1 elsewhere.
-    scan_unroll: Optional[int] = None
+    # Scanned layers per loop iteration; 0: all of them, no loop left (each layer its own code, the params still
+    # stacked). Every platform unrolls: XLA:CPU's loop zero-filled and copied the stacked buffers (a fifth of a
+    # BERT-Base step), and libtpu needed 21.5 GiB a v5e chip for BERT-Base 128 x 4,096 on 16 with a loop of one
+    # layer, 10.0 unrolled (docs/tpu_fit.md). A loop compiles faster (seconds, not minutes, for BERT-Large).
+    scan_unroll: int = 0
     remat_policy: str = "none"  # none | full | dots | dots_no_batch: what a layer keeps for backprop
     # The feed-forward activation's backward recomputes it from the matmul's output, so the forward writes only its
     # output (layers.DenseActivation). The same numbers. None: the platform's choice, on for CPUs (steps 1.04-1.3x
@@ -90,10 +92,6 @@ class ModelConfig:
         """Whether the layers run under nn.scan on `platform` (cpu, gpu, tpu): scan_layers, or its default."""
         return self.scan_layers if self.scan_layers is not None else platform != "gpu"
 
-    def layer_unroll(self, platform: str) -> int:
-        """Scanned layers per loop iteration on `platform` (0: all): scan_unroll, or its default."""
-        return self.scan_unroll if self.scan_unroll is not None else (0 if platform == "cpu" else 1)
-
     def activation_recompute(self, platform: str) -> bool:
         """Whether the activation is recomputed in the backward on `platform`: recompute_activation, or its default."""
         return self.recompute_activation if self.recompute_activation is not None else platform == "cpu"
@@ -117,10 +115,8 @@ class ModelConfig:
             raise _bad(
                 "config.model.remat_policy", self.remat_policy, f"is not one of {list(options.REMAT_POLICY_NAMES)}."
             )
-        if self.scan_unroll is not None and self.scan_unroll < 0:
-            raise _bad(
-                "config.model.scan_unroll", self.scan_unroll, "must be None, 0 (all layers) or a positive count."
-            )
+        if self.scan_unroll < 0:
+            raise _bad("config.model.scan_unroll", self.scan_unroll, "must be 0 (every layer unrolled) or a count.")
         if self.window_block < -1:
             raise _bad(
                 "config.model.window_block", self.window_block, "must be -1 (auto), 0 (off) or a positive block size."

@@ -41,8 +41,6 @@ def make(size: str, phase: int, init_from: str, runlocal: bool) -> ml_collection
     c.model.scan_layers = ml_collections.FieldReference(None, field_type=bool)
     # None (the platform's choice: recomputed on CPUs), or true/false: the activation recomputed in the backward.
     c.model.recompute_activation = ml_collections.FieldReference(None, field_type=bool)
-    # None (the platform's choice: every layer unrolled on CPUs, one an iteration elsewhere), or a count (0: all).
-    c.model.scan_unroll = ml_collections.FieldReference(None, field_type=int)
     # A rate, or rates by step ('0:0.3;9000:0.15'): a number or a string from a flag or a file.
     c.data.masked_lm_prob = ml_collections.FieldReference(0.15, field_type=object)
     for field in dataclasses.fields(arch):  # the size's architecture; the vocab is the data's (0: unset)

@@ -58,7 +58,7 @@ def from_config(
         num_labels,
         dtype=DTYPES[cfg.dtype],
         scan_layers=cfg.layer_scan(platform),
-        scan_unroll=cfg.layer_unroll(platform),
+        scan_unroll=cfg.scan_unroll,
         remat_policy=cfg.remat_policy,
         attention=implementation,
         packed=packed,

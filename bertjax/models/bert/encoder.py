@@ -158,16 +158,10 @@ class BertEncoder(nn.Module):
     attention: str = "xla"
     packed: bool = False
     recompute_activation: bool = False
-    # Scanned layers per loop iteration, 0 all (config.model.scan_unroll, chosen by from_config for the platform
-    # the step is compiled for: not this process's backend when it compiles for a TPU or GPU that is not here).
-    # None: this process's backend's default (ModelConfig.layer_unroll).
-    scan_unroll: Optional[int] = None
+    scan_unroll: int = 0  # scanned layers per loop iteration, 0 all (config.model.scan_unroll)
 
     def _unroll(self, layers: int) -> int:
-        unroll = self.scan_unroll
-        if unroll is None:
-            unroll = 0 if jax.default_backend() == "cpu" else 1
-        return layers if unroll == 0 else max(1, min(unroll, layers))
+        return layers if self.scan_unroll == 0 else max(1, min(self.scan_unroll, layers))
 
     @nn.compact
     def __call__(

@@ -43,7 +43,7 @@ class BertForFinetuning(nn.Module):
     attention: str = "xla"
     packed: bool = False  # rows hold several examples (finetuning/example_packing.py): input_mask numbers them 1..k
     recompute_activation: bool = False  # the GELU's backward recomputes it (layers.DenseActivation)
-    scan_unroll: Optional[int] = None  # scanned layers per loop iteration (BertEncoder's)
+    scan_unroll: int = 0  # scanned layers per loop iteration, 0 all (BertEncoder's)
 
     def setup(self):
         cfg = self.config

@@ -115,7 +115,7 @@ class BertModel(nn.Module):
     attention: str = "xla"
     packed: bool = False
     recompute_activation: bool = False  # the GELU's backward recomputes it (layers.DenseActivation)
-    scan_unroll: Optional[int] = None  # scanned layers per loop iteration (BertEncoder's)
+    scan_unroll: int = 0  # scanned layers per loop iteration, 0 all (BertEncoder's)
 
     def setup(self):
         cfg = self.config
@@ -173,7 +173,7 @@ class BertForPreTraining(nn.Module):
     attention: str = "xla"  # xla | splash | cudnn (attention.choose resolves config.model.attention)
     packed: bool = False  # rows hold several instances: input_mask numbers them 1..k
     recompute_activation: bool = False  # the GELU's backward recomputes it (layers.DenseActivation)
-    scan_unroll: Optional[int] = None  # scanned layers per loop iteration (BertEncoder's)
+    scan_unroll: int = 0  # scanned layers per loop iteration, 0 all (BertEncoder's)
 
     def setup(self):
         cfg = self.config
@@ -369,7 +369,7 @@ def from_config(cfg: Any, platform: Optional[str] = None, packed: bool = False) 
         attention=implementation,
         packed=packed,
         recompute_activation=cfg.activation_recompute(platform),
-        scan_unroll=cfg.layer_unroll(platform),
+        scan_unroll=cfg.scan_unroll,
     )
 
 

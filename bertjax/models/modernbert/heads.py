@@ -101,7 +101,7 @@ def finetuning_model(
     task: str,
     num_labels: int,
     scan_layers: bool = False,
-    scan_unroll: Optional[int] = None,
+    scan_unroll: int = 0,
     **compute: Any,
 ) -> ModernBertForFinetuning:
     del scan_layers, scan_unroll  # BERT's; ModernBERT's layers alternate kinds and run as a loop
