@@ -19,6 +19,10 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from bertjax.runtime import compile_cache  # noqa: E402  (where a job keeps its programs, for their size)
+
 LINE = re.compile(r"compile: train step (compiled|loaded from the compilation cache) in ([0-9.]+)s")
 
 
@@ -70,7 +74,7 @@ def main() -> None:
         cache = os.path.join(base, "cache")
         first = run_job(os.path.join(base, "first"), cache, args)
         second = run_job(os.path.join(base, "second"), cache, args)
-        folder = os.path.join(cache, "jax_compilation_cache")
+        folder = compile_cache.default_dir({"BERTJAX_CACHE_DIR": cache})
         size = sum(os.path.getsize(os.path.join(folder, n)) for n in os.listdir(folder))
     print(
         json.dumps(

@@ -161,7 +161,7 @@ class BertEncoder(nn.Module):
     scan_unroll: int = 0  # scanned layers per loop iteration, 0 all (config.model.scan_unroll)
 
     def _unroll(self, layers: int) -> int:
-        return layers if self.scan_unroll == 0 else max(1, min(self.scan_unroll, layers))
+        return max(1, layers if self.scan_unroll == 0 else min(self.scan_unroll, layers))  # 1 for a scan of 0
 
     @nn.compact
     def __call__(
