@@ -12,7 +12,9 @@ same program (`compiled.as_text()`) says what that instruction is: a cuBLAS or T
 attention, a fusion of elementwise work, a reduction (softmax, LayerNorm, loss), the dropout's integer
 hash, a scatter (embedding gradients), a dynamic slice or update (the scanned layers' stacked weights
 and gradients), a copy or transpose, a collective. The JAX op path in its metadata says forward,
-backward (`transpose(`), or optimizer (the `optimizer` named scope of trainer.make_train_step).
+backward (`transpose(`), or optimizer (the `optimizer` named scope of trainer.make_train_step). Each
+category also counts its kernels a step and those under 10 µs with their time: many tiny kernels (a leaf per
+layer each updated on its own) cost launches, not bandwidth.
 
 On the CPU (the dry run) the same reduction reads the host threads' XLA op events instead of a GPU's
 streams; events overlap across threads there, so shares are of summed op time, not of wall time.
@@ -44,6 +46,7 @@ CATEGORIES = (
     "optimizer",
     "other (a kernel naming no HLO op)",
 )
+SHORT_NS = 10_000  # a kernel under 10 µs: its launch and tail, not its work (the loop's per-layer optimizer updates)
 _COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")
 _MOVES = {
     "copy",
@@ -271,21 +274,25 @@ def summarize(trace_dir: str, hlo_text: str, steps: int, wall_s: Optional[float]
     events = [
         (instruction_of(op, kernel, instructions, by_kernel_name), start, dur) for op, kernel, start, dur in events
     ]
-    by_op: dict[str, list[int]] = collections.defaultdict(lambda: [0, 0])
+    by_op: dict[str, list[int]] = collections.defaultdict(lambda: [0, 0, 0, 0])  # ns, kernels, short ns, short ones
     for name, _, dur in events:
+        short = dur < SHORT_NS
         by_op[name][0] += dur
         by_op[name][1] += 1
+        by_op[name][2] += dur if short else 0
+        by_op[name][3] += short
     total = sum(v[0] for v in by_op.values()) or 1
     per_step = lambda ns: round(ns / 1e6 / steps, 4)  # noqa: E731  (ms a step)
-    categories: dict[str, int] = collections.Counter()
+    categories: dict[str, list[int]] = collections.defaultdict(lambda: [0, 0, 0, 0])
     phases: dict[str, int] = collections.Counter()
-    for name, (dur, _) in by_op.items():
+    for name, counts in by_op.items():
         instruction = instructions.get(name)
-        categories[category(instruction, bodies, name)] += dur
-        phases[phase(instruction)] += dur
+        row = categories[category(instruction, bodies, name)]
+        row[:] = [a + b for a, b in zip(row, counts)]
+        phases[phase(instruction)] += counts[0]
     busy, gaps = _busy_and_gaps(events)
     ops = []
-    for name, (dur, count) in sorted(by_op.items(), key=lambda kv: -kv[1][0])[:top]:
+    for name, (dur, count, _, _) in sorted(by_op.items(), key=lambda kv: -kv[1][0])[:top]:
         instruction = instructions.get(name) or {}
         ops.append(
             dict(
@@ -308,7 +315,16 @@ def summarize(trace_dir: str, hlo_text: str, steps: int, wall_s: Optional[float]
         matched_hlo=round(sum(v[0] for k, v in by_op.items() if k in instructions) / total, 4),
         op_ms_per_step=per_step(total),
         busy_ms_per_step=per_step(busy),
-        categories={k: dict(ms=per_step(v), share=round(v / total, 4)) for k, v in categories.most_common()},
+        categories={
+            k: dict(
+                ms=per_step(v[0]),
+                share=round(v[0] / total, 4),
+                kernels=round(v[1] / steps, 1),
+                short_kernels=round(v[3] / steps, 1),  # under SHORT_NS: bound by launching, not by work
+                short_ms=per_step(v[2]),
+            )
+            for k, v in sorted(categories.items(), key=lambda kv: -kv[1][0])
+        },
         phases={k: dict(ms=per_step(v), share=round(v / total, 4)) for k, v in phases.most_common()},
         top_ops=ops,
         longest_idle_gaps=gaps,

@@ -136,6 +136,11 @@ def test_dry_run_takes_each_kind_of_variant_through_the_trace_and_its_summary(tm
     assert {"matmul", "optimizer"} <= set(baseline["categories"]), baseline["categories"]
     assert {"forward", "backward", "optimizer"} <= set(baseline["phases"]), baseline["phases"]
     assert abs(sum(c["share"] for c in baseline["categories"].values()) - 1) < 1e-3
+    # Each category's kernels a step, and those under 10 µs with their time: every event is counted once.
+    categories = baseline["categories"].values()
+    assert all(c["kernels"] >= c["short_kernels"] >= 0 and 0 <= c["short_ms"] <= c["ms"] for c in categories)
+    assert abs(sum(c["kernels"] for c in categories) * baseline["steps"] - baseline["events"]) <= len(categories)
+    assert any(c["short_kernels"] > 0 for c in categories)  # a CPU's tiny ops (the scalars, the schedule)
     assert len(baseline["top_ops"]) == 30 and baseline["wall_ms_per_step"] > 0
     # The baseline's HLO and raw trace come back too, so the reduction can be redone off the device.
     with gzip.open(out / "hlo_baseline.txt.gz", "rt") as f:
