@@ -56,7 +56,12 @@ def start(config_file: str, workdir, devices: int = 8, args: tuple = ()) -> subp
 
 
 def finish(proc: subprocess.Popen, timeout: float = 300) -> str:
-    out, _ = proc.communicate(timeout=timeout)
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:  # a hung job is killed, not left to the rest of the suite
+        proc.kill()
+        out, _ = proc.communicate()
+        raise AssertionError(f"still running after {timeout:.0f} s: {out[-3000:]}") from None
     assert proc.returncode == 0, out[-3000:]
     return out
 
@@ -159,7 +164,8 @@ def free_port() -> int:
 def test_two_processes_train_like_one_with_the_same_global_batch(pydocs_data, tmp_path):
     # One train file, no shuffling, no dropout: two processes split its records by example (p, p+2, …), so
     # their global batch holds the same examples as the single process's, in another order.
-    c = job_config(pydocs_data, **{"train.num_train_steps": 4, "data.shuffle_buffer": 1})
+    c = job_config(pydocs_data, **{"train.num_train_steps": 4, "data.shuffle_buffer": 1, "checkpoint.export_hf": True})
+    c.eval.show_predictions = 2  # process 0 shows them from params that span both processes
     c.data.train_files = os.path.join(pydocs_data, "train", "records-00000-of-00004.tfrecord")
     c.model.update(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
     c.mesh.shape = (-1, 1, 1)
@@ -175,8 +181,12 @@ def test_two_processes_train_like_one_with_the_same_global_batch(pydocs_data, tm
         )
         for i in range(2)
     ]
-    outputs = [finish(p) for p in procs]
+    # The finished job exits 0 on every process with its export written: process 0's export once waited, in
+    # orbax's constructor, for processes already gone to JAX's shutdown barrier (both aborted after 5 minutes).
+    outputs = [finish(p, timeout=150) for p in procs]
     assert "2 process(es), 4 device(s)" in outputs[0]
+    assert "export: wrote" in outputs[0] and os.path.isfile(tmp_path / "two" / "hf" / "config.json")
+    assert "predictions" in outputs[0].lower(), outputs[0][-2000:]
     one, two = train_rows(tmp_path / "one"), train_rows(tmp_path / "two")
     assert [r["step"] for r in two] == [1, 2, 3, 4]
     for key in ("loss", "mlm_accuracy", "nsp_accuracy", "grad_norm"):

@@ -392,13 +392,18 @@ def _train_and_evaluate(
         from bertjax.jobs import export as exporting
 
         exporting.export(workdir, os.path.join(workdir, "hf"))
-    if job.eval.show_predictions and eval_data is not None and primary and job.data.vocab_file:
+    if job.eval.show_predictions and eval_data is not None and job.data.vocab_file:
+        from jax.experimental import multihost_utils
+
         from bertjax.jobs import predict as prediction
 
+        # Params that span processes are gathered by all of them (a collective), then shown by process 0 alone.
+        params = multihost_utils.process_allgather(state.params, tiled=True)
+    if job.eval.show_predictions and eval_data is not None and job.data.vocab_file and primary:
         eval_data.reset()
         prediction.show_predictions(
             parts.trainer.model,
-            jax.device_get(state.params),
+            params,
             next(eval_data),
             job.data.vocab_file,
             job.data.do_lower_case,

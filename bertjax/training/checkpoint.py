@@ -479,9 +479,19 @@ def _absolute(path: str) -> str:
 
 
 def _reader(workdir: str) -> tuple[str, ocp.CheckpointManager]:
+    """A read-only manager of this process alone: orbax's constructor and restores otherwise wait at barriers for
+    every process, and a reader runs on one (the export on process 0 once hung the finished multi-host job until
+    JAX's shutdown barrier aborted every process)."""
     directory = os.path.join(workdir, CHECKPOINTS)
+    me = jax.process_index()
+    alone = ocp.options.MultiprocessingOptions(
+        primary_host=me, active_processes={me}, barrier_sync_key_prefix=f"reader-{me}-{os.getpid()}"
+    )
     return directory, _manager(
-        _absolute(directory), ocp.CheckpointManagerOptions(read_only=True, create=False, save_interval_steps=0)
+        _absolute(directory),
+        ocp.CheckpointManagerOptions(
+            read_only=True, create=False, save_interval_steps=0, multiprocessing_options=alone
+        ),
     )
 
 
