@@ -57,6 +57,20 @@ def version(path: str) -> tuple[int, str]:
     return _version(_fs(path).info(path))
 
 
+def size(path: str) -> int:
+    """A file's bytes (an object's: one request)."""
+    return version(path)[0] if is_remote(path) else os.path.getsize(path)
+
+
+def read_range(path: str, start: int, end: int) -> bytes:
+    """Bytes [start, end) of a file (fewer at its end): one ranged request for an object, not a whole download."""
+    if is_remote(path):
+        return _fs(path).cat_file(path, start=start, end=end)
+    with open(path, "rb") as f:
+        f.seek(start)
+        return f.read(max(0, end - start))
+
+
 def versions(directory: str) -> dict[str, tuple[int, str]]:
     """{path: (size, version)} of the files directly in a directory ({} when there is none). The version changes
     whenever the contents do: an object's generation; a local file's modification time."""

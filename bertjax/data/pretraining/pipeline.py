@@ -73,6 +73,8 @@ class PipelineConfig:
     masked_lm_prob: Optional[float | str] = None
     vocab_size: Optional[int] = None  # checked against metadata.json; None: vocab.size when a vocab is given
     cycle_length: int = 8  # shards read at once
+    # A set in a bucket: bytes of its pieces one process holds on disk at once (0: (2 × cycle + 2) × its largest piece)
+    stream_window_bytes: int = 0
     threads: Optional[int] = None  # tf.data threads (None: tf.data's autotuned pool); a number turns autotuning off
     prefetch: int = 2  # batches
     max_batches: Optional[int] = None  # eval: at most this many batches per pass (None: the whole set)
@@ -98,6 +100,10 @@ class PipelineConfig:
             raise ValueError(f"num_epochs={self.num_epochs} must be ≥ 1, or None to repeat forever.")
         if self.shuffle_buffer < 1:
             raise ValueError(f"shuffle_buffer={self.shuffle_buffer} must be ≥ 1 (1 = no shuffling).")
+        if self.stream_window_bytes < 0:
+            raise ValueError(
+                f"config.data.stream_window_bytes={self.stream_window_bytes} must be ≥ 0 (0: sized from the set)."
+            )
         if self.threads is not None and self.threads < 1:
             raise ValueError(f"threads={self.threads} must be ≥ 1, or None for tf.data's autotuned pool.")
         if self.sources and (not self.training or self.mixture is None or self.num_epochs is not None):
@@ -289,7 +295,9 @@ class InputPipeline:
         options.deterministic = True
         if c.sources:  # no prefetch beyond the pipeline's own (mixture.HORIZON)
             options.experimental_optimization.inject_prefetch = False
-        if c.dynamic_masking or c.sources:  # the numpy masker and chooser are pure functions: safe to checkpoint
+        # The numpy masker and chooser are pure functions, and a window's calls only fetch and release files: safe
+        # to checkpoint (a restore fetches the files first, restore_state).
+        if c.dynamic_masking or c.sources or any(s.remote for s in self.streams):
             options.experimental_external_state_policy = tf.data.experimental.ExternalStatePolicy.IGNORE
         if c.threads is not None:
             options.threading.private_threadpool_size = c.threads
@@ -386,8 +394,13 @@ class InputPipeline:
         except StopIteration:
             self._exhausted = True
             raise
-        except (tf.errors.DataLossError, tf.errors.InvalidArgumentError) as e:
-            raise self._read_error(e) from None
+        except tf.errors.OpError as e:
+            failed = next((s.window.error for s in self.streams if s.window and s.window.error), None)
+            if failed is not None:  # a window's fetch failed: its sentence, not TensorFlow's wrapping of it
+                raise failed from None
+            if isinstance(e, (tf.errors.DataLossError, tf.errors.InvalidArgumentError)):
+                raise self._read_error(e) from None
+            raise
         self._position += 1
         out = {k: v.numpy() for k, v in batch.items()}
         if self.mixing is not None:  # the draw of every process, counted once per batch on each
@@ -435,8 +448,11 @@ class InputPipeline:
                 self.save_state(os.path.join(local, os.path.basename(path)))
             return path
         tf = _tf()
+        begun = [s.window.begin_save() if s.window else None for s in self.streams]
         prefix = tf.train.Checkpoint(iterator=self._iterator).write(path)
         saved = dict(self._fingerprint(), position={"batches": self._batches})
+        if any(begun):  # which pieces the iterator may hold open, for the restore to fetch first
+            saved["position"]["windows"] = [s.window.end_save(b) if b else None for s, b in zip(self.streams, begun)]
         if self.mixing is not None:
             saved["position"]["drawn"] = self.mixing.drawn.tolist()
         with tf.io.gfile.GFile(path + ".pipeline.json", "w") as f:
@@ -483,6 +499,9 @@ class InputPipeline:
             self._rates, self._maskings = rates, {}
             self.dataset = self._build()
         self._iterator, self._exhausted = iter(self.dataset), False
+        for stream, window in zip(self.streams, position.get("windows") or [None] * len(self.streams)):
+            if stream.window is not None:
+                stream.window.restore(window or {})
         tf.train.Checkpoint(iterator=self._iterator).read(path).assert_consumed()
         self._batches = batches
         if self.mixing is not None:

@@ -12,6 +12,7 @@ from typing import Optional, Sequence
 
 import google_crc32c
 
+from bertjax.data import files as file_layer
 from bertjax.data.corpus.sources import expand_patterns
 from bertjax.data.pretraining.records import METADATA_NAME, STAGING_NAME, masked_crc, metadata_in
 
@@ -20,12 +21,10 @@ from bertjax.data.pretraining.records import METADATA_NAME, STAGING_NAME, masked
 
 def expand_record_files(patterns: str | Sequence[str], what: str = "record") -> list[str]:
     """Record globs → files, as `expand_patterns`; a directory stands for the shards its metadata.json lists."""
-    import tensorflow as tf
-
     names = [n.strip() for n in (patterns.split(",") if isinstance(patterns, str) else patterns) if str(n).strip()]
     out: list[str] = []
     for name in names:
-        listing = metadata_in(name) if tf.io.gfile.isdir(name) else None
+        listing = metadata_in(name) if file_layer.isdir(name) else None
         if listing is not None:
             out += [os.path.join(name, entry["file"]) for entry in listing.get("files", ())]
         else:  # a glob such as DIR/* means the shards, not the metadata.json beside them
@@ -54,15 +53,15 @@ def check_record_set(files: Sequence[str], damaged_ok: bool = False) -> list[str
     directory's metadata.json lists: an unfinished prepare, a listed shard missing, a shard it does not list
     (left from another run) or one whose size differs (a damaged one: where, unless `damaged_ok`, as
     config.data.skip_damaged_records). Returns the directories whose metadata.json lists
-    no shards, or that have none (google-research/bert's records): they cannot be checked; the caller warns."""
-    import tensorflow as tf
-
+    no shards, or that have none (google-research/bert's records): they cannot be checked; the caller warns.
+    Local or in a bucket: one listing a directory (through the file layer), not a request a shard."""
     unchecked = []
     by_dir: dict[str, list[str]] = {}
     for f in files:
         by_dir.setdefault(os.path.dirname(f), []).append(f)
     for here, matched in by_dir.items():
-        if tf.io.gfile.exists(os.path.join(here, STAGING_NAME)):
+        sizes = {os.path.basename(f): size for f, (size, _) in file_layer.versions(here).items()}
+        if STAGING_NAME in sizes or file_layer.isdir(os.path.join(here, STAGING_NAME)):
             raise ValueError(
                 f"{here} holds an unfinished record set ({STAGING_NAME}: a prepare into it failed or "
                 "was killed); re-run `python -m bertjax.prepare` into it (it clears the leftovers)."
@@ -81,14 +80,14 @@ def check_record_set(files: Sequence[str], damaged_ok: bool = False) -> list[str
                 )
         for name, entry in listed.items():
             path = os.path.join(here, name)
-            if not tf.io.gfile.exists(path):
+            if name not in sizes:
                 raise ValueError(
                     f"{listing} lists {name}, which is missing from {here}: the record set is "
                     "incomplete; restore the file or re-run prepare."
                 )
             if path not in matched or "bytes" not in entry:
                 continue
-            size = tf.io.gfile.stat(path).length
+            size = sizes[name]
             if size != entry["bytes"]:
                 scan = scan_file(path)  # damaged (truncated): say where, or leave it to skip_damaged_records
                 if scan.problem and damaged_ok:
@@ -105,8 +104,6 @@ def check_record_set(files: Sequence[str], damaged_ok: bool = False) -> list[str
 def verify_checksums(files: Sequence[str]) -> None:
     """Reads every byte of `files` and compares each file's CRC32C with its metadata.json's (a full read:
     ~1 GB/s a core); files that no metadata.json lists with a checksum are left to `check_record_set`."""
-    import tensorflow as tf
-
     listings: dict[str, dict] = {}
     for path in files:
         here = os.path.dirname(path)
@@ -116,15 +113,20 @@ def verify_checksums(files: Sequence[str]) -> None:
         if "crc32c" not in entry:
             continue
         crc = google_crc32c.Checksum()
-        with tf.io.gfile.GFile(path, "rb") as f:
+        with file_layer.open_file(path, "rb") as f:
             while chunk := f.read(1 << 24):
                 crc.update(chunk)
-        if crc.hexdigest().decode() != entry["crc32c"]:
-            raise ValueError(
-                f"record file {path} fails its checksum (crc32c {crc.hexdigest().decode()}, "
-                f"{os.path.join(here, METADATA_NAME)} lists {entry['crc32c']}): its bytes changed since "
-                "prepare wrote it; re-run prepare."
-            )
+        check_checksum(path, crc.hexdigest().decode(), entry["crc32c"])
+
+
+def check_checksum(path: str, found: str, listed: str, whom: str = "") -> None:
+    """One file's CRC32C against the one metadata.json lists for it."""
+    if found != listed:
+        raise ValueError(
+            f"record file {path} fails its checksum (crc32c {found}, "
+            f"{os.path.join(os.path.dirname(path), METADATA_NAME)} lists {listed}): its bytes changed since "
+            f"prepare wrote it{whom}; re-run prepare."
+        )
 
 
 # --- Damaged files -------------------------------------------------------------------------------------
@@ -167,21 +169,18 @@ def _frame_problem(head: bytes, at: int) -> str:
 
 def record_header_problem(path: str) -> str:
     """What is wrong with the file's first record header ("" when it is one, or the file is empty): a
-    non-record file that a glob matched (a README, metadata.json) is named before training starts."""
-    import tensorflow as tf
-
-    with tf.io.gfile.GFile(path, "rb") as f:
-        head = f.read(_HEADER.size)
+    non-record file that a glob matched (a README, metadata.json) is named before training starts. A ranged
+    read: in a bucket, 12 bytes are fetched, not the file."""
+    head = file_layer.read_range(path, 0, _HEADER.size)
     return _frame_problem(head, 0) if head else ""
 
 
 def scan_file(path: str, chunk_bytes: int = 1 << 24) -> FileScan:
-    """Walks every frame of a record file, checking both CRCs, up to the first damage."""
-    import tensorflow as tf
-
-    size = tf.io.gfile.stat(path).length
+    """Walks every frame of a record file (local, or streamed from a bucket), checking both CRCs, up to the first
+    damage."""
+    size = file_layer.size(path)
     records = end = 0
-    with tf.io.gfile.GFile(path, "rb") as f:
+    with file_layer.open_file(path, "rb") as f:
         buf, base = b"", 0  # buf holds the file's bytes from offset `base`
         while end < size:
             pos = end - base

@@ -15,6 +15,7 @@ from typing import Any, Optional
 
 import numpy as np
 
+from bertjax.data import files, stream_window
 from bertjax.data.pretraining import record_sets, records
 
 log = logging.getLogger(__name__)
@@ -63,6 +64,19 @@ class RecordStream:
         # tf.data and the saved state see names relative to this directory, never paths: a workdir or record
         # set moved elsewhere with the same names resumes (the iterator state holds the names it has open).
         self.base = record_sets.common_dir(self.all_files)
+        # In a bucket: no copy of the set; this process's pieces stream through a bounded window (data/stream_window.py).
+        self.remote = files.is_remote(self.all_files[0])
+        if any(files.is_remote(f) != self.remote for f in self.all_files):
+            raise ValueError(
+                f"the record files of {self.where()} mix gs:// objects and local files; a record set is read from one "
+                "place: copy one part to the other."
+            )
+        self.listing: dict[str, tuple[int, str]] = {}  # in a bucket: each file's (size, generation) when listed
+        if self.remote:
+            for here in dict.fromkeys(os.path.dirname(f) for f in self.all_files):
+                self.listing.update(files.versions(here))
+        self.window: Optional[stream_window.ShardWindow] = None
+        self.parts = 1  # in a bucket with fewer files than processes: each file read as this many byte ranges
         self.legacy = False  # restored from a state saved with absolute paths (before names): read by path
         self._sizes: Optional[dict[str, int]] = None  # bytes per file, for the saved fingerprint
         self._counts: Optional[list[int]] = None  # records per file of all_files (record_counts)
@@ -74,13 +88,24 @@ class RecordStream:
                 "records?), so missing, extra or changed shards cannot be detected",
                 here,
             )
-        if c.verify_checksums:
+        if c.verify_checksums and not self.remote:  # in a bucket: each shard as the window fetches it
             record_sets.verify_checksums(readable)
         vocab_size = c.vocab_size if c.vocab_size is not None else (c.vocab.size if c.vocab else None)
         self.metadata = records.check_schema(
             readable or self.all_files, c.max_seq_length, c.max_predictions_per_seq, vocab_size, c.max_instances_per_row
         )
         self.files, self.split_by_example = record_sets.split_files(self.all_files, c.process_index, c.process_count)
+        if self.remote and self.split_by_example and c.training:  # a host downloads its byte range of each file
+            self.split_by_example, self.parts = False, c.process_count
+            log.info(
+                "pipeline: %d record file(s) for %d processes: each file is split into %d byte ranges at record "
+                "boundaries, and process %d reads range %d of each",
+                len(self.all_files),
+                c.process_count,
+                self.parts,
+                c.process_index,
+                c.process_index,
+            )
         # With skip_damaged_records: readable records per file (each file is read up to its first damage).
         self.readable: Optional[dict[str, int]] = None
         self.damaged: list[record_sets.FileScan] = []  # what skip_damaged_records skipped, for the log and metrics
@@ -143,7 +168,10 @@ class RecordStream:
         """A process with no records would spin forever on repeat(); say why instead."""
         tf, c = tf_hidden(), self.config
         try:
-            empty = not self.files or not any(True for _ in self.examples(1, False).take(1))
+            if self.remote:  # by the listing (a file with a record header holds a record); ranges: by the window
+                empty = not any(self.listing[f][0] for f in self.files)
+            else:
+                empty = not self.files or not any(True for _ in self.examples(1, False).take(1))
         except (tf.errors.DataLossError, tf.errors.InvalidArgumentError) as e:
             raise self.read_error(e) from None
         if empty:
@@ -209,15 +237,18 @@ class RecordStream:
             if self.legacy
             else ([self.name(f) for f in self.files], self._read_name)
         )
-        if self.readable is None:
-            ds, read = tf.data.Dataset.from_tensor_slices(names), read_file
-        else:  # each file up to its first damage
-            ds = tf.data.Dataset.from_tensor_slices((names, np.array([self.readable[f] for f in self.files], np.int64)))
-            read = lambda name, count: read_file(name).take(count)  # noqa: E731
-        if shuffle_files:
-            ds = ds.shuffle(len(self.files), seed=c.seed if seed is None else seed, reshuffle_each_iteration=True)
-        if epochs != 1:
-            ds = ds.repeat(epochs)
+        counts = None if self.readable is None else np.array([self.readable[f] for f in self.files], np.int64)
+
+        def order():  # the files' order: a pure function of the seed, so the window can iterate it ahead
+            ds = tf.data.Dataset.from_tensor_slices(names if counts is None else (names, counts))
+            if shuffle_files:
+                ds = ds.shuffle(len(self.files), seed=c.seed if seed is None else seed, reshuffle_each_iteration=True)
+            return ds.repeat(epochs) if epochs != 1 else ds
+
+        ds = order()
+        read = read_file if counts is None else lambda name, count: read_file(name).take(count)  # noqa: E731
+        if self.remote:
+            ds, read = self._through_window(ds, read, order)
         cycle = min(c.cycle_length, len(self.files))
         parallel = c.parallel_calls(cycle)  # tf.data refuses more parallel reads than files in the cycle
         ds = ds.interleave(
@@ -231,6 +262,64 @@ class RecordStream:
             ds = ds.shard(c.process_count, c.process_index)
         return ds
 
+    def _through_window(self, ds, read, order):
+        """The file-name stream and reader of a set in a bucket: each name waits for its piece in this process's
+        window (a blocking call in a tf.data map), and a marker after the piece's last record releases it."""
+        tf, window = tf_hidden(), self._window()
+        plain = tf.autograph.experimental.do_not_convert
+        first = (lambda x: x[0]) if self.readable is not None else (lambda x: x)  # noqa: E731
+        window.set_order(
+            lambda start: (first(x).decode() for x in order().skip(start).as_numpy_iterator())  # the fetcher's thread
+        )
+
+        def fetch(index, name):
+            return window.local(int(index), name.decode()).encode()
+
+        def release(name):
+            window.done(name.decode())
+            return name
+
+        def wait(index, x):
+            name = tf.numpy_function(fetch, [index, x[0] if isinstance(x, tuple) else x], tf.string, stateful=True)
+            name = tf.ensure_shape(name, [])
+            return (name, x[1]) if isinstance(x, tuple) else name
+
+        def read_and_release(name, *count):
+            done = tf.data.Dataset.from_tensors(name).map(
+                plain(lambda n: tf.ensure_shape(tf.numpy_function(release, [n], tf.string, stateful=True), []))
+            )
+            return read(name, *count).concatenate(done.filter(plain(lambda _: False)))
+
+        return ds.enumerate().map(plain(wait)), read_and_release
+
+    def _window(self) -> stream_window.ShardWindow:
+        """This process's window onto the set (made once): its pieces, folder and byte budget."""
+        if self.window is None:
+            c = self.config
+            pieces = [
+                stream_window.Piece(f, self.name(f), *self.listing[f], part=c.process_index if self.parts > 1 else 0,
+                                    parts=self.parts)
+                for f in self.files
+            ]
+            largest = max(p.byte_range[1] - p.byte_range[0] for p in pieces)
+            cycle = min(c.cycle_length, len(pieces))
+            budget = c.stream_window_bytes or (2 * cycle + 2) * largest  # the reader's cycle held, as much again ahead
+            listed = {e["file"]: e.get("crc32c") for e in (self.metadata or {}).get("files", ())}
+            checksums = (
+                {p.name: listed[os.path.basename(p.url)] for p in pieces if p.whole and listed.get(os.path.basename(p.url))}
+                if c.verify_checksums
+                else {}
+            )
+            label = self.label or ("training set" if c.training else "held-out set")
+            self.window = stream_window.ShardWindow(
+                pieces,
+                stream_window.window_folder(self.base, label, c.process_index),
+                budget,
+                f"{label} {self.base}",
+                checksums=checksums,
+            )
+        return self.window
+
     def name(self, path: str) -> str:
         """A record file's name relative to `base` (the path itself when the files share no directory)."""
         return path[len(self.base) + 1 :] if self.base else path
@@ -239,7 +328,8 @@ class RecordStream:
         """One file's records, by name under `base`. Not tf.data.TFRecordDataset: it opens files through a
         flat_map whose saved state holds the full path, which a moved file set no longer has."""
         tf = tf_hidden()
-        path = tf.strings.join([self.base + "/", name]) if self.base else name
+        base = self.window.folder if self.window is not None else self.base  # a bucket's set: its window
+        path = tf.strings.join([base + "/", name]) if base else name
         return tf.data.experimental.from_variant(
             tf.raw_ops.TFRecordDataset(filenames=path, compression_type="", buffer_size=256 << 10),
             tf.TensorSpec([], tf.string),
@@ -272,7 +362,9 @@ class RecordStream:
         if self._sizes is None:  # stat'ed once, many at a time: remote storage is slow
             from concurrent import futures
 
-            tf = tf_hidden()
-            with futures.ThreadPoolExecutor(16) as pool:
-                self._sizes = dict(zip(self.files, pool.map(lambda f: tf.io.gfile.stat(f).length, self.files)))
+            if self.remote:
+                self._sizes = {f: self.listing[f][0] for f in self.files}
+            else:
+                with futures.ThreadPoolExecutor(16) as pool:
+                    self._sizes = dict(zip(self.files, pool.map(os.path.getsize, self.files)))
         return [[self.name(f), self._sizes[f]] for f in self.files]

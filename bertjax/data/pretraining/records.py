@@ -21,6 +21,7 @@ import google_crc32c
 import numpy as np
 
 from bertjax.data import files
+from bertjax.data import files as file_io  # infer_schema: its parameter `files` shadows the module
 
 # Feature name → (dtype, length key). Lengths come from the schema: "seq" or "pred" or 1.
 FEATURES: dict[str, tuple[str, str | int]] = {
@@ -340,11 +341,11 @@ def infer_schema(files: Sequence[str]) -> tuple[RecordSchema, Optional[dict]]:
         ), metadata
     import tensorflow as tf
 
-    for first in tf.data.TFRecordDataset(files[0]).take(1):
-        example = tf.train.Example.FromString(first.numpy())
-        break
-    else:
+    head = file_io.read_range(files[0], 0, 12)  # the first frame, by ranged reads (local or in a bucket)
+    if not head:
         raise ValueError(f"{files[0]} holds no records; re-run prepare or drop it from the file list.")
+    length = struct.unpack("<Q", head[:8])[0]
+    example = tf.train.Example.FromString(file_io.read_range(files[0], 12, 12 + length))
     feature = example.features.feature
     missing = [name for name in FEATURES if name not in feature]
     if missing:

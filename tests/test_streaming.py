@@ -1,0 +1,131 @@
+"""A record set in a bucket streams through each process's bounded window (data/stream_window.py): the same
+batches as the local set, only the process's share fetched, its saved position restored exactly, fewer files
+than processes split by byte ranges with every record read once, and a shard deleted mid-run named in one
+sentence. Against fake-gcs-server on localhost; several processes are several pipelines with their own caches."""
+
+import glob
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from bertjax.data import files, stream_window
+from bertjax.data.pretraining import pipeline as pipeline_lib
+from gcs_emulator import gcs_bucket  # noqa: F401  (the fixture)
+
+from train_setup import PRED, SEQ  # noqa: E402  # train_setup.small_config's records
+
+
+@pytest.fixture(scope="module")
+def bucket_set(pydocs_data, gcs_bucket, tmp_path_factory):  # noqa: F811
+    """Six small shards of pydocs records (30 each, so that a test runs several epochs; no metadata.json, as
+    google-research/bert writes them), on disk and uploaded once."""
+    local = str(tmp_path_factory.mktemp("small_set"))
+    source = sorted(glob.glob(os.path.join(pydocs_data, "train", "*.tfrecord")))[0]
+    records = [r.numpy() for r in tf.data.TFRecordDataset(source).take(180)]
+    for i in range(6):
+        with tf.io.TFRecordWriter(os.path.join(local, f"part-{i}.tfrecord")) as w:
+            for r in records[i * 30 : (i + 1) * 30]:
+                w.write(r)
+    remote = f"{gcs_bucket}/streaming/train"
+    files.upload_tree(local, remote)
+    return f"{local}/*.tfrecord", f"{remote}/*.tfrecord"
+
+
+def make(patterns, cache, monkeypatch, **kw):
+    monkeypatch.setenv("BERTJAX_CACHE_DIR", str(cache))
+    config = dict(files=patterns, batch_size=8, max_seq_length=SEQ, max_predictions_per_seq=PRED, seed=3,
+                  shuffle_buffer=64, cycle_length=2, threads=1)
+    config.update(kw)
+    return pipeline_lib.InputPipeline(pipeline_lib.PipelineConfig(**config))
+
+
+def take(p, n):
+    return [next(p) for _ in range(n)]
+
+
+def same(a, b):
+    assert len(a) == len(b)
+    for x, y in zip(a, b):
+        assert x.keys() == y.keys()
+        for k in x:
+            np.testing.assert_array_equal(x[k], y[k], err_msg=k)
+
+
+def window_bytes(cache) -> int:
+    return sum(os.path.getsize(f) for f in glob.glob(f"{cache}/stream/**/*", recursive=True) if os.path.isfile(f))
+
+
+@pytest.mark.parametrize("process", [0, 1])
+def test_a_bucket_set_streams_the_local_sets_batches_holding_only_its_window(bucket_set, tmp_path, monkeypatch, process):
+    local, remote = bucket_set
+    shards = sorted(glob.glob(local))
+    largest = max(map(os.path.getsize, shards))
+    kw = dict(process_index=process, process_count=2)
+    expected = take(make(local, tmp_path / "a", monkeypatch, **kw), 40)  # 3.5 epochs of this process's 3 shards
+    streamed = make(remote, tmp_path / "b", monkeypatch, stream_window_bytes=largest, **kw)
+    got, peak = [], 0
+    for _ in range(40):
+        got.append(next(streamed))
+        peak = max(peak, window_bytes(tmp_path / "b"))
+    same(got, expected)
+    window = streamed.streams[0].window
+    mine = [f for f in shards if os.path.basename(f) in {os.path.basename(u) for u in streamed.files}]
+    assert len(mine) == 3 and peak <= 3 * largest  # a window of one shard; the reader's own two may exceed it
+    stats = window.stats()
+    assert stats["fetched_bytes"] >= sum(map(os.path.getsize, mine))  # its own shards, refetched each epoch
+    assert stats["fetched_pieces"] >= 9 and stats["peak_bytes"] <= 3 * largest
+    window.close()
+    assert not os.path.exists(window.folder)
+
+
+def test_a_saved_position_resumes_the_same_batches_fetching_its_open_pieces_first(bucket_set, tmp_path, monkeypatch):
+    _, remote = bucket_set
+    kw = dict(process_index=0, process_count=2, dynamic_masking=False)
+    whole = take(make(remote, tmp_path / "a", monkeypatch, **kw), 30)
+    first = make(remote, tmp_path / "b", monkeypatch, **kw)
+    take(first, 13)
+    first.save_state(str(tmp_path / "state" / "p0"))
+    first.streams[0].window.close()  # another host, or the same after kill -9: an empty window
+    again = make(remote, tmp_path / "c", monkeypatch, **kw)
+    again.restore_state(str(tmp_path / "state" / "p0"))
+    same(take(again, 17), whole[13:])
+
+
+def test_fewer_files_than_processes_split_by_byte_ranges_reads_every_record_once(bucket_set, tmp_path, monkeypatch):
+    local, remote = bucket_set
+    one = sorted(glob.glob(local))[0]
+    url = f"{os.path.dirname(remote)}/{os.path.basename(one)}"
+    records = [r.numpy() for r in tf.data.TFRecordDataset(one)]
+    assert len(records) == 30
+    got, fetched = [], 0
+    for p in range(3):
+        piece = stream_window.Piece(url, os.path.basename(one), *files.version(url), part=p, parts=3)
+        w = stream_window.ShardWindow([piece], str(tmp_path / f"w{p}"), 1 << 30, "test")
+        w.set_order(lambda start: iter([piece.name] * 1))
+        w.local(0, piece.name)
+        got += [r.numpy() for r in tf.data.TFRecordDataset(os.path.join(w.folder, piece.name))]
+        fetched += w.stats()["fetched_bytes"]
+        w.close()
+    assert got == records  # in order, none twice, none lost
+    assert fetched == os.path.getsize(one)
+    # and a pipeline of three processes over that one file reads its own range
+    p1 = make(url, tmp_path / "p1", monkeypatch, process_index=1, process_count=3, batch_size=4)
+    assert p1.streams[0].parts == 3 and not p1.split_by_example
+    batch = next(p1)
+    assert batch["input_ids"].shape == (4, SEQ)
+
+
+def test_a_shard_deleted_mid_run_stops_the_run_in_one_sentence(bucket_set, gcs_bucket, tmp_path, monkeypatch):  # noqa: F811
+    local, _ = bucket_set
+    remote = f"{gcs_bucket}/streaming/doomed"
+    files.upload_tree(os.path.dirname(local), remote)
+    p = make(f"{remote}/*.tfrecord", tmp_path / "a", monkeypatch, process_index=0, process_count=1, stream_window_bytes=1)
+    next(p)
+    for name in files.listdir(remote):
+        if name.endswith(".tfrecord"):
+            files.remove(f"{remote}/{name}")
+    with pytest.raises(stream_window.StreamError, match=r"changed in the bucket while the run read it: it was deleted"):
+        for _ in range(200):
+            next(p)
