@@ -241,7 +241,7 @@ def test_misspelled_missing_and_ill_typed_keys_are_named():
         JobConfig.from_configdict(config)
     config = load("tiny")
     config.data.pipeline_threads = -1
-    with pytest.raises(ValueError, match=r"config\.data\.pipeline_threads=-1 must be ≥ 0 \(0 = autotuned\)"):
+    with pytest.raises(ValueError, match=r"config\.data\.pipeline_threads=-1 must be ≥ 0 \(0 = chosen for you\)"):
         JobConfig.from_configdict(config)
     config = load("tiny")
     config.mesh.logical_axis_rules = (("batch", "dta"),)

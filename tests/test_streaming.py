@@ -35,8 +35,16 @@ def bucket_set(pydocs_data, gcs_bucket, tmp_path_factory):  # noqa: F811
 
 def make(patterns, cache, monkeypatch, **kw):
     monkeypatch.setenv("BERTJAX_CACHE_DIR", str(cache))
-    config = dict(files=patterns, batch_size=8, max_seq_length=SEQ, max_predictions_per_seq=PRED, seed=3,
-                  shuffle_buffer=64, cycle_length=2, threads=1)
+    config = dict(
+        files=patterns,
+        batch_size=8,
+        max_seq_length=SEQ,
+        max_predictions_per_seq=PRED,
+        seed=3,
+        shuffle_buffer=64,
+        cycle_length=2,
+        threads=1,
+    )
     config.update(kw)
     return pipeline_lib.InputPipeline(pipeline_lib.PipelineConfig(**config))
 
@@ -58,7 +66,9 @@ def window_bytes(cache) -> int:
 
 
 @pytest.mark.parametrize("process", [0, 1])
-def test_a_bucket_set_streams_the_local_sets_batches_holding_only_its_window(bucket_set, tmp_path, monkeypatch, process):
+def test_a_bucket_set_streams_the_local_sets_batches_holding_only_its_window(
+    bucket_set, tmp_path, monkeypatch, process
+):
     local, remote = bucket_set
     shards = sorted(glob.glob(local))
     largest = max(map(os.path.getsize, shards))
@@ -121,7 +131,9 @@ def test_a_shard_deleted_mid_run_stops_the_run_in_one_sentence(bucket_set, gcs_b
     local, _ = bucket_set
     remote = f"{gcs_bucket}/streaming/doomed"
     files.upload_tree(os.path.dirname(local), remote)
-    p = make(f"{remote}/*.tfrecord", tmp_path / "a", monkeypatch, process_index=0, process_count=1, stream_window_bytes=1)
+    p = make(
+        f"{remote}/*.tfrecord", tmp_path / "a", monkeypatch, process_index=0, process_count=1, stream_window_bytes=1
+    )
     next(p)
     for name in files.listdir(remote):
         if name.endswith(".tfrecord"):

@@ -169,6 +169,8 @@ class DataConfig:
     # tf.data threads reading and parsing records, per process (0: tf.data autotunes them). A number: that many,
     # no autotuning thread, whose deletion can hold the job's end up to a minute on a loaded host (docs/pretraining.md)
     pipeline_threads: int = 0
+    # Sets in a bucket stream: bytes of shards one process holds at once, per set (0: (2 × 8 + 2) × its largest shard)
+    stream_window_bytes: int = 0
     # A data mixture (instead of corpus / train_files): named sources, each a corpus spec (anything corpus takes)
     # or a record-set glob, with a weight or `auto`: 'web=web/*.parquet:0.6,code=code/*.tfrecord:0.4' ("" = off)
     mixture: str = ""
@@ -255,8 +257,9 @@ class DataConfig:
             )
         if self.num_workers < 0:
             raise _bad("config.data.num_workers", self.num_workers, "must be ≥ 0 (0 = one per core).")
-        if self.pipeline_threads < 0:
-            raise _bad("config.data.pipeline_threads", self.pipeline_threads, "must be ≥ 0 (0 = autotuned).")
+        for name in ("pipeline_threads", "stream_window_bytes"):
+            if getattr(self, name) < 0:
+                raise _bad(f"config.data.{name}", getattr(self, name), "must be ≥ 0 (0 = chosen for you).")
         self._validate_schedules()
         if not 0.0 <= self.eval_masked_lm_prob < 1.0:
             raise _bad(

@@ -302,7 +302,9 @@ class ShardWindow:
             needed = list(dict.fromkeys([*position.get("open", ()), *(n for n in ahead if n is not None)]))
             missing = [n for n in needed if n not in self.pieces]
             if missing:
-                raise StreamError(f"{self.label}: the saved position holds {missing[0]}, not a record file of this process")
+                raise StreamError(
+                    f"{self.label}: the saved position holds {missing[0]}, not a record file of this process"
+                )
             for name in needed:
                 self._refs[name] += 1  # released by its done marker; a spare one when the reader asks again
             self._cond.notify_all()
@@ -443,7 +445,9 @@ class ShardWindow:
         except FileNotFoundError:
             raise self._changed(piece, "it was deleted") from None
         if (size, version) != (piece.size, piece.version):
-            raise self._changed(piece, f"it was replaced (generation {version}, {piece.version} when the run listed it)")
+            raise self._changed(
+                piece, f"it was replaced (generation {version}, {piece.version} when the run listed it)"
+            )
 
     def _changed(self, piece: Piece, what: str) -> StreamError:
         return StreamError(

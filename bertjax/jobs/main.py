@@ -33,35 +33,19 @@ PER_SOURCE = ("mlm_accuracy", "mlm_loss", "mlm_accuracy_stderr", "mlm_loss_stder
 
 
 def _mixture_sources(job: JobConfig, workdir: str) -> tuple[list[tuple[str, str, str]], str]:
-    """A mixture's (name, train records, held-out records) and shared eval set (stage.mixture_sources), with record
-    sets in a bucket replaced by local copies; ([], "") without a mixture."""
+    """A mixture's (name, train records, held-out records) and shared eval set (stage.mixture_sources); ([], "")
+    without a mixture. Sets in a bucket stay there: each process streams its share (data/stream_window.py)."""
     from bertjax.jobs import stage as stage_lib
 
     if not job.data.mixture.strip():
         return [], ""
-    sources, shared = stage_lib.mixture_sources(job, workdir)
-    local = [
-        (
-            name,
-            remote_cache.record_set(train, f"config.data.mixture's {name!r}"),
-            remote_cache.record_set(held, f"config.data.eval_files' {name!r}") if held else "",
-        )
-        for name, train, held in sources
-    ]
-    return local, remote_cache.record_set(shared, "config.data.eval_files") if shared else ""
+    return stage_lib.mixture_sources(job, workdir)
 
 
 def _local_data(d: Any) -> dict:
-    """config.data's record sets and vocab with gs:// ones replaced by local copies (data/remote_cache.py)."""
-    return {
-        "train_files": remote_cache.record_set(d.train_files, "config.data.train_files") if d.train_files else "",
-        "eval_files": (
-            remote_cache.record_set(d.eval_files, "config.data.eval_files")
-            if d.eval_files and not d.mixture.strip()  # a mixture's: _mixture_sources
-            else d.eval_files
-        ),
-        "vocab_file": remote_cache.copy_of(d.vocab_file) if d.vocab_file else "",
-    }
+    """config.data's vocab in a bucket replaced by its local copy (data/remote_cache.py); record sets in a bucket
+    are streamed, never copied."""
+    return {"vocab_file": remote_cache.copy_of(d.vocab_file) if d.vocab_file else ""}
 
 
 def _pipeline(
@@ -101,6 +85,7 @@ def _pipeline(
             skip_damaged_records=d.skip_damaged_records,
             verify_checksums=d.verify_checksums,
             threads=d.pipeline_threads or None,
+            stream_window_bytes=d.stream_window_bytes,
             sources=sources,
             mixture=d.mixture_spec() if sources else None,
             mixture_block=d.mixture_block,
@@ -248,7 +233,7 @@ def _train_and_evaluate(
 
     job = stage_lib.prepare_data(job, workdir)
     given = {k: getattr(job.data, k) for k in ("train_files", "eval_files", "vocab_file")}
-    job = job.replace(data=_local_data(job.data))  # records and vocab in a bucket: read from local copies
+    job = job.replace(data=_local_data(job.data))  # a vocab in a bucket: read from its local copy
     job.data.check_records()
     sources, shared_eval = _mixture_sources(job, workdir)
     # the vocab, the model and the records agree, before compiling

@@ -297,8 +297,9 @@ class RecordStream:
         if self.window is None:
             c = self.config
             pieces = [
-                stream_window.Piece(f, self.name(f), *self.listing[f], part=c.process_index if self.parts > 1 else 0,
-                                    parts=self.parts)
+                stream_window.Piece(
+                    f, self.name(f), *self.listing[f], part=c.process_index if self.parts > 1 else 0, parts=self.parts
+                )
                 for f in self.files
             ]
             largest = max(p.byte_range[1] - p.byte_range[0] for p in pieces)
@@ -306,7 +307,11 @@ class RecordStream:
             budget = c.stream_window_bytes or (2 * cycle + 2) * largest  # the reader's cycle held, as much again ahead
             listed = {e["file"]: e.get("crc32c") for e in (self.metadata or {}).get("files", ())}
             checksums = (
-                {p.name: listed[os.path.basename(p.url)] for p in pieces if p.whole and listed.get(os.path.basename(p.url))}
+                {
+                    p.name: listed[os.path.basename(p.url)]
+                    for p in pieces
+                    if p.whole and listed.get(os.path.basename(p.url))
+                }
                 if c.verify_checksums
                 else {}
             )
