@@ -38,11 +38,13 @@ def job_config(pydocs_data: str, **overrides):
     return c
 
 
-def start(config_file: str, workdir, devices: int = 8, args: tuple = ()) -> subprocess.Popen:
+def start(config_file: str, workdir, devices: int = 8, args: tuple = (), cache=None) -> subprocess.Popen:
+    """The job as a subprocess; `cache`: its own $BERTJAX_CACHE_DIR (another host's disk)."""
     env = dict(
         os.environ,
         XLA_FLAGS=train_setup.job_xla_flags(devices),
         JAX_PLATFORMS="cpu",
+        **({"BERTJAX_CACHE_DIR": str(cache)} if cache else {}),
     )
     env.pop("TF_ENABLE_ONEDNN_OPTS", None)  # as a user's shell has it: the command quiets TensorFlow itself
     return subprocess.Popen(
@@ -187,17 +189,76 @@ def test_two_processes_train_like_one_with_the_same_global_batch(pydocs_data, tm
     assert "2 process(es), 4 device(s)" in outputs[0]
     assert "export: wrote" in outputs[0] and os.path.isfile(tmp_path / "two" / "hf" / "config.json")
     assert "predictions" in outputs[0].lower(), outputs[0][-2000:]
+    # Resumed by another number of processes: refused before any work, in one sentence.
+    proc = start(config_file, tmp_path / "two", devices=4, args=("--config.train.num_train_steps=6",))
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode != 0 and "process(es), " not in out, out[-2000:]  # before the setup line
+    assert re.search(r"holds input positions for 2 process\(es\) but this run has 1; resume with 2", out), out[-2000:]
     one, two = train_rows(tmp_path / "one"), train_rows(tmp_path / "two")
     assert [r["step"] for r in two] == [1, 2, 3, 4]
     for key in ("loss", "mlm_accuracy", "nsp_accuracy", "grad_norm"):
         np.testing.assert_allclose([r[key] for r in two], [r[key] for r in one], rtol=1e-5, err_msg=key)
 
 
-def test_sigterm_stops_every_process_at_one_step_and_both_resume_from_a_bucket(pydocs_data, gcs_bucket, tmp_path):  # noqa: F811
+@pytest.fixture(scope="module")
+def bucket_records(pydocs_data, gcs_bucket):  # noqa: F811
+    """The pydocs train (4 shards) and held-out records, uploaded once."""
+    remote = f"{gcs_bucket}/records-hosts"
+    files.upload_tree(pydocs_data, remote)
+    return remote
+
+
+def test_four_hosts_stream_their_shares_from_a_bucket_and_all_exit_with_the_export(
+    pydocs_data, bucket_records, tmp_path
+):
+    """Four processes with their own caches (four hosts' disks) train from a record set in a bucket: each fetches
+    only its shard into a window of its own, then the finished job exits 0 on every process with its export."""
+    c = job_config(
+        pydocs_data, **{"train.num_train_steps": 6, "checkpoint.every_steps": 3, "checkpoint.export_hf": True}
+    )
+    c.data.train_files = f"{bucket_records}/train/*.tfrecord"
+    c.data.eval_files = f"{bucket_records}/heldout/*.tfrecord"
+    c.mesh.shape = (-1, 1, 1)
+    config_file = train_setup.write_config(c, tmp_path / "config.py")
+    address = f"127.0.0.1:{free_port()}"
+    procs = [
+        start(
+            config_file,
+            tmp_path / "work",
+            devices=1,
+            args=(f"--coordinator_address={address}", "--num_processes=4", f"--process_id={i}"),
+            cache=tmp_path / f"host{i}",
+        )
+        for i in range(4)
+    ]
+    outputs = [finish(p, timeout=240) for p in procs]
+    assert "export: wrote" in outputs[0] and os.path.isfile(tmp_path / "work" / "hf" / "config.json")
+    shards = {os.path.basename(f): files.size(f) for f in files.glob(c.data.train_files)}
+    assert len(shards) == 4
+    for i, out in enumerate(outputs):
+        # stream: training set gs://…/train: N MB fetched in K piece(s), at most P MB on disk (window W MB), …
+        line = re.search(
+            r"stream: training set \S+: ([\d,.]+) MB fetched in (\d+) piece\(s\), at most ([\d,.]+) MB", out
+        )
+        assert line, out[-3000:]
+        fetched, pieces, peak = float(line[1].replace(",", "")), int(line[2]), float(line[3].replace(",", ""))
+        assert pieces >= 1 and fetched * 1e6 <= 1.01 * pieces * max(shards.values())
+        assert fetched * 1e6 < sum(shards.values()) / 2  # its share (one shard of four), never the set
+        assert peak * 1e6 <= 1.01 * max(shards.values())
+        assert not os.listdir(tmp_path / f"host{i}" / "stream"), "the window's folder is removed at the end"
+
+
+def test_sigterm_stops_every_process_at_one_step_and_both_resume_from_a_bucket(
+    pydocs_data,
+    bucket_records,
+    gcs_bucket,
+    tmp_path,  # noqa: F811
+):
     """Several processes sharing a workdir in a bucket: JAX's preemption service turns a SIGTERM into one agreed
     step at which every process saves its own input position and exits 0, with no collective in the loop to
-    find out; process 0 commits the step; both resume from it."""
+    find out; process 0 commits the step; both resume from it, streaming their records from the bucket."""
     c = job_config(pydocs_data, **{"train.num_train_steps": 400, "checkpoint.every_steps": 1000})
+    c.data.train_files = f"{bucket_records}/train/*.tfrecord"
     c.mesh.shape = (-1, 1, 1)
     config_file = train_setup.write_config(c, tmp_path / "config.py")
     workdir = f"{gcs_bucket}/two-{tmp_path.name}"

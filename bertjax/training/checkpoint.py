@@ -45,6 +45,7 @@ from bertjax.training.checkpoint_items import (  # IncompatibleCheckpoint: raise
     PipelineHandler,
     PipelineRestore,
     PipelineSave,
+    check_resumable_by_processes,  # noqa: F401  (loop.py calls it here, before any work)
     checksums,
 )
 

@@ -8,6 +8,7 @@ import asyncio
 import dataclasses
 import json
 import logging
+import os
 from typing import Any
 
 import jax
@@ -54,15 +55,36 @@ class PipelineHandler(ocp.CheckpointHandler):
             files.write_whole(str(directory / "processes.json"), json.dumps({"process_count": jax.process_count()}))
 
     def restore(self, directory: epath.Path, args: "PipelineRestore") -> Any:
-        saved = files.read_json(str(directory / "processes.json"))["process_count"]
-        if saved != jax.process_count():
-            raise IncompatibleCheckpoint(
-                f"{directory} holds input positions for {saved} process(es) but this run has {jax.process_count()}; "
-                f"resume with {saved}, or start a new workdir with "
-                f"--config.train.init_from={directory.parent.parent.parent} (weights only)."
-            )
+        check_process_count(str(directory))
         args.pipeline.restore_state(str(directory / f"process_{jax.process_index()}"))
         return args.pipeline
+
+
+def check_process_count(directory: str) -> None:
+    """Refuses positions saved by another number of processes: each process's position is its own files'
+    (or byte ranges'), which another count divides otherwise, so records of the epoch would repeat or be skipped."""
+    saved = files.read_json(os.path.join(directory, "processes.json"))["process_count"]
+    if saved != jax.process_count():
+        workdir = os.path.dirname(os.path.dirname(os.path.dirname(directory.rstrip("/"))))
+        raise IncompatibleCheckpoint(
+            f"{directory} holds input positions for {saved} process(es) but this run has {jax.process_count()}; "
+            f"resume with {saved} (each process's share of the record set is fixed by the count), or start a new "
+            f"workdir with --config.train.init_from={workdir} (weights only)."
+        )
+
+
+def check_resumable_by_processes(checkpoints: str) -> None:
+    """Before any work: the newest step's input positions were saved by this many processes (check_process_count)."""
+    steps = (
+        sorted((int(s) for s in files.listdir(checkpoints) if s.isdigit()), reverse=True)
+        if files.isdir(checkpoints)
+        else []
+    )
+    for step in steps:
+        pipeline = os.path.join(checkpoints, str(step), "pipeline")
+        if files.exists(os.path.join(pipeline, "processes.json")):
+            check_process_count(pipeline)
+            return
 
 
 @ocp.args.register_with_handler(PipelineHandler, for_save=True)

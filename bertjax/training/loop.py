@@ -224,6 +224,7 @@ def run_job(workdir: str, body: Callable[[StopRequest, lock_lib.WorkdirLock], di
     """body(stop, lock) with the workdir locked and SIGTERM handled; a SIGTERM before the first step
     (data preparation, compilation, restore) ends it cleanly, with nothing trained."""
     ownership.claim_workdir(workdir, primary=jax.process_index() == 0)  # another tool's files: refused, untouched
+    checkpoint_lib.check_resumable_by_processes(os.path.join(workdir, checkpoint_lib.CHECKPOINTS))
     with StopRequest() as stop, lock_lib.WorkdirLock(workdir, enabled=jax.process_index() == 0) as lock:
         try:
             return body(stop, lock)
