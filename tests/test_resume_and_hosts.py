@@ -30,6 +30,7 @@ def job_config(pydocs_data: str, **overrides):
         pydocs_data,
         **{"train.num_train_steps": STEPS, "checkpoint.every_steps": 2, "checkpoint.keep": 3, "eval.num_batches": 1},
     )
+    c.train.log_every_steps = 3  # saves between log lines: a resumed run must log the uninterrupted run's rows
     c.mesh.shape = (4, 2, 1)
     c.eval.every_steps = 1000
     for key, value in overrides.items():
@@ -125,7 +126,7 @@ def test_resumed_run_ends_with_bitwise_identical_params(uninterrupted, tmp_path,
 def test_a_run_in_a_bucket_stops_on_sigterm_and_resumes_bitwise(uninterrupted, pydocs_data, gcs_bucket, tmp_path):  # noqa: F811
     """The same job with its workdir, records and vocab in a bucket (fake-gcs-server on localhost): stopped by
     SIGTERM, resumed by the same command, it ends with the local uninterrupted run's params bit for bit, and
-    nothing lands on the local disk but the records' cached copies."""
+    nothing lands on the local disk but the vocab's cached copy (the records stream through a window removed at the end)."""
     _, expected, losses = uninterrupted
     data = f"{gcs_bucket}/data-{tmp_path.name}"
     files.upload_tree(pydocs_data, data)
@@ -148,13 +149,16 @@ def test_a_run_in_a_bucket_stops_on_sigterm_and_resumes_bitwise(uninterrupted, p
     for a, b in zip(expected, final_params(workdir)):
         np.testing.assert_array_equal(a, b)
     resumed = {r["step"]: r["loss"] for r in train_rows(workdir)}  # the later line of a step logged twice wins
-    assert resumed == losses  # every step's loss, before the stop and after the resume, as the local run's
+    # Every row's loss, before the stop and after the resume, as the local run's: the first row after the resume
+    # averages the steps before the stop too (the checkpoint carries their sums), as an uninterrupted run's does.
+    assert resumed == losses and len(losses) == STEPS // 3 + 1
     saved = files.read_json(f"{workdir}/config.json")["data"]
     assert saved["train_files"].startswith(data) and saved["vocab_file"] == f"{data}/vocab/vocab.txt"
     assert {"config.json", "metrics.jsonl", "checkpoints"} <= set(files.listdir(workdir))
     assert sum(n.startswith("events.out.tfevents.") for n in files.listdir(workdir)) == 2  # one a run
     assert not os.path.exists(os.path.join(train_setup.ROOT, "gs:"))  # no local "gs:/..." tree
-    assert sorted(os.listdir(tmp_path / "cache" / "remote"))  # the copies the pipeline read
+    assert sorted(os.listdir(tmp_path / "cache" / "remote"))  # the vocab's copy
+    assert not os.listdir(tmp_path / "cache" / "stream")  # the windows' folders, gone
 
 
 def free_port() -> int:
@@ -167,6 +171,7 @@ def test_two_processes_train_like_one_with_the_same_global_batch(pydocs_data, tm
     # One train file, no shuffling, no dropout: two processes split its records by example (p, p+2, …), so
     # their global batch holds the same examples as the single process's, in another order.
     c = job_config(pydocs_data, **{"train.num_train_steps": 4, "data.shuffle_buffer": 1, "checkpoint.export_hf": True})
+    c.train.log_every_steps = 1
     c.eval.show_predictions = 2  # process 0 shows them from params that span both processes
     c.data.train_files = os.path.join(pydocs_data, "train", "records-00000-of-00004.tfrecord")
     c.model.update(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)

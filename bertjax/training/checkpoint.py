@@ -28,7 +28,7 @@ import glob
 import logging
 import os
 import shutil
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import jax
 import numpy as np
@@ -95,6 +95,7 @@ def _handlers() -> dict:
         "train": ocp.PyTreeCheckpointHandler(),
         "config": ocp.JsonCheckpointHandler(),
         "pipeline": PipelineHandler(),
+        "loop": ocp.JsonCheckpointHandler(),  # the loop's unlogged metrics (train_loop's `carry`)
     }
 
 
@@ -135,6 +136,7 @@ class Checkpointer:
         self.keep = cfg.keep
         self._state_bytes = 0  # of the last save: what the next one needs on disk
         self._failed = False  # a save ran out of space: close() then only tidies up
+        self.restored_carry: Optional[dict] = None  # the restored step's `carry` (save)
 
     def latest_step(self) -> Optional[int]:
         return self.manager.latest_step()
@@ -179,8 +181,16 @@ class Checkpointer:
         """Whether `save` saves at this step (not orbax's should_save: that also saves any first step)."""
         return step % self.every_steps == 0
 
-    def save(self, step: int, state: Any, pipeline: Any = None, force: bool = False) -> bool:
-        """Saves if the step is due (or force); returns whether a save started."""
+    def save(
+        self,
+        step: int,
+        state: Any,
+        pipeline: Any = None,
+        force: bool = False,
+        carry: Optional[Callable[[], dict]] = None,
+    ) -> bool:
+        """Saves if the step is due (or force); returns whether a save started. `carry()`: what the loop carries
+        over to its next log line (metrics summed since the last), for a resume to log the same line."""
         if not force and not self.due(step):
             return False
         if step in self.manager.all_steps():
@@ -196,6 +206,8 @@ class Checkpointer:
         )
         if pipeline is not None:
             items["pipeline"] = PipelineSave(pipeline)
+        if carry is not None:
+            items["loop"] = ocp.args.JsonSave(carry())
         try:
             return self.manager.save(step, args=ocp.args.Composite(**items), force=True)
         except Exception as e:  # noqa: BLE001
@@ -283,8 +295,11 @@ class Checkpointer:
         }
         if pipeline is not None:
             items["pipeline"] = PipelineRestore(pipeline)
+        if files.exists(os.path.join(self.directory, str(step), "loop")):  # saved since the loop's carry existed
+            items["loop"] = ocp.args.JsonRestore()
         try:
             out = self.manager.restore(step, args=ocp.args.Composite(**items))
+            self.restored_carry = out["loop"] if "loop" in items else None
         except ValueError as e:
             # The params' layout is the fingerprint's business (checked above), so a tree that reads but
             # differs is the optimizer's: another config.optim, not a damaged file.

@@ -275,9 +275,12 @@ def train_loop(
     meter = metrics_lib.Throughput(num_steps)
     profile = Profile(workdir, start_step, job.train.profile_steps)
     last_eval: dict[str, float] = {}
-    running = None
     step = start_step
     guard = NonfiniteGuard(job.train, checkpoints, job.optim.learning_rate)
+    # Metrics summed since the last log line, carried over a stop: a resumed run logs the rows an uninterrupted one does.
+    carried = (checkpoints.restored_carry or {}) if start_step else {}
+    running, guard.since_log = metrics_lib.from_carry(carried.get("running")), int(carried.get("skipped", 0))
+    carry = lambda: {"running": metrics_lib.to_carry(running), "skipped": guard.since_log}  # noqa: E731
     stop.training_started()  # from here a SIGTERM saves at the next step
     try:
         while step < num_steps:
@@ -334,9 +337,9 @@ def train_loop(
             if stopping or checkpoints.due(step):
                 guard.flush()  # nothing after a step that stops the job is saved
             with meter.paused():
-                checkpoints.save(step, state, train_data)
+                checkpoints.save(step, state, train_data, carry=carry)
             if stopping:
-                checkpoints.save(step, state, train_data, force=True)
+                checkpoints.save(step, state, train_data, force=True, carry=carry)
                 log.info("stopped at step %d on request; rerun the same command to resume", step)
                 return LoopResult(state, step, last_eval, stopped=True)
     finally:

@@ -175,6 +175,21 @@ def merge(a: Optional[Metrics], b: Metrics) -> Metrics:
     return {k: (a[k][0] + b[k][0], a[k][1] + b[k][1]) for k in a}
 
 
+def to_carry(metrics: Optional[Metrics]) -> Optional[dict]:
+    """(sum, count) pairs as JSON, dtypes kept: a checkpoint carries them to a resumed run's next log line."""
+    if metrics is None:
+        return None
+    host = jax.device_get(metrics)
+    return {k: [[np.asarray(v).tolist(), str(np.asarray(v).dtype)] for v in pair] for k, pair in host.items()}
+
+
+def from_carry(carried: Optional[dict]) -> Optional[Metrics]:
+    """to_carry's pairs back as numpy values of their dtypes (so a resumed sum adds bit for bit as the original)."""
+    if not carried:
+        return None
+    return {k: tuple(np.asarray(value, dtype) for value, dtype in pair) for k, pair in carried.items()}
+
+
 def normalize(metrics: Metrics) -> dict[str, float]:
     """(sum, count) → sum / count as Python floats on the host (NaN where nothing was counted); a vector
     sum (mlm_constant_prediction's bits) → the one id all predictions were, or -1 if they were not one."""
