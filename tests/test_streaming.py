@@ -4,6 +4,7 @@ than processes split by byte ranges with every record read once, and a shard del
 sentence. Against fake-gcs-server on localhost; several processes are several pipelines with their own caches."""
 
 import glob
+import itertools
 import os
 
 import numpy as np
@@ -141,3 +142,53 @@ def test_a_shard_deleted_mid_run_stops_the_run_in_one_sentence(bucket_set, gcs_b
     with pytest.raises(stream_window.StreamError, match=r"changed in the bucket while the run read it: it was deleted"):
         for _ in range(200):
             next(p)
+
+
+def test_503s_429s_and_an_outage_are_ridden_out_with_the_same_batches(bucket_set, tmp_path, monkeypatch):
+    """Through a proxy that answers every 4th request 503 or 429, and drops every connection for 2 s mid-epoch:
+    the clients' retries and the window's carry the epoch, and the batches are the local set's."""
+    import gcsfs
+
+    from gcs_emulator import client_settings
+    from gcs_faults import FaultyProxy
+
+    local, remote = bucket_set
+    expected = take(make(local, tmp_path / "a", monkeypatch), 30)
+    with FaultyProxy(os.environ["STORAGE_EMULATOR_HOST"]) as proxy:
+        for key, value in client_settings(proxy.url).items():
+            monkeypatch.setenv(key, value)
+        gcsfs.GCSFileSystem.clear_instance_cache()  # gcsfs reads the endpoint when it makes its client
+        try:
+            streamed = make(remote, tmp_path / "b", monkeypatch, stream_window_bytes=1)  # every piece refetched
+            got = take(streamed, 5)
+            proxy.fail_every(4)
+            proxy.outage(2.0)
+            got += take(streamed, 25)
+        finally:
+            gcsfs.GCSFileSystem.clear_instance_cache()
+    same(got, expected)
+    assert proxy.dropped > 0 and proxy.failed > 0
+
+
+def test_a_failing_fetch_is_retried_and_counted_and_a_lasting_one_is_one_sentence(bucket_set, tmp_path, monkeypatch):
+    """Past the client's own retries (a long outage): the window retries with backoff, counts it, and after
+    RETRY_SECONDS stops the run in one sentence that says the rerun resumes."""
+    local, remote = bucket_set
+    expected = take(make(local, tmp_path / "a", monkeypatch), 3)
+    real, failures = files.download, iter([True, True])
+
+    def flaky(url, target):
+        if next(failures, False):
+            raise ConnectionError("Cannot connect to host 127.0.0.1")
+        return real(url, target)
+
+    monkeypatch.setattr(stream_window.files, "download", flaky)
+    streamed = make(remote, tmp_path / "b", monkeypatch)
+    same(take(streamed, 3), expected)
+    assert streamed.streams[0].window.stats()["retries"] == 2
+    monkeypatch.setattr(stream_window, "RETRY_SECONDS", 0.0)
+    failures = itertools.repeat(True)  # flaky now fails every time
+    with pytest.raises(
+        stream_window.StreamError, match=r"failed for 0 minutes .*rerun the same command when the bucket"
+    ):
+        take(make(remote, tmp_path / "c", monkeypatch), 1)
