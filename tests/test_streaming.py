@@ -139,7 +139,9 @@ def test_a_shard_deleted_mid_run_stops_the_run_in_one_sentence(bucket_set, gcs_b
     for name in files.listdir(remote):
         if name.endswith(".tfrecord"):
             files.remove(f"{remote}/{name}")
-    with pytest.raises(stream_window.StreamError, match=r"changed in the bucket while the run read it: it was deleted"):
+    with pytest.raises(
+        stream_window.StreamError, match=r"changed in the bucket while the run read it \(it was deleted\)"
+    ):
         for _ in range(200):
             next(p)
 
@@ -189,6 +191,57 @@ def test_a_failing_fetch_is_retried_and_counted_and_a_lasting_one_is_one_sentenc
     monkeypatch.setattr(stream_window, "RETRY_SECONDS", 0.0)
     failures = itertools.repeat(True)  # flaky now fails every time
     with pytest.raises(
-        stream_window.StreamError, match=r"failed for 0 minutes .*rerun the same command when the bucket"
+        stream_window.StreamError,
+        match=r"failed for 0 minutes .*so the run stopped: rerun the same command when the bucket",
     ):
         take(make(remote, tmp_path / "c", monkeypatch), 1)
+
+
+def test_a_job_whose_shard_is_deleted_stops_naming_it_and_the_step_and_the_rerun_resumes(
+    bucket_set,
+    pydocs_data,
+    gcs_bucket,
+    tmp_path,  # noqa: F811
+):
+    """The job (one process, 30 small shards in a bucket, a window of one byte: each shard fetched again each epoch):
+    a shard deleted mid-run stops it with one sentence naming the shard and the step the rerun resumes from;
+    put back, the same command resumes and finishes."""
+    import json
+    import re
+
+    import train_setup
+    from test_resume_and_hosts import finish, start, wait_for_step
+
+    local, _ = bucket_set
+    records = [r.numpy() for r in tf.data.TFRecordDataset(sorted(glob.glob(local)))]
+    os.makedirs(tmp_path / "set")
+    for i in range(30):  # more shards than tf.data's interleave holds open (~2 × 8): read ones leave the window
+        with tf.io.TFRecordWriter(str(tmp_path / "set" / f"part-{i:02d}.tfrecord")) as w:
+            for r in records[i * 6 : (i + 1) * 6]:
+                w.write(r)
+    remote = f"{gcs_bucket}/streaming/job-{tmp_path.name}"
+    files.upload_tree(str(tmp_path / "set"), remote)
+    c = train_setup.small_config(pydocs_data, **{"train.num_train_steps": 40, "checkpoint.every_steps": 4})
+    c.data.update(train_files=f"{remote}/*.tfrecord", stream_window_bytes=1)
+    config_file = train_setup.write_config(c, tmp_path / "config.py")
+    workdir = tmp_path / "work"
+    proc = start(config_file, workdir, devices=1, cache=tmp_path / "cache")
+    wait_for_step(proc, workdir, 9)
+    doomed = f"{remote}/part-03.tfrecord"
+    kept = files.read_range(doomed, 0, files.size(doomed))
+    files.remove(doomed)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode != 0, out[-2000:]
+    said = [line for line in out.splitlines() if line.startswith("bertjax: ")]
+    found = re.match(
+        rf"bertjax: record file {doomed} changed in the bucket while the run read it \(it was deleted\), so the run "
+        r"stopped: .* rerun the same command, which resumes from step (\d+), the newest checkpoint\.",
+        said[-1] if said else "",
+    )
+    assert found, out[-3000:]
+    assert "Traceback" not in out
+    files.write_whole(doomed, kept)
+    out = finish(start(config_file, workdir, devices=1, cache=tmp_path / "cache"))
+    assert f"resumed from {workdir}/checkpoints/{found[1]}" in out
+    rows = [json.loads(line) for line in open(workdir / "metrics.jsonl")]
+    assert max(r["step"] for r in rows if r["kind"] == "train") == 40

@@ -50,8 +50,25 @@ _HEADER = struct.Struct("<QI")
 _FRAME = 16  # header (12) + data CRC (4)
 
 
+class _QuietGiveUps(logging.Filter):
+    """gcsfs logs each request it gives up on with its traceback; the window retries it and logs a count."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "out of retries" not in record.getMessage()
+
+
+_QUIET = _QuietGiveUps()
+
+
 class StreamError(ValueError):
-    """A shard the run listed is gone or changed in the bucket: the run cannot go on exactly."""
+    """A shard the run listed is gone or changed in the bucket, or the bucket failed for too long: the run stops."""
+
+    RESUME = "the last checkpoint"
+
+    def resuming_from(self, step: Optional[int]) -> "StreamError":
+        """The same sentence naming the step the rerun resumes from."""
+        where = f"step {step}, the newest checkpoint" if step else "the start (no step was saved yet)"
+        return StreamError(str(self).replace(self.RESUME, where))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -175,6 +192,7 @@ class ShardWindow:
         self._fetching: dict[str, int] = {}  # name → bytes reserved
         self._wanted: list[str] = []  # requested, absent, not yet fetching: fetched first, past the budget
         self._refs: collections.Counter[str] = collections.Counter()
+        self._fresh: set[str] = set()  # fetched ahead, not asked for yet
         self._records: dict[str, int] = {}  # records in each fetched piece
         self._order_from: Optional[Callable[[int], Iterator[str]]] = None
         self._order: Optional[Iterator[str]] = None
@@ -196,6 +214,7 @@ class ShardWindow:
         shutil.rmtree(folder, ignore_errors=True)  # a killed run's leftovers: this folder is ours alone
         os.makedirs(folder, exist_ok=True)
         atexit.register(self.close)
+        logging.getLogger("gcsfs").addFilter(_QUIET)  # once: a filter is added to a logger only if absent
 
     def _check_disk(self) -> None:
         os.makedirs(os.path.dirname(self.folder), exist_ok=True)
@@ -259,6 +278,7 @@ class ShardWindow:
             else:
                 self._consumed = max(self._consumed, index + 1)
             self._refs[name] += 1
+            self._fresh.discard(name)
             if name not in self._present and name not in self._fetching and name not in self._wanted:
                 self._wanted.append(name)
             self._ensure_thread()
@@ -277,6 +297,9 @@ class ShardWindow:
                 self._refs[name] -= 1
             if name in self._present:
                 self._present.move_to_end(name)
+            # Over the budget (the reader's own pieces may take it past): what was read leaves now, but not the
+            # pieces fetched ahead that the reader has not asked for yet.
+            self._make_room(0, self._fresh)
             self._cond.notify_all()
 
     # --- Position -----------------------------------------------------------------------------------------
@@ -346,6 +369,7 @@ class ShardWindow:
             if self._refs[name] == 0 and name not in keep:
                 os.remove(os.path.join(self.folder, name))
                 del self._present[name]
+                self._fresh.discard(name)
         return self._used() + need <= self.budget
 
     def _next(self) -> Optional[str]:
@@ -394,6 +418,8 @@ class ShardWindow:
         with self._cond:
             self._fetching.pop(name)
             self._present[name] = written
+            if not self._refs[name]:
+                self._fresh.add(name)
             self._records[name] = records
             self.fetched_bytes += written
             self.fetched_pieces += 1
@@ -408,6 +434,8 @@ class ShardWindow:
 
     def _download(self, piece: Piece) -> tuple[int, int]:
         """The piece into the folder (through a temporary name); (bytes, records or -1 when not counted)."""
+        if self._closed:  # close() removed the folder: make nothing again
+            raise StreamError(f"{self.label}: the window is closed")
         target = os.path.join(self.folder, piece.name)
         os.makedirs(os.path.dirname(target), exist_ok=True)
         partial = f"{target}.partial"
@@ -451,9 +479,9 @@ class ShardWindow:
 
     def _changed(self, piece: Piece, what: str) -> StreamError:
         return StreamError(
-            f"record file {piece.url} changed in the bucket while the run read it: {what}; the run stops here. Put "
-            "the set back as it was (or point the config at a new set and a new workdir) and rerun the same command: "
-            "it resumes from the last checkpoint."
+            f"record file {piece.url} changed in the bucket while the run read it ({what}), so the run stopped: put "
+            "the set back as it was (or point the config at a new set and a new workdir) and rerun the same command, "
+            f"which resumes from {StreamError.RESUME}."
         )
 
     def _retrying(self, call: Callable, piece: Piece):
@@ -470,8 +498,8 @@ class ShardWindow:
                 if self._closed or time.monotonic() > deadline:
                     raise StreamError(
                         f"reading {piece.url} failed for {RETRY_SECONDS / 60:.0f} minutes ({type(e).__name__}: "
-                        f"{str(e).splitlines()[0][:160] if str(e) else ''}); the run stops here: rerun the same "
-                        "command when the bucket answers, and it resumes from the last checkpoint."
+                        f"{str(e).splitlines()[0][:160] if str(e) else ''}), so the run stopped: rerun the same "
+                        f"command when the bucket answers, and it resumes from {StreamError.RESUME}."
                     ) from None
                 with self._cond:
                     self.retries += 1
@@ -507,7 +535,7 @@ class ShardWindow:
             self._closed = True
             self._generation += 1
             self._cond.notify_all()
-        self._pool.shutdown(wait=True, cancel_futures=True)
+        self._pool.shutdown(wait=False, cancel_futures=True)  # a fetch in flight ends at its next retry
         shutil.rmtree(self.folder, ignore_errors=True)
         if self.fetched_pieces:
             log.info(

@@ -20,6 +20,7 @@ from typing import Any, Callable, Iterator, Optional
 
 import jax
 
+from bertjax.data import stream_window
 from bertjax.training import batch_warmup
 from bertjax.training import checkpoint as checkpoint_lib
 from bertjax.runtime import lock as lock_lib
@@ -336,12 +337,18 @@ def train_loop(
             stopping = stop.reached(step, checkpoints)
             if stopping or checkpoints.due(step):
                 guard.flush()  # nothing after a step that stops the job is saved
+            failed = getattr(train_data, "stream_error", lambda: None)()
+            if failed is not None:  # a failed fetch may sit in the pipeline's buffers: its position is never saved
+                raise failed
             with meter.paused():
                 checkpoints.save(step, state, train_data, carry=carry)
             if stopping:
                 checkpoints.save(step, state, train_data, force=True, carry=carry)
                 log.info("stopped at step %d on request; rerun the same command to resume", step)
                 return LoopResult(state, step, last_eval, stopped=True)
+    except stream_window.StreamError as e:  # the bucket's set changed or failed (reading or saving its position)
+        checkpoints.wait()
+        raise e.resuming_from(checkpoints.latest_step()) from None
     finally:
         profile.stop()
 

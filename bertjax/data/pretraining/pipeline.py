@@ -395,7 +395,7 @@ class InputPipeline:
             self._exhausted = True
             raise
         except tf.errors.OpError as e:
-            failed = next((s.window.error for s in self.streams if s.window and s.window.error), None)
+            failed = self.stream_error()
             if failed is not None:  # a window's fetch failed: its sentence, not TensorFlow's wrapping of it
                 raise failed from None
             if isinstance(e, (tf.errors.DataLossError, tf.errors.InvalidArgumentError)):
@@ -408,6 +408,10 @@ class InputPipeline:
             self.mixing.count(out.pop(mixing.MIX_COUNTS))
         self._batches += 1
         return out
+
+    def stream_error(self) -> Optional[Exception]:
+        """A window's failed fetch (a shard gone or changed, the bucket down too long), or None."""
+        return next((s.window.error for s in self.streams if s.window and s.window.error), None)
 
     def _read_error(self, error) -> ValueError:
         """The first damaged file of any source, else what TensorFlow said."""
@@ -450,6 +454,8 @@ class InputPipeline:
         tf = _tf()
         begun = [s.window.begin_save() if s.window else None for s in self.streams]
         prefix = tf.train.Checkpoint(iterator=self._iterator).write(path)
+        if self.stream_error() is not None:  # the iterator's buffers may hold it now: a position never to commit
+            raise self.stream_error()
         saved = dict(self._fingerprint(), position={"batches": self._batches})
         if any(begun):  # which pieces the iterator may hold open, for the restore to fetch first
             saved["position"]["windows"] = [s.window.end_save(b) if b else None for s, b in zip(self.streams, begun)]
