@@ -13,9 +13,8 @@ threads (the default) against --cores fixed ones (`config.data.pipeline_threads`
 cores (`--cores=N`) to choose between them there. Prints one JSON object.
 
 --bucket: the same shards also in a bucket (fake-gcs-server on localhost, tests/gcs_emulator.py), read as a job
-reads records there: copied to the local disk by data/remote_cache.py (timed), then through the same
-pipeline; `bucket` holds the copy's time and speed and the static pipeline's sequences/s, and its ratio to
-the local files'.
+reads records there: streamed through each process's window (data/stream_window.py), by the same pipeline;
+`bucket` holds the static pipeline's sequences/s from the bucket and its ratio to the local files'.
 """
 
 import argparse
@@ -244,7 +243,7 @@ def main() -> None:
 
 
 def from_a_bucket(directory: str, args) -> dict:
-    """The shards uploaded to an emulated bucket, copied back as a job does before training, then measured."""
+    """The shards uploaded to an emulated bucket, then the same pipeline streaming them (data/stream_window.py)."""
     import sys
 
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
@@ -252,21 +251,15 @@ def from_a_bucket(directory: str, args) -> dict:
 
     with gcs_emulator.running(os.path.join(directory, "..", "gcs-server.log")) as url:
         os.environ.update(gcs_emulator.client_settings(url), BERTJAX_CACHE_DIR=os.path.join(directory, "cache"))
-        from bertjax.data import files as file_layer, remote_cache
+        from bertjax.data import files as file_layer
 
         for name in sorted(os.listdir(directory)):
             if os.path.isfile(os.path.join(directory, name)):
                 file_layer.upload(os.path.join(directory, name), f"gs://{gcs_emulator.BUCKET}/records/{name}")
-        start = time.perf_counter()
-        local = remote_cache.record_set(f"gs://{gcs_emulator.BUCKET}/records/*.tfrecord")
-        copy_s = time.perf_counter() - start
-    copies = sorted(glob.glob(local))
-    mb = sum(os.path.getsize(f) for f in copies) / 2**20
-    return {
-        "copy_s": round(copy_s, 2),
-        "copy_mb_per_s": round(mb / copy_s, 1),
-        "static": measure(local, args.batch, args.batches, args.warmup, dynamic=False),
-    }
+        streamed = measure(
+            f"gs://{gcs_emulator.BUCKET}/records/*.tfrecord", args.batch, args.batches, args.warmup, False
+        )
+    return {"static": streamed}
 
 
 if __name__ == "__main__":
