@@ -213,6 +213,9 @@ def test_the_whole_journey_lives_in_a_bucket(gcs_bucket, tmp_path, monkeypatch):
     predicted = f"{gcs_bucket}/journey/predictions.jsonl"
     assert predicting.predict_file(tuned, train_tsv, predicted) == 32
     assert len(files.read_text(predicted).splitlines()) == 32
+    texts = f"{gcs_bucket}/journey/inputs.txt"  # plain text lines in the bucket too (once: "No such file")
+    files.write_whole(texts, "a first line\n\nand a second one\n")
+    assert predicting.predict_file(tuned, texts, f"{gcs_bucket}/journey/from_text.jsonl") == 2
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cache", "hf", "train.tsv"]
 
 
@@ -301,7 +304,13 @@ def test_other_object_stores_are_refused_in_one_sentence(tmp_path, monkeypatch):
     )
     with pytest.raises(ValueError, match=r"^s3://bucket/vocab.txt: bertjax reads and writes gs://"):
         files.read_text("s3://bucket/vocab.txt")
-    assert list(tmp_path.iterdir()) == []
+    # gs: with one slash, or any local directory named gs:, is a bucket URL missing a slash: refused before work
+    for path in ("gs:/bucket/run", str(tmp_path / "gs:" / "bucket" / "run")):
+        with pytest.raises(ValueError, match=r"a directory named gs: is a bucket URL missing a slash"):
+            ownership.claim_workdir(path)
+        with pytest.raises(ValueError, match=r"^--output_dir=.*a directory named gs:"):
+            ownership.check_export_dir(path)
+    assert list(tmp_path.iterdir()) == [] and not os.path.exists("gs:")
 
 
 def test_the_glue_suite_reads_its_data_and_keeps_its_runs_in_a_bucket(gcs_bucket, tmp_path, pretrained_dir):  # noqa: F811

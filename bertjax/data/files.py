@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import posixpath
 import shutil
@@ -120,10 +121,26 @@ def _fs(path: str) -> Any:
     return fs
 
 
+def _check_local(path: str, flag: str) -> None:
+    """A local path with a `gs:` directory is a bucket URL missing a slash (`gs:/bucket/run`): it would become a
+    local ./gs:/bucket/run tree and lose the run at its first save; `gs:bucket/x` is warned about."""
+    parts = path.replace(os.sep, "/").split("/")
+    if "gs:" in parts:
+        raise ValueError(
+            f"{flag}={path}: a directory named gs: is a bucket URL missing a slash, and would become a local "
+            "./gs:/… tree; write gs://BUCKET/… for a bucket, or rename the local directory."
+        )
+    if parts[0].startswith("gs:"):
+        logging.getLogger(__name__).warning(
+            "%s=%s is a local path (gs:BUCKET is not a bucket URL; gs://BUCKET/… is)", flag, path
+        )
+
+
 def check_bucket(path: str, flag: str) -> None:
     """Before any work on an object-store path: its bucket exists and these credentials may read it; else one
-    sentence naming the flag, the bucket and what to do. Nothing for a local path."""
+    sentence naming the flag, the bucket and what to do. A local path: no `gs:` directory (_check_local)."""
     if not is_remote(path):
+        _check_local(path, flag)
         return
     _check_scheme(path, f"{flag}={path}")
     scheme, rest = path.split("://", 1)
@@ -153,7 +170,8 @@ def open_file(path: str, mode: str = "r") -> IO:
 
 
 def read_text(path: str) -> str:
-    with open_file(path) as f:
+    """A text file's contents as UTF-8 (whatever the machine's locale), newlines as Python's text mode reads them."""
+    with _fs(path).open(path, "r", encoding="utf-8") if is_remote(path) else open(path, encoding="utf-8") as f:
         return f.read()
 
 

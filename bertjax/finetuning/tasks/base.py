@@ -15,6 +15,7 @@ from typing import Any, Optional
 import numpy as np
 
 from bertjax.config.convert import _bad
+from bertjax.data import files
 from bertjax.finetuning import readers
 
 
@@ -94,9 +95,8 @@ def correct(logits: Any, labels: Any) -> Any:
 
 
 def text_lines(path: str) -> list[tuple[int, str]]:
-    """A .txt file's non-empty lines, numbered from 1: predict's plain-text inputs."""
-    with open(path, encoding="utf-8") as f:
-        lines = [(i + 1, line.strip()) for i, line in enumerate(f) if line.strip()]
+    """A .txt file's non-empty lines, numbered from 1: predict's plain-text inputs (local or in a bucket)."""
+    lines = [(i + 1, line.strip()) for i, line in enumerate(files.read_text(path).splitlines()) if line.strip()]
     if not lines:
         raise ValueError(f"{path} holds no text; write one input per line.")
     return lines
