@@ -139,9 +139,9 @@ def test_a_missing_bucket_is_one_sentence_before_anything_is_written(gcs_bucket,
 
 
 def test_the_whole_journey_lives_in_a_bucket(gcs_bucket, tmp_path, monkeypatch):  # noqa: F811
-    """The main job with its corpus stage, a run that starts from its weights (phase 2's init_from), a decay
+    """The main job with its corpus stage, a run that starts from its HF export (phase 2's init_from), a decay
     branch from its step 2 (branch_from), extract_features from it, an export elsewhere in the bucket that
-    transformers loads, fine-tuning from it and predict: every file in the bucket, none on the local disk but
+    transformers loads, fine-tuning from that export and predict: every file in the bucket, none on the local disk but
     the cached copies of what is read."""
     import transformers
 
@@ -169,8 +169,8 @@ def test_the_whole_journey_lives_in_a_bucket(gcs_bucket, tmp_path, monkeypatch):
     assert [r["step"] for r in rows if r["kind"] == "train"][-1] == 4
     assert files.read_json(f"{run}/config.json")["data"]["vocab_file"] == f"{run}/data/vocab/vocab.txt"
 
-    phase2 = f"{gcs_bucket}/journey/phase2"  # weights only, from the bucket run
-    c2 = train_setup.small_config(**{"train.num_train_steps": 2, "train.init_from": run})
+    phase2 = f"{gcs_bucket}/journey/phase2"  # weights only, from the bucket run's own HF export (once refused)
+    c2 = train_setup.small_config(**{"train.num_train_steps": 2, "train.init_from": f"{run}/hf"})
     c2.data.update(corpus="", train_files=f"{run}/data/train/*.tfrecord", vocab_file=f"{run}/data/vocab/vocab.txt")
     c2.data.update(eval_files="")
     train.train_and_evaluate(c2, phase2)
@@ -202,7 +202,7 @@ def test_the_whole_journey_lives_in_a_bucket(gcs_bucket, tmp_path, monkeypatch):
     files.upload(sentiment(tmp_path / "train.tsv", 32, seed=0), train_tsv)
     tuned = f"{gcs_bucket}/journey/finetuned"
     finetuning.finetune(
-        finetune_config(run, **{"data.train_file": train_tsv, "data.eval_file": train_tsv, "train.num_epochs": 1.0}),
+        finetune_config(hf, **{"data.train_file": train_tsv, "data.eval_file": train_tsv, "train.num_epochs": 1.0}),
         tuned,
     )
     assert files.exists(f"{tuned}/labels.json") and any(

@@ -75,3 +75,15 @@ def copy_of(path: str) -> str:
     folder = _folder(posixpath.dirname(path))
     _fetch({path: files.version(path)}, folder)
     return os.path.join(folder, posixpath.basename(path))
+
+
+def copy_of_dir(directory: str) -> str:
+    """A local folder holding the files directly in directory (a Hugging Face or TF1 model directory in a bucket):
+    directory itself when local, else its cached copy (what changed since fetched again)."""
+    if not files.is_remote(directory):
+        return directory
+    folder = _folder(directory.rstrip("/"))
+    fetched, size = _fetch(files.versions(directory.rstrip("/")), folder)
+    if fetched:
+        log.info("data: %s → %s: %d file(s), %.1f MB fetched", directory, folder, fetched, size / 1e6)
+    return folder

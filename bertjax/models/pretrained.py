@@ -26,6 +26,16 @@ from bertjax.training import checkpoint as checkpoint_lib
 log = logging.getLogger(__name__)
 
 
+def local_dir(path: str) -> str:
+    """A model directory in a bucket (Hugging Face, TF1) as its local copy, which safetensors and TensorFlow read;
+    a workdir (read through orbax) or a local path as it is."""
+    if not files.is_remote(path) or checkpoint_lib.is_workdir(path):
+        return path
+    from bertjax.data import remote_cache
+
+    return remote_cache.copy_of_dir(path)
+
+
 def _hf_family(path: str) -> models.Family:
     """The family of a Hugging Face directory, by its config.json (without one, the default family's reader
     says what is missing)."""
@@ -33,10 +43,12 @@ def _hf_family(path: str) -> models.Family:
 
 
 def is_hf_dir(path: str) -> bool:
+    path = local_dir(path)
     return hf_files.has_config(path)
 
 
 def is_tf1_dir(path: str) -> bool:
+    path = local_dir(path)
     return tf1.is_tf1_dir(path)
 
 
@@ -50,6 +62,7 @@ def load(path: str, seed: int = 0, encoder_only: bool = False) -> tuple[Any, dic
     A fine-tuned workdir (bertjax.finetune) gives its encoder with fresh pre-training heads, as a Hugging
     Face BertFor<Task> directory does; its task head is left out. `encoder_only`: only what fine-tuning takes
     (the family's `ENCODER`: BERT's `bert/`), and nothing initialised for heads a workdir lacks."""
+    path = local_dir(path)
     if checkpoint_lib.is_workdir(path):
         fingerprint, params = checkpoint_lib.load_params(path)
         family = models.of_fingerprint(fingerprint)
@@ -103,6 +116,7 @@ def save_pretrained(
 def vocab_of(path: str) -> tuple[Optional[str], bool]:
     """(vocab file or None, do_lower_case) that come with the weights at `path`: a workdir's (its config's or its
     data stage's), a Hugging Face directory's vocab.txt or tokenizer.json, a TF1 directory's vocab.txt."""
+    path = local_dir(path)
     if checkpoint_lib.is_workdir(path):
         return _run_vocab(path) or run_vocab(path)
     if hf_files.has_config(path):
@@ -141,7 +155,8 @@ def run_vocab(workdir: str) -> tuple[Optional[str], bool]:
 
 
 def _check_source(path: str) -> None:
-    if not (checkpoint_lib.is_workdir(path) or hf_files.has_config(path) or tf1.is_tf1_dir(path)):
+    here = local_dir(path)
+    if not (checkpoint_lib.is_workdir(here) or hf_files.has_config(here) or tf1.is_tf1_dir(here)):
         raise FileNotFoundError(
             f"config.train.init_from={path} is neither a bertjax workdir (with "
             f"{checkpoint_lib.CHECKPOINTS}/), a Hugging Face directory (with {hf_files.CONFIG_NAME}) "
@@ -153,6 +168,7 @@ def architecture_of(path: str) -> Any:
     """The architecture at `path`, without reading its weights: a workdir's newest checkpoint's, a Hugging Face
     directory's config.json, a TF1 directory's bert_config.json."""
     _check_source(path)
+    path = local_dir(path)
     if checkpoint_lib.is_workdir(path):
         fingerprint = checkpoint_lib.read_fingerprint(path)
         return models.of_fingerprint(fingerprint).config.from_fingerprint(fingerprint["model"])
