@@ -540,3 +540,30 @@ def test_a_run_saved_before_the_family_fields_reads_as_bert():
         ValueError, match="config.model.hidden_sise is not a setting; did you mean config.model.hidden_size"
     ):
         FinetuneConfig.from_saved(saved)
+
+
+def test_a_modernbert_init_from_of_an_nsp_config_is_one_sentence_before_any_work(tmp_path):
+    """A BERT config (next-sentence prediction on) continuing a ModernBERT checkpoint: refused before any data
+    work, naming the setting (it once ended in an AttributeError on nsp_logits after the data stage)."""
+    import transformers
+
+    import train_setup
+    from bertjax.config.schema import JobConfig
+    from bertjax.models import pretrained
+
+    transformers.ModernBertConfig(
+        vocab_size=train_setup.VOCAB,
+        hidden_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        intermediate_size=128,
+        **dict(pad_token_id=0, bos_token_id=2, eos_token_id=3, cls_token_id=2, sep_token_id=3),
+    ).save_pretrained(tmp_path / "mb")
+    c = train_setup.small_config(**{"train.init_from": str(tmp_path / "mb")})
+    job = JobConfig.from_configdict(c)
+    assert job.data.next_sentence_prediction
+    with pytest.raises(
+        ValueError,
+        match=r"holds a modernbert model, which has no next-sentence head, but config\.data\.next_sentence_prediction=True: set it to False",
+    ):
+        pretrained.adopt_init_from(job)

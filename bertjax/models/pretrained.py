@@ -187,6 +187,12 @@ def adopt_init_from(job: Any) -> Any:
     if not path or job.train.branch_from:  # a branch resumes its own workdir's run
         return job
     theirs = architecture_of(path)
+    if job.data.next_sentence_prediction and not theirs.has_nsp_head:
+        raise ValueError(
+            f"config.train.init_from={path} holds a {theirs.model_type} model, which has no next-sentence head, but "
+            "config.data.next_sentence_prediction=True: set it to False to continue its pre-training with MLM only "
+            "(on records made with `prepare --no_nsp`)."
+        )
     fields = models.of(theirs).config.model_config_fields(theirs)
     if job.model.family == theirs.model_type:
         fields.update({f: getattr(job.model, f) for f in type(theirs).init_from_may_change})
