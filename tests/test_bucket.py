@@ -346,3 +346,25 @@ def test_background_writes_keep_the_newest_contents_and_hand_errors_back(gcs_buc
     with pytest.raises(FileNotFoundError):
         writes.wait()
     writes.close()
+
+
+def test_a_damaged_final_step_in_a_bucket_is_moved_aside_and_retrained_in_one_rerun(
+    gcs_bucket, pydocs_data, tmp_path, monkeypatch
+):  # noqa: F811
+    """One params object of the final step deleted: the rerun moves the step aside, resumes from the step before,
+    trains it again and saves it (in a bucket the retrained step was once not saved, and the rerun ended rc 1)."""
+    import train_setup
+    from bertjax.jobs import main as train
+
+    monkeypatch.setenv("BERTJAX_CACHE_DIR", str(tmp_path / "cache"))
+    run = f"{gcs_bucket}/damaged-final-{tmp_path.name}"
+    c = train_setup.small_config(pydocs_data, **{"train.num_train_steps": 4, "checkpoint.every_steps": 2})
+    train.train_and_evaluate(c, run)
+    params = f"{run}/checkpoints/4/params"
+    victim = next(f for f in files.glob(f"{params}/**") if "/d/" in f and files.isfile(f))  # array data (ocdbt)
+    files.remove(victim)
+    train.train_and_evaluate(c, run)
+    names = files.listdir(f"{run}/checkpoints")
+    assert "damaged-4" in names and files.exists(f"{run}/checkpoints/4/commit_success.txt"), names
+    rows = [json.loads(line) for line in files.read_text(f"{run}/metrics.jsonl").splitlines()]
+    assert [r["step"] for r in rows if r["kind"] == "train"][-2:] == [3, 4]  # steps 3 and 4 trained again

@@ -136,6 +136,17 @@ def _check_local(path: str, flag: str) -> None:
         )
 
 
+def forget_listings() -> None:
+    """Drops every object-store client's cached listings (gcsfs keeps one per client: orbax's, through etils,
+    is not ours), after this process moved objects that those clients listed."""
+    import sys
+
+    gcsfs = sys.modules.get("gcsfs")
+    if gcsfs is not None:
+        for client in list(gcsfs.GCSFileSystem._cache.values()):  # noqa: SLF001  (fsspec's instance cache)
+            client.invalidate_cache()
+
+
 def check_bucket(path: str, flag: str) -> None:
     """Before any work on an object-store path: its bucket exists and these credentials may read it; else one
     sentence naming the flag, the bucket and what to do. A local path: no `gs:` directory (_check_local)."""

@@ -404,6 +404,7 @@ class Checkpointer:
             from jax.experimental import multihost_utils
 
             multihost_utils.sync_global_devices("bertjax: damaged checkpoints moved aside")
+        files.forget_listings()  # in a bucket, orbax's client would still list the moved steps (and skip their saves)
         self.manager.reload()
 
     def reached_preemption(self, step: int) -> bool:
