@@ -245,3 +245,27 @@ def test_a_job_whose_shard_is_deleted_stops_naming_it_and_the_step_and_the_rerun
     assert f"resumed from {workdir}/checkpoints/{found[1]}" in out
     rows = [json.loads(line) for line in open(workdir / "metrics.jsonl")]
     assert max(r["step"] for r in rows if r["kind"] == "train") == 40
+
+
+def test_a_mixtures_sources_in_a_bucket_stream_each_through_its_window(bucket_set, tmp_path, monkeypatch):
+    """Two sources of a data mixture (shards 0-2 and 3-5) in the bucket: the local mixture's batches and row
+    sources, each source in a window of its own."""
+    from bertjax.data.pretraining import mixture
+
+    local, remote = bucket_set
+
+    def sources(pattern):
+        here = os.path.dirname(pattern)
+        return (("a", f"{here}/part-[0-2].tfrecord"), ("b", f"{here}/part-[3-5].tfrecord"))
+
+    def mixed(pattern, cache):
+        return make(
+            "", cache, monkeypatch, sources=sources(pattern), mixture=mixture.Mixture.parse("a=x:0.7,b=y:0.3", "")
+        )
+
+    expected_p, streamed = mixed(local, tmp_path / "a"), mixed(remote, tmp_path / "b")
+    for _ in range(12):
+        same([next(streamed)], [next(expected_p)])
+        np.testing.assert_array_equal(streamed.last_sources, expected_p.last_sources)
+    windows = [s.window for s in streamed.streams]
+    assert len({w.folder for w in windows}) == 2 and all(w.stats()["fetched_pieces"] >= 1 for w in windows)
