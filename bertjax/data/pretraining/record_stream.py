@@ -268,8 +268,12 @@ class RecordStream:
         tf, window = tf_hidden(), self._window()
         plain = tf.autograph.experimental.do_not_convert
         first = (lambda x: x[0]) if self.readable is not None else (lambda x: x)  # noqa: E731
-        window.set_order(
-            lambda start: (first(x).decode() for x in order().skip(start).as_numpy_iterator())  # the fetcher's thread
+        quiet = tf.data.Options()
+        # No autotuning thread: deleting an autotuned iterator waits out that thread's period (~30 s at every
+        # streamed job's exit, seen in gdb), and a list of names has nothing to tune.
+        quiet.autotune.enabled = False
+        window.set_order(  # iterated in the fetcher's thread
+            lambda start: (first(x).decode() for x in order().skip(start).with_options(quiet).as_numpy_iterator())
         )
 
         def fetch(index, name):
