@@ -1,13 +1,16 @@
 """From a mapping to the config's typed dataclasses: `convert` (field by field, strict, errors naming
-`config.section.key`), and `parse_arg`, the typed arguments of config files (`configs/large.py:phase=2`)."""
+`config.section.key`), `Sections` (a whole config in from a ConfigDict or a run's config.json, out as a dict),
+and `parse_arg`, the typed arguments of config files (`configs/large.py:phase=2`)."""
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
+import json
 import types
 import typing
-from typing import Any, Optional
+from typing import Any, Mapping, Optional
 
 # Settings renamed since runs wrote them to config.json: from_saved reads the old name as the new one.
 RENAMED = {"config.optim.decay": "config.optim.schedule"}
@@ -126,3 +129,52 @@ def parse_arg(arg: Optional[str], **spec: Any) -> types.SimpleNamespace:
             except ValueError:
                 raise ConfigError(f"config argument {key}={raw!r} must be of type {type(default).__name__}.") from None
     return types.SimpleNamespace(**values)
+
+
+# --- A whole config: its sections, in from a ConfigDict or a run's config.json, out as a dict ------------
+
+
+class Sections:
+    """What a whole config (pre-training's or fine-tuning's) does with its sections."""
+
+    @classmethod
+    def from_configdict(cls, config: Any) -> Any:
+        """A ConfigDict (or nested mapping) → this config, strictly, then validated."""
+        job = convert(cls, config, "config")
+        job.validate()
+        return job
+
+    @classmethod
+    def from_saved(cls, saved: Mapping[str, Any]) -> Any:
+        """The config a run wrote to its workdir (config.json); settings added to the schema since (say
+        config.model.family) take their defaults, so older runs still predict, export and resume."""
+
+        def merged(default: dict, given: Mapping[str, Any]) -> dict:
+            return {
+                **default,
+                **{
+                    k: merged(default[k], v) if isinstance(default.get(k), dict) and isinstance(v, Mapping) else v
+                    for k, v in given.items()
+                },
+            }
+
+        saved = json.loads(json.dumps(saved))  # a deep copy to rename in
+        for old, new in RENAMED.items():
+            (*old_sections, old_key), (*new_sections, new_key) = old.split(".")[1:], new.split(".")[1:]
+            section = functools.reduce(lambda d, k: d.get(k, {}), old_sections, saved)
+            if old_key in section:
+                functools.reduce(lambda d, k: d.setdefault(k, {}), new_sections, saved)[new_key] = section.pop(old_key)
+        return cls.from_configdict(merged(cls().to_dict(), saved))
+
+    def validate(self) -> None:
+        raise NotImplementedError
+
+    def replace(self, **sections: Mapping[str, Any]) -> Any:
+        """A copy with fields of sections changed: `job.replace(data={"vocab_file": v})`."""
+        return dataclasses.replace(
+            self, **{name: dataclasses.replace(getattr(self, name), **fields) for name, fields in sections.items()}
+        )
+
+    def to_dict(self) -> dict:
+        """Plain JSON-able dict, in the config file's layout (written as workdir/config.json)."""
+        return dataclasses.asdict(self)

@@ -14,8 +14,8 @@ from bertjax.config.schema import (
     MeshConfig,
     ModelConfig,
     OptimConfig,
-    _Sections,
 )
+from bertjax.config.convert import Sections
 from bertjax.finetuning import tasks as tasks_lib
 
 FINETUNE_TASKS = tasks_lib.NAMES  # finetuning/tasks/: the registry
@@ -116,7 +116,7 @@ class SweepConfig:
 
 
 @dataclasses.dataclass(frozen=True)
-class FinetuneConfig(_Sections):
+class FinetuneConfig(Sections):
     """The whole fine-tuning config (configs/finetune.py). `model` says how to compute; the architecture
     comes from `train.init_from` (or `model`'s fields for a random initialisation)."""
 

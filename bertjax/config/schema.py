@@ -13,13 +13,11 @@ configs/default.py is `JobConfig()` (BERT-base, phase 1) as a ConfigDict, so `Jo
 from __future__ import annotations
 
 import dataclasses
-import functools
-import json
 import math
-from typing import Any, Mapping, Optional
+from typing import Any, Optional
 
 from bertjax import models as models_lib
-from bertjax.config.convert import RENAMED, ConfigError, RateOrSchedule, Rules, _bad, convert, parse_arg  # noqa: F401  (parse_arg: the configs' import)
+from bertjax.config.convert import ConfigError, RateOrSchedule, Rules, Sections, _bad, convert, parse_arg  # noqa: F401  (parse_arg, convert: the configs' and callers' import)
 from bertjax.models import options
 from bertjax.data.pretraining import instances as instances_lib
 from bertjax.data.pretraining import mixture as mixture_lib
@@ -525,54 +523,8 @@ class EvalConfig:
             raise _bad("config.eval.show_predictions", self.show_predictions, "must be ≥ 0.")
 
 
-class _Sections:
-    """What a whole config (pre-training's or fine-tuning's) does with its sections."""
-
-    @classmethod
-    def from_configdict(cls, config: Any) -> Any:
-        """A ConfigDict (or nested mapping) → this config, strictly, then validated."""
-        job = convert(cls, config, "config")
-        job.validate()
-        return job
-
-    @classmethod
-    def from_saved(cls, saved: Mapping[str, Any]) -> Any:
-        """The config a run wrote to its workdir (config.json); settings added to the schema since (say
-        config.model.family) take their defaults, so older runs still predict, export and resume."""
-
-        def merged(default: dict, given: Mapping[str, Any]) -> dict:
-            return {
-                **default,
-                **{
-                    k: merged(default[k], v) if isinstance(default.get(k), dict) and isinstance(v, Mapping) else v
-                    for k, v in given.items()
-                },
-            }
-
-        saved = json.loads(json.dumps(saved))  # a deep copy to rename in
-        for old, new in RENAMED.items():
-            (*old_sections, old_key), (*new_sections, new_key) = old.split(".")[1:], new.split(".")[1:]
-            section = functools.reduce(lambda d, k: d.get(k, {}), old_sections, saved)
-            if old_key in section:
-                functools.reduce(lambda d, k: d.setdefault(k, {}), new_sections, saved)[new_key] = section.pop(old_key)
-        return cls.from_configdict(merged(cls().to_dict(), saved))
-
-    def validate(self) -> None:
-        raise NotImplementedError
-
-    def replace(self, **sections: Mapping[str, Any]) -> Any:
-        """A copy with fields of sections changed: `job.replace(data={"vocab_file": v})`."""
-        return dataclasses.replace(
-            self, **{name: dataclasses.replace(getattr(self, name), **fields) for name, fields in sections.items()}
-        )
-
-    def to_dict(self) -> dict:
-        """Plain JSON-able dict, in the config file's layout (written as workdir/config.json)."""
-        return dataclasses.asdict(self)
-
-
 @dataclasses.dataclass(frozen=True)
-class JobConfig(_Sections):
+class JobConfig(Sections):
     """The whole pre-training config: one field per section of configs/default.py."""
 
     seed: int = 0  # seeds parameter init, dropout and data order
