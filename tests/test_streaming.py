@@ -146,6 +146,26 @@ def test_a_shard_deleted_mid_run_stops_the_run_in_one_sentence(bucket_set, gcs_b
             next(p)
 
 
+def test_a_shard_replaced_mid_run_stops_the_run_naming_the_generations(bucket_set, gcs_bucket, tmp_path, monkeypatch):  # noqa: F811
+    """Another object under a shard's name (another generation, here the same size): its pinned download finds
+    the listed generation gone, and the sentence says the shard was replaced."""
+    local, _ = bucket_set
+    remote = f"{gcs_bucket}/streaming/replaced"
+    files.upload_tree(os.path.dirname(local), remote)
+    p = make(
+        f"{remote}/*.tfrecord", tmp_path / "a", monkeypatch, process_index=0, process_count=1, stream_window_bytes=1
+    )
+    next(p)
+    shards = sorted(n for n in files.listdir(remote) if n.endswith(".tfrecord"))
+    for i, name in enumerate(shards):  # each shard's bytes under the next one's name: same sizes, new generations
+        files.upload(os.path.join(os.path.dirname(local), shards[(i + 1) % len(shards)]), f"{remote}/{name}")
+    with pytest.raises(
+        stream_window.StreamError, match=r"changed in the bucket while the run read it \(it was replaced \(generation"
+    ):
+        for _ in range(200):
+            next(p)
+
+
 def test_503s_429s_and_an_outage_are_ridden_out_with_the_same_batches(bucket_set, tmp_path, monkeypatch):
     """Through a proxy that answers every 4th request 503 or 429, and drops every connection for 2 s mid-epoch:
     the clients' retries and the window's carry the epoch, and the batches are the local set's."""
@@ -179,10 +199,10 @@ def test_a_failing_fetch_is_retried_and_counted_and_a_lasting_one_is_one_sentenc
     expected = take(make(local, tmp_path / "a", monkeypatch), 3)
     real, failures = files.download, iter([True, True])
 
-    def flaky(url, target):
+    def flaky(url, target, *version):
         if next(failures, False):
             raise ConnectionError("Cannot connect to host 127.0.0.1")
-        return real(url, target)
+        return real(url, target, *version)
 
     monkeypatch.setattr(stream_window.files, "download", flaky)
     streamed = make(remote, tmp_path / "b", monkeypatch)

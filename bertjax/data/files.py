@@ -287,10 +287,14 @@ def upload_tree(local: str, path: str, last: str = "") -> None:
         upload(os.path.join(local, name), posixpath.join(path, *name.split(os.sep)))
 
 
-def download(path: str, local: str) -> None:
-    """path (an object store's, or a local file) copied to a local file."""
+def download(path: str, local: str, version: str = "") -> None:
+    """path (an object store's, or a local file) copied to a local file. `version` (an object's generation, as
+    `versions` lists it): that generation or FileNotFoundError, in one request, with no lookup before it."""
     if is_remote(path):
-        _fs(path).get_file(path, local)
+        if version:
+            _fs(path).get_file(path, local, concurrency=1, generation=version)  # a GET with ?generation=
+        else:
+            _fs(path).get_file(path, local)
     else:
         shutil.copyfile(path, local)
 

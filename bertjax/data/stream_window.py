@@ -32,6 +32,7 @@ import logging
 import os
 import shutil
 import struct
+import sys
 import threading
 import time
 from concurrent import futures
@@ -58,6 +59,16 @@ class _QuietGiveUps(logging.Filter):
 
 
 _QUIET = _QuietGiveUps()
+
+
+def _transient(error: Exception) -> bool:
+    """Whether a failed request may succeed later: a connection, a timeout, or an HTTP error (gcsfs's, aiohttp's)."""
+    kinds = [OSError, TimeoutError]
+    for module, name in (("aiohttp", "ClientError"), ("gcsfs.retry", "HttpError")):
+        found = getattr(sys.modules.get(module), name, None)
+        if found is not None:
+            kinds.append(found)
+    return isinstance(error, tuple(kinds))
 
 
 class StreamError(ValueError):
@@ -439,9 +450,8 @@ class ShardWindow:
         target = os.path.join(self.folder, piece.name)
         os.makedirs(os.path.dirname(target), exist_ok=True)
         partial = f"{target}.partial"
-        self._retrying(lambda: self._check_unchanged(piece), piece)
-        if piece.whole:
-            self._retrying(lambda: files.download(piece.url, partial), piece)
+        if piece.whole:  # one request: the generation the run listed, or not found (deleted or replaced since)
+            self._retrying(lambda: files.download(piece.url, partial, piece.version), piece)
             written = os.path.getsize(partial)
             if written != piece.size:
                 raise self._changed(piece, f"it has {written:,} bytes now, {piece.size:,} when the run listed it")
@@ -453,7 +463,8 @@ class ShardWindow:
                         found.update(chunk)
                 if found.hexdigest().decode() != self.checksums[piece.name]:
                     raise self._changed(piece, "its CRC32C differs from metadata.json's")
-        else:
+        else:  # ranged reads name no generation: the object is checked once before them
+            self._retrying(lambda: self._check_unchanged(piece), piece)
             start, stop = piece.byte_range
             with open(partial, "wb") as out:
                 records = frames_in(
@@ -468,6 +479,7 @@ class ShardWindow:
         return written, records
 
     def _check_unchanged(self, piece: Piece) -> None:
+        """A StreamError saying how the object differs from the one the run listed, if it does."""
         try:
             size, version = files.version(piece.url)
         except FileNotFoundError:
@@ -492,9 +504,14 @@ class ShardWindow:
                 return call()
             except StreamError:
                 raise
-            except FileNotFoundError:
-                raise self._changed(piece, "it was deleted") from None
+            except FileNotFoundError:  # its listed generation is gone: one more request says how (a failure path)
+                self._retrying(lambda: self._check_unchanged(piece), piece)
+                raise self._changed(piece, "its listed generation is gone") from None
+            except PermissionError:
+                raise
             except Exception as e:  # noqa: BLE001  (gcsfs and aiohttp raise many kinds for one outage)
+                if not _transient(e):  # a mistake in the code or the data: at once, not after 15 minutes
+                    raise
                 if self._closed or time.monotonic() > deadline:
                     raise StreamError(
                         f"reading {piece.url} failed for {RETRY_SECONDS / 60:.0f} minutes ({type(e).__name__}: "

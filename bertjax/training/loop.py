@@ -337,9 +337,9 @@ def train_loop(
             stopping = stop.reached(step, checkpoints)
             if stopping or checkpoints.due(step):
                 guard.flush()  # nothing after a step that stops the job is saved
-            failed = getattr(train_data, "stream_error", lambda: None)()
-            if failed is not None:  # a failed fetch may sit in the pipeline's buffers: its position is never saved
-                raise failed
+                failed = getattr(train_data, "stream_error", lambda: None)()
+                if failed is not None:  # a failed fetch may sit in the pipeline's buffers: never save its position
+                    raise failed
             with meter.paused():
                 checkpoints.save(step, state, train_data, carry=carry)
             if stopping:

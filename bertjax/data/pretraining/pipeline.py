@@ -454,8 +454,9 @@ class InputPipeline:
         tf = _tf()
         begun = [s.window.begin_save() if s.window else None for s in self.streams]
         prefix = tf.train.Checkpoint(iterator=self._iterator).write(path)
-        if self.stream_error() is not None:  # the iterator's buffers may hold it now: a position never to commit
-            raise self.stream_error()
+        failed = self.stream_error()
+        if failed is not None:  # the iterator's buffers may hold it now: a position never to commit
+            raise failed
         saved = dict(self._fingerprint(), position={"batches": self._batches})
         if any(begun):  # which pieces the iterator may hold open, for the restore to fetch first
             saved["position"]["windows"] = [s.window.end_save(b) if b else None for s, b in zip(self.streams, begun)]
