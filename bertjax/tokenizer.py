@@ -1,7 +1,7 @@
 """Train a WordPiece vocab.txt, a SentencePiece model or a byte-level BPE tokenizer.json from a corpus.
 
   python -m bertjax.tokenizer --input_file=GLOB[,GLOB] --vocab_size=N --output_dir=DIR \
-      [--model_type=wordpiece|sentencepiece|bpe] [--do_lower_case]
+      [--model_type=wordpiece|sentencepiece|bpe] [--do_lower_case] [--strip_accents]
 
 --input_file takes what `python -m bertjax.prepare` takes: BERT raw-text files (one sentence per line,
 blank lines between documents, `.gz` allowed), Parquet / JSON Lines files (one document per row, its text in
@@ -47,6 +47,13 @@ def define_flags() -> None:
         "lower-cased for wordpiece and sentencepiece (as BERT's uncased vocab), cased for bpe (as "
         "RoBERTa's and ModernBERT's); --nodo_lower_case / --do_lower_case choose.",
     )
+    flags.DEFINE_boolean(
+        "strip_accents",
+        None,
+        "WordPiece: strip accents (NFD, marks dropped), as transformers' BertTokenizer(strip_accents=...). Default: "
+        "with --do_lower_case, as BERT's uncased vocab, which merges й into и and が into か; --nostrip_accents keeps "
+        "the letters of every script. Recorded in tokenizer_config.json beside vocab.txt.",
+    )
     flags.DEFINE_integer(
         "num_threads",
         1,
@@ -89,6 +96,7 @@ def main(argv: list[str]) -> None:
         FLAGS.tfds_data_dir,
         text_field,
         FLAGS.skip_bad_json_lines,
+        FLAGS.strip_accents,
         command="tokenizer",
         uses_jax=False,
     )

@@ -435,3 +435,66 @@ def test_a_job_too_large_for_any_memory_here_is_refused_before_anything_is_writt
         train.train_and_evaluate(c, str(tmp_path / "work"))
     sentence(e, says, "more than")
     assert not (tmp_path / "work").exists()
+
+
+# --- Settings refused before the data stage, named as the config's fields (issue 69) -------------------------------
+
+
+@pytest.mark.parametrize(
+    "overrides, says",
+    [
+        ({"data.corpus_vocab_size": 5}, "config.data.corpus_vocab_size=5 leaves no room beside the 5 special tokens"),
+        ({"data.max_seq_length": 3}, "config.data.max_seq_length=3 leaves no room for [CLS], two segments"),
+        ({"data.max_predictions_per_seq": 40}, "config.data.max_predictions_per_seq=40 is larger than"),
+        ({"model.vocab_size": 5}, "config.model.vocab_size=5, but the job trains its own vocab of"),
+        ({"mesh.shape": (3, 1, 1)}, "config.mesh.shape=(3, 1, 1) needs 3 devices"),
+        ({"train.global_batch_size": 12, "mesh.shape": (1, 8, 1)}, "must divide by the 8 ways the batch is split"),
+        (
+            {"data.corpus": "", "data.mixture": "py=builtin:pydocs:0.5,code={tmp}/nothing/*.txt:0.5"},
+            "config.data.mixture source 'code'",
+        ),
+    ],
+)
+def test_a_setting_that_cannot_work_is_refused_before_the_data_stage(tmp_path, overrides, says):
+    overrides = {k: v.format(tmp=tmp_path) if isinstance(v, str) else v for k, v in overrides.items()}
+    c = train_setup.small_config(**{"data.corpus": "builtin:pydocs", "data.corpus_vocab_size": train_setup.VOCAB})
+    for key, value in overrides.items():
+        section, name = key.split(".")
+        c[section][name] = value
+    with pytest.raises(ValueError) as e:
+        train.train_and_evaluate(c, str(tmp_path / "work"))
+    sentence(e, says)
+    assert not (tmp_path / "work" / "data").exists()  # no minutes of data work before the refusal
+
+
+def test_a_mixture_source_matching_no_files_exits_2_as_the_mixtures_other_mistakes(tmp_path):
+    from bertjax import cli
+    from bertjax.config.schema import ConfigError
+
+    c = train_setup.small_config(**{"data.mixture": f"py=builtin:pydocs:0.5,code={tmp_path}/none/*.txt:0.5"})
+    c.model.vocab_size = 0
+    with pytest.raises(ConfigError) as e:
+        train.train_and_evaluate(c, str(tmp_path / "work"))
+    assert "config.data.corpus" not in str(e.value)
+    with pytest.raises(SystemExit) as done:
+        cli.exit_with_sentence(e.value)
+    assert done.value.code == cli.USAGE_EXIT
+
+
+def test_schedule_steps_the_run_never_reaches_are_warned_about():
+    c = train_setup.small_config(
+        **{
+            "data.mixture": "a=x/*.txt:0.5,b=y/*.txt:0.5",
+            "data.mixture_schedule": "3:a=1,b=0;500:a=0,b=1",
+            "data.masked_lm_prob": "0:0.3;4:0.15;5:0.1",
+            "data.dynamic_masking": True,
+        }
+    )
+    job = JobConfig.from_configdict(c)  # num_train_steps=5
+    assert job.never_reached() == [
+        "config.data.mixture_schedule changes at step 500, which the run never reaches: it ends at "
+        "config.train.num_train_steps=5.",
+        "config.data.masked_lm_prob changes at step 5, which the run never reaches: it ends at "
+        "config.train.num_train_steps=5.",
+    ]
+    assert JobConfig.from_configdict(train_setup.small_config()).never_reached() == []

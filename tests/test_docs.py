@@ -269,3 +269,29 @@ def test_the_checks_above_would_catch_drift():
     assert _slug("What `make demo` does, and what it measured") == "what-make-demo-does-and-what-it-measured"
     assert _slug("Starting from Google's TF1 BERT checkpoints") == "starting-from-googles-tf1-bert-checkpoints"
     assert "docs/demo.md" in _links(README)
+
+
+# Claims the code has outgrown: each pattern is a thing a page once said was impossible and the tree now does (the
+# test that shows it works is named). A page saying it again is stale.
+OUTGROWN_CLAIMS = {
+    # tests/test_bucket.py trains, resumes and exports with --workdir=gs://...
+    r"gs://[^.]*?\b(?:refused|not supported|unsupported|not yet|for now)\b": "a workdir or export in a bucket works",
+    # tests/test_bucket.py: init_from=gs://BUCKET/run/hf in main, finetune and extract_features
+    r"init_from[^.]*?\b(?:local only|must be local|not (?:in|from) a bucket)\b": "init_from may be in a bucket",
+}
+
+
+def _stale_claims(text: str) -> list[str]:
+    sentences = re.split(r"(?<=[.!?])\s+", " ".join(text.split()))
+    return [s for s in sentences for regex in OUTGROWN_CLAIMS if re.search(regex, s, re.IGNORECASE)]
+
+
+@pytest.mark.parametrize("page", PAGES, ids=_rel)
+def test_no_page_repeats_a_claim_the_code_has_outgrown(page):
+    assert not _stale_claims(_prose(page)), _stale_claims(_prose(page))
+
+
+def test_the_stale_claim_check_finds_the_sentence_it_was_written_for():
+    planted = "Plain text. A gs:// workdir or export directory is refused for now; use a local one. More text."
+    assert _stale_claims(planted) == ["A gs:// workdir or export directory is refused for now; use a local one."]
+    assert _stale_claims("Every path may be gs://BUCKET/..., workdirs included.") == []

@@ -354,6 +354,7 @@ def test_the_job_trains_from_an_hf_directory(tmp_path, texts):
         **{
             "data.corpus": f"hf:{tmp_path}/corpus:train",
             "data.corpus_vocab_size": 600,
+            "model.vocab_size": 0,  # the trained vocab's
             "data.heldout_every": 4,
             "data.dupe_factor": 2,
             "data.num_shards": 2,

@@ -215,7 +215,9 @@ def test_a_source_with_weight_at_some_step_needs_records(sources, tmp_path):
             r"sum to 0.9, not 1; make them sum to 1, or set config.data.mixture_normalize",
         ),
         ("mixture", "web=a:-1,code=b:2", "weight of 'web' is -1; weights must be ≥ 0"),
-        ("mixture", "web=a:0.5,code=b", r"gives code no weight"),
+        ("mixture", "web=a:0.5,code=b", r"gives code no weight; add :WEIGHT"),
+        ("mixture", "web=a:nan,code=b:1", r"weight of 'web' is 'nan', not a finite number; write a number"),
+        ("mixture", "web=a:1,code=b:-inf", r"weight of 'code' is '-inf', not a finite number"),
         (
             "mixture_schedule",
             "100:web=0.5,news=0.5",
@@ -237,6 +239,16 @@ def test_each_bad_mixture_setting_is_one_sentence(field, value, message):
     with pytest.raises(ConfigError, match=message) as e:
         JobConfig().replace(data=data).data.validate()
     assert str(e.value).replace("e.g. ", "").count(". ") == 0 and str(e.value).endswith(".")  # one sentence
+
+
+def test_a_source_without_a_weight_names_the_schedule_step_that_lacks_one():
+    data = {"mixture": "web=a,code=b:0.5", "mixture_schedule": "0:web=0.5;100:web=1,code=0"}
+    JobConfig().replace(data=data).data.validate()  # web's weight comes from the step-0 entry
+    data = {"mixture": "web=a:0.5,code=b", "mixture_schedule": "100:web=1,code=0"}
+    with pytest.raises(
+        ConfigError, match=r"gives code no weight, and config.data.mixture_schedule has none for it at "
+    ):
+        JobConfig().replace(data=data).data.validate()
 
 
 def test_a_schedule_of_rates_needs_dynamic_masking():

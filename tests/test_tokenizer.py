@@ -37,9 +37,11 @@ class Reference:
     create_pretraining_data.py records we must match) never had it. `google=False` is HF's BasicTokenizer unmodified.
     """
 
-    def __init__(self, vocab_file: pathlib.Path, do_lower_case: bool, google: bool = True):
+    def __init__(
+        self, vocab_file: pathlib.Path, do_lower_case: bool, google: bool = True, strip_accents: bool | None = None
+    ):
         vocab = {t.strip(): i for i, t in enumerate(vocab_file.read_text(encoding="utf-8").splitlines())}
-        self.basic = BasicTokenizer(do_lower_case=do_lower_case)
+        self.basic = BasicTokenizer(do_lower_case=do_lower_case, strip_accents=strip_accents)
         self.wordpiece = WordpieceTokenizer(vocab, unk_token="[UNK]", max_input_chars_per_word=100)
         self.google = google
 
@@ -50,8 +52,12 @@ class Reference:
         text = b._tokenize_chinese_chars(b._clean_text(text))
         out = []
         for token in whitespace_tokenize(text):
-            if b.do_lower_case:
-                token = b._run_strip_accents(token.lower())
+            if b.do_lower_case:  # BasicTokenizer.tokenize's own rule for strip_accents
+                token = token.lower()
+                if b.strip_accents is not False:
+                    token = b._run_strip_accents(token)
+            elif b.strip_accents:
+                token = b._run_strip_accents(token)
             out.extend(b._run_split_on_punc(token))
         return whitespace_tokenize(" ".join(out))
 

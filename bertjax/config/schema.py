@@ -23,6 +23,8 @@ from bertjax.data.pretraining import instances as instances_lib
 from bertjax.data.pretraining import mixture as mixture_lib
 from bertjax.data.pretraining import packing as packing_lib
 
+SPECIAL_TOKENS = 5  # [PAD] [UNK] [CLS] [SEP] [MASK]: a trained vocab holds them beside what it learns
+
 OPTIMIZERS = ("adamw", "lamb")
 SCHEDULES = ("linear", "cosine", "wsd", "constant")  # config.optim.schedule
 DECAY_SHAPES = ("linear", "1-sqrt")  # config.optim.decay_shape: how wsd's decay phase falls to 0
@@ -130,6 +132,10 @@ class DataConfig:
     eval_files: str = ""  # glob or comma list of held-out record shards ("" = no eval)
     vocab_file: str = ""  # vocab.txt / .model the records were made with (for export and the demo)
     do_lower_case: bool = True  # casing the records were made with (written into the export)
+    # WordPiece accent stripping of the vocab the job trains (None: with do_lower_case, BERT's rule, which merges
+    # й into и and が into か; false keeps every script's letters); a given vocab_file's own tokenizer_config.json
+    # decides for it
+    strip_accents: Optional[bool] = None
     max_seq_length: int = 128  # must equal the records' max_seq_length
     max_predictions_per_seq: int = 20  # must equal the records' max_predictions_per_seq
     next_sentence_prediction: bool = True  # False for MLM-only records (prepare --no_nsp)
@@ -259,6 +265,17 @@ class DataConfig:
             if getattr(self, name) < 0:
                 raise _bad(f"config.data.{name}", getattr(self, name), "must be ≥ 0 (0 = chosen for you).")
         self._validate_schedules()
+        try:  # what prepare checks of its flags, named as this config's fields
+            self.instance_config().validate(prefix="config.data.")
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
+        if self.corpus_vocab_size <= SPECIAL_TOKENS:
+            raise _bad(
+                "config.data.corpus_vocab_size",
+                self.corpus_vocab_size,
+                f"leaves no room beside the {SPECIAL_TOKENS} special tokens; ask for more (BERT's vocab has "
+                "30,522, the demo's 4,096).",
+            )
         if not 0.0 <= self.eval_masked_lm_prob < 1.0:
             raise _bad(
                 "config.data.eval_masked_lm_prob",
@@ -535,6 +552,24 @@ class JobConfig(Sections):
     mesh: MeshConfig = MeshConfig()
     checkpoint: CheckpointConfig = CheckpointConfig()
     eval: EvalConfig = EvalConfig()
+
+    def never_reached(self) -> list[str]:
+        """Warnings, one sentence each: schedule entries at or past num_train_steps, which the run never reaches
+        (a schedule written for a longer run, or a step count with a zero too few)."""
+        end, out = self.train.num_train_steps, []
+        mix = self.data.mixture_spec()
+        scheduled = [
+            ("config.data.mixture_schedule", [e.step for e in mix.entries] if mix else []),
+            ("config.data.masked_lm_prob", list(self.data.masking_rates.steps)),
+        ]
+        for setting, steps in scheduled:
+            late = [step for step in steps if step >= end]
+            if late:
+                out.append(
+                    f"{setting} changes at step{'s' if len(late) > 1 else ''} {', '.join(map(str, late))}, which the "
+                    f"run never reaches: it ends at config.train.num_train_steps={end}."
+                )
+        return out
 
     def validate(self) -> None:
         for section in (self.model, self.data, self.train, self.mesh, self.checkpoint, self.eval):

@@ -213,6 +213,8 @@ def train_and_evaluate(config: Any, workdir: str, compile_only: bool = False) ->
     before the first step (data preparation, compilation, restore) ends it cleanly: nothing was trained."""
     job = config if isinstance(config, JobConfig) else JobConfig.from_configdict(config)  # mistakes: nothing written
     job = pretrained.adopt_init_from(job)  # init_from's architecture and vocab, before any data work
+    for warning in job.never_reached():
+        log.warning("config: %s", warning)
     if not compile_only:  # absurd sizes: refused before anything is allocated (--compile_only: by XLA's own count)
         memory_check.check_training(
             job.model.architecture,
@@ -231,6 +233,8 @@ def _train_and_evaluate(
     from bertjax.jobs import stage as stage_lib  # corpus → vocab → records, when the config asks for it
     from bertjax.data.vocab import check as vocab_check
 
+    if not compile_only:  # the batch, the processes and the mesh agree, before minutes of data work
+        trainer_lib.check_layout(job)
     job = stage_lib.prepare_data(job, workdir)
     given = {k: getattr(job.data, k) for k in ("train_files", "eval_files", "vocab_file")}
     job = job.replace(data=_local_data(job.data))  # a vocab in a bucket: read from its local copy

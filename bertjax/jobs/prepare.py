@@ -23,6 +23,7 @@ from bertjax.data.pretraining.shards import (
     run_local,
 )
 from bertjax.data.vocab import tokenization
+from bertjax.data.vocab.accents import AccentCounter
 
 log = logging.getLogger(__name__)
 
@@ -123,6 +124,9 @@ def job_metadata(
 ) -> dict:
     """metadata.json's fields: the settings, every shard (name, bytes, crc32c, records) and the counts."""
     totals = {key: sum(r[key] for r in results) for key in COUNT_KEYS}
+    accents = AccentCounter()
+    for r in results:
+        accents.update(r.get("accents_stripped", {}))
     corpus = corpus_lib.CorpusStats()
     for r in results:
         if r["corpus"]:
@@ -138,6 +142,7 @@ def job_metadata(
         vocab_hash=tokenizer.vocab_hash(),
         tokenizer=type(tokenizer).__name__,
         do_lower_case=cfg.do_lower_case,
+        strip_accents=tokenizer.strip_accents,
         do_whole_word_mask=inst.do_whole_word_mask,
         next_sentence_prediction=inst.next_sentence_prediction,
         masked_lm_prob=inst.masked_lm_prob,
@@ -170,7 +175,14 @@ def job_metadata(
             "non_utf8_lines": corpus.replaced_lines,
             "over_long_lines_cut": corpus.over_long_lines,
             "long_lines_split_into_sentences": corpus.split_lines,
+            "characters_accent_stripped": accents.total,
         },
+        accents_stripped_by_script=accents.by_script(),
+        accents_warning=accents.warning(
+            "prepare",
+            f'train the vocab with --strip_accents=false, or write {{"strip_accents": false}} into '
+            f"{tokenization.TOKENIZER_CONFIG} beside {cfg.vocab_file} if it was trained so",
+        ),
         seconds=round(seconds, 2),
         instances_per_second=round(totals["instances"] / max(seconds, 1e-9), 1),
         runner=runner,
@@ -233,11 +245,12 @@ def tokens_kept_warning(metadata: dict) -> str:
     )
 
 
-def summary(metadata: dict) -> str:
+def summary(metadata: dict, accents: bool = True) -> str:
+    """prepare's closing lines; `accents=False` leaves out the accent-stripping warning (said elsewhere)."""
     c, s, r = metadata["counts"], metadata["skipped"], metadata["replaced"]
     packed = f" packed into {c['rows']:,} rows" if metadata.get("instances_per_row") else ""
     kept = f", {100 * metadata['tokens_kept_share']:.1f}% of the tokens kept" if "tokens_kept_share" in metadata else ""
-    warning = tokens_kept_warning(metadata)
+    warning = "\n".join(filter(None, [tokens_kept_warning(metadata), accents and metadata.get("accents_warning", "")]))
     by_file = table_corpus.skipped_by_file_note(metadata.get("corpus", {}).get("skipped_by_file", {}))
     return (
         f"prepare: wrote {c['instances']:,} instances{packed} from {c['documents']:,} documents "

@@ -28,7 +28,7 @@ import numpy as np
 
 import jax
 
-from bertjax.config.schema import JobConfig
+from bertjax.config.schema import ConfigError, JobConfig
 from bertjax.data.corpus import sources as corpus_lib
 from bertjax.data.pretraining import shards
 from bertjax.jobs import prepare as prepare_job
@@ -54,8 +54,10 @@ def split_corpus(
     tfds_text_feature: str = "text",
     text_field: str = "text",
     skip_bad_json_lines: bool = False,
+    what: str = "config.data.corpus",
 ) -> tuple[str, str, dict]:
     """Writes train.txt and heldout.txt (disjoint documents) under out_dir; returns their paths and counts.
+    `what` names the setting that gave `spec` in its errors.
 
     Every heldout_every-th document is held out (every 2nd of a corpus with fewer documents). Documents
     stream to the two files: only the first heldout_every are held, to know which of the two rules applies."""
@@ -64,16 +66,14 @@ def split_corpus(
         data_dir=tfds_data_dir,
         text_field=text_field,
         text_feature=tfds_text_feature,
-        what="config.data.corpus",
+        what=what,
         skip_bad_json_lines=skip_bad_json_lines,
     )
     paths = {"train": os.path.join(out_dir, "train.txt"), "heldout": os.path.join(out_dir, "heldout.txt")}
     documents = source.documents()
     head = list(itertools.islice(documents, max(heldout_every, 2)))
     if len(head) < 2:
-        raise ValueError(
-            f"config.data.corpus={spec} has {len(head)} document(s); a train/held-out split needs at least 2."
-        )
+        raise ValueError(f"{what}={spec} has {len(head)} document(s); a train/held-out split needs at least 2.")
     every = max(2, min(heldout_every, len(head)))
     counts = {"train_documents": 0, "heldout_documents": 0}
     with (
@@ -124,9 +124,17 @@ def prepare_data(config: JobConfig, workdir: str) -> JobConfig:
             f"({', '.join(s.name for s in corpora)}): set config.data.vocab_file to the vocab the record sets were "
             "made with, so that the corpora are prepared with it too."
         )
+    check_strip_accents(d)
+    if config.model.vocab_size and not d.vocab_file and config.model.vocab_size != d.corpus_vocab_size:
+        raise ConfigError(
+            f"config.model.vocab_size={config.model.vocab_size}, but the job trains its own vocab of "
+            f"config.data.corpus_vocab_size={d.corpus_vocab_size} tokens: leave config.model.vocab_size at 0 (the "
+            "trained vocab's size) or set config.data.corpus_vocab_size to it."
+        )
     out = os.path.join(workdir if is_remote(workdir) else os.path.abspath(workdir), "data")
     done = os.path.join(out, DONE)
     if jax.process_index() == 0 and not files.exists(done):
+        check_corpora(config, [(s.name, s.spec) for s in corpora] if mix is not None else [(None, d.corpus)])
         if is_remote(out):
             log.info("data: the stage is built on the local disk, then uploaded to %s (stage.json last)", out)
         with files.writing_dir(out, last=DONE) as built:  # the tokenizer trainer and record writers write locally
@@ -141,6 +149,12 @@ def prepare_data(config: JobConfig, workdir: str) -> JobConfig:
     stage = files.read_json(done)
     if not is_remote(stage["vocab_file"]) and not os.path.isabs(stage["vocab_file"]):  # under data/, wherever it is now
         stage["vocab_file"] = os.path.join(out, stage["vocab_file"])
+    if config.model.vocab_size and config.model.vocab_size != stage["vocab_size"]:
+        raise ConfigError(
+            f"config.model.vocab_size={config.model.vocab_size}, but {stage['vocab_file']} has "
+            f"{stage['vocab_size']:,} tokens: leave config.model.vocab_size at 0 (the vocab's size) or set it to "
+            f"{stage['vocab_size']}."
+        )
     if config.model.vocab_size != stage["vocab_size"]:
         log.info(
             "data: config.model.vocab_size %s → %d, the size of %s",
@@ -158,6 +172,21 @@ def prepare_data(config: JobConfig, workdir: str) -> JobConfig:
             "eval_files": os.path.join(out, "heldout", "*.tfrecord"),
         },
     )
+
+
+def check_strip_accents(d: Any) -> None:
+    """config.data.strip_accents chooses for the vocab the stage trains; a given vocab_file's own files decide for
+    it, so a setting that disagrees with them is refused before any work (the records would not match the export)."""
+    if d.strip_accents is None or not d.vocab_file:
+        return
+    recorded = tokenization.load(d.vocab_file, d.do_lower_case).strip_accents
+    if recorded != tokenization.strips_accents(d.do_lower_case, d.strip_accents):
+        raise ValueError(
+            f"config.data.strip_accents={d.strip_accents} disagrees with the vocab {d.vocab_file}, which "
+            f"{'strips' if recorded else 'keeps'} accents (as the {tokenization.TOKENIZER_CONFIG} beside it says, "
+            "or BERT's rule when there is none): a given vocab's own files decide, so drop the setting, or write "
+            f'{{"strip_accents": {str(d.strip_accents).lower()}}} into {tokenization.TOKENIZER_CONFIG} beside it.'
+        )
 
 
 def is_record_set(spec: str) -> bool:
@@ -221,7 +250,7 @@ def _build_mixture(config: JobConfig, out: str, mix: Any, corpora: list) -> None
     for source in corpora:
         here = os.path.join(out, source.name)
         os.makedirs(here, exist_ok=True)
-        *texts[source.name], counts[source.name] = _split(config, source.spec, here)
+        *texts[source.name], counts[source.name] = _split(config, source.spec, here, source.name)
     vocab_file = d.vocab_file
     if not vocab_file:
         sizes = {name: os.path.getsize(train) for name, (train, _) in texts.items()}
@@ -248,19 +277,46 @@ def _weighted_sentences(texts: dict[str, tuple[str, str]], weights: dict[str, fl
                 yield sentence
 
 
-def _split(config: JobConfig, spec: str, out: str) -> tuple[str, str, dict]:
+def _text_field(config: JobConfig) -> str:
     d = config.data
-    log.info("data: splitting %s into train and held-out documents (every %d-th held out)", spec, d.heldout_every)
-    text_field = table_corpus.resolve_text_field(
+    return table_corpus.resolve_text_field(
         d.text_field, d.tfds_text_feature, "config.data.tfds_text_feature", "config.data.text_field"
     )
+
+
+def _corpus_setting(name: str | None) -> str:
+    """The setting that names a corpus, as errors about its files say it."""
+    return f"config.data.mixture source {name!r}" if name else "config.data.corpus"
+
+
+def check_corpora(config: JobConfig, corpora: list[tuple[str | None, str]]) -> None:
+    """Every corpus the stage will read opens (its files exist, its format is known), before any work: a mixture
+    source that matches no files is a config mistake like the mixture's others (ConfigError: exit 2)."""
+    d = config.data
+    for name, spec in corpora:
+        try:
+            corpus_lib.open_source(
+                spec,
+                data_dir=d.tfds_data_dir or None,
+                text_field=_text_field(config),
+                what=_corpus_setting(name),
+                skip_bad_json_lines=d.skip_bad_json_lines,
+            )
+        except (ValueError, FileNotFoundError, IsADirectoryError, NotADirectoryError) as e:  # not a network error
+            raise ConfigError(str(e)) from None
+
+
+def _split(config: JobConfig, spec: str, out: str, name: str | None = None) -> tuple[str, str, dict]:
+    d = config.data
+    log.info("data: splitting %s into train and held-out documents (every %d-th held out)", spec, d.heldout_every)
     return split_corpus(
         spec,
         out,
         d.heldout_every,
         d.tfds_data_dir or None,
-        text_field=text_field,
+        text_field=_text_field(config),
         skip_bad_json_lines=d.skip_bad_json_lines,
+        what=_corpus_setting(name),
     )
 
 
@@ -268,7 +324,12 @@ def _train_vocab(config: JobConfig, sentences: Iterator[str], out: str) -> str:
     d = config.data
     log.info("data: training a %d-token WordPiece vocab on the train documents", d.corpus_vocab_size)
     tok = vocab_training.train_wordpiece(
-        sentences, d.corpus_vocab_size, os.path.join(out, "vocab"), do_lower_case=d.do_lower_case
+        sentences,
+        d.corpus_vocab_size,
+        os.path.join(out, "vocab"),
+        do_lower_case=d.do_lower_case,
+        strip_accents=d.strip_accents,
+        how_to_keep="set config.data.strip_accents=false",
     )
     return str(tok.path)
 
@@ -290,7 +351,8 @@ def _prepare_records(config: JobConfig, out: str, train_txt: str, heldout_txt: s
         log.info("data: preparing %s records (dupe_factor %d) into %s", name, dupe, cfg.output_dir)
         # overwrite: a stage cut short before stage.json is redone from the start
         metadata = prepare_job.prepare(cfg, num_workers=d.num_workers or os.cpu_count() or 1, overwrite=True)
-        log.info("data: %s", prepare_job.summary(metadata).replace("\n", "; "))
+        # the vocab trainer said what accent stripping changes, once
+        log.info("data: %s", prepare_job.summary(metadata, accents=False).replace("\n", "; "))
         counts[f"{name}_instances"] = metadata["counts"]["instances"]
     return counts
 

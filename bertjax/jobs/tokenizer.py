@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from bertjax.data import files
 from bertjax.data.corpus import sources as corpus_lib
 from bertjax.data.corpus import table as table_corpus
+from bertjax.data.vocab import tokenization
 from bertjax.data.vocab import training as vocab_training
 
 MODEL_TYPES = ("wordpiece", "sentencepiece", "bpe")
@@ -31,11 +32,17 @@ def train_tokenizer(
     tfds_data_dir: str | None = None,
     text_field: str = "text",
     skip_bad_json_lines: bool = False,
+    strip_accents: bool | None = None,
 ) -> str:
     """Trains and writes the tokenizer; returns the report line. A corpus with no text raises ValueError naming
     what was read."""
     if model_type not in MODEL_TYPES:
         raise ValueError(f"--model_type={model_type!r} is not one of {list(MODEL_TYPES)}.")
+    if strip_accents is not None and model_type != "wordpiece":
+        raise ValueError(
+            f"--strip_accents applies to WordPiece vocabs only (BERT's accent stripping); --model_type={model_type} "
+            "never strips accents: drop the flag."
+        )
     source = corpus_lib.open_source(
         input_file, data_dir=tfds_data_dir, text_field=text_field, skip_bad_json_lines=skip_bad_json_lines
     )
@@ -44,7 +51,12 @@ def train_tokenizer(
             if model_type == "wordpiece":
                 # A vocab of another size than asked says so, and why, in one printed line.
                 tok = vocab_training.train_wordpiece(
-                    sentences(source), vocab_size, local_dir, do_lower_case=do_lower_case, report=print
+                    sentences(source),
+                    vocab_size,
+                    local_dir,
+                    do_lower_case=do_lower_case,
+                    report=print,
+                    strip_accents=strip_accents,
                 )
             elif model_type == "bpe":
                 tok = vocab_training.train_bpe(sentences(source), vocab_size, local_dir, do_lower_case=do_lower_case)
@@ -65,6 +77,8 @@ def train_tokenizer(
             "hold text (or name the field that does with --text_field)."
         ) from None
     written = [tok.path] + ([tok.path.with_suffix(".vocab")] if model_type == "sentencepiece" else [])
+    if model_type == "wordpiece":
+        written.append(tok.path.with_name(tokenization.TOKENIZER_CONFIG))
     if files.is_remote(output_dir):
         written = [posixpath.join(output_dir, p.name) for p in written]
     stats = source.stats
@@ -73,5 +87,6 @@ def train_tokenizer(
         f"Read {stats.units} unit(s), {stats.documents:,} documents, {stats.sentences:,} sentences"
         f"{f' ({rows})' if rows else ''}; wrote "
         f"{', '.join(map(str, written))}; vocab_size={tok.vocab_size} (do_lower_case={tok.do_lower_case}; "
-        f"[PAD]={tok.pad_id} [UNK]={tok.unk_id} [CLS]={tok.cls_id} [SEP]={tok.sep_id} [MASK]={tok.mask_id})."
+        + (f"strip_accents={tok.strip_accents}; " if model_type == "wordpiece" else "")
+        + f"[PAD]={tok.pad_id} [UNK]={tok.unk_id} [CLS]={tok.cls_id} [SEP]={tok.sep_id} [MASK]={tok.mask_id})."
     )

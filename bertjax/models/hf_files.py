@@ -145,12 +145,16 @@ def write_tokenizer(
     if vocab_file.endswith(".json"):
         _write_json_tokenizer(path, vocab_file, max_length, model_input_names)
         return
+    from bertjax.data.vocab import tokenization
+
+    tokenizer = tokenization.load(vocab_file, do_lower_case)  # its strip_accents: what the vocab's files record
     target = os.path.join(path, "vocab.txt")
     if not (os.path.exists(target) and os.path.samefile(vocab_file, target)):  # re-exporting in place
         shutil.copyfile(vocab_file, target)
     tokenizer_config = {
         "tokenizer_class": "BertTokenizer",
         "do_lower_case": do_lower_case,
+        "strip_accents": tokenizer.strip_accents,  # explicit, so transformers strips exactly as bertjax did
         "model_max_length": max_length,
         "unk_token": "[UNK]",
         "sep_token": "[SEP]",
@@ -159,9 +163,7 @@ def write_tokenizer(
         "mask_token": "[MASK]",
     }
     if model_input_names:  # a model whose own tokenizer class is a fast one: it needs tokenizer.json as well
-        from bertjax.data.vocab import tokenization
-
-        tokenization.load(vocab_file, do_lower_case).save_tokenizer_json(os.path.join(path, "tokenizer.json"))
+        tokenizer.save_tokenizer_json(os.path.join(path, "tokenizer.json"))
         tokenizer_config["model_input_names"] = model_input_names
     with open(os.path.join(path, "tokenizer_config.json"), "w") as f:
         json.dump(tokenizer_config, f, indent=2)

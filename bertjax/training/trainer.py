@@ -444,6 +444,22 @@ def process_batch_size(train: Any) -> int:
     return train.global_batch_size // jax.process_count()
 
 
+def check_layout(config: Any, devices: Optional[Sequence[jax.Device]] = None) -> Any:
+    """The global batch, the processes and the mesh agree (one ValueError naming the setting otherwise); the mesh.
+    Jobs call it before any data work, so that a mismatch is not found after minutes of preparing records."""
+    train = config.train
+    process_batch_size(train)
+    mesh = sharding_lib.make_mesh(config.mesh.shape, devices)
+    split = sharding_lib.batch_axis_size(mesh, config.mesh.logical_axis_rules)
+    if (train.global_batch_size // train.micro_batches) % split:
+        raise ValueError(
+            f"config.train.global_batch_size / micro_batches = "
+            f"{train.global_batch_size // train.micro_batches} must divide by the {split} ways the "
+            f"batch is split over mesh {dict(mesh.shape)}."
+        )
+    return mesh
+
+
 def setup(
     config: Any,
     devices: Optional[Sequence[jax.Device]] = None,
@@ -458,20 +474,12 @@ def setup(
     `optim` and `mesh`. Errors a user can cause (a batch the mesh or the processes cannot split) are one
     ValueError."""
     train = config.train
-    process_batch_size(train)
     rules = config.mesh.logical_axis_rules
-    mesh = sharding_lib.make_mesh(config.mesh.shape, devices)
+    mesh = check_layout(config, devices)
     platform = mesh.devices.flat[0].platform
     task = task(platform) if task is not None else pretraining_task(config, platform)
     tx = optim_lib.make_optimizer(config.optim, train.num_train_steps)
     learning_rate = optim_lib.schedule(config.optim, train.num_train_steps)
-    split = sharding_lib.batch_axis_size(mesh, rules)
-    if (train.global_batch_size // train.micro_batches) % split:
-        raise ValueError(
-            f"config.train.global_batch_size / micro_batches = "
-            f"{train.global_batch_size // train.micro_batches} must divide by the {split} ways the "
-            f"batch is split over mesh {dict(mesh.shape)}."
-        )
     abstract, shardings, init = sharded_state(task.model, tx, config.seed, task.seq_len, mesh, rules)
     batch_abstract = {
         name: jax.ShapeDtypeStruct(shape, dtype, sharding=sharding_lib.batch_sharding(mesh, rules, len(shape)))

@@ -34,22 +34,29 @@ class InstanceConfig:
     do_whole_word_mask: bool = False
     next_sentence_prediction: bool = True  # False: one segment per instance, labels all 0 (MLM only)
 
-    def validate(self) -> None:
+    def validate(self, prefix: str = "--") -> None:
+        """`prefix` names the settings as the caller's user wrote them: prepare's flags (--max_seq_length) or a
+        job's config fields (config.data.max_seq_length)."""
+        n = {name: f"{prefix}{name}" for name in ("max_seq_length", "max_predictions_per_seq", "masked_lm_prob")}
+        n.update({name: f"{prefix}{name}" for name in ("short_seq_prob", "dupe_factor")})
         if self.max_seq_length < 5:
-            raise ValueError(f"--max_seq_length={self.max_seq_length} leaves no room for two segments; use ≥ 5.")
+            raise ValueError(
+                f"{n['max_seq_length']}={self.max_seq_length} leaves no room for [CLS], two segments and their "
+                "[SEP]s; use ≥ 5 (BERT's 128 or 512)."
+            )
         if self.max_predictions_per_seq < 1:
-            raise ValueError(f"--max_predictions_per_seq={self.max_predictions_per_seq} must be ≥ 1.")
+            raise ValueError(f"{n['max_predictions_per_seq']}={self.max_predictions_per_seq} must be ≥ 1.")
         if self.max_predictions_per_seq > self.max_seq_length:
             raise ValueError(
-                f"--max_predictions_per_seq={self.max_predictions_per_seq} is larger than "
-                f"--max_seq_length={self.max_seq_length}; a sequence cannot hold that many masks."
+                f"{n['max_predictions_per_seq']}={self.max_predictions_per_seq} is larger than "
+                f"{n['max_seq_length']}={self.max_seq_length}; a sequence cannot hold that many masks."
             )
         if not 0.0 < self.masked_lm_prob < 1.0:
-            raise ValueError(f"--masked_lm_prob={self.masked_lm_prob} must be in (0, 1).")
+            raise ValueError(f"{n['masked_lm_prob']}={self.masked_lm_prob} must be in (0, 1).")
         if not 0.0 <= self.short_seq_prob <= 1.0:
-            raise ValueError(f"--short_seq_prob={self.short_seq_prob} must be in [0, 1].")
+            raise ValueError(f"{n['short_seq_prob']}={self.short_seq_prob} must be in [0, 1].")
         if self.dupe_factor < 1:
-            raise ValueError(f"--dupe_factor={self.dupe_factor} must be ≥ 1.")
+            raise ValueError(f"{n['dupe_factor']}={self.dupe_factor} must be ≥ 1.")
 
     def capped_from(self) -> Optional[int]:
         """The shortest sequence length whose masks max_predictions_per_seq cuts below masked_lm_prob (each

@@ -41,7 +41,7 @@ def _number(text: str, what: str) -> float:
     except ValueError:
         raise MixtureError(f"{what} {text!r} is not a number; write e.g. 0.3.") from None
     if not math.isfinite(value):
-        raise MixtureError(f"{what} {text!r} is not a finite number.")
+        raise MixtureError(f"{what} is {text.strip()!r}, not a finite number; write a number such as 0.3.")
     return value
 
 
@@ -83,7 +83,7 @@ def parse_mixture(text: str, what: str = "config.data.mixture") -> tuple[Source,
         weight: Optional[float] = None
         if colon and last.strip() == AUTO:
             weight = None
-        elif colon and re.fullmatch(r"\s*[-+0-9.eE]+\s*", last):
+        elif colon and re.fullmatch(r"\s*([-+0-9.eE]+|[-+]?(nan|inf|infinity))\s*", last, re.IGNORECASE):
             weight = _number(last, f"{what} weight of {name!r}")
             if weight < 0:
                 raise MixtureError(f"{what} weight of {name!r} is {weight:g}; weights must be ≥ 0.")
@@ -229,10 +229,16 @@ def resolve(
         t = entry.temperature or t
         where = "config.data.mixture" if entry.step == 0 and not entry.weights else f"the schedule at step {entry.step}"
         missing = [n for n, w in current.items() if w is not None and math.isnan(w)]
+        if missing and not entries:
+            raise MixtureError(
+                f"config.data.mixture gives {', '.join(missing)} no weight; add :WEIGHT (e.g. :0.5) or :{AUTO} after "
+                "its files, or give it one in a step-0 entry of config.data.mixture_schedule."
+            )
         if missing:
             raise MixtureError(
-                f"config.data.mixture gives {', '.join(missing)} no weight and {where} none either; add :WEIGHT "
-                f"(or :{AUTO}) to the source, or give it one in the schedule's step-0 entry."
+                f"config.data.mixture gives {', '.join(missing)} no weight, and config.data.mixture_schedule has "
+                f"none for it at step {entry.step}; add :WEIGHT (or :{AUTO}) to the source, or give it one in the "
+                "schedule's step-0 entry."
             )
         vector, note = _resolve_one(current, sizes, t, normalize, f"{where}")
         if note:

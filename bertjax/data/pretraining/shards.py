@@ -34,6 +34,7 @@ from bertjax.data.pretraining import instances as instances_lib
 from bertjax.data.pretraining import packing as packing_lib
 from bertjax.data.pretraining import records
 from bertjax.data.vocab import tokenization
+from bertjax.data.vocab.accents import AccentCounter
 
 log = logging.getLogger(__name__)
 
@@ -157,10 +158,16 @@ def _blocks(documents: Iterator[list[str]], block_chars: int) -> Iterator[list[l
 
 
 def tokenize_block(
-    tokenizer: tokenization.Tokenizer, documents: list[list[str]], counts: dict[str, int]
+    tokenizer: tokenization.Tokenizer,
+    documents: list[list[str]],
+    counts: dict[str, int],
+    accents: Optional[AccentCounter] = None,
 ) -> instances_lib.TokenizedBlock:
-    """Tokenizes a block in batches; sentences and documents left with no tokens are counted and dropped."""
+    """Tokenizes a block in batches; sentences and documents left with no tokens are counted and dropped;
+    `accents` counts what accent stripping changes."""
     sentences = [s for doc in documents for s in doc]
+    if accents is not None:
+        accents.add("\n".join(sentences))  # one scan a block
     pieces, lengths = [], []
     for i in range(0, len(sentences), ENCODE_BATCH):
         ids = tokenizer.encode_batch(sentences[i : i + ENCODE_BATCH])
@@ -203,9 +210,10 @@ def process_shard(
     tokenizer, vocab = load_tokenizer(cfg)
     corpus_stats = corpus_lib.CorpusStats()
     counts = dict.fromkeys(COUNT_KEYS, 0)
+    accents = AccentCounter() if tokenizer.strip_accents else None
     with records.RecordWriter(cfg.shard_path(k)) as writer:
         for b, block_docs in enumerate(_blocks(_shard_documents(work, source, corpus_stats), cfg.block_chars)):
-            block = tokenize_block(tokenizer, block_docs, counts)
+            block = tokenize_block(tokenizer, block_docs, counts, accents)
             del block_docs
             if block.num_documents == 0:
                 continue
@@ -231,6 +239,7 @@ def process_shard(
         crc32c=writer.crc32c,
         **counts,
         corpus=corpus_stats.as_dict() if (k == 0 or not work.reads_whole_corpus) else None,
+        accents_stripped=dict(accents.by_char) if accents else {},  # character -> times changed
     )
     with records.open_for_write(cfg.shard_path(k) + SHARD_STATS_SUFFIX) as f:
         f.write(json.dumps(result).encode())

@@ -14,8 +14,10 @@ import abc
 import dataclasses
 import functools
 import hashlib
+import json
 import os
 import pathlib
+import posixpath
 import re
 import sys
 import unicodedata
@@ -36,6 +38,7 @@ MAX_INPUT_CHARS_PER_WORD = 100  # BERT's WordpieceTokenizer default: longer word
 VOCAB_FILE = "vocab.txt"
 SPM_PREFIX = "spm"
 TOKENIZER_JSON = "tokenizer.json"
+TOKENIZER_CONFIG = "tokenizer_config.json"  # beside a vocab.txt: its casing settings, as in a Hugging Face directory
 BYTE_LEVEL_SPACE = "\u0120"  # "Ġ": byte-level BPE's mark of a piece that starts a word
 # The same five roles under RoBERTa's names, which tokenizer.json files of that lineage use.
 ROBERTA_SPECIALS = {PAD: "<pad>", UNK: "<unk>", CLS: "<s>", SEP: "</s>", MASK: "<mask>"}
@@ -89,6 +92,7 @@ class Tokenizer(abc.ABC):
 
     path: pathlib.Path
     do_lower_case: bool
+    strip_accents: bool = False  # whether accents (Mn marks after NFD) are removed: BERT's WordPiece only
     vocab: list[str]
     pad_id: int
     unk_id: int
@@ -217,29 +221,37 @@ def _bert_char_classes() -> dict[str, str]:
 _FINAL_SIGMA = r"(?<=[\p{Cased}&&\P{Case_Ignorable}]\p{Case_Ignorable}*)Σ(?!\p{Case_Ignorable}*+\p{Cased})"
 
 
-def bert_pipeline(do_lower_case: bool) -> tuple[normalizers.Normalizer, pre_tokenizers.PreTokenizer]:
-    """Normalizer and pre-tokenizer equal to BERT's BasicTokenizer (google-research/bert, no NFC step).
+def strips_accents(do_lower_case: bool, strip_accents: bool | None) -> bool:
+    """Whether accents are stripped: BERT strips them with lower-casing; `strip_accents` (transformers' own
+    BertTokenizer setting, None = as lower-casing) decides when set."""
+    return do_lower_case if strip_accents is None else bool(strip_accents)
+
+
+def bert_pipeline(
+    do_lower_case: bool, strip_accents: bool | None = None
+) -> tuple[normalizers.Normalizer, pre_tokenizers.PreTokenizer]:
+    """Normalizer and pre-tokenizer equal to BERT's BasicTokenizer (google-research/bert, no NFC step), and to
+    transformers' BertTokenizer with `strip_accents`.
 
     Order as in BasicTokenizer: drop controls, whitespace → " ", lower-case (final Σ → ς as Python's str.lower does
-    within a word), NFD + drop Mn (accent stripping, only when lower-casing), split on whitespace, isolate punctuation
-    and CJK ideographs.
+    within a word), NFD + drop Mn (accent stripping: with lower-casing unless strip_accents says otherwise), split on
+    whitespace, isolate punctuation and CJK ideographs.
     """
     classes = _bert_char_classes()
     steps = [normalizers.Replace(Regex(classes["control"]), ""), normalizers.Replace(Regex(classes["whitespace"]), " ")]
     if do_lower_case:
-        steps += [
-            normalizers.Replace(Regex(_FINAL_SIGMA), "ς"),
-            normalizers.Lowercase(),
-            normalizers.NFD(),
-            normalizers.Replace(Regex(classes["marks"]), ""),
-        ]
+        steps += [normalizers.Replace(Regex(_FINAL_SIGMA), "ς"), normalizers.Lowercase()]
+    if strips_accents(do_lower_case, strip_accents):
+        steps += [normalizers.NFD(), normalizers.Replace(Regex(classes["marks"]), "")]
     pre = pre_tokenizers.Sequence(
         [pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Split(Regex(classes["split"]), behavior="isolated")]
     )
     return normalizers.Sequence(steps), pre
 
 
-def _hf_wordpiece(vocab: dict[str, int] | None, do_lower_case: bool) -> tokenizers.Tokenizer:
+def _hf_wordpiece(
+    vocab: dict[str, int] | None, do_lower_case: bool, strip_accents: bool | None = None
+) -> tokenizers.Tokenizer:
     kwargs = {} if vocab is None else {"vocab": vocab}  # No vocab: an empty model for the trainer to fill.
     model = tokenizers.models.WordPiece(
         **kwargs,
@@ -248,7 +260,7 @@ def _hf_wordpiece(vocab: dict[str, int] | None, do_lower_case: bool) -> tokenize
         continuing_subword_prefix=WORDPIECE_PREFIX,
     )
     tok = tokenizers.Tokenizer(model)
-    tok.normalizer, tok.pre_tokenizer = bert_pipeline(do_lower_case)
+    tok.normalizer, tok.pre_tokenizer = bert_pipeline(do_lower_case, strip_accents)
     tok.decoder = decoders.WordPiece(prefix=WORDPIECE_PREFIX)
     return tok
 
@@ -288,10 +300,25 @@ class _TokenizersEngine(Tokenizer):
         return self._tok.decode([int(i) for i in ids], skip_special_tokens=False)
 
 
-class WordPieceTokenizer(_TokenizersEngine):
-    """BERT vocab.txt applied with BasicTokenizer + WordpieceTokenizer semantics."""
+def recorded_strip_accents(vocab_path: str | os.PathLike) -> bool | None:
+    """The `strip_accents` of the tokenizer_config.json beside a vocab file (as in a Hugging Face directory, and
+    as the vocab trainer writes it), None when there is none: the setting travels with the vocab."""
+    sidecar = pathlib.Path(vocab_path).parent / TOKENIZER_CONFIG
+    try:
+        value = json.loads(sidecar.read_text(encoding="utf-8")).get("strip_accents")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return value if isinstance(value, bool) else None
 
-    def __init__(self, path: str | os.PathLike, do_lower_case: bool = True):
+
+class WordPieceTokenizer(_TokenizersEngine):
+    """BERT vocab.txt applied with BasicTokenizer + WordpieceTokenizer semantics.
+
+    strip_accents: None takes what tokenizer_config.json beside the vocab records, else BERT's rule (strip with
+    lower-casing). False keeps the letters of scripts whose marks are part of the letter (й, が, č) when
+    lower-casing, as transformers' BertTokenizer(strip_accents=False) does."""
+
+    def __init__(self, path: str | os.PathLike, do_lower_case: bool = True, strip_accents: bool | None = None):
         self.path = pathlib.Path(path)
         self.do_lower_case = do_lower_case
         if not self.path.is_file():
@@ -299,8 +326,11 @@ class WordPieceTokenizer(_TokenizersEngine):
                 f"Vocabulary file {self.path} does not exist; pass the vocab.txt of your BERT "
                 "checkpoint or train one with `python -m bertjax.tokenizer`."
             )
+        if strip_accents is None:
+            strip_accents = recorded_strip_accents(self.path)
+        self.strip_accents = strips_accents(do_lower_case, strip_accents)
         self._set_vocab(read_vocab_txt(self.path))
-        self._tok = _hf_wordpiece({t: i for i, t in enumerate(self.vocab)}, do_lower_case)
+        self._tok = _hf_wordpiece({t: i for i, t in enumerate(self.vocab)}, do_lower_case, self.strip_accents)
 
     def is_continuation_token(self, token: str) -> bool:
         return token.startswith(WORDPIECE_PREFIX) and len(token) > len(WORDPIECE_PREFIX)
@@ -308,7 +338,7 @@ class WordPieceTokenizer(_TokenizersEngine):
     def save_tokenizer_json(self, path: str | os.PathLike) -> None:
         """This tokenizer as a `tokenizers` file (tokenizer.json), with BERT's [CLS] A [SEP] (B [SEP]) template:
         transformers' fast tokenizers load it and tokenize exactly as this class does."""
-        tok = _hf_wordpiece({t: i for i, t in enumerate(self.vocab)}, self.do_lower_case)
+        tok = _hf_wordpiece({t: i for i, t in enumerate(self.vocab)}, self.do_lower_case, self.strip_accents)
         cls, sep = self.vocab[self.cls_id], self.vocab[self.sep_id]
         tok.post_processor = processors.TemplateProcessing(
             single=f"{cls} $A {sep}",
@@ -456,11 +486,15 @@ def load(path: str | os.PathLike, do_lower_case: bool = True) -> Tokenizer:
     anything else a WordPiece vocab.txt.
 
     A directory is searched for vocab.txt, then spm.model, then tokenizer.json (what vocab_training.py writes).
-    A file in a bucket (gs://) is read from its local copy (data/remote_cache.py).
+    A file in a bucket (gs://) is read from its local copy (data/remote_cache.py), with the tokenizer_config.json
+    beside it, if any (it says whether accents are stripped).
     """
     if files.is_remote(str(path)):
         from bertjax.data import remote_cache
 
+        sidecar = posixpath.join(posixpath.dirname(str(path)), TOKENIZER_CONFIG)
+        if files.exists(sidecar):
+            remote_cache.copy_of(sidecar)
         path = remote_cache.copy_of(str(path))
     path = pathlib.Path(path)
     if path.is_dir():

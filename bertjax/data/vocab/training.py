@@ -46,6 +46,7 @@ import functools
 import heapq
 import io
 import itertools
+import json
 import logging
 import os
 import pathlib
@@ -59,6 +60,7 @@ import sentencepiece as spm
 import tokenizers
 
 from bertjax.data.vocab import tokenization
+from bertjax.data.vocab.accents import AccentCounter
 from bertjax.data.vocab.tokenization import CLS, MASK, PAD, SEP, SPECIAL_TOKENS, SPM_PREFIX, UNK, VOCAB_FILE
 
 log = logging.getLogger(__name__)
@@ -143,16 +145,23 @@ def _words_rust(chunks: list[str], normalizer, pre_tokenizer) -> list[str]:
     return found
 
 
-def count_words(lines: Iterable[str], do_lower_case: bool = True, ascii_fast_path: bool = True) -> dict[str, int]:
+def count_words(
+    lines: Iterable[str],
+    do_lower_case: bool = True,
+    ascii_fast_path: bool = True,
+    strip_accents: bool | None = None,
+    accents: AccentCounter | None = None,
+) -> dict[str, int]:
     """Word -> count, words being what BERT's normalizer + pre-tokenizer (as bertjax builds them) make of the lines.
 
     Equal to counting `pre_tokenize_str(normalize_str(line))` over every line, but the (slow, regex-based) Rust
     pipeline runs once per distinct whitespace-separated chunk, not per occurrence: chunks are counted with
     str.split(), then the chunks seen k times are normalized and pre-tokenized together and their words counted k
     times. Pure-ASCII chunks take an exactly equivalent Python path (see _ASCII_WORD_RE) unless ascii_fast_path is
-    False.
+    False. `accents`, when given, counts what accent stripping changes in the non-ASCII chunks.
     """
-    normalizer, pre_tokenizer = tokenization.bert_pipeline(do_lower_case)  # the words bertjax's tokenizer sees
+    # the words bertjax's tokenizer sees
+    normalizer, pre_tokenizer = tokenization.bert_pipeline(do_lower_case, strip_accents)
     chunks: collections.Counter[str] = collections.Counter()
     glue = _glue_re()
     for block in _blocks(lines):
@@ -162,6 +171,8 @@ def count_words(lines: Iterable[str], do_lower_case: bool = True, ascii_fast_pat
     by_count: dict[tuple[int, bool], list[str]] = collections.defaultdict(list)
     for chunk, k in chunks.items():  # insertion (first-seen) order: deterministic, and order does not matter here
         by_count[k, ascii_fast_path and chunk.isascii()].append(chunk)
+        if accents is not None:
+            accents.add(chunk, k)
     del chunks
     words: collections.Counter[str] = collections.Counter()
     for key in sorted(by_count):
@@ -435,8 +446,12 @@ def train_wordpiece(
     do_lower_case: bool = True,
     min_frequency: int = 2,
     report: Callable[[str], None] | None = None,
+    strip_accents: bool | None = None,
+    how_to_keep: str = "pass --strip_accents=false",
 ) -> tokenization.WordPieceTokenizer:
-    """Learns a WordPiece vocab from an iterator of text lines (any corpus source) and writes output_dir/vocab.txt.
+    """Learns a WordPiece vocab from an iterator of text lines (any corpus source) and writes output_dir/vocab.txt,
+    and beside it tokenizer_config.json with the casing (`strip_accents`: None is BERT's rule, accents stripped with
+    lower-casing; every later load of the vocab follows it).
 
     The specials take ids 0..4 as [PAD] [UNK] [CLS] [SEP] [MASK], not BERT's 0/100-103: a small trained vocab should
     not spend 99 ids on [unused*] fillers, every consumer looks specials up by name (Tokenizer.*_id), and [PAD] stays
@@ -449,7 +464,10 @@ def train_wordpiece(
             "ask for a larger --vocab_size."
         )
     out = _output_dir(output_dir)
-    counts = count_words(_nonempty(texts), do_lower_case)
+    accents = AccentCounter() if tokenization.strips_accents(do_lower_case, strip_accents) else None
+    counts = count_words(_nonempty(texts), do_lower_case, strip_accents=strip_accents, accents=accents)
+    if accents is not None and accents.total:  # said once, where the vocab is made
+        (report or log.warning)(accents.warning("WordPiece vocab", how_to_keep))
     vocab, stopped = _train_from_counts(counts, vocab_size, min_frequency, SPECIAL_TOKENS)
     if len(vocab) <= len(SPECIAL_TOKENS):
         raise NoText("WordPiece training saw no text; check that --input_file matches non-empty text files.")
@@ -458,6 +476,8 @@ def train_wordpiece(
         (report or log.warning)(note)
     assert tuple(vocab[: len(SPECIAL_TOKENS)]) == SPECIAL_TOKENS, vocab[: len(SPECIAL_TOKENS)]
     (out / VOCAB_FILE).write_text("".join(f"{t}\n" for t in vocab), encoding="utf-8")
+    casing = {"do_lower_case": do_lower_case, "strip_accents": strip_accents}
+    (out / tokenization.TOKENIZER_CONFIG).write_text(json.dumps(casing, indent=2) + "\n", encoding="utf-8")
     return tokenization.WordPieceTokenizer(out / VOCAB_FILE, do_lower_case)
 
 
