@@ -295,3 +295,26 @@ def test_the_stale_claim_check_finds_the_sentence_it_was_written_for():
     planted = "Plain text. A gs:// workdir or export directory is refused for now; use a local one. More text."
     assert _stale_claims(planted) == ["A gs:// workdir or export directory is refused for now; use a local one."]
     assert _stale_claims("Every path may be gs://BUCKET/..., workdirs included.") == []
+
+
+DEMO_TRANSCRIPT = ROOT / "benchmarks" / "results" / "demo.txt"
+
+
+def _demo_block() -> list[str]:
+    """The README's block of `make demo` output."""
+    blocks = [b for b in _split_fences(README.read_text(encoding="utf-8"))[1] if "train step 200/2000" in b]
+    assert len(blocks) == 1, "the README shows make demo's output in one block"
+    return [line.rstrip() for line in blocks[0].splitlines() if line.strip()]
+
+
+def test_the_readme_shows_what_make_demo_prints():
+    """Every line of the README's demo block is a line of the recorded output (benchmarks/demo_transcript.py),
+    and the figures docs/demo.md quotes from it are there too: a figure the command no longer prints fails."""
+    printed = set(DEMO_TRANSCRIPT.read_text(encoding="utf-8").splitlines())
+    missing = [line for line in _demo_block() if line not in printed]
+    assert not missing, f"not in {_rel(DEMO_TRANSCRIPT)} (rerun python benchmarks/demo_transcript.py): {missing}"
+    quoted = re.search(r"`make demo` today (.*?) The table's", " ".join(_prose(LAYOUT_PAGE.parent / "demo.md").split()))
+    assert quoted, "docs/demo.md quotes `make demo` today"
+    figures = re.findall(r"\d+\.\d\d%", quoted.group(1))
+    text = DEMO_TRANSCRIPT.read_text(encoding="utf-8")
+    assert len(figures) >= 6 and [f for f in figures if f not in text] == []
