@@ -39,6 +39,13 @@ class FinetuneDataConfig:
     null_score_diff_threshold: float = 0.0
     packing: bool = True  # classification: several examples a row (finetuning/example_packing.py); QA keeps its windows
     max_instances_per_row: int = 0  # packed: at most this many examples a row (0 = as many as fit)
+    # retrieval (contrastive): JSON Lines pairs; queries cut to max_query_length, documents to max_seq_length
+    hard_negatives: int = -1  # hard negatives a pair uses: -1 = as many as the first row gives (every row the same)
+    pooling: str = "mean"  # mean | cls: how a text's token states become its embedding (exported as such)
+    normalize: bool = True  # unit-length embeddings (a Normalize module in the sentence-transformers export)
+    similarity_scale: float = 20.0  # the scores' scale in the loss (sentence-transformers' MNRL: 20, temperature 0.05)
+    symmetric_loss: bool = False  # also rank each positive's query among the batch's queries (MNSRL)
+    matryoshka_dims: str = ""  # e.g. "256,128": the loss also on embeddings cut to these sizes (MatryoshkaLoss)
 
     def validate(self, task: str) -> None:
         if not self.train_file:

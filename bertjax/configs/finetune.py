@@ -53,6 +53,13 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     # compute goes to padding; the same examples per step, so the same loss, gradients and schedule.
     c.data.packing = True  # question_answering keeps its windows (one per row)
     c.data.max_instances_per_row = 0  # examples a packed row holds at most (0 = as many as fit)
+    # Retrieval (config.task=retrieval; configs/retrieval.py sets them): contrastive pairs, one embedding a text.
+    c.data.hard_negatives = -1  # a pair's hard negatives: -1 = as many as the first row gives
+    c.data.pooling = "mean"  # mean | cls
+    c.data.normalize = True  # unit-length embeddings
+    c.data.similarity_scale = 20.0  # sentence-transformers' MultipleNegativesRankingLoss scale
+    c.data.symmetric_loss = False  # also rank each positive's query among the batch's queries
+    c.data.matryoshka_dims = ""  # e.g. "256,128": the loss on truncated embeddings too
 
     # --- train
     c.train = ml_collections.ConfigDict()

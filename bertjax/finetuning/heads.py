@@ -37,7 +37,7 @@ def model_for(architecture: Any, task: str, num_labels: int, **compute: Any) -> 
     """The fine-tuning module of `architecture`'s family (BertForFinetuning, ModernBertForFinetuning), in the
     loop layout unless `compute` says otherwise (dtype, scan_layers, remat_policy, attention, packed, window_block, ...)."""
     family = models_lib.of(architecture)
-    if task not in family.heads.FINETUNING_TASKS:
+    if num_labels and task not in family.heads.FINETUNING_TASKS:  # num_labels=0: the encoder alone, in every family
         raise ValueError(
             f"config.task={task!r} has no {family.name} head (transformers has none either); "
             f"{family.name} fine-tunes for {', '.join(family.heads.FINETUNING_TASKS)}."

@@ -40,6 +40,7 @@ from bertjax.finetuning import arrays as arrays_lib
 from bertjax.finetuning import example_packing
 from bertjax.data.pretraining import pipeline as pipeline_lib
 from bertjax.finetuning import readers
+from bertjax.finetuning import retrieval_task
 from bertjax.finetuning import tasks as tasks_lib
 from bertjax.data.vocab import tokenization
 
@@ -128,12 +129,14 @@ def make_split(
     name: str,
 ) -> Split:
     d = job.data
-    arrays, features, truncated = tasks_lib.get(job.task).rows(examples, tokenizer, d, labels, training)
+    kind = tasks_lib.get(job.task)
+    arrays, features, truncated = kind.rows(examples, tokenizer, d, labels, training)
     # Every split carries every key of the task's batch (targets an eval file lacks are zeros, unscored).
-    rows = len(arrays["input_ids"])
-    for key, (shape, dtype) in heads.batch_shapes(job.task, d.regression, rows, d.max_seq_length).items():
-        if key != pipeline_lib.EXAMPLE_WEIGHT:
-            arrays[key] = np.asarray(arrays[key], dtype) if key in arrays else np.zeros(shape, dtype)
+    rows = len(next(iter(arrays.values())))
+    if not kind.embeds:  # an embedder's rows are its pairs, whole as they come
+        for key, (shape, dtype) in heads.batch_shapes(job.task, d.regression, rows, d.max_seq_length).items():
+            if key != pipeline_lib.EXAMPLE_WEIGHT:
+                arrays[key] = np.asarray(arrays[key], dtype) if key in arrays else np.zeros(shape, dtype)
     log.info(
         "data: %s: %d examples → %d rows of %d tokens%s",
         name,
@@ -272,7 +275,7 @@ def _finetune(
         labels = given.labels if given.labels is not None else label_map(job, train_examples)
     train = make_split(job, train_examples, tokenizer, labels, True, "train")
     evaluation = make_split(job, eval_examples, tokenizer, labels, False, "eval") if eval_examples else None
-    rows = len(train.arrays["input_ids"])
+    rows = len(next(iter(train.arrays.values())))
     steps = job.train.num_train_steps or max(1, math.ceil(job.train.num_epochs * rows / job.train.global_batch_size))
     job = job.replace(
         train={"num_train_steps": steps},
@@ -312,6 +315,9 @@ def _finetune(
 
     def make_trainer() -> trainer_lib.Trainer:
         def make_task(platform: str) -> trainer_lib.Task:
+            if tasks_lib.get(job.task).embeds:
+                model = retrieval_task.model(job.model, source.architecture, platform)
+                return retrieval_task.task(model, job.data, retrieval_task.documents_per_pair(train.arrays))
             model = heads.from_config(job.model, source.architecture, job.task, num_labels, platform, packed=packed)
             rows, slots = (
                 (train_batches.layout.rows * jax.process_count(), train_batches.layout.slots) if packed else (0, 0)
@@ -328,6 +334,7 @@ def _finetune(
         # The new head's initial values, on the host (the body's are init_from's, host arrays too).
         fresh = trainer.model.fresh_head(jax.random.PRNGKey(job.seed))
         params = heads.with_pretrained_body(fresh, source.params)
+        params = {k: v for k, v in params.items() if k in trainer.abstract_state.params}  # an embedder: no MLM head
         if job.model.layer_scan(jax.default_backend()):
             params = models_lib.of(source.architecture).model.stack_layers(
                 params, source.architecture.num_hidden_layers
@@ -338,6 +345,11 @@ def _finetune(
     def run_eval(parts: loop_lib.Parts, step: int, params: Any) -> dict:
         if evaluation is None:
             return {}
+        if tasks_lib.get(job.task).embeds:
+            result = retrieval_task.evaluate(parts.trainer, params, eval_batches, evaluation.examples)
+            parts.writer.write(step, result, kind="eval")
+            log.info("eval  %s", metrics_lib.format_log_line(dict(result, step=step), extra=list(result)))
+            return result
         logits = _logits(job, parts.trainer, params, eval_batches)
         result, predictions = scores_of(job, evaluation, logits, labels)
         parts.writer.write(step, result, kind="eval")

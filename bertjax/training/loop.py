@@ -27,6 +27,7 @@ from bertjax.runtime import lock as lock_lib
 from bertjax.training import metrics as metrics_lib
 from bertjax.runtime import ownership
 from bertjax.training import trainer as trainer_lib
+from bertjax.data.pretraining.pipeline import EXAMPLE_WEIGHT
 
 log = logging.getLogger(__name__)
 PROFILE_DIR = os.path.join("plugins", "profile")  # where TensorBoard's profile plugin looks under the logdir
@@ -269,7 +270,7 @@ def train_loop(
     # Rows the compiled step runs: global_batch_size, or fewer when examples are packed several to a row.
     num_steps, global_batch, seq_len = (
         job.train.num_train_steps,
-        trainer.batch_abstract["input_ids"].shape[0],
+        trainer.batch_abstract[EXAMPLE_WEIGHT].shape[0],
         trainer.task.seq_len,
     )
     peak = metrics_lib.peak_flops_per_device(jax.devices()[0].device_kind, job.model.dtype)

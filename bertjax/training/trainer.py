@@ -65,6 +65,10 @@ class Task:
     seq_len: int
     flops_per_row: float  # model FLOPs of one training row (forward + backward), for MFU
     predict: Optional[Callable[[Any, Batch], dict]] = None  # (params, batch) → per-row outputs, for host metrics
+    # A loss that couples the batch's rows (contrastive: every row's negatives are the others'): (params, batch,
+    # rng, micro_batches) → ((loss, sums), grads) of the whole batch, the micro-batches its own business
+    # (finetuning/contrastive.py's cached gradient). None: the micro-batches' losses are summed, as above.
+    value_and_grad: Optional[Callable[[Any, Batch, jax.Array, int], tuple[tuple[jax.Array, Any], Any]]] = None
 
 
 def _pretraining_sums(model: nn.Module, nsp: bool, params: Any, batch: Batch, rng: Optional[jax.Array]) -> dict:
@@ -174,7 +178,12 @@ def make_train_step(
             return task.loss(sums, denominators), sums
 
         grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
-        if micro_batches == 1:
+        if task.value_and_grad is not None:
+            params = state.params
+            if compute_shardings is not None:
+                params = jax.lax.with_sharding_constraint(params, compute_shardings)
+            (loss, sums), grads = task.value_and_grad(params, batch, step_rng, micro_batches)
+        elif micro_batches == 1:
             (loss, sums), grads = grad_fn(state.params, batch, step_rng)
         else:
             # Micro-batch i takes rows i, i+k, i+2k, …: each device keeps its own rows (no resharding).

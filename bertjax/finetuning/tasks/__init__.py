@@ -22,6 +22,7 @@ TASKS = {
     "sequence_classification": "bertjax.finetuning.tasks.sequence_classification",
     "token_classification": "bertjax.finetuning.tasks.token_classification",
     "question_answering": "bertjax.finetuning.tasks.question_answering",
+    "retrieval": "bertjax.finetuning.tasks.retrieval",
 }
 NAMES = tuple(TASKS)
 

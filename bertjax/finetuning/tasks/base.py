@@ -23,6 +23,7 @@ class TaskKind(abc.ABC):
     name: str = ""  # config.task
     per_token: bool = False  # logits and targets for every token (a packed batch unpacks them per token)
     packs: bool = True  # config.data.packing puts several examples in a row
+    embeds: bool = False  # trains an embedder (finetuning/retrieval_task.py): its own batch, loss and eval
 
     def validate(self, data: Any) -> None:
         """Refuses, in one sentence naming the field, a config.data setting that does not apply to this task."""

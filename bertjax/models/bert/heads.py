@@ -49,6 +49,8 @@ class BertForFinetuning(nn.Module):
         cfg = self.config
         self.bert = BertModel(cfg, **compute_fields(self))
         self.dropout = Dropout(cfg.hidden_dropout_prob)
+        if not self.num_labels:  # an embedder (contrastive retrieval): the body's hidden states, no output layer
+            return
         if self.task == "question_answering":
             self.qa_outputs = _head(cfg, 2, self.dtype, "qa_outputs")
         else:
@@ -64,7 +66,8 @@ class BertForFinetuning(nn.Module):
         cls_positions: Optional[Array] = None,
     ) -> Array:
         """Packed rows pass each token's position within its example (`position_ids`) and each example's
-        [CLS] (`cls_positions` [batch, k]): sequence classification then gives [batch, k, num_labels]."""
+        [CLS] (`cls_positions` [batch, k]): sequence classification then gives [batch, k, num_labels]. Without
+        labels (num_labels=0) the last layer's hidden states [batch, length, hidden], float32."""
         # Sequence classification reads only [CLS]: its last layer computes those rows alone.
         sequence, pooled = self.bert(
             input_ids,
@@ -73,8 +76,10 @@ class BertForFinetuning(nn.Module):
             deterministic,
             position_ids=position_ids,
             cls_positions=cls_positions,
-            pooled_only=self.task == "sequence_classification",
+            pooled_only=self.num_labels > 0 and self.task == "sequence_classification",
         )
+        if not self.num_labels:
+            return sequence.astype(jnp.float32)
         if self.task == "question_answering":  # no dropout before qa_outputs, as BERT's run_squad.py
             return self.qa_outputs(sequence).astype(jnp.float32)
         hidden = pooled if self.task == "sequence_classification" else sequence
@@ -87,7 +92,9 @@ class BertForFinetuning(nn.Module):
         return self.qa_outputs(hidden) if self.task == "question_answering" else self.classifier(hidden)
 
     def fresh_head(self, rng: Array) -> dict:
-        """Unboxed initial params of the output layer (`init_head`), on the host."""
+        """Unboxed initial params of the output layer (`init_head`), on the host; none for an embedder."""
+        if not self.num_labels:
+            return {}
         hidden = jnp.zeros((1, self.config.hidden_size), jnp.float32)
         return jax.device_get(nn.meta.unbox(self.init(rng, hidden, method=BertForFinetuning.init_head)["params"]))
 

@@ -44,6 +44,8 @@ class ModernBertForFinetuning(nn.Module):
         cfg = self.config
         std, cut = _init_std(cfg), cfg.initializer_cutoff_factor
         self.model = encoder_of(self)
+        if not self.num_labels:  # an embedder (contrastive retrieval): the encoder's normed hidden states
+            return
         self.head_dense = head_dense(cfg, self.dtype)
         self.head_norm = _norm(cfg, self.dtype, "head_norm")
         self.dropout = layers.Dropout(cfg.classifier_dropout)
@@ -82,6 +84,8 @@ class ModernBertForFinetuning(nn.Module):
         if input_mask is None:
             input_mask = jnp.ones_like(input_ids)
         x, _ = self.model(input_ids, input_mask, deterministic, position_ids)
+        if not self.num_labels:  # transformers' last_hidden_state
+            return x.astype(jnp.float32)
         if self.task == "sequence_classification":
             x = self._pool(x, input_mask, cls_positions)
         x = self.head_norm(layers.ACTIVATIONS[self.config.classifier_activation](self.head_dense(x)))
@@ -92,6 +96,8 @@ class ModernBertForFinetuning(nn.Module):
         return self.classifier(hidden)
 
     def fresh_head(self, rng: Array) -> dict:
+        if not self.num_labels:
+            return {}
         hidden = jnp.zeros((1, self.config.hidden_size), jnp.float32)
         return jax.device_get(nn.meta.unbox(self.init(rng, hidden, method=ModernBertForFinetuning.init_head)["params"]))
 

@@ -1,0 +1,158 @@
+"""The `trainer.Task` of contrastive retrieval (tasks/retrieval.py reads its pairs): the family's encoder without an
+output layer (num_labels=0), its hidden states pooled into one embedding a text, and contrastive.py's loss over the
+whole global batch with the cached gradient (config.train.micro_batches chunks of pairs)."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from bertjax.finetuning import contrastive
+from bertjax.finetuning import heads
+from bertjax.training import metrics as metrics_lib
+from bertjax.training import trainer as trainer_lib
+
+Array = jax.Array
+
+
+def pool(hidden: Array, mask: Array, mode: str, normalize: bool) -> Array:
+    """[n, length, hidden] → [n, hidden]: the mean over real tokens (sentence-transformers' default) or the first
+    ([CLS]); unit length when `normalize`."""
+    if mode == "cls":
+        out = hidden[:, 0]
+    else:
+        real = (mask > 0).astype(hidden.dtype)[..., None]
+        out = jnp.sum(hidden * real, axis=1) / jnp.maximum(jnp.sum(real, axis=1), 1e-9)
+    return contrastive.normalize(out) if normalize else out
+
+
+def encode(model: Any, data: Any, params: Any, ids: Array, mask: Array, rng: Optional[Array]) -> Array:
+    """Embeddings [..., hidden] of token rows [..., length] (any leading shape)."""
+    lead = ids.shape[:-1]
+    ids, mask = ids.reshape(-1, ids.shape[-1]), mask.reshape(-1, mask.shape[-1])
+    hidden = model.apply(
+        {"params": params},
+        input_ids=ids,
+        segment_ids=jnp.zeros_like(ids),
+        input_mask=mask,
+        deterministic=rng is None,
+        rngs=None if rng is None else {"dropout": rng},
+    )
+    return pool(hidden, mask, data.pooling, data.normalize).reshape(lead + (-1,))
+
+
+def embed_pairs(model: Any, data: Any, params: Any, batch: dict, rng: Optional[Array]) -> tuple[Array, Array]:
+    """(queries [B, hidden], documents [B, 1 + K, hidden]) of a batch of pairs."""
+    query_rng, doc_rng = (None, None) if rng is None else jax.random.split(rng)
+    queries = encode(model, data, params, batch["query_ids"], batch["query_mask"], query_rng)
+    documents = encode(model, data, params, batch["document_ids"], batch["document_mask"], doc_rng)
+    return queries, documents
+
+
+def counts(batch: dict) -> dict:
+    """The log's pairs a row (1: seq/s counts pairs) and real tokens a row (the query's and its documents')."""
+    weight = batch["example_weight"]
+    pairs = jnp.sum(weight)
+    real = jnp.sum(batch["query_mask"] > 0, axis=-1) + jnp.sum(batch["document_mask"] > 0, axis=(-2, -1))
+    return {"instances_per_row": (pairs, pairs), "real_tokens_per_row": (jnp.sum(real * weight), pairs)}
+
+
+def loss_of(data: Any, hidden_size: int) -> contrastive.ContrastiveLoss:
+    return contrastive.ContrastiveLoss(
+        scale=data.similarity_scale,
+        similarity="cosine",
+        symmetric=data.symmetric_loss,
+        matryoshka_dims=contrastive.matryoshka_dims(data.matryoshka_dims, hidden_size),
+    )
+
+
+def task(model: Any, data: Any, documents_per_pair: int) -> trainer_lib.Task:
+    """The task that fine-tunes `model` (a family's fine-tuning module with num_labels=0) on pairs."""
+    from bertjax.finetuning import tasks as tasks_lib
+
+    kind = tasks_lib.get("retrieval")
+    loss = loss_of(data, model.config.hidden_size)
+    embed = functools.partial(embed_pairs, model, data)
+
+    def sums(params: Any, batch: dict, rng: Optional[Array]) -> metrics_lib.Metrics:
+        queries, documents = embed(params, batch, rng)
+        return dict(loss.sums(queries, documents, batch["example_weight"], batch["document_hash"]), **counts(batch))
+
+    def objective(batch: dict):
+        def of_embeddings(queries: Array, documents: Array):
+            out = loss.sums(queries, documents, batch["example_weight"], batch["document_hash"])
+            total, count = out["contrastive_loss"]
+            return total / jnp.maximum(count, 1.0), dict(out, **counts(batch))
+
+        return of_embeddings
+
+    def value_and_grad(params: Any, batch: dict, rng: Array, chunks: int):
+        return contrastive.cached_value_and_grad(embed, objective(batch), params, batch, rng, chunks)
+
+    def predict(params: Any, batch: dict) -> dict:
+        queries, documents = embed(params, batch, None)
+        return {"queries": queries, "documents": documents}
+
+    text_flops = metrics_lib.flops_per_sequence(model.config, data.max_seq_length, num_predictions=0)
+    return trainer_lib.Task(
+        model=model,
+        forward_sums=sums,
+        loss_denominators=lambda batch: jnp.sum(batch["example_weight"]),
+        loss=lambda s, denominator: s["contrastive_loss"][0] / jnp.maximum(denominator, 1.0),
+        batch_shapes=lambda rows: kind.batch_shapes(data, rows, documents_per_pair),
+        seq_len=data.max_seq_length,
+        # A pair's documents at full length, its query at its own; GradCache's second forward pass not counted.
+        flops_per_row=text_flops * (documents_per_pair + data.max_query_length / data.max_seq_length),
+        predict=predict,
+        value_and_grad=value_and_grad,
+    )
+
+
+def model(cfg: Any, architecture: Any, platform: Optional[str] = None) -> Any:
+    """The family's fine-tuning module without an output layer: it returns the last hidden states."""
+    return heads.from_config(cfg, architecture, "retrieval", 0, platform)
+
+
+def documents_per_pair(arrays: dict[str, np.ndarray]) -> int:
+    return int(arrays["document_ids"].shape[1])
+
+
+def evaluate(trainer: Any, params: Any, batches: Any, examples: list) -> dict[str, float]:
+    """An eval file of pairs scored as a retrieval set: every query against every distinct
+    document of the file, by exact cosine; ndcg_at_10, mrr_at_10 and recall_at_100 of each query's positive (its
+    one relevant document)."""
+    batches.reset()
+    queries, documents = [], []
+    for local in batches:
+        out = trainer.predict_step(params, trainer.global_batch(local))
+        queries.append(np.asarray(out["queries"], np.float32))
+        documents.append(np.asarray(out["documents"], np.float32))
+    queries = np.concatenate(queries)[: batches.rows]
+    documents = np.concatenate(documents)[: batches.rows]
+    index: dict[str, int] = {}
+    vectors = []
+    for example, own in zip(examples, documents):
+        for text, vector in zip((example.positive, *example.negatives), own):
+            if text not in index:
+                index[text] = len(index)
+                vectors.append(vector)
+    corpus = np.stack(vectors)
+    scores = _unit(queries) @ _unit(corpus).T
+    relevant = np.array([index[e.positive] for e in examples])
+    positive = scores[np.arange(len(examples)), relevant]
+    rank = 1 + np.sum(scores > positive[:, None], axis=1)  # ties go the positive's way
+    return {
+        "ndcg_at_10": float(np.mean(np.where(rank <= 10, 1.0 / np.log2(rank + 1), 0.0))),
+        "mrr_at_10": float(np.mean(np.where(rank <= 10, 1.0 / rank, 0.0))),
+        "recall_at_100": float(np.mean(rank <= 100)),
+        "queries": float(len(examples)),
+        "documents": float(len(corpus)),
+    }
+
+
+def _unit(x: np.ndarray) -> np.ndarray:
+    return x / np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), 1e-12)
