@@ -2,6 +2,7 @@
 embeddings, GradCache's chunked gradient equals the whole batch's, negatives span every device, and the job trains
 from pairs read from real text (the standard library's docstrings), refusing bad pair files in one sentence."""
 
+import dataclasses
 import json
 import os
 import pathlib
@@ -217,3 +218,35 @@ def test_the_job_trains_an_embedder_whose_negatives_span_every_device(pairs, tmp
         assert evals and evals[-1]["queries"] == 80 and 0 < evals[-1]["ndcg_at_10"] <= 1
     np.testing.assert_allclose(losses[4], losses[1], rtol=2e-4)
     assert losses[1][-1] < losses[1][0]
+    check_sentence_transformers_export(tmp_path / "d1", tmp_path / "st", pairs)
+
+
+def check_sentence_transformers_export(workdir: pathlib.Path, out: pathlib.Path, pairs: pathlib.Path):
+    """python -m bertjax.export of the run: sentence_transformers.SentenceTransformer(DIR) loads it as it is and
+    embeds as bertjax does, to 1e-4."""
+    from sentence_transformers import SentenceTransformer
+
+    from bertjax import models as models_lib
+    from bertjax.config.finetune import FinetuneConfig
+    from bertjax.data.vocab import tokenization
+    from bertjax.finetuning import retrieval_task
+    from bertjax.training import checkpoint as checkpoint_lib
+
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    command = [sys.executable, "-m", "bertjax.export", f"--workdir={workdir}", f"--output_dir={out}"]
+    done = subprocess.run(command, cwd=train_setup.ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    saved = json.loads((workdir / "config.json").read_text())
+    saved.pop("kind", None)
+    job = FinetuneConfig.from_saved(saved)
+    fingerprint, params = checkpoint_lib.load_params(str(workdir))
+    architecture = models_lib.of_fingerprint(fingerprint).config.from_fingerprint(fingerprint["model"])
+    model = retrieval_task.model(dataclasses.replace(job.model, scan_layers=False), architecture)  # params: loop
+    texts = [json.loads(line)["query"] for line in (pairs / "dev.jsonl").read_text().splitlines()[:8]]
+    tokenizer = tokenization.load(job.data.vocab_file, job.data.do_lower_case)
+    ids, mask, _ = retrieval.encode_texts(tokenizer, texts, job.data.max_seq_length)
+    ours = np.asarray(retrieval_task.encode(model, job.data, params, jnp.asarray(ids), jnp.asarray(mask), None))
+    st = SentenceTransformer(str(out), device="cpu")
+    theirs = st.encode(texts, convert_to_numpy=True)
+    np.testing.assert_allclose(theirs, ours, atol=1e-4)
+    assert st.similarity_fn_name == "cosine" and np.allclose(np.linalg.norm(theirs, axis=1), 1, atol=1e-5)

@@ -25,6 +25,8 @@ from bertjax import models as models_lib
 from bertjax.data import files, remote_cache
 from bertjax.data.files import is_remote
 from bertjax.data.vocab import tokenization
+from bertjax.finetuning import tasks as tasks_lib
+from bertjax.models import sentence_transformers_dir as st_dir
 from bertjax.models import pretrained
 from bertjax.runtime import ownership
 from bertjax.training import checkpoint as checkpoint_lib
@@ -110,12 +112,26 @@ def export(workdir: str, output_dir: str, step: Optional[int] = None) -> str:
     check_vocab_size(vocab_file, do_lower_case, config.vocab_size, workdir)
     kept = ownership.clear_earlier_export(output_dir, own_export, keep=[run_vocab])
     with files.writing_dir(output_dir) as local_dir:
-        _save(family, config, fingerprint, params, local_dir, vocab_file, do_lower_case)
+        _save(
+            family,
+            config,
+            fingerprint,
+            params,
+            local_dir,
+            vocab_file,
+            do_lower_case,
+            _run_data(workdir) if "task" in fingerprint else None,
+        )
     ownership.finish_export(output_dir, kept)
     log.info(
         "export: wrote %s (%s; vocab: %s)", output_dir, fingerprint.get("task", "pre-training"), run_vocab or "none"
     )
     return output_dir
+
+
+def _run_data(workdir: str) -> dict:
+    """The run's config.data, as its config.json saved it."""
+    return files.read_json(posixpath.join(workdir, "config.json")).get("data", {})
 
 
 def _save(
@@ -126,9 +142,21 @@ def _save(
     output_dir: str,
     vocab_file: Optional[str],
     do_lower_case: bool,
+    embedder_settings: Optional[dict] = None,
 ) -> None:
-    """The HF files of a bertjax run into a local output_dir."""
-    if "task" in fingerprint:  # a fine-tuned run (bertjax.finetune): the transformers class of its task
+    """The HF files of a bertjax run into a local output_dir; an embedder's (`embedder_settings`: its run's
+    config.data: pooling, normalize, max_seq_length) as a sentence-transformers directory."""
+    if "task" in fingerprint and tasks_lib.get(fingerprint["task"]).embeds:  # an embedder: sentence-transformers'
+        family.hf.save_encoder(output_dir, config, params, vocab_file=vocab_file, do_lower_case=do_lower_case)
+        data = embedder_settings
+        st_dir.write(
+            output_dir,
+            pooling_mode=data["pooling"],
+            normalize=data["normalize"],
+            similarity="cosine",
+            max_seq_length=data["max_seq_length"],
+        )
+    elif "task" in fingerprint:  # a fine-tuned run (bertjax.finetune): the transformers class of its task
         family.hf.save_finetuned(
             output_dir,
             config,

@@ -194,6 +194,26 @@ def save_pretrained(
     )
 
 
+def save_encoder(
+    path: str,
+    config: model_lib.BertConfig,
+    params: dict,
+    vocab_file: Optional[str] = None,
+    do_lower_case: bool = True,
+) -> None:
+    """The encoder alone (an embedder's params: finetuning/retrieval_task.py) as transformers' BertModel, the body
+    a sentence-transformers directory wraps; its pooler when the params hold one (init_from's)."""
+    hf_files.new_directory(path)
+    params = model_lib.unstack_layers(jax.device_get(params))
+    pooler = "pooler" in params["bert"]
+    tensors = to_hf_state_dict(
+        config, params, lambda name: name.startswith("bert.") and (pooler or not name.startswith("bert.pooler."))
+    )
+    tensors = {name[len("bert.") :]: tensor for name, tensor in tensors.items()}
+    config_dict = dict(hf_config_dict(config), architectures=["BertModel"])
+    _write(path, config_dict, tensors, config.max_position_embeddings, vocab_file, do_lower_case)
+
+
 # --- Fine-tuned heads (heads.py) → BertForSequenceClassification / TokenClassification / QuestionAnswering
 
 _HEADS = {  # task → (HF class, its output layer's name, whether its BertModel has the pooler)

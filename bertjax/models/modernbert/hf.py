@@ -147,6 +147,21 @@ def save_finetuned(
     )
 
 
+def save_encoder(
+    path: str,
+    config: ModernBertConfig,
+    params: dict,
+    vocab_file: Optional[str] = None,
+    do_lower_case: bool = True,
+    tokenizer_dir: Optional[str] = None,
+) -> None:
+    """The encoder alone (an embedder's params: finetuning/retrieval_task.py) as transformers' ModernBertModel,
+    the body a sentence-transformers directory wraps."""
+    table = [(name[len("model.") :], path, fns) for name, path, fns in name_table(config) if name.startswith("model.")]
+    d = config_lib.to_hf_dict(config, ("ModernBertModel",))
+    _write_directory(path, config, d, to_state_dict(config, params, table), tokenizer_dir, vocab_file, do_lower_case)
+
+
 def _write_directory(
     path: str,
     config: ModernBertConfig,
