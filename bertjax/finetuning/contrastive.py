@@ -22,6 +22,8 @@ from typing import Any, Callable, Optional, Sequence
 import jax
 import jax.numpy as jnp
 
+from bertjax.finetuning import pooling
+
 Array = jax.Array
 DEFAULT_SCALE = 20.0  # sentence-transformers' MultipleNegativesRankingLoss (1 / temperature 0.05)
 SIMILARITIES = ("cosine", "dot")
@@ -44,7 +46,7 @@ class ContrastiveLoss:
         """[n, m] similarities × scale, in float32."""
         a, b = a.astype(jnp.float32), b.astype(jnp.float32)
         if self.similarity == "cosine":
-            a, b = normalize(a), normalize(b)
+            a, b = pooling.normalize(a), pooling.normalize(b)
         return self.scale * a @ b.T
 
     def one_size(
@@ -85,10 +87,6 @@ class ContrastiveLoss:
             part, _ = self.one_size(queries[..., :dims], documents[..., :dims], weights, hashes)
             loss = loss + part
         return {"contrastive_loss": (loss, count), "in_batch_accuracy": (correct, count)}
-
-
-def normalize(x: Array) -> Array:
-    return x / jnp.maximum(jnp.linalg.norm(x, axis=-1, keepdims=True), 1e-12)
 
 
 def _cross_entropy(logits: Array, labels: Array) -> Array:

@@ -13,21 +13,11 @@ import numpy as np
 
 from bertjax.finetuning import contrastive
 from bertjax.finetuning import heads
+from bertjax.finetuning import pooling
 from bertjax.training import metrics as metrics_lib
 from bertjax.training import trainer as trainer_lib
 
 Array = jax.Array
-
-
-def pool(hidden: Array, mask: Array, mode: str, normalize: bool) -> Array:
-    """[n, length, hidden] → [n, hidden]: the mean over real tokens (sentence-transformers' default) or the first
-    ([CLS]); unit length when `normalize`."""
-    if mode == "cls":
-        out = hidden[:, 0]
-    else:
-        real = (mask > 0).astype(hidden.dtype)[..., None]
-        out = jnp.sum(hidden * real, axis=1) / jnp.maximum(jnp.sum(real, axis=1), 1e-9)
-    return contrastive.normalize(out) if normalize else out
 
 
 def encode(model: Any, data: Any, params: Any, ids: Array, mask: Array, rng: Optional[Array]) -> Array:
@@ -42,7 +32,8 @@ def encode(model: Any, data: Any, params: Any, ids: Array, mask: Array, rng: Opt
         deterministic=rng is None,
         rngs=None if rng is None else {"dropout": rng},
     )
-    return pool(hidden, mask, data.pooling, data.normalize).reshape(lead + (-1,))
+    settings = pooling.Pooling(mode=data.pooling, normalize=data.normalize)
+    return pooling.pool(hidden, mask, settings).reshape(lead + (-1,))
 
 
 def embed_pairs(model: Any, data: Any, params: Any, batch: dict, rng: Optional[Array]) -> tuple[Array, Array]:
@@ -141,7 +132,7 @@ def evaluate(trainer: Any, params: Any, batches: Any, examples: list) -> dict[st
                 index[text] = len(index)
                 vectors.append(vector)
     corpus = np.stack(vectors)
-    scores = _unit(queries) @ _unit(corpus).T
+    scores = np.asarray(pooling.normalize(queries) @ pooling.normalize(corpus).T)
     relevant = np.array([index[e.positive] for e in examples])
     positive = scores[np.arange(len(examples)), relevant]
     rank = 1 + np.sum(scores > positive[:, None], axis=1)  # ties go the positive's way
@@ -152,7 +143,3 @@ def evaluate(trainer: Any, params: Any, batches: Any, examples: list) -> dict[st
         "queries": float(len(examples)),
         "documents": float(len(corpus)),
     }
-
-
-def _unit(x: np.ndarray) -> np.ndarray:
-    return x / np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), 1e-12)
