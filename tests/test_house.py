@@ -33,6 +33,7 @@ COMMANDS = {
     "tokenizer",
     "demo_finetune",
     "glue",
+    "retrieval",
 }
 # Every library lives in a folder named for its role (configs/ holds the config files, which are data).
 ROLES = {"jobs", "training", "runtime", "config", "models", "finetuning", "data", "configs"}

@@ -185,11 +185,12 @@ def test_an_empty_pairs_file_is_refused(tmp_path):
 
 
 def test_the_job_trains_an_embedder_whose_negatives_span_every_device(pairs, tmp_path, minilm_dir):
-    """python -m bertjax.finetune --config=configs/retrieval.py on 4 devices (the batch's pairs on 4 devices,
-    every query's negatives all 32 positives) and on 1: the same losses, and the held-out ranking improves."""
+    """python -m bertjax.finetune --config=configs/retrieval.py: padded pairs on 1 device and on 4 (each query's
+    negatives all 32 positives, wherever they sit), and packed rows in 2 GradCache chunks: the same losses (no
+    dropout, so the three compute the same function), and the held-out ranking is scored."""
     losses = {}
-    for devices in (1, 4):
-        workdir = tmp_path / f"d{devices}"
+    for name, devices, packing in (("padded", 1, False), ("padded-4", 4, False), ("packed", 1, True)):
+        workdir = tmp_path / name
         command = [
             sys.executable,
             "-m",
@@ -199,8 +200,11 @@ def test_the_job_trains_an_embedder_whose_negatives_span_every_device(pairs, tmp
             f"--config.data.train_file={pairs / 'train.jsonl'}",
             f"--config.data.eval_file={pairs / 'dev.jsonl'}",
             f"--config.data.vocab_file={minilm_dir / 'vocab.txt'}",
+            f"--config.data.packing={packing}",
             "--config.data.max_seq_length=48",
             "--config.data.max_query_length=16",
+            "--config.model.hidden_dropout_prob=0",
+            "--config.model.attention_probs_dropout_prob=0",
             "--config.train.global_batch_size=32",
             "--config.train.micro_batches=2",
             "--config.train.num_train_steps=20",
@@ -213,12 +217,15 @@ def test_the_job_trains_an_embedder_whose_negatives_span_every_device(pairs, tmp
         done = subprocess.run(command, cwd=train_setup.ROOT, env=env, capture_output=True, text=True, timeout=600)
         assert done.returncode == 0, done.stderr[-4000:]
         rows = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
-        losses[devices] = [r["contrastive_loss"] for r in rows if r.get("kind") == "train"]
+        losses[name] = [r["contrastive_loss"] for r in rows if r.get("kind") == "train"]
         evals = [r for r in rows if r.get("kind") == "eval"]
         assert evals and evals[-1]["queries"] == 80 and 0 < evals[-1]["ndcg_at_10"] <= 1
-    np.testing.assert_allclose(losses[4], losses[1], rtol=2e-4)
-    assert losses[1][-1] < losses[1][0]
-    check_sentence_transformers_export(tmp_path / "d1", tmp_path / "st", pairs)
+        if packing:
+            assert "data: packing 32 pairs' texts a step into" in done.stderr
+    np.testing.assert_allclose(losses["padded-4"], losses["padded"], rtol=2e-4)
+    np.testing.assert_allclose(losses["packed"], losses["padded"], rtol=2e-3)
+    assert losses["padded"][-1] < losses["padded"][0]
+    check_sentence_transformers_export(tmp_path / "packed", tmp_path / "st", pairs)
 
 
 def check_sentence_transformers_export(workdir: pathlib.Path, out: pathlib.Path, pairs: pathlib.Path):

@@ -53,8 +53,9 @@ def assumed(source: str) -> Pooling:
 
 
 def normalize(x: Array) -> Array:
-    """Unit length, as torch.nn.functional.normalize (eps 1e-12): a zero vector stays zero."""
-    return x / jnp.maximum(jnp.linalg.norm(x, axis=-1, keepdims=True), 1e-12)
+    """Unit length, as torch.nn.functional.normalize (eps 1e-12): a zero vector stays zero, and so does its gradient
+    (x / max(norm, eps) would give NaN there: the norm's derivative at 0 is 0/0, even where max picks eps)."""
+    return x * jax.lax.rsqrt(jnp.maximum(jnp.sum(x * x, axis=-1, keepdims=True), 1e-24))
 
 
 def pool(hidden: Array, mask: Array, pooling: Pooling, dims: int | None = None) -> Array:
@@ -68,6 +69,20 @@ def pool(hidden: Array, mask: Array, pooling: Pooling, dims: int | None = None) 
         out = jnp.sum(hidden * real, axis=1) / jnp.maximum(jnp.sum(real, axis=1), 1e-9)
     if dims is not None:
         out = out[..., :dims]
+    return normalize(out) if pooling.normalize else out
+
+
+def pool_slots(hidden: Array, slot_of_token: Array, first_tokens: Array, pooling: Pooling) -> Array:
+    """Packed rows (several texts a row): [rows, length, hidden], each token's text numbered 1..k in `slot_of_token`
+    (0: padding), each text's first token at `first_tokens` [rows, k] → [rows, k, hidden] in float32, every text
+    pooled over its own tokens as `pool` pools a row."""
+    hidden = hidden.astype(jnp.float32)
+    if pooling.mode == "cls":
+        out = jnp.take_along_axis(hidden, first_tokens[..., None].astype(jnp.int32), axis=1)
+    else:
+        slots = jnp.arange(1, first_tokens.shape[1] + 1)
+        member = (slot_of_token[:, None, :] == slots[None, :, None]).astype(jnp.float32)  # [rows, k, length]
+        out = jnp.einsum("rkl,rlh->rkh", member, hidden) / jnp.maximum(jnp.sum(member, axis=-1), 1e-9)[..., None]
     return normalize(out) if pooling.normalize else out
 
 

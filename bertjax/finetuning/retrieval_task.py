@@ -44,10 +44,31 @@ def embed_pairs(model: Any, data: Any, params: Any, batch: dict, rng: Optional[A
     return queries, documents
 
 
+def embed_packed(model: Any, data: Any, params: Any, batch: dict, rng: Optional[Array]) -> tuple[Array, Array]:
+    """The same from packed rows (pair_packing.py): every text pooled over its own slot, then gathered into
+    (queries [B, hidden], documents [B, 1 + K, hidden]) by the pairs' slot indices."""
+    hidden = model.apply(
+        {"params": params},
+        input_ids=batch["input_ids"],
+        segment_ids=jnp.zeros_like(batch["input_ids"]),
+        input_mask=batch["input_mask"],
+        deterministic=rng is None,
+        rngs=None if rng is None else {"dropout": rng},
+        position_ids=batch["position_ids"],
+        cls_positions=batch["cls_positions"],
+    )
+    settings = pooling.Pooling(mode=data.pooling, normalize=data.normalize)
+    slots = pooling.pool_slots(hidden, batch["input_mask"], batch["cls_positions"], settings)  # [rows, k, hidden]
+    flat = slots.reshape(-1, slots.shape[-1])
+    return flat[batch["query_slot"]], flat[batch["document_slot"]]
+
+
 def counts(batch: dict) -> dict:
     """The log's pairs a row (1: seq/s counts pairs) and real tokens a row (the query's and its documents')."""
     weight = batch["example_weight"]
     pairs = jnp.sum(weight)
+    if "query_slot" in batch:  # packed: every real token of the rows (a padding pair places no text)
+        return {"instances_per_row": (pairs, pairs), "real_tokens_per_row": (jnp.sum(batch["input_mask"] > 0), pairs)}
     real = jnp.sum(batch["query_mask"] > 0, axis=-1) + jnp.sum(batch["document_mask"] > 0, axis=(-2, -1))
     return {"instances_per_row": (pairs, pairs), "real_tokens_per_row": (jnp.sum(real * weight), pairs)}
 
@@ -61,13 +82,29 @@ def loss_of(data: Any, hidden_size: int) -> contrastive.ContrastiveLoss:
     )
 
 
-def task(model: Any, data: Any, documents_per_pair: int) -> trainer_lib.Task:
-    """The task that fine-tunes `model` (a family's fine-tuning module with num_labels=0) on pairs."""
+def task(model: Any, data: Any, documents_per_pair: int, packed_rows: int = 0, slots: int = 0) -> trainer_lib.Task:
+    """The task that fine-tunes `model` (a family's fine-tuning module with num_labels=0) on pairs: padded, or
+    (`packed_rows` > 0: that many rows of up to `slots` texts for every global batch) packed (pair_packing.py)."""
     from bertjax.finetuning import tasks as tasks_lib
 
     kind = tasks_lib.get("retrieval")
     loss = loss_of(data, model.config.hidden_size)
-    embed = functools.partial(embed_pairs, model, data)
+    embed = functools.partial(embed_packed if packed_rows else embed_pairs, model, data)
+
+    def shapes(pairs: int) -> dict:
+        if not packed_rows:
+            return kind.batch_shapes(data, pairs, documents_per_pair)
+        rows, seq = (packed_rows, data.max_seq_length), (packed_rows, slots)
+        return {
+            "input_ids": (rows, np.int32),
+            "input_mask": (rows, np.int32),
+            "position_ids": (rows, np.int32),
+            "cls_positions": (seq, np.int32),
+            "query_slot": ((pairs,), np.int32),
+            "document_slot": ((pairs, documents_per_pair), np.int32),
+            "document_hash": ((pairs, documents_per_pair), np.int32),
+            "example_weight": ((pairs,), np.float32),
+        }
 
     def sums(params: Any, batch: dict, rng: Optional[Array]) -> metrics_lib.Metrics:
         queries, documents = embed(params, batch, rng)
@@ -94,7 +131,7 @@ def task(model: Any, data: Any, documents_per_pair: int) -> trainer_lib.Task:
         forward_sums=sums,
         loss_denominators=lambda batch: jnp.sum(batch["example_weight"]),
         loss=lambda s, denominator: s["contrastive_loss"][0] / jnp.maximum(denominator, 1.0),
-        batch_shapes=lambda rows: kind.batch_shapes(data, rows, documents_per_pair),
+        batch_shapes=shapes,
         seq_len=data.max_seq_length,
         # A pair's documents at full length, its query at its own; GradCache's second forward pass not counted.
         flops_per_row=text_flops * (documents_per_pair + data.max_query_length / data.max_seq_length),
@@ -103,9 +140,9 @@ def task(model: Any, data: Any, documents_per_pair: int) -> trainer_lib.Task:
     )
 
 
-def model(cfg: Any, architecture: Any, platform: Optional[str] = None) -> Any:
+def model(cfg: Any, architecture: Any, platform: Optional[str] = None, packed: bool = False) -> Any:
     """The family's fine-tuning module without an output layer: it returns the last hidden states."""
-    return heads.from_config(cfg, architecture, "retrieval", 0, platform)
+    return heads.from_config(cfg, architecture, "retrieval", 0, platform, packed=packed)
 
 
 def documents_per_pair(arrays: dict[str, np.ndarray]) -> int:

@@ -38,6 +38,7 @@ from bertjax.training import trainer as trainer_lib
 from bertjax.config.finetune import FinetuneConfig
 from bertjax.finetuning import arrays as arrays_lib
 from bertjax.finetuning import example_packing
+from bertjax.finetuning import pair_packing
 from bertjax.data.pretraining import pipeline as pipeline_lib
 from bertjax.finetuning import readers
 from bertjax.finetuning import retrieval_task
@@ -165,6 +166,8 @@ def make_batches(job: FinetuneConfig, train: Split, evaluation: Optional[Split],
     """(train, eval) batches: packed (config.data.packing, classification tasks) or one example a row."""
     local_batch = trainer_lib.process_batch_size(job.train)
     where = dict(process_index=jax.process_index(), process_count=jax.process_count())
+    if tasks_lib.get(job.task).embeds and uses_packing(job):  # every text of a batch's pairs shares rows
+        return _packed_pairs(job, train, evaluation, steps, local_batch, where)
     if not uses_packing(job):
         return (
             arrays_lib.ArrayBatches(train.arrays, local_batch, True, job.seed, **where),
@@ -182,6 +185,29 @@ def make_batches(job: FinetuneConfig, train: Split, evaluation: Optional[Split],
     padded, now = train_batches.padding()
     log.info(
         "data: packing %d examples a step into %d rows of %d tokens (up to %d a row): padding %.0f%% of the "
+        "tokens instead of %.0f%%",
+        job.train.global_batch_size,
+        train_batches.layout.rows * jax.process_count(),
+        job.data.max_seq_length,
+        train_batches.layout.slots,
+        100 * now,
+        100 * padded,
+    )
+    return train_batches, eval_batches
+
+
+def _packed_pairs(
+    job: FinetuneConfig, train: Split, evaluation: Optional[Split], steps: int, local_batch: int, where: dict
+) -> tuple[Any, Any]:
+    devices = max(1, jax.device_count() // jax.process_count())  # a chunk's rows split over the process's devices
+    packed = dict(where, row_multiple=devices, max_slots=job.data.max_instances_per_row)
+    train_batches = pair_packing.PackedPairs(
+        train.arrays, local_batch, True, job.seed, chunks=job.train.micro_batches, num_batches=steps, **packed
+    )
+    eval_batches = pair_packing.PackedPairs(evaluation.arrays, local_batch, False, 0, **packed) if evaluation else None
+    padded, now = train_batches.padding()
+    log.info(
+        "data: packing %d pairs' texts a step into %d rows of %d tokens (up to %d a row): padding %.0f%% of the "
         "tokens instead of %.0f%%",
         job.train.global_batch_size,
         train_batches.layout.rows * jax.process_count(),
@@ -316,8 +342,12 @@ def _finetune(
     def make_trainer() -> trainer_lib.Trainer:
         def make_task(platform: str) -> trainer_lib.Task:
             if tasks_lib.get(job.task).embeds:
-                model = retrieval_task.model(job.model, source.architecture, platform)
-                return retrieval_task.task(model, job.data, retrieval_task.documents_per_pair(train.arrays))
+                model = retrieval_task.model(job.model, source.architecture, platform, packed=packed)
+                rows, slots = (
+                    (train_batches.layout.rows * jax.process_count(), train_batches.layout.slots) if packed else (0, 0)
+                )
+                per_pair = retrieval_task.documents_per_pair(train.arrays)
+                return retrieval_task.task(model, job.data, per_pair, packed_rows=rows, slots=slots)
             model = heads.from_config(job.model, source.architecture, job.task, num_labels, platform, packed=packed)
             rows, slots = (
                 (train_batches.layout.rows * jax.process_count(), train_batches.layout.slots) if packed else (0, 0)

@@ -74,7 +74,7 @@ def _json(path: str, fix: str) -> Any:
 def _class_name(module: dict, where: str) -> str:
     kind = module.get("type") if isinstance(module, dict) else None
     if not isinstance(kind, str):
-        raise ValueError(f"{where} lists a module without a \"type\"; save the model again with sentence-transformers.")
+        raise ValueError(f'{where} lists a module without a "type"; save the model again with sentence-transformers.')
     return kind.rsplit(".", 1)[-1]
 
 

@@ -109,8 +109,7 @@ def encode_texts(tokenizer: Any, texts: list[str], length: int) -> tuple[np.ndar
 
 class Retrieval(TaskKind):
     name = "retrieval"
-    packs = False  # a row is a pair: its query and documents have lengths of their own
-    embeds = True
+    embeds = True  # packed (config.data.packing): every text of a batch shares rows (finetuning/pair_packing.py)
 
     def validate(self, data: Any) -> None:
         super().validate(data)
