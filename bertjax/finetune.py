@@ -15,6 +15,7 @@ from absl import flags  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
 
 from bertjax import cli  # noqa: E402
+from bertjax.runtime import distributed  # noqa: E402
 
 
 def define_flags() -> None:
@@ -26,13 +27,19 @@ def define_flags() -> None:
         "Directory for checkpoints, metrics.jsonl, TensorBoard events and the "
         "held-out predictions; a workdir with checkpoints resumes from the latest.",
     )
+    distributed.define_flags()  # several processes (a pod slice, SLURM, or by hand) fine-tune as one job
     flags.mark_flags_as_required(["config", "workdir"])
 
 
 def main(argv):
-    from bertjax.jobs import finetune
+    cli.run_job(argv, _finetune)  # the prologue first: no backend may start before jax.distributed
 
-    cli.run_job(argv, finetune.finetune, flags.FLAGS.config, flags.FLAGS.workdir)
+
+def _finetune() -> None:
+    distributed.initialize()
+    from bertjax.jobs import finetune  # after distributed initialisation: nothing touches devices before
+
+    finetune.finetune(flags.FLAGS.config, flags.FLAGS.workdir)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,6 @@ if __name__ == "__main__":
     tcmalloc.reexec_under_tcmalloc()  # before JAX is imported: the re-executed process starts clean
 
 import logging  # noqa: E402
-import os  # noqa: E402
 
 import jax  # noqa: E402
 from absl import app, flags  # noqa: E402
@@ -19,6 +18,7 @@ from ml_collections import config_flags  # noqa: E402
 
 from bertjax.training import aot  # noqa: E402  (jax and the standard library only: safe before jax.distributed)
 from bertjax import cli  # noqa: E402
+from bertjax.runtime import distributed  # noqa: E402
 
 FLAGS = flags.FLAGS
 
@@ -44,30 +44,8 @@ def define_flags() -> None:
         "host; h200:2x8, two) on a machine without them and without data, and write WORKDIR/compile_report.json "
         "(needs libtpu: pip install 'bertjax[tpu]'; for GPUs jax's CUDA plugin: pip install 'jax[cuda13-local]').",
     )
-    flags.DEFINE_string(
-        "coordinator_address",
-        None,
-        "host:port of process 0, for multi-process runs outside TPU VMs and SLURM (where it is found automatically).",
-    )
-    flags.DEFINE_integer("num_processes", None, "Processes in a multi-process run.")
-    flags.DEFINE_integer("process_id", None, "This process's index in a multi-process run.")
-    flags.DEFINE_bool(
-        "distributed",
-        None,
-        "Force (or, with --nodistributed, skip) jax.distributed.initialize(); "
-        "by default it runs on TPU VMs, under SLURM and when --coordinator_address is given.",
-    )
+    distributed.define_flags()
     flags.mark_flags_as_required(["config", "workdir"])
-
-
-def _multi_process() -> bool:
-    if FLAGS.distributed is not None:
-        return FLAGS.distributed
-    if FLAGS.coordinator_address:
-        return True
-    if int(os.environ.get("SLURM_NTASKS", "1")) > 1:
-        return True
-    return bool(os.environ.get("TPU_WORKER_HOSTNAMES", "").count(","))  # a multi-host TPU slice
 
 
 def main(argv):
@@ -77,14 +55,7 @@ def main(argv):
 def _pretrain() -> None:
     if FLAGS.topology:
         return _compile_for_topology()
-    if _multi_process():
-        if FLAGS.coordinator_address and (FLAGS.num_processes is None or FLAGS.process_id is None):
-            raise app.UsageError("--coordinator_address needs --num_processes and --process_id too.")
-        jax.distributed.initialize(
-            coordinator_address=FLAGS.coordinator_address,
-            num_processes=FLAGS.num_processes,
-            process_id=FLAGS.process_id,
-        )
+    distributed.initialize()
     from bertjax.jobs import main as pretraining  # after distributed initialisation: nothing touches devices before
 
     if not tcmalloc.active() and jax.default_backend() == "cpu":

@@ -46,6 +46,8 @@ class FinetuneDataConfig:
     similarity_scale: float = 20.0  # the scores' scale in the loss (sentence-transformers' MNRL: 20, temperature 0.05)
     symmetric_loss: bool = False  # also rank each positive's query among the batch's queries (MNSRL)
     matryoshka_dims: str = ""  # e.g. "256,128": the loss also on embeddings cut to these sizes (MatryoshkaLoss)
+    eval_dir: str = ""  # retrieval: a BEIR directory scored at every eval (ndcg_at_10, recall_at_100, mrr_at_10)
+    eval_split: str = "test"  # its qrels/<split>.tsv
 
     def validate(self, task: str) -> None:
         if not self.train_file:
@@ -59,6 +61,8 @@ class FinetuneDataConfig:
             raise _bad("config.data.max_seq_length", self.max_seq_length, "must be ≥ 8.")
         if self.max_instances_per_row < 0:
             raise _bad("config.data.max_instances_per_row", self.max_instances_per_row, "must be ≥ 0 (0 = no limit).")
+        if self.eval_dir and not tasks_lib.get(task).embeds:
+            raise _bad("config.data.eval_dir", self.eval_dir, f"is a BEIR set for task retrieval, not {task}.")
         tasks_lib.get(task).validate(self)  # what this task refuses of config.data
 
 

@@ -60,6 +60,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.data.similarity_scale = 20.0  # sentence-transformers' MultipleNegativesRankingLoss scale
     c.data.symmetric_loss = False  # also rank each positive's query among the batch's queries
     c.data.matryoshka_dims = ""  # e.g. "256,128": the loss on truncated embeddings too
+    c.data.eval_dir = ""  # a BEIR directory (corpus.jsonl, queries.jsonl, qrels/) scored at every eval
+    c.data.eval_split = "test"  # its qrels/<split>.tsv
 
     # --- train
     c.train = ml_collections.ConfigDict()

@@ -180,3 +180,23 @@ def evaluate(trainer: Any, params: Any, batches: Any, examples: list) -> dict[st
         "queries": float(len(examples)),
         "documents": float(len(corpus)),
     }
+
+
+def evaluate_beir(job: Any, source: Any, tokenizer: Any, params: Any, data: Any) -> dict[str, float]:
+    """The model being trained scored on a BEIR set (config.data.eval_dir) as `python -m bertjax.retrieval` scores
+    it (retrieval_eval.py: exact search on the device, trec_eval's metrics); params gathered to every process."""
+    from bertjax.finetuning import embedding, retrieval_eval
+
+    if jax.process_count() > 1:  # params span processes: each embeds with a whole copy
+        from jax.experimental import multihost_utils
+
+        params = multihost_utils.process_allgather(params, tiled=True)
+    module = model(job.model, source.architecture)
+
+    def hidden_states(p: Any, ids: Array, mask: Array) -> Array:
+        return module.apply({"params": p}, input_ids=ids, segment_ids=jnp.zeros_like(ids), input_mask=mask)
+
+    settings = pooling.Pooling(mode=job.data.pooling, normalize=job.data.normalize)
+    encoder = embedding.Encoder(hidden_states, params, tokenizer, settings, job.data.max_seq_length)
+    scores = retrieval_eval.evaluate(encoder, data)
+    return {k: float(v) for k, v in scores.items() if k != "seconds"}

@@ -38,6 +38,7 @@ from bertjax.training import trainer as trainer_lib
 from bertjax.config.finetune import FinetuneConfig
 from bertjax.finetuning import arrays as arrays_lib
 from bertjax.finetuning import example_packing
+from bertjax.finetuning import beir
 from bertjax.finetuning import pair_packing
 from bertjax.data.pretraining import pipeline as pipeline_lib
 from bertjax.finetuning import readers
@@ -301,6 +302,7 @@ def _finetune(
         labels = given.labels if given.labels is not None else label_map(job, train_examples)
     train = make_split(job, train_examples, tokenizer, labels, True, "train")
     evaluation = make_split(job, eval_examples, tokenizer, labels, False, "eval") if eval_examples else None
+    beir_set = beir.read(job.data.eval_dir, job.data.eval_split) if job.data.eval_dir else None  # mistakes: now
     rows = len(next(iter(train.arrays.values())))
     steps = job.train.num_train_steps or max(1, math.ceil(job.train.num_epochs * rows / job.train.global_batch_size))
     job = job.replace(
@@ -373,13 +375,18 @@ def _finetune(
         return trainer.state_from_params(params)
 
     def run_eval(parts: loop_lib.Parts, step: int, params: Any) -> dict:
-        if evaluation is None:
-            return {}
-        if tasks_lib.get(job.task).embeds:
-            result = retrieval_task.evaluate(parts.trainer, params, eval_batches, evaluation.examples)
+        if tasks_lib.get(job.task).embeds and (evaluation is not None or beir_set is not None):
+            result = {}
+            if evaluation is not None:
+                result = retrieval_task.evaluate(parts.trainer, params, eval_batches, evaluation.examples)
+            if beir_set is not None:  # the BEIR set's scores by their own names; the eval file's then as pairs_*
+                result = {f"pairs_{k}": v for k, v in result.items()}
+                result.update(retrieval_task.evaluate_beir(job, source, tokenizer, params, beir_set))
             parts.writer.write(step, result, kind="eval")
             log.info("eval  %s", metrics_lib.format_log_line(dict(result, step=step), extra=list(result)))
             return result
+        if evaluation is None:
+            return {}
         logits = _logits(job, parts.trainer, params, eval_batches)
         result, predictions = scores_of(job, evaluation, logits, labels)
         parts.writer.write(step, result, kind="eval")
