@@ -25,8 +25,9 @@ import train_setup
 warnings.filterwarnings("ignore", category=DeprecationWarning)
 
 
-def st_loss(queries, documents, symmetric=False):
-    """sentence-transformers' MultipleNegativesRankingLoss (its symmetric form: both directions, averaged)."""
+def st_loss(queries, documents, symmetric=False, grads=False):
+    """sentence-transformers' MultipleNegativesRankingLoss (its symmetric form: both directions, averaged); with
+    `grads`, also its gradients with respect to the queries and the documents (torch's autograd)."""
     from sentence_transformers.sentence_transformer.losses.multiple_negatives_ranking import (
         MultipleNegativesRankingLoss,
     )
@@ -35,8 +36,18 @@ def st_loss(queries, documents, symmetric=False):
     loss = MultipleNegativesRankingLoss(
         torch.nn.Identity(), scale=20.0, directions=directions, partition_mode="per_direction" if symmetric else "joint"
     )
-    columns = [torch.tensor(queries)] + [torch.tensor(documents[:, k]) for k in range(documents.shape[1])]
-    return loss.compute_loss_from_embeddings(columns, None).item()
+    q = torch.tensor(queries, requires_grad=True)
+    d = torch.tensor(documents, requires_grad=True)
+    value = loss.compute_loss_from_embeddings([q] + [d[:, k] for k in range(documents.shape[1])], None)
+    if not grads:
+        return value.item()
+    value.backward()
+    return value.item(), q.grad.numpy(), d.grad.numpy()
+
+
+def mean_loss_jax(out):
+    total, count = out["contrastive_loss"]
+    return total / count
 
 
 def mean_loss(out):
@@ -51,7 +62,14 @@ def test_the_loss_is_sentence_transformers_multiple_negatives_ranking_loss(symme
     queries = rng.normal(size=(8, 24)).astype(np.float32)
     documents = rng.normal(size=(8, 1 + negatives, 24)).astype(np.float32)
     ours = contrastive.ContrastiveLoss(symmetric=symmetric).sums(queries, documents, jnp.ones(8))
-    assert mean_loss(ours) == pytest.approx(st_loss(queries, documents, symmetric), rel=1e-5)
+    value, d_queries, d_documents = st_loss(queries, documents, symmetric, grads=True)
+    assert mean_loss(ours) == pytest.approx(value, rel=1e-5)
+    grads = jax.grad(
+        lambda q, d: mean_loss_jax(contrastive.ContrastiveLoss(symmetric=symmetric).sums(q, d, jnp.ones(8))),
+        argnums=(0, 1),
+    )(jnp.asarray(queries), jnp.asarray(documents))
+    np.testing.assert_allclose(np.asarray(grads[0]), d_queries, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(grads[1]), d_documents, rtol=1e-4, atol=1e-6)
     # Matryoshka: the full size's loss plus each truncated size's (MatryoshkaLoss with weights 1)
     cut = contrastive.ContrastiveLoss(symmetric=symmetric, matryoshka_dims=(12, 6)).sums(
         queries, documents, jnp.ones(8)
