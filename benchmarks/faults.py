@@ -38,7 +38,16 @@ small labelled task from the reference run's weights:
   glue_compile       the same for `python -m bertjax.glue` on one task (SST-2's layout)
 
 Then --bucket_trials (benchmarks/fault_bucket.py): the job with its workdir in a bucket on localhost, behind a
-proxy answering a share of requests 503/429, dropping connections for 1-4 s, and SIGTERM in half the trials.
+proxy answering a share of requests 503/429, dropping connections for 1-4 s, and SIGTERM in half the trials. And
+the bucket's two hard cases, one trial each by default:
+
+  bucket_outage              (--bucket_outage_trials) once a step is committed, the bucket drops every connection
+                             for --bucket_outage_s (default 120, longer than its clients retry; the jobs' retry
+                             budget is --bucket_retry_s, default theirs, 15 minutes): the run must stop in one
+                             sentence naming the committed step and "the same command", with no traceback; rerun
+                             once the bucket answers, it must resume from that step and finish
+  bucket_damaged_final_step  (--bucket_damage_trials) a finished run's final step loses one params object in the
+                             bucket: one rerun must move the step aside, retrain and save it, rc 0
 
 Prints one JSON line:
   trials             trials run
@@ -50,6 +59,10 @@ Prints one JSON line:
                      that were gone afterwards, neither in checkpoints/ nor moved aside to damaged-STEP, not
                      counting what a damage deleted on purpose (must be 0)
   by_fault           the same counts per fault, and each trial's details; bucket: the same for those trials
+  bucket_outage      the same counts, plus one_sentence (failing runs whose stderr ended in one sentence naming the
+                     step and the same command) and tracebacks (in all of the trials' stderr: must be 0), and each
+                     trial's details (named_step, resumed_from, stopped_after_s, said)
+  bucket_damaged_final_step  the same counts, plus tracebacks, and each trial's details (moved_aside, resumed_from)
   compile_stops      trials, clean_exits (rc 0), crashes (killed by a signal or rc 139: must be 0),
                      reruns_finished, and each trial's details
   prepare            prepare_trials, refused, complete, partial (training on a partial set: must be 0),
@@ -89,6 +102,10 @@ def parse_args():
     p.add_argument("--prepare_trials", type=int, default=4)
     p.add_argument("--compile_stop_trials", type=int, default=4)
     p.add_argument("--bucket_trials", type=int, default=2, help="the workdir in a misbehaving bucket")
+    p.add_argument("--bucket_outage_trials", type=int, default=1, help="the bucket down for --bucket_outage_s")
+    p.add_argument("--bucket_outage_s", type=float, default=120.0, help="how long the bucket is down")
+    p.add_argument("--bucket_retry_s", type=float, default=0.0, help="the jobs' retry budget (0: their default)")
+    p.add_argument("--bucket_damage_trials", type=int, default=1, help="a damaged final step in the bucket")
     p.add_argument("--workdir", default="", help="keep every run here (default: a temporary directory)")
     return p.parse_args()
 
@@ -397,16 +414,28 @@ def main() -> None:
             file=sys.stderr,
             flush=True,
         )
-    bucket_results = []
-    if args.bucket_trials:
-        from fault_bucket import bucket_trial, emulator  # the emulator and its proxy, from tests/
+    bucket_results, outage_results, damage_results = [], [], []
+    if args.bucket_trials or args.bucket_outage_trials or args.bucket_damage_trials:
+        import fault_bucket  # the emulator and its proxy, from tests/
 
-        with emulator(base) as url:
+        if args.bucket_retry_s:  # the jobs inherit it
+            os.environ["BERTJAX_BUCKET_RETRY_SECONDS"] = f"{args.bucket_retry_s:g}"
+        job = lambda workdir: Job(config_file, workdir)  # noqa: E731
+
+        def record(fault: str, i: int, rows: list, row: dict) -> None:
+            row["bitwise_identical"] = row["survived"] and identical(expected, final_params(row.pop("workdir")))
+            rows.append(row)
+            print(f"faults: {fault} trial {i + 1}: {json.dumps(row)}", file=sys.stderr, flush=True)
+
+        with fault_bucket.emulator(base) as url:
             for i in range(args.bucket_trials):
-                row = bucket_trial(rng, lambda workdir: Job(config_file, workdir), args.steps, url, i)
-                row["bitwise_identical"] = row["survived"] and identical(expected, final_params(row.pop("workdir")))
-                bucket_results.append(row)
-                print(f"faults: bucket trial {i + 1}/{args.bucket_trials}: {json.dumps(row)}", file=sys.stderr)
+                record("bucket", i, bucket_results, fault_bucket.bucket_trial(rng, job, args.steps, url, i))
+            for i in range(args.bucket_outage_trials):
+                row = fault_bucket.outage_trial(job, args.steps, EVERY, url, i, args.bucket_outage_s)
+                record("bucket_outage", i, outage_results, row)
+            for i in range(args.bucket_damage_trials):
+                row = fault_bucket.damaged_final_trial(job, args.steps, i)
+                record("bucket_damaged_final_step", i, damage_results, row)
     if not args.workdir:
         shutil.rmtree(base, ignore_errors=True)
 
@@ -439,9 +468,26 @@ def main() -> None:
         "runs": compile_results,
     }
     bucket = dict(totals(bucket_results), runs=bucket_results)
+    bucket_outage = dict(
+        totals(outage_results),
+        one_sentence=sum(r["one_sentence"] for r in outage_results),
+        tracebacks=sum(r["tracebacks"] for r in outage_results),
+        runs=outage_results,
+    )
+    damaged_final = dict(
+        totals(damage_results), tracebacks=sum(r["tracebacks"] for r in damage_results), runs=damage_results
+    )
     print(
         json.dumps(
-            dict(totals(results), by_fault=by_fault, prepare=prepare, compile_stops=compile_stops, bucket=bucket)
+            dict(
+                totals(results),
+                by_fault=by_fault,
+                prepare=prepare,
+                compile_stops=compile_stops,
+                bucket=bucket,
+                bucket_outage=bucket_outage,
+                bucket_damaged_final_step=damaged_final,
+            )
         )
     )
 

@@ -228,6 +228,7 @@ def run(main: Callable[[list[str]], Any], known_only: bool = False) -> None:
 def quiet() -> None:
     """Before any JAX backend starts: bertjax's INFO lines on; orbax's, JAX's, TensorFlow's and libtpu's
     start-up and per-step lines off (a first run shows only bertjax's own lines)."""
+    from bertjax.data import bucket_outage
     from bertjax.runtime import compile_cache, xla_flags
     from bertjax.training import aot, gpu_targets  # jax, imported here: the data commands never call this
 
@@ -238,6 +239,7 @@ def quiet() -> None:
     xla_flags.apply_gpu_defaults()  # a no-op without NVIDIA GPUs
     gpu_targets.quiet_cuda_plugin(tpu_here=not aot.no_tpu_here())  # a no-op on GPU machines
     compile_cache.enable()  # a resumed job, a sweep's next run: the step loaded, not compiled again
+    bucket_outage.RETRIES.install()  # a failing bucket's retries counted in the log, not printed as tracebacks
 
 
 def prologue(argv: Sequence[str]) -> None:

@@ -6,6 +6,7 @@ through their standard emulator settings, as they reach the emulator.
     with FaultyProxy(emulator_url) as proxy:
         proxy.fail_every(5)             # every 5th request: 503, 429, 503, ...
         proxy.outage(3.0)               # the next 3 seconds: no answers
+        proxy.wait_for_outage_end()     # until the bucket answers again
         proxy.delay(0.05)               # every request answered 50 ms late
         proxy.forbid()                  # every request refused: 403
         env = client_settings(proxy.url)
@@ -114,6 +115,11 @@ class FaultyProxy:
     def outage(self, seconds: float) -> None:
         """Drop every connection unanswered for the next `seconds`."""
         self._outage_until = time.monotonic() + seconds
+
+    def wait_for_outage_end(self) -> None:
+        """Returns once the outage (if any) is over: the bucket answers again."""
+        while time.monotonic() < self._outage_until:
+            time.sleep(0.1)
 
     def _verdict(self, agent: str):
         with self._lock:

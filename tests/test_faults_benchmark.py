@@ -2,7 +2,9 @@
 moved workdir) against the real job, where every rerun must finish with the uninterrupted run's params, losing
 nothing; and one of each of prepare's (kill -9, a full disk), after which training is refused or complete, never
 partial, no worker is left, and the same prepare command writes the reference's bytes; and a SIGTERM while
-finetune and glue compile, which must exit 0 (no crash) before the same command trains to the end."""
+finetune and glue compile, which must exit 0 (no crash) before the same command trains to the end; and the bucket's
+two hard cases, small: an outage longer than the clients retry (45 s, the jobs' retry budget 10 s), which must
+end the run in one sentence with no traceback and resume from the named step, and a damaged final step."""
 
 import json
 import subprocess
@@ -21,6 +23,10 @@ def test_every_fault_is_survived_bitwise_with_nothing_lost(tmp_path):
             "--prepare_trials=2",
             "--compile_stop_trials=2",
             "--bucket_trials=0",  # ~1.5 min each (the clients' backoffs): tests/test_bucket_faults.py has one
+            "--bucket_outage_trials=1",
+            "--bucket_outage_s=45",  # past gcsfs's own retries (~31-36 s)
+            "--bucket_retry_s=10",  # tensorstore's retries: ~15 s, not 15 minutes
+            "--bucket_damage_trials=1",
             f"--workdir={tmp_path}",
         ],
         cwd=train_setup.ROOT,
@@ -45,3 +51,13 @@ def test_every_fault_is_survived_bitwise_with_nothing_lost(tmp_path):
     assert [r["fault"] for r in stops["runs"]] == ["finetune_compile", "glue_compile"], stops
     assert (stops["clean_exits"], stops["crashes"], stops["reruns_finished"]) == (2, 0, 2), stops
     assert all(r["stopped_before_training"] for r in stops["runs"]), stops
+    outage = result["bucket_outage"]
+    assert (outage["trials"], outage["survived"], outage["bitwise_identical"]) == (1, 1, 1), outage
+    assert (outage["one_sentence"], outage["tracebacks"], outage["steps_lost"], outage["items_lost"]) == (1, 0, 0, 0)
+    run = outage["runs"][0]
+    assert run["first_exit"] == 1 and run["named_step"] == run["resumed_from"] >= 5, run
+    assert run["said"].startswith("bertjax: the bucket gs://") and "same command" in run["said"], run
+    damaged = result["bucket_damaged_final_step"]
+    assert (damaged["trials"], damaged["survived"], damaged["bitwise_identical"], damaged["tracebacks"]) == (1, 1, 1, 0)
+    assert damaged["steps_lost"] == 0 and damaged["items_lost"] == 0, damaged
+    assert damaged["runs"][0]["moved_aside"] and damaged["runs"][0]["resumed_from"] == 10, damaged

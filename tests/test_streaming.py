@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from bertjax.data import files, stream_window
+from bertjax.data import bucket_outage, files, stream_window
 from bertjax.data.pretraining import pipeline as pipeline_lib
 from gcs_emulator import gcs_bucket  # noqa: F401  (the fixture)
 
@@ -194,7 +194,7 @@ def test_503s_429s_and_an_outage_are_ridden_out_with_the_same_batches(bucket_set
 
 def test_a_failing_fetch_is_retried_and_counted_and_a_lasting_one_is_one_sentence(bucket_set, tmp_path, monkeypatch):
     """Past the client's own retries (a long outage): the window retries with backoff, counts it, and after
-    RETRY_SECONDS stops the run in one sentence that says the rerun resumes."""
+    the retry budget ($BERTJAX_BUCKET_RETRY_SECONDS) stops the run in one sentence that says the rerun resumes."""
     local, remote = bucket_set
     expected = take(make(local, tmp_path / "a", monkeypatch), 3)
     real, failures = files.download, iter([True, True])
@@ -208,11 +208,11 @@ def test_a_failing_fetch_is_retried_and_counted_and_a_lasting_one_is_one_sentenc
     streamed = make(remote, tmp_path / "b", monkeypatch)
     same(take(streamed, 3), expected)
     assert streamed.streams[0].window.stats()["retries"] == 2
-    monkeypatch.setattr(stream_window, "RETRY_SECONDS", 0.0)
+    monkeypatch.setenv(bucket_outage.RETRY_SECONDS_ENV, "0")
     failures = itertools.repeat(True)  # flaky now fails every time
     with pytest.raises(
         stream_window.StreamError,
-        match=r"failed for 0 minutes .*so the run stopped: rerun the same command when the bucket",
+        match=r"failed for 0 seconds .*so the run stopped: rerun the same command when the bucket",
     ):
         take(make(remote, tmp_path / "c", monkeypatch), 1)
 

@@ -17,6 +17,8 @@ import threading
 from collections.abc import Iterator
 from typing import IO, Any
 
+from bertjax.data import bucket_outage
+
 
 def is_remote(path: str) -> bool:
     return "://" in path
@@ -156,6 +158,9 @@ def check_bucket(path: str, flag: str) -> None:
     _check_scheme(path, f"{flag}={path}")
     scheme, rest = path.split("://", 1)
     bucket = f"{scheme}://{rest.split('/', 1)[0]}"
+    down = bucket_outage.unreachable(path, flag)  # a refused connection is not a credentials problem
+    if down is not None:
+        raise down
     try:
         _fs(path).info(bucket)  # one request (the bucket's metadata; a listing where that is not allowed)
     except FileNotFoundError:
@@ -166,6 +171,8 @@ def check_bucket(path: str, flag: str) -> None:
     except ImportError:
         raise
     except Exception as e:  # noqa: BLE001  (gcsfs raises HttpError, PermissionError, google.auth errors)
+        if bucket_outage.transient(e):  # it did not answer (after the client's retries): not a refusal
+            raise bucket_outage.unreachable_sentence(path, flag, e) from None
         text = f"{type(e).__name__}: {e}".splitlines()[0][:200]
         raise PermissionError(
             f"{flag}={path}: {bucket} cannot be read with this machine's credentials ({text}); run "

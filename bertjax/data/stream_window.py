@@ -17,8 +17,8 @@ frames start in its range (`frames_in`): found by two CRCs at the range's start,
 its beginning, so consecutive ranges split a file's records exactly, and each host downloads ~1/parts of it.
 
 Failures: a request that fails (503, 429, a dropped connection, an outage) is retried with backoff for up to
-`RETRY_SECONDS` and counted, never raised; a shard deleted or replaced in the bucket since the run listed it
-stops the run in one sentence (`StreamError`). The pieces live under $BERTJAX_CACHE_DIR/stream (one folder a
+the bucket's retry budget (bucket_outage.retry_seconds) and counted, never raised; a shard deleted or replaced in
+the bucket since the run listed it stops the run in one sentence (`StreamError`). The pieces live under $BERTJAX_CACHE_DIR/stream (one folder a
 process and set, emptied at start and at close).
 """
 
@@ -32,7 +32,6 @@ import logging
 import os
 import shutil
 import struct
-import sys
 import threading
 import time
 from concurrent import futures
@@ -41,45 +40,18 @@ from typing import Callable, Iterator, Optional, Sequence
 import google_crc32c
 
 from bertjax import runtime
-from bertjax.data import files
+from bertjax.data import bucket_outage, files
 
 log = logging.getLogger(__name__)
 
-RETRY_SECONDS = 900.0  # how long a failing bucket is retried before the run stops (a 2-minute outage is ridden out)
 CHUNK = 8 << 20  # bytes a ranged read asks for at once
 _HEADER = struct.Struct("<QI")
 _FRAME = 16  # header (12) + data CRC (4)
 
 
-class _QuietGiveUps(logging.Filter):
-    """gcsfs logs each request it gives up on with its traceback; the window retries it and logs a count."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return "out of retries" not in record.getMessage()
-
-
-_QUIET = _QuietGiveUps()
-
-
-def _transient(error: Exception) -> bool:
-    """Whether a failed request may succeed later: a connection, a timeout, or an HTTP error (gcsfs's, aiohttp's)."""
-    kinds = [OSError, TimeoutError]
-    for module, name in (("aiohttp", "ClientError"), ("gcsfs.retry", "HttpError")):
-        found = getattr(sys.modules.get(module), name, None)
-        if found is not None:
-            kinds.append(found)
-    return isinstance(error, tuple(kinds))
-
-
-class StreamError(ValueError):
-    """A shard the run listed is gone or changed in the bucket, or the bucket failed for too long: the run stops."""
-
-    RESUME = "the last checkpoint"
-
-    def resuming_from(self, step: Optional[int]) -> "StreamError":
-        """The same sentence naming the step the rerun resumes from."""
-        where = f"step {step}, the newest checkpoint" if step else "the start (no step was saved yet)"
-        return StreamError(str(self).replace(self.RESUME, where))
+class StreamError(bucket_outage.Resumable):
+    """A shard the run listed is gone or changed in the bucket, or the bucket failed for too long: the run stops,
+    and the same command resumes (`resuming_from` names the step)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -225,7 +197,7 @@ class ShardWindow:
         shutil.rmtree(folder, ignore_errors=True)  # a killed run's leftovers: this folder is ours alone
         os.makedirs(folder, exist_ok=True)
         atexit.register(self.close)
-        logging.getLogger("gcsfs").addFilter(_QUIET)  # once: a filter is added to a logger only if absent
+        bucket_outage.RETRIES.install()  # gcsfs's give-ups counted, not printed with their tracebacks: retried here
 
     def _check_disk(self) -> None:
         os.makedirs(os.path.dirname(self.folder), exist_ok=True)
@@ -497,8 +469,9 @@ class ShardWindow:
         )
 
     def _retrying(self, call: Callable, piece: Piece):
-        """call(), retried with backoff for up to RETRY_SECONDS on any error but a changed shard's."""
-        deadline, delay = time.monotonic() + RETRY_SECONDS, 0.5
+        """call(), retried with backoff for up to the retry budget on a transient error (bucket_outage.transient)."""
+        budget = bucket_outage.retry_seconds()
+        deadline, delay = time.monotonic() + budget, 0.5
         while True:
             try:
                 return call()
@@ -510,11 +483,11 @@ class ShardWindow:
             except PermissionError:
                 raise
             except Exception as e:  # noqa: BLE001  (gcsfs and aiohttp raise many kinds for one outage)
-                if not _transient(e):  # a mistake in the code or the data: at once, not after 15 minutes
+                if not bucket_outage.transient(e):  # a mistake in the code or the data: at once, not after 15 minutes
                     raise
                 if self._closed or time.monotonic() > deadline:
                     raise StreamError(
-                        f"reading {piece.url} failed for {RETRY_SECONDS / 60:.0f} minutes ({type(e).__name__}: "
+                        f"reading {piece.url} failed for {bucket_outage.duration(budget)} ({type(e).__name__}: "
                         f"{str(e).splitlines()[0][:160] if str(e) else ''}), so the run stopped: rerun the same "
                         f"command when the bucket answers, and it resumes from {StreamError.RESUME}."
                     ) from None

@@ -37,7 +37,7 @@ import orbax.checkpoint as ocp
 from bertjax import models as models_lib
 from bertjax.config.schema import CheckpointConfig
 from bertjax.data.pretraining import pipeline as pipeline_lib
-from bertjax.data import files
+from bertjax.data import bucket_outage, files
 from bertjax.data.files import is_remote
 from bertjax.training.checkpoint_items import (  # IncompatibleCheckpoint: raised here too; callers catch it here
     IncompatibleCheckpoint,
@@ -131,12 +131,21 @@ class Checkpointer:
             read_only=read_only,
             save_interval_steps=0 if read_only else 1,
             cleanup_tmp_directories=not read_only,
+            # The step's directories made in the save call, not in a thread: a bucket that fails that thread left
+            # the save's other items waiting 300 s (orbax's coordination timeout) for its signal.
+            async_options=ocp.AsyncOptions(create_directories_asynchronously=False),
         )
         self.manager = _manager(self.directory, options)
         self.keep = cfg.keep
         self._state_bytes = 0  # of the last save: what the next one needs on disk
         self._failed = False  # a save ran out of space: close() then only tidies up
         self.restored_carry: Optional[dict] = None  # the restored step's `carry` (save)
+        # The newest step known to be committed (what a rerun resumes from, for the sentence of a job the bucket
+        # stopped), and the step of a save in flight: committed once a wait for it returns.
+        self.committed: Optional[int] = None if read_only else self.manager.latest_step()
+        self._in_flight: Optional[int] = None
+        self._closed = False
+        self._async = async_save
 
     def latest_step(self) -> Optional[int]:
         return self.manager.latest_step()
@@ -209,20 +218,37 @@ class Checkpointer:
         if carry is not None:
             items["loop"] = ocp.args.JsonSave(carry())
         try:
-            return self.manager.save(step, args=ocp.args.Composite(**items), force=True)
+            started = self.manager.save(step, args=ocp.args.Composite(**items), force=True)
         except Exception as e:  # noqa: BLE001
             if _out_of_space(e):
                 raise self._disk_full(f"writing step {step}") from None
             raise
+        if started and self._async:
+            self._in_flight = step
+        elif started:
+            self.committed = step
+        return started
 
     def wait(self) -> None:
         """Waits for a pending asynchronous save; one that ran out of space is `DiskFull`."""
         try:
             self.manager.wait_until_finished()
         except Exception as e:  # noqa: BLE001
+            self._in_flight = None  # not committed: the sentence names the step before it
             if _out_of_space(e):
                 raise self._disk_full("writing a checkpoint") from None
             raise
+        if self._in_flight is not None:
+            self.committed, self._in_flight = self._in_flight, None
+
+    def settled_step(self) -> Optional[int]:
+        """The newest committed step once the save in flight (if any) has ended; a save that failed is not one."""
+        if not self._closed:
+            try:
+                self.wait()
+            except Exception as e:  # noqa: BLE001  (the failure the caller is reporting, or one it caused)
+                log.debug("checkpoint: the save in flight failed: %s", e)
+        return self.committed
 
     def _committed(self) -> list[int]:
         """Steps whose save finished: a step directory on a disk (orbax writes a temporary one and renames it);
@@ -355,6 +381,8 @@ class Checkpointer:
             except (IncompatibleCheckpoint, pipeline_lib.PipelineMismatch):
                 raise
             except Exception as e:  # noqa: BLE001  (orbax, tensorstore and TF each raise their own types)
+                if bucket_outage.transient(e):  # the bucket did not answer: the step may be whole, never moved aside
+                    raise
                 first_line = (str(e).strip() or "no message").splitlines()[0].split(". See full TensorStore")[0]
                 reason = f"{type(e).__name__}: {first_line[:200]}"
                 log.warning(
@@ -363,6 +391,7 @@ class Checkpointer:
                 damaged.append((step, reason))
                 continue
             self._move_aside([s for s, _ in damaged])
+            self.committed = step
             return state
         if damaged and not start_over_if_damaged:
             tried = "; ".join(f"step {s}: {r}" for s, r in damaged)
@@ -421,6 +450,7 @@ class Checkpointer:
                 raise
             log.debug("checkpoint: after the failed save: %s", e)  # already reported: the job is on its way out
         finally:
+            self._closed = True
             self._wait_for_tmp_cleanup()
             self.manager.close()
             if self._failed:  # a failed save's writer threads may have written on after the first removal

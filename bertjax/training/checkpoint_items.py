@@ -1,6 +1,7 @@
 """What bertjax adds to orbax for its checkpoints (training/checkpoint.py uses them): per-array checksums,
-the input pipeline's position as a checkpoint item, orbax's read-only notice quieted, and the reads a failed
-restore abandons drained instead of printing ~80 tracebacks."""
+the input pipeline's position as a checkpoint item, orbax's read-only notice quieted, the reads a failed
+restore abandons drained instead of printing ~80 tracebacks, and tensorstore's retries of a failing bucket
+held to the retry budget (bucket_outage)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import jax.numpy as jnp
 import orbax.checkpoint as ocp
 from etils import epath
 
-from bertjax.data import files
+from bertjax.data import bucket_outage, files
 
 
 class IncompatibleCheckpoint(ValueError):
@@ -135,3 +136,23 @@ def _drain_abandoned_reads() -> None:
 
 
 _drain_abandoned_reads()
+
+
+def _bucket_retries_within_budget() -> None:
+    """tensorstore retries a failing bucket 32 times by default (~15 minutes of backoff), whatever bertjax's budget
+    says: an outage then held a save, and the job's one sentence, for that long. Its retries are a context
+    resource orbax builds its contexts from (orbax 0.12: a module dict, private; absent is fine)."""
+    from orbax.checkpoint._src.serialization import tensorstore_utils
+
+    retries = {
+        "max_retries": bucket_outage.tensorstore_retries(bucket_outage.retry_seconds()),
+        "initial_delay": f"{bucket_outage.FIRST_DELAY_S:g}s",
+        "max_delay": f"{bucket_outage.MAX_DELAY_S:g}s",
+    }
+    for name in ("_BASE_TS_CONTEXT", "_DEFAULT_OCDBT_TS_CONTEXT"):
+        context = getattr(tensorstore_utils, name, None)
+        if isinstance(context, dict):
+            context["gcs_request_retries"] = retries
+
+
+_bucket_retries_within_budget()

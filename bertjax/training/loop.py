@@ -20,7 +20,7 @@ from typing import Any, Callable, Iterator, Optional
 
 import jax
 
-from bertjax.data import stream_window
+from bertjax.data import bucket_outage
 from bertjax.training import batch_warmup
 from bertjax.training import checkpoint as checkpoint_lib
 from bertjax.runtime import lock as lock_lib
@@ -225,6 +225,16 @@ def next_batch(batches: Iterator[Any], in_flight: Any) -> tuple[Any, float]:
 def run_job(workdir: str, body: Callable[[StopRequest, lock_lib.WorkdirLock], dict]) -> dict:
     """body(stop, lock) with the workdir locked and SIGTERM handled; a SIGTERM before the first step
     (data preparation, compilation, restore) ends it cleanly, with nothing trained."""
+    try:
+        return _locked(workdir, body)
+    except Exception as e:  # noqa: BLE001  (whichever client or thread raised it)
+        stopped = bucket_outage.stopped_by(e, workdir)  # before the checkpoints were read: their step is unknown
+        if stopped is None:
+            raise
+        raise stopped from None
+
+
+def _locked(workdir: str, body: Callable[[StopRequest, lock_lib.WorkdirLock], dict]) -> dict:
     ownership.claim_workdir(workdir, primary=jax.process_index() == 0)  # another tool's files: refused, untouched
     checkpoint_lib.check_resumable_by_processes(os.path.join(workdir, checkpoint_lib.CHECKPOINTS))
     with StopRequest() as stop, lock_lib.WorkdirLock(workdir, enabled=jax.process_index() == 0) as lock:
@@ -347,9 +357,6 @@ def train_loop(
                 checkpoints.save(step, state, train_data, force=True, carry=carry)
                 log.info("stopped at step %d on request; rerun the same command to resume", step)
                 return LoopResult(state, step, last_eval, stopped=True)
-    except stream_window.StreamError as e:  # the bucket's set changed or failed (reading or saving its position)
-        checkpoints.wait()
-        raise e.resuming_from(checkpoints.latest_step()) from None
     finally:
         profile.stop()
 
@@ -393,38 +400,47 @@ def run_training(
     compiling) → `finished` (a result when there is nothing left to do) → the trainer (`compile_only`: stop
     here) → the metric writer and `started` → this run's newest checkpoint, else `fresh_state` → `feed` (the
     batches from the restored step) → `train_loop`, with `evaluate(parts, step, params)` as its held-out pass.
-    Returns (parts, the loop's result), or (None, a result) when it ended before training."""
-    with contextlib.ExitStack() as cleanup:
-        checkpoints = checkpoint_lib.Checkpointer(workdir, job.checkpoint, fingerprint)
-        cleanup.callback(checkpoints.close)
-        checkpoints.check_compatible_with_newest()  # refuse a foreign workdir before compiling
-        done = finished(checkpoints) if finished is not None and not compile_only else None
-        if done is not None:
-            return None, done
-        trainer = make_trainer()
-        log.info("mesh: %s over %d devices", dict(trainer.mesh.shape), trainer.mesh.size)
-        if compile_only:
-            return None, {}
-        writer = metrics_lib.MetricWriter(workdir, is_primary=jax.process_index() == 0)  # after the pipelines
-        cleanup.callback(writer.close)
-        parts = Parts(trainer, checkpoints, writer)
-        if started is not None:
-            started(parts)
-        state = checkpoints.restore_latest(trainer.abstract_state, train_data, job.checkpoint.start_over_if_damaged)
-        if state is not None:
-            log.info("restore: resumed from %s/%d", checkpoints.directory, int(state.step))
-        else:
-            state = fresh_state(parts)
-        data = feed(train_data, int(state.step)) if feed is not None else train_data
-        result = train_loop(
-            trainer,
-            state,
-            data,
-            lambda step, params: evaluate(parts, step, params),
-            checkpoints,
-            writer,
-            lock,
-            stop,
-            workdir,
-        )
+    Returns (parts, the loop's result), or (None, a result) when it ended before training. A bucket that stops
+    answering (or a record set in it that changes) ends it in one sentence naming the committed step the same
+    command resumes from."""
+    checkpoints = checkpoint_lib.Checkpointer(workdir, job.checkpoint, fingerprint)
+    try:
+        with contextlib.ExitStack() as cleanup:
+            cleanup.callback(checkpoints.close)
+            checkpoints.check_compatible_with_newest()  # refuse a foreign workdir before compiling
+            done = finished(checkpoints) if finished is not None and not compile_only else None
+            if done is not None:
+                return None, done
+            trainer = make_trainer()
+            log.info("mesh: %s over %d devices", dict(trainer.mesh.shape), trainer.mesh.size)
+            if compile_only:
+                return None, {}
+            writer = metrics_lib.MetricWriter(workdir, is_primary=jax.process_index() == 0)  # after the pipelines
+            cleanup.callback(writer.close)
+            parts = Parts(trainer, checkpoints, writer)
+            if started is not None:
+                started(parts)
+            abstract, damaged_ok = trainer.abstract_state, job.checkpoint.start_over_if_damaged
+            state = checkpoints.restore_latest(abstract, train_data, damaged_ok)
+            if state is not None:
+                log.info("restore: resumed from %s/%d", checkpoints.directory, int(state.step))
+            else:
+                state = fresh_state(parts)
+            data = feed(train_data, int(state.step)) if feed is not None else train_data
+            result = train_loop(
+                trainer,
+                state,
+                data,
+                lambda step, params: evaluate(parts, step, params),
+                checkpoints,
+                writer,
+                lock,
+                stop,
+                workdir,
+            )
+    except Exception as e:  # noqa: BLE001  (whichever client or thread raised it: the clean-up's own included)
+        stopped = bucket_outage.stopped_by(e, workdir)
+        if stopped is None:
+            raise
+        raise stopped.resuming_from(checkpoints.settled_step()) from None
     return parts, result
