@@ -1,14 +1,14 @@
 """A run whose bucket misbehaves: 503 and 429 answers on a share of the requests, and an outage of a few seconds
 mid-run (tests/gcs_faults.py, a proxy in front of the emulator). The clients' retries carry the run through,
 or it stops with one sentence and the same command resumes it; either way it ends with the params of the run
-that saw no fault, bit for bit. An outage longer than the clients retry ends the run in one sentence naming the
-committed step, with no traceback; an endpoint that refuses connections is named as such at once."""
+that saw no fault, bit for bit. An endpoint that refuses connections is named as such at once. (An outage longer
+than the clients retry, which ends the run in one sentence naming the committed step: tests/test_faults_benchmark.py,
+the fault benchmark's bucket_outage trial.)"""
 
 from __future__ import annotations
 
 import json
 import os
-import re
 import socket
 import subprocess
 import sys
@@ -18,13 +18,12 @@ import jax
 import numpy as np
 
 import train_setup
-from bertjax.data import bucket_outage, files
+from bertjax.data import files
 from bertjax.training import checkpoint as checkpoint_lib
 from gcs_emulator import client_settings, gcs_bucket  # noqa: F401  (the fixture)
 from gcs_faults import FaultyProxy
 
 STEPS = 6
-OUTAGE_S = 45  # longer than gcsfs's own retries (six tries, ~31-36 s of backoff; not adjustable)
 
 
 def run(config_file: str, workdir: str, url: str) -> subprocess.Popen:
@@ -102,42 +101,6 @@ def test_credentials_the_bucket_refuses_are_one_sentence_before_any_work(gcs_buc
     assert job.returncode != 0 and "Traceback" not in out, out[-3000:]
     assert last.startswith(f"bertjax: --workdir={gcs_bucket}/forbidden: {gcs_bucket} cannot be read with this "), last
     assert "gcloud auth application-default login" in last
-
-
-def test_an_outage_longer_than_the_retries_ends_in_one_sentence_and_the_same_command_resumes(
-    pydocs_data,
-    gcs_bucket,
-    tmp_path,
-    monkeypatch,  # noqa: F811
-):
-    """The bucket down for longer than its clients retry, once a step is committed: the run stops with one sentence
-    naming that step and the same command, no traceback, the retries counted in the log; the rerun, once the bucket
-    answers, resumes from that step and finishes."""
-    monkeypatch.setenv(bucket_outage.RETRY_SECONDS_ENV, "10")  # tensorstore gives up after ~15 s, not 15 minutes
-    c = train_setup.small_config(pydocs_data, **{"train.num_train_steps": 30, "checkpoint.every_steps": 2})
-    config_file = train_setup.write_config(c, tmp_path / "config.py")
-    workdir = f"{gcs_bucket}/outage-{tmp_path.name}"
-    with FaultyProxy(os.environ["STORAGE_EMULATOR_HOST"]) as proxy:
-        job = run(config_file, workdir, proxy.url)
-        deadline = time.monotonic() + 300
-        while not files.exists(f"{workdir}/checkpoints/2/{checkpoint_lib.COMMIT_SUCCESS}"):
-            assert job.poll() is None, job.stdout.read()[-3000:]
-            assert time.monotonic() < deadline
-            time.sleep(0.02)
-        proxy.outage(OUTAGE_S)
-        out, _ = job.communicate(timeout=600)
-        last = out.strip().splitlines()[-1]
-        assert job.returncode == 1 and out.count("Traceback") == 0, out[-3000:]
-        assert last.startswith(f"bertjax: the bucket {gcs_bucket} at {proxy.url} stopped answering"), last
-        said = re.search(r"rerun the same command when the bucket answers again, and it resumes from step (\d+)", last)
-        assert said and int(said.group(1)) >= 2, last
-        assert re.search(r"bucket: \d+ request\(s\) retried", out), out[-3000:]  # counts, not tracebacks
-        proxy.wait_for_outage_end()
-        rerun = run(config_file, workdir, proxy.url)
-        out, _ = rerun.communicate(timeout=600)
-    assert rerun.returncode == 0, out[-3000:]
-    assert f"restore: resumed from {workdir}/checkpoints/{said.group(1)}\n" in out, out[-3000:]
-    assert steps_logged(workdir) == 30
 
 
 def test_a_storage_endpoint_that_refuses_connections_is_named_at_once_not_credentials(tmp_path):

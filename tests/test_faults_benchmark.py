@@ -7,6 +7,7 @@ two hard cases, small: an outage longer than the clients retry (45 s, the jobs' 
 end the run in one sentence with no traceback and resume from the named step, and a damaged final step."""
 
 import json
+import re
 import subprocess
 import sys
 
@@ -57,6 +58,7 @@ def test_every_fault_is_survived_bitwise_with_nothing_lost(tmp_path):
     run = outage["runs"][0]
     assert run["first_exit"] == 1 and run["named_step"] == run["resumed_from"] >= 5, run
     assert run["said"].startswith("bertjax: the bucket gs://") and "same command" in run["said"], run
+    assert re.search(r"\d+ request\(s\) retried", run["said"]), run  # the clients' retries as counts
     damaged = result["bucket_damaged_final_step"]
     assert (damaged["trials"], damaged["survived"], damaged["bitwise_identical"], damaged["tracebacks"]) == (1, 1, 1, 0)
     assert damaged["steps_lost"] == 0 and damaged["items_lost"] == 0, damaged
