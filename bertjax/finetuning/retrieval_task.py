@@ -82,9 +82,12 @@ def loss_of(data: Any, hidden_size: int) -> contrastive.ContrastiveLoss:
     )
 
 
-def task(model: Any, data: Any, documents_per_pair: int, packed_rows: int = 0, slots: int = 0) -> trainer_lib.Task:
+def task(
+    model: Any, data: Any, documents_per_pair: int, packed_rows: int = 0, slots: int = 0, pairs: int = 0
+) -> trainer_lib.Task:
     """The task that fine-tunes `model` (a family's fine-tuning module with num_labels=0) on pairs: padded, or
-    (`packed_rows` > 0: that many rows of up to `slots` texts for every global batch) packed (pair_packing.py)."""
+    (`packed_rows` > 0: that many rows of up to `slots` texts for every global batch of `pairs`) packed
+    (pair_packing.py)."""
     from bertjax.finetuning import tasks as tasks_lib
 
     kind = tasks_lib.get("retrieval")
@@ -94,12 +97,12 @@ def task(model: Any, data: Any, documents_per_pair: int, packed_rows: int = 0, s
     def shapes(pairs: int) -> dict:
         if not packed_rows:
             return kind.batch_shapes(data, pairs, documents_per_pair)
-        rows, seq = (packed_rows, data.max_seq_length), (packed_rows, slots)
+        tokens, per_row = (packed_rows, data.max_seq_length), (packed_rows, slots)
         return {
-            "input_ids": (rows, np.int32),
-            "input_mask": (rows, np.int32),
-            "position_ids": (rows, np.int32),
-            "cls_positions": (seq, np.int32),
+            "input_ids": (tokens, np.int32),
+            "input_mask": (tokens, np.int32),
+            "position_ids": (tokens, np.int32),
+            "cls_positions": (per_row, np.int32),
             "query_slot": ((pairs,), np.int32),
             "document_slot": ((pairs, documents_per_pair), np.int32),
             "document_hash": ((pairs, documents_per_pair), np.int32),
@@ -137,6 +140,12 @@ def task(model: Any, data: Any, documents_per_pair: int, packed_rows: int = 0, s
         flops_per_row=text_flops * (documents_per_pair + data.max_query_length / data.max_seq_length),
         predict=predict,
         value_and_grad=value_and_grad,
+        # A pair's tokens: its query's and documents' rows padded, or its share of the packed rows.
+        tokens_per_row=(
+            data.max_seq_length * packed_rows / pairs
+            if packed_rows and pairs
+            else data.max_query_length + documents_per_pair * data.max_seq_length
+        ),
     )
 
 

@@ -349,7 +349,9 @@ def _finetune(
                     (train_batches.layout.rows * jax.process_count(), train_batches.layout.slots) if packed else (0, 0)
                 )
                 per_pair = retrieval_task.documents_per_pair(train.arrays)
-                return retrieval_task.task(model, job.data, per_pair, packed_rows=rows, slots=slots)
+                return retrieval_task.task(
+                    model, job.data, per_pair, packed_rows=rows, slots=slots, pairs=job.train.global_batch_size
+                )
             model = heads.from_config(job.model, source.architecture, job.task, num_labels, platform, packed=packed)
             rows, slots = (
                 (train_batches.layout.rows * jax.process_count(), train_batches.layout.slots) if packed else (0, 0)

@@ -281,7 +281,7 @@ def train_loop(
     num_steps, global_batch, seq_len = (
         job.train.num_train_steps,
         trainer.batch_abstract[EXAMPLE_WEIGHT].shape[0],
-        trainer.task.seq_len,
+        trainer.task.tokens_per_row or trainer.task.seq_len,
     )
     peak = metrics_lib.peak_flops_per_device(jax.devices()[0].device_kind, job.model.dtype)
     meter = metrics_lib.Throughput(num_steps)

@@ -65,6 +65,7 @@ class Task:
     seq_len: int
     flops_per_row: float  # model FLOPs of one training row (forward + backward), for MFU
     predict: Optional[Callable[[Any, Batch], dict]] = None  # (params, batch) → per-row outputs, for host metrics
+    tokens_per_row: Optional[float] = None  # the tokens a batch row is given, for tokens/s and padding (seq_len)
     # A loss that couples the batch's rows (contrastive: every row's negatives are the others'): (params, batch,
     # rng, micro_batches) → ((loss, sums), grads) of the whole batch, the micro-batches its own business
     # (finetuning/contrastive.py's cached gradient). None: the micro-batches' losses are summed, as above.
