@@ -125,10 +125,33 @@ def pack(
     return out
 
 
-class PackedBatches:
-    """`ArrayBatches`' examples, batch by batch, packed into `layout`. The same state (epoch, position), so a
-    resumed run sees exactly the batches it would have; `placements` says where each example of an eval batch
-    went, for `unpack`."""
+class OverArrayBatches:
+    """Batches made from the indices an `ArrayBatches` (`self.examples`) serves: its order, its size and its
+    state (epoch, position), so that a resumed run sees exactly the batches it would have."""
+
+    examples: arrays_lib.ArrayBatches
+
+    @property
+    def batches_per_epoch(self) -> int:
+        return self.examples.batches_per_epoch
+
+    @property
+    def num_batches(self) -> int:
+        return self.examples.num_batches
+
+    def __iter__(self) -> Iterator[dict[str, np.ndarray]]:
+        return self
+
+    def save_state(self, path: str) -> str:
+        return self.examples.save_state(path)
+
+    def restore_state(self, path: str) -> None:
+        self.examples.restore_state(path)
+
+
+class PackedBatches(OverArrayBatches):
+    """`ArrayBatches`' examples, batch by batch, packed into `layout`; `placements` says where each example of an
+    eval batch went, for `unpack`."""
 
     def __init__(
         self,
@@ -164,17 +187,6 @@ class PackedBatches:
         )
         # Eval: per batch served, each example's (index, row, slot, first token), for `unpack`.
         self.placements: list[np.ndarray] = []
-
-    @property
-    def batches_per_epoch(self) -> int:
-        return self.examples.batches_per_epoch
-
-    @property
-    def num_batches(self) -> int:
-        return self.examples.num_batches
-
-    def __iter__(self) -> Iterator[dict[str, np.ndarray]]:
-        return self
 
     def __next__(self) -> dict[str, np.ndarray]:
         position = self.examples.position
@@ -226,10 +238,3 @@ class PackedBatches:
         seq = self.layout.seq_len
         mean = float(self.lengths.mean())
         return 1 - mean / seq, 1 - min(1.0, mean * self.examples.batch_size / (self.layout.rows * seq))
-
-    # --- State: the examples' position ------------------------------------------------------------------
-    def save_state(self, path: str) -> str:
-        return self.examples.save_state(path)
-
-    def restore_state(self, path: str) -> None:
-        self.examples.restore_state(path)

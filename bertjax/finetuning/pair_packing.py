@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Iterator, Optional
+from typing import Optional
 
 import numpy as np
 
@@ -44,9 +44,8 @@ class PairLayout:
         return self.chunks * self.rows_per_chunk
 
 
-class PackedPairs:
-    """The pairs of `arrays` (padded, tasks/retrieval.py's rows) batch by batch, packed; the state (epoch,
-    position) of the `ArrayBatches` underneath, so a resumed run sees exactly the batches it would have."""
+class PackedPairs(example_packing.OverArrayBatches):
+    """The pairs of `arrays` (padded, tasks/retrieval.py's rows) batch by batch, packed."""
 
     def __init__(
         self,
@@ -69,15 +68,15 @@ class PackedPairs:
         self.document_lengths = (arrays["document_mask"] > 0).sum(axis=2)  # [pairs, 1 + K]
         self.per_pair = self.document_lengths.shape[1]
         self.rows = len(self.query_lengths)  # pairs (ArrayBatches' name)
-        self.pairs = arrays_lib.ArrayBatches(
+        self.examples = arrays_lib.ArrayBatches(
             {"index": np.arange(self.rows)}, batch_size, training, seed, process_index, process_count
         )
         seq_len = arrays["document_ids"].shape[2]
         rows, slots = 1, 1
-        for n in range(num_batches or self.pairs.batches_per_epoch):
-            epoch, position = divmod(n, self.pairs.batches_per_epoch)
+        for n in range(num_batches or self.examples.batches_per_epoch):
+            epoch, position = divmod(n, self.examples.batches_per_epoch)
             for process in range(process_count):
-                index = self.pairs.indices(epoch, position, process)
+                index = self.examples.indices(epoch, position, process)
                 for c in range(chunks):
                     groups = self._assign(index[c::chunks], seq_len)
                     rows = max(rows, len(groups))
@@ -95,19 +94,8 @@ class PackedPairs:
     def _assign(self, pairs: np.ndarray, seq_len: int) -> list[list[int]]:
         return example_packing.assign(self._texts(pairs)[2], seq_len, self.max_slots)
 
-    @property
-    def batches_per_epoch(self) -> int:
-        return self.pairs.batches_per_epoch
-
-    @property
-    def num_batches(self) -> int:
-        return self.pairs.num_batches
-
-    def __iter__(self) -> Iterator[dict[str, np.ndarray]]:
-        return self
-
     def __next__(self) -> dict[str, np.ndarray]:
-        batch = next(self.pairs)
+        batch = next(self.examples)
         return self.pack(batch["index"], batch[EXAMPLE_WEIGHT])
 
     def pack(self, index: np.ndarray, weight: np.ndarray) -> dict[str, np.ndarray]:
@@ -124,7 +112,7 @@ class PackedPairs:
             "document_hash": a["document_hash"][index],
             EXAMPLE_WEIGHT: weight.astype(np.float32),
         }
-        first_row = self.pairs.process_index * lay.rows_per_chunk  # this process's rows within each chunk
+        first_row = self.examples.process_index * lay.rows_per_chunk  # this process's rows within each chunk
         for c in range(self.chunks):
             positions = np.arange(c, len(index), self.chunks)  # the chunk's pairs in this batch (split_chunks' order)
             real = positions[weight[positions] > 0]
@@ -154,19 +142,12 @@ class PackedPairs:
         return out
 
     def reset(self) -> None:
-        self.pairs.reset()
+        self.examples.reset()
 
     def padding(self) -> tuple[float, float]:
         """The share of tokens that are padding: (in padded pairs, in these packed rows), on average."""
         a, lay = self.arrays, self.layout
         padded = a["query_mask"].size + a["document_mask"].size
         real = float(self.query_lengths.sum() + self.document_lengths.sum())
-        per_batch = real / self.rows * self.pairs.batch_size
+        per_batch = real / self.rows * self.examples.batch_size
         return 1 - real / padded, 1 - min(1.0, per_batch / (lay.rows * lay.seq_len))
-
-    # --- State: the pairs' position ------------------------------------------------------------------------
-    def save_state(self, path: str) -> str:
-        return self.pairs.save_state(path)
-
-    def restore_state(self, path: str) -> None:
-        self.pairs.restore_state(path)

@@ -183,18 +183,23 @@ def make_batches(job: FinetuneConfig, train: Split, evaluation: Optional[Split],
     eval_batches = (
         example_packing.PackedBatches(evaluation.arrays, local_batch, False, 0, **packed) if evaluation else None
     )
-    padded, now = train_batches.padding()
+    _log_packing(job, train_batches, "examples")
+    return train_batches, eval_batches
+
+
+def _log_packing(job: FinetuneConfig, batches: Any, what: str) -> None:
+    padded, now = batches.padding()
     log.info(
-        "data: packing %d examples a step into %d rows of %d tokens (up to %d a row): padding %.0f%% of the "
+        "data: packing %d %s a step into %d rows of %d tokens (up to %d a row): padding %.0f%% of the "
         "tokens instead of %.0f%%",
         job.train.global_batch_size,
-        train_batches.layout.rows * jax.process_count(),
+        what,
+        batches.layout.rows * jax.process_count(),
         job.data.max_seq_length,
-        train_batches.layout.slots,
+        batches.layout.slots,
         100 * now,
         100 * padded,
     )
-    return train_batches, eval_batches
 
 
 def _packed_pairs(
@@ -206,17 +211,7 @@ def _packed_pairs(
         train.arrays, local_batch, True, job.seed, chunks=job.train.micro_batches, num_batches=steps, **packed
     )
     eval_batches = pair_packing.PackedPairs(evaluation.arrays, local_batch, False, 0, **packed) if evaluation else None
-    padded, now = train_batches.padding()
-    log.info(
-        "data: packing %d pairs' texts a step into %d rows of %d tokens (up to %d a row): padding %.0f%% of the "
-        "tokens instead of %.0f%%",
-        job.train.global_batch_size,
-        train_batches.layout.rows * jax.process_count(),
-        job.data.max_seq_length,
-        train_batches.layout.slots,
-        100 * now,
-        100 * padded,
-    )
+    _log_packing(job, train_batches, "pairs' texts")
     return train_batches, eval_batches
 
 
