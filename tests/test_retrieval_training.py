@@ -299,6 +299,10 @@ def test_the_job_trains_an_embedder_whose_negatives_span_every_process_and_devic
     np.testing.assert_allclose(losses["packed"], losses["padded"], rtol=2e-3)
     np.testing.assert_allclose(losses["hosts"], losses["packed"], rtol=2e-3)
     check_sentence_transformers_export(tmp_path / "hosts", tmp_path / "st", pairs)
+    from bertjax.jobs import predict
+
+    with pytest.raises(ValueError, match=r"is an embedding model \(config.task=retrieval\), which predicts no labels"):
+        predict.predict_file(str(tmp_path / "hosts"), str(pairs / "dev.jsonl"), str(tmp_path / "out.jsonl"))
 
 
 def check_sentence_transformers_export(workdir: pathlib.Path, out: pathlib.Path, pairs: pathlib.Path):

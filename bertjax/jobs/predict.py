@@ -121,6 +121,12 @@ def predict_file(
     _refuse_pre_training_run(workdir)
     job, labels, params = finetuning.load_run(workdir, step)
     kind = tasks.get(job.task)
+    if kind.embeds:  # no label to predict: its output is a vector a text, which others search
+        raise ValueError(
+            f"--workdir={workdir} is an embedding model (config.task={job.task}), which predicts no labels: score it "
+            f"with `python -m bertjax.retrieval --model={workdir} --data_dir=BEIR_DIR`, or export it for "
+            f"sentence-transformers with `python -m bertjax.export --workdir={workdir} --output_dir=DIR`."
+        )
     examples = kind.read_inputs(input_file, job.data, labels)
     split, logits = run_on_examples(job, labels, params, examples, os.path.basename(input_file), batch_size)
     predictions = finetuning.predictions_of(job, split, logits, labels)
