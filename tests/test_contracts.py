@@ -12,7 +12,7 @@ import pytest
 from test_house import PACKAGE, ROOT, import_graph
 
 FAMILIES = ("bert", "modernbert")
-TASKS = ("sequence_classification", "token_classification", "question_answering")
+TASKS = ("sequence_classification", "token_classification", "question_answering", "retrieval")
 
 
 def named_outside(names: tuple[str, ...], allowed: tuple[str, ...]) -> dict[str, list[int]]:
@@ -58,7 +58,9 @@ def test_task_names_are_compared_nowhere_outside_the_task_registry():
     from bertjax.finetuning import tasks
 
     assert tasks.NAMES == TASKS
-    assert named_outside(TASKS, ("finetuning/tasks/", "models/", "configs/")) == {}
+    # bertjax/retrieval.py is the command `python -m bertjax.retrieval`, named as the task: its command="retrieval"
+    # labels its error lines, it compares no task name.
+    assert named_outside(TASKS, ("finetuning/tasks/", "models/", "configs/", "retrieval.py")) == {}
     assert literal_lines('if job.task != "question_answering":\n    pass\n', TASKS) == [1]  # planted
 
 

@@ -270,6 +270,7 @@ def test_the_job_packs_its_corpus_and_trains_per_instance(tmp_path, capsys):
     )
     c = train_setup.small_config()
     c.data.update(corpus=str(corpus), corpus_vocab_size=200, dupe_factor=2, num_shards=2, num_workers=1, packing=True)
+    c.model.vocab_size = 0  # the trained vocab's
     c.train.num_train_steps = 4  # saves at steps 2 and 4
     c.eval.update(every_steps=1000, num_batches=2, show_predictions=1)
     result = train.train_and_evaluate(c, str(tmp_path / "work"))

@@ -418,6 +418,7 @@ def test_the_job_trains_from_a_parquet_glob(tmp_path, texts):
             "data.corpus": f"{tmp_path}/*.parquet",
             "data.text_field": "body",
             "data.corpus_vocab_size": 600,
+            "model.vocab_size": 0,  # the trained vocab's
             "data.heldout_every": 4,
             "data.dupe_factor": 2,
             "data.num_shards": 2,

@@ -14,6 +14,7 @@ import numpy as np
 from bertjax.finetuning import contrastive
 from bertjax.finetuning import heads
 from bertjax.finetuning import pooling
+from bertjax.finetuning.tasks import retrieval as retrieval_kind
 from bertjax.training import metrics as metrics_lib
 from bertjax.training import trainer as trainer_lib
 
@@ -88,9 +89,7 @@ def task(
     """The task that fine-tunes `model` (a family's fine-tuning module with num_labels=0) on pairs: padded, or
     (`packed_rows` > 0: that many rows of up to `slots` texts for every global batch of `pairs`) packed
     (pair_packing.py)."""
-    from bertjax.finetuning import tasks as tasks_lib
-
-    kind = tasks_lib.get("retrieval")
+    kind = retrieval_kind.KIND
     loss = loss_of(data, model.config.hidden_size)
     embed = functools.partial(embed_packed if packed_rows else embed_pairs, model, data)
 
@@ -151,7 +150,7 @@ def task(
 
 def model(cfg: Any, architecture: Any, platform: Optional[str] = None, packed: bool = False) -> Any:
     """The family's fine-tuning module without an output layer: it returns the last hidden states."""
-    return heads.from_config(cfg, architecture, "retrieval", 0, platform, packed=packed)
+    return heads.from_config(cfg, architecture, retrieval_kind.KIND.name, 0, platform, packed=packed)
 
 
 def documents_per_pair(arrays: dict[str, np.ndarray]) -> int:
