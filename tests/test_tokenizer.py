@@ -341,3 +341,18 @@ def test_sentencepiece_model_without_specials(tmp_path):
     )
     with pytest.raises(ValueError, match=r"plain\.model lacks the special token\(s\) \[PAD\] \[UNK\] \[CLS\]"):
         tokenization.load(tmp_path / "plain.model")
+
+
+def test_a_tokenizer_json_saved_with_padding_and_truncation_is_read_without_them(minilm_dir, tmp_path):
+    """sentence-transformers saves tokenizer.json with its padding and truncation on: read as they are, a batch's
+    shorter texts got [PAD] ids as if they were text, and longer ones were cut."""
+    import tokenizers
+
+    saved = tokenizers.Tokenizer.from_file(str(minilm_dir / "tokenizer.json"))
+    saved.enable_padding()
+    saved.enable_truncation(5)
+    saved.save(str(tmp_path / "tokenizer.json"))
+    ours = tokenization.load(tmp_path / "tokenizer.json")
+    long, short = "the quick brown fox jumps over the lazy dog", "a"
+    assert ours.encode_batch([long, short]) == [ours.encode(long), ours.encode(short)]
+    assert len(ours.encode(long)) == 9 and ours.encode(short) == [1037]

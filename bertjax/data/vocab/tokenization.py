@@ -414,6 +414,10 @@ class JsonTokenizer(_TokenizersEngine):
                 f"Tokenizer file {self.path} cannot be read by `tokenizers` ({str(e).strip()[:200]}); "
                 "pass a tokenizer.json that transformers' fast tokenizers load."
             ) from None
+        # The file's own padding and truncation would make [PAD] tokens of a batch's shorter texts and cut longer
+        # ones (sentence-transformers saves tokenizer.json with both on): bertjax pads and cuts rows itself.
+        self._tok.no_padding()
+        self._tok.no_truncation()
         index = self._tok.get_vocab(with_added_tokens=True)
         vocab = [""] * (max(index.values()) + 1 if index else 0)
         for token, i in index.items():
