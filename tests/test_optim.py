@@ -38,6 +38,51 @@ def loop_params():
     return _init(scan_layers=False)
 
 
+def test_adamw_with_bias_correction_matches_torch_adamw():
+    """`optim.bias_correction`: torch.optim.AdamW (sentence-transformers' and the HF Trainer's), with the same
+    weight-decay exclusions, clip_grad_norm_ and linear schedule, for three steps."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(1)
+    shapes = {"dense/kernel": (3, 4), "dense/bias": (4,), "LayerNorm/scale": (4,)}
+    flat = {k: rng.normal(size=s).astype(np.float32) for k, s in shapes.items()}
+    grads = [{k: (rng.normal(size=s) * 2).astype(np.float32) for k, s in shapes.items()} for _ in range(3)]
+    cfg = _cfg(learning_rate=1e-2, warmup_steps=2, weight_decay=0.01, max_grad_norm=1.0, bias_correction=True)
+    num_steps = 10
+    tx = optim.make_optimizer(cfg, num_steps)
+    params = jax.tree.map(jnp.asarray, _nest(flat))
+    state = tx.init(params)
+    for g in grads:
+        updates, state = tx.update(jax.tree.map(jnp.asarray, _nest(g)), state, params)
+        params = optax.apply_updates(params, updates)
+
+    tensors = {k: torch.tensor(v, dtype=torch.float64, requires_grad=True) for k, v in flat.items()}
+    decayed = [tensors["dense/kernel"]]
+    opt = torch.optim.AdamW(
+        [
+            {"params": decayed, "weight_decay": 0.01},
+            {"params": [tensors["dense/bias"], tensors["LayerNorm/scale"]], "weight_decay": 0.0},
+        ],
+        lr=1e-2,
+        betas=(0.9, 0.999),
+        eps=1e-6,
+    )
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: s / 2 if s < 2 else 1 - (s - 2) / 8)
+    for g in grads:
+        for k, t in tensors.items():
+            t.grad = torch.tensor(g[k], dtype=torch.float64)
+        torch.nn.utils.clip_grad_norm_(list(tensors.values()), 1.0)
+        opt.step()
+        sched.step()
+    got = _flat(params)
+    for name in shapes:
+        np.testing.assert_allclose(got[name], tensors[name].detach().numpy(), rtol=1e-5, atol=1e-7, err_msg=name)
+    # and not BERT's optimizer, which the default (bias_correction off) is
+    bert = _bert_adamw_reference(
+        flat, grads, lambda s: 1e-2 * s / 2 if s < 2 else 1e-2 * (1 - (s - 2) / 8), 0.01, 0.9, 0.999, 1e-6, 1.0
+    )
+    assert not np.allclose(got["dense/kernel"], bert["dense/kernel"], rtol=1e-4)
+
+
 @pytest.fixture(scope="module")
 def scan_params():
     return _init(scan_layers=True)
@@ -58,6 +103,7 @@ def test_from_config_reads_default_section():
         b2=0.999,
         eps=1e-6,
         max_grad_norm=1.0,
+        bias_correction=False,
     )
     assert isinstance(cfg.warmup_steps, int) and isinstance(cfg.learning_rate, float)
     cfg.validate(1_000_000)

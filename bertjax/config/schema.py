@@ -406,6 +406,10 @@ class OptimConfig:
     b1: float = 0.9  # Adam β1
     b2: float = 0.999  # Adam β2
     eps: float = 1e-6  # Adam ε, as in BERT
+    # adamw: divide the moments by (1 − β^t) as torch's and optax's AdamW do (sentence-transformers' and the HF
+    # Trainer's); off = google-research/bert's optimizer, whose first ~1/(1 − β2) steps are 3–6× larger. lamb
+    # always corrects.
+    bias_correction: bool = False
     max_grad_norm: float = 1.0  # global-norm clipping (0 = off)
 
     def validate(self, num_train_steps: Optional[int] = None) -> None:

@@ -32,6 +32,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.train.micro_batches = 1  # > 1: GradCache chunks; the loss and gradient stay the whole batch's
     c.train.num_epochs = 1.0
     c.optim.learning_rate = 8e-5  # ModernBERT's MS MARCO recipe
+    c.optim.bias_correction = True  # torch's AdamW, as the recipe's (sentence-transformers') trainer runs it
     c.checkpoint.every_steps = 500
     c.eval.every_steps = 500
     return c

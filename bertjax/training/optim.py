@@ -168,7 +168,8 @@ def scale_by_layerwise_trust_ratio() -> optax.GradientTransformation:
 def make_optimizer(cfg: OptimConfig, num_train_steps: int) -> optax.GradientTransformation:
     """clip_by_global_norm → moments → decoupled weight decay (masked) → [LAMB trust ratio] → −lr.
 
-    adamw: google-research/bert's optimizer exactly (no bias correction, update = lr·(m/(√v+ε) + wd·w)).
+    adamw: google-research/bert's optimizer exactly (no bias correction, update = lr·(m/(√v+ε) + wd·w));
+           with `bias_correction`, torch's AdamW (m̂/(√v̂+ε), m̂ = m/(1−β1^t), v̂ = v/(1−β2^t)).
     lamb:  bias-corrected Adam moments, weight decay and the layer-wise trust ratio both skipped for
            biases and LayerNorm (as the TF/NVIDIA LAMB for BERT excludes them from layer adaptation).
     """
@@ -177,12 +178,13 @@ def make_optimizer(cfg: OptimConfig, num_train_steps: int) -> optax.GradientTran
     parts = []
     if cfg.max_grad_norm > 0:
         parts.append(clip_by_global_norm(cfg.max_grad_norm))
-    if cfg.name == "adamw":
+    if cfg.name == "adamw" and not cfg.bias_correction:
         parts.append(scale_by_bert_adam(cfg.b1, cfg.b2, cfg.eps))
         parts.append(optax.add_decayed_weights(cfg.weight_decay, mask=weight_decay_mask))
     else:
         parts.append(optax.scale_by_adam(b1=cfg.b1, b2=cfg.b2, eps=cfg.eps))
         parts.append(optax.add_decayed_weights(cfg.weight_decay, mask=weight_decay_mask))
-        parts.append(optax.masked(scale_by_layerwise_trust_ratio(), weight_decay_mask))
+        if cfg.name == "lamb":
+            parts.append(optax.masked(scale_by_layerwise_trust_ratio(), weight_decay_mask))
     parts.append(optax.scale_by_learning_rate(lr))
     return optax.chain(*parts)
