@@ -218,3 +218,47 @@ def test_a_bert_export_with_a_roberta_style_tokenizer_pads_with_its_pad_token(tm
     assert 0.0 <= report["accuracy"] <= 1.0, report
     framed = hf_tokenizer(HELD_OUT[0], HELD_OUT[2])["input_ids"]
     assert framed[0] == 0 and framed[-1] == 2 and [2, 2] in [framed[i : i + 2] for i in range(len(framed))]
+
+
+def test_a_byte_level_bpe_file_without_a_template_frames_inputs_as_bert_does_and_says_so_once(tmp_path, caplog):
+    """The file a user brings: `tokenizers.ByteLevelBPETokenizer().save()`, whose post-processor (ByteLevel) adds
+    no special tokens. Fine-tuning framed nothing and stopped on an internal error ("not enough values to
+    unpack"); it frames [CLS] a [SEP] b [SEP] with the file's own <s> and </s>, and the log says so once."""
+    from bertjax.finetuning import readers
+
+    trainer = tokenizers.ByteLevelBPETokenizer()
+    trainer.train_from_iterator(
+        list(pydocs_lines(every=20)), vocab_size=600, special_tokens=["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
+    )
+    path = tmp_path / "tokenizer.json"
+    trainer.save(str(path))
+    assert type(tokenizers.Tokenizer.from_file(str(path)).post_processor).__name__ == "ByteLevel"
+    tok = tokenization.load(path)
+    with caplog.at_level("WARNING"):
+        frame = tok.frame()
+        assert tok.frame() == frame
+    said = [r.getMessage() for r in caplog.records if "adds no special tokens" in r.getMessage()]
+    assert len(said) == 1 and str(path) in said[0] and "<s> a </s>" in said[0], said
+    s, e = tok.cls_id, tok.sep_id
+    assert (s, e, tok.pad_id) == (0, 2, 1)
+    a, b = tok.encode(HELD_OUT[0]), tok.encode(HELD_OUT[2])
+    arrays, _ = readers.text_features(
+        [readers.TextExample(HELD_OUT[0], HELD_OUT[2], None, readers.Source(str(path)))], tok, 64, None
+    )
+    n = len(a) + len(b) + 3
+    assert arrays["input_ids"][0, :n].tolist() == [s, *a, e, *b, e]
+    assert arrays["segment_ids"][0, :n].tolist() == [0] * (len(a) + 2) + [1] * (len(b) + 1)
+    assert set(arrays["input_ids"][0, n:].tolist()) == {tok.pad_id}
+
+
+def test_a_template_tokenizer_json_is_read_off_its_own_encodings(bpe):
+    """A TemplateProcessing file (sentence-transformers 6 saves only tokenizer.json): its pair template is read
+    from encode(a, b), whose sequence ids say which tokens are text (post_process() loses the first text's)."""
+    frame = bpe.frame()
+    assert (frame.before, frame.after, frame.between, frame.end) == (
+        (bpe.cls_id,),
+        (bpe.sep_id,),
+        (bpe.sep_id,),
+        (bpe.sep_id,),
+    )
+    assert frame.b_segment == 1

@@ -15,6 +15,7 @@ import dataclasses
 import functools
 import hashlib
 import json
+import logging
 import os
 import pathlib
 import posixpath
@@ -29,6 +30,8 @@ import tokenizers
 from tokenizers import Regex, decoders, normalizers, pre_tokenizers, processors
 
 from bertjax.data import files
+
+log = logging.getLogger(__name__)
 
 PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
 SPECIAL_TOKENS = (PAD, UNK, CLS, SEP, MASK)
@@ -418,6 +421,7 @@ class JsonTokenizer(_TokenizersEngine):
         # ones (sentence-transformers saves tokenizer.json with both on): bertjax pads and cuts rows itself.
         self._tok.no_padding()
         self._tok.no_truncation()
+        self._frame: Frame | None = None
         index = self._tok.get_vocab(with_added_tokens=True)
         vocab = [""] * (max(index.values()) + 1 if index else 0)
         for token, i in index.items():
@@ -454,26 +458,40 @@ class JsonTokenizer(_TokenizersEngine):
 
     def frame(self) -> Frame:
         """The file's own post-processor's template (BERT's, RoBERTa's <s> a </s></s> b </s>, a TemplateProcessing),
-        read off two framed placeholder texts; BERT's with this file's specials when the file has none."""
-        if self._tok.post_processor is None:
-            return super().frame()
-        a, b = (self._tok.encode(text, add_special_tokens=False) for text in ("a", "b"))
-        single, pair = self._tok.post_process(a), self._tok.post_process(a, b)
+        read off two framed placeholder texts; BERT's with this file's specials (as both families frame inputs) when
+        the file has none or its post-processor adds no special token (a ByteLevelBPETokenizer().save()'s), said
+        once in the log."""
+        if self._frame is None:
+            self._frame = self._own_frame()
+        return self._frame
 
-        def parts(encoding: tokenizers.Encoding) -> list[tuple[int, ...]]:
-            """The special ids before, between and after the texts: one run more than there are texts."""
-            runs, current, text = [], [], None
-            for token_id, sequence in zip(encoding.ids, encoding.sequence_ids):
-                if sequence is None:
-                    current.append(token_id)
-                elif sequence != text:  # a text starts: the specials before it are a run
-                    runs.append(tuple(current))
-                    current, text = [], sequence
-            return runs + [tuple(current)]
+    def _own_frame(self) -> Frame:
+        if self._tok.post_processor is not None:
+            # encode(), not post_process(): the latter loses the first text's sequence ids (tokenizers 0.22).
+            single, pair = self._tok.encode("a"), self._tok.encode("a", "b")
 
-        (before, after), (_, between, end) = parts(single), parts(pair)
-        b_segment = pair.type_ids[pair.sequence_ids.index(1)]
-        return Frame(before, after, between, end, b_segment, self.pad_id)
+            def parts(encoding: tokenizers.Encoding) -> list[tuple[int, ...]]:
+                """The special ids before, between and after the texts: one run more than there are texts."""
+                runs, current, text = [], [], None
+                for token_id, sequence in zip(encoding.ids, encoding.sequence_ids):
+                    if sequence is None:
+                        current.append(token_id)
+                    elif sequence != text:  # a text starts: the specials before it are a run
+                        runs.append(tuple(current))
+                        current, text = [], sequence
+                return runs + [tuple(current)]
+
+            (before, after), (_, between, end) = parts(single), parts(pair)
+            if before or after or between or end:
+                b_segment = pair.type_ids[pair.sequence_ids.index(1)]
+                return Frame(before, after, between, end, b_segment, self.pad_id)
+        cls, sep = self.vocab[self.cls_id], self.vocab[self.sep_id]
+        log.warning(
+            "%s: its post-processor adds no special tokens, so inputs are framed as BERT and ModernBERT frame them: "
+            "%s a %s, %s a %s b %s (segment ids 0, 1).",
+            *(self.path, cls, sep, cls, sep, sep),
+        )
+        return super().frame()
 
     def is_continuation_token(self, token: str) -> bool:
         if token in self._index and self._index[token] in self.special_ids:
