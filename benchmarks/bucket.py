@@ -45,7 +45,7 @@ def job(workdir: str, data: str, steps: int, every: int, env: dict) -> tuple[flo
     wall = time.perf_counter() - start
     if done.returncode:
         raise SystemExit(f"the job in {workdir} failed:\n{done.stderr[-3000:]}")
-    from bertjax.data import files
+    from bertjax.runtime import files
 
     rows = [json.loads(line) for line in files.read_text(f"{workdir}/metrics.jsonl").splitlines()]
     return wall, [r for r in rows if r["kind"] == "train"]
@@ -95,7 +95,7 @@ def main() -> None:
 
         # Records in the bucket, streamed as a job streams them (data/stream_window.py): one pass of the set.
         os.environ["BERTJAX_CACHE_DIR"] = os.path.join(tmp, "stream")
-        from bertjax.data import files
+        from bertjax.runtime import files
         from bertjax.data.pretraining import pipeline
 
         files.upload_tree(f"{data}/train", "gs://bertjax-test/records")

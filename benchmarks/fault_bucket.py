@@ -113,7 +113,7 @@ ITEMS = ("params", "opt_state", "train", "config", "pipeline")
 
 def _committed(workdir: str) -> list[int]:
     """Steps with orbax's commit mark in the bucket."""
-    from bertjax.data import files
+    from bertjax.runtime import files
 
     directory = f"{workdir}/checkpoints"
     steps = sorted(int(s) for s in files.listdir(directory) if s.isdigit())
@@ -121,14 +121,14 @@ def _committed(workdir: str) -> list[int]:
 
 
 def _items(workdir: str) -> set[tuple[int, str]]:
-    from bertjax.data import files
+    from bertjax.runtime import files
 
     return {(s, i) for s in _committed(workdir) for i in ITEMS if files.exists(f"{workdir}/checkpoints/{s}/{i}")}
 
 
 def _still_there(workdir: str, step: int, item: str) -> bool:
     """The item in its step, or in the step moved aside (damaged-STEP[.N])."""
-    from bertjax.data import files
+    from bertjax.runtime import files
 
     homes = [str(step)] + [
         n for n in files.listdir(f"{workdir}/checkpoints") if re.fullmatch(rf"damaged-{step}(\.\d+)?", n)
@@ -144,7 +144,7 @@ def _stderr(job) -> dict:
 
 def outage_trial(start_job: Callable, steps: int, every: int, emulator_url: str, index: int, seconds: float) -> dict:
     """bucket_outage: `seconds` without answers once step `every` is committed, then the same command."""
-    from bertjax.data import files
+    from bertjax.runtime import files
 
     workdir = f"gs://{BUCKET}/outage-{index}"
     with gcs_faults.FaultyProxy(emulator_url) as proxy, _clients_through(proxy.url):
@@ -191,7 +191,7 @@ def outage_trial(start_job: Callable, steps: int, every: int, emulator_url: str,
 
 def damaged_final_trial(start_job: Callable, steps: int, index: int) -> dict:
     """bucket_damaged_final_step: one params object of the finished run's final step deleted, then the same command."""
-    from bertjax.data import files
+    from bertjax.runtime import files
 
     workdir = f"gs://{BUCKET}/damaged-final-{index}"
     first_exit = start_job(workdir).finish()

@@ -4,7 +4,7 @@
         [--base=--attention=cudnn]
 
 The GPU is lent rarely; the compiler is not. jax's CUDA plugin compiles bertjax's real train step for an H100
-or H200 on a machine without one (bertjax.training.gpu_targets; `pip install 'bertjax[cuda13]'`, or the
+or H200 on a machine without one (bertjax.runtime.gpu_targets; `pip install 'bertjax[cuda13]'`, or the
 plugin alone where no variant needs cuDNN), so each variant of gpu_profile.py — a config field or an XLA flag
 — can be compiled, each in a fresh process (`train_step.py --compile_for`), and its program read: how many
 kernels a step launches, the bytes they move by category (hlo_traffic.py) and so the least time the
@@ -41,7 +41,7 @@ GB = 1e9
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--out", required=True, help="results directory (created)")
-    p.add_argument("--gpu", default="h200", help="a100, h100 or h200 (bertjax.training.gpu_targets)")
+    p.add_argument("--gpu", default="h200", help="a100, h100 or h200 (bertjax.runtime.gpu_targets)")
     p.add_argument("--case", default="bert:base:128:256", help="family:size:seq:batch")
     p.add_argument("--variants", default="", help="comma-separated (default: gpu_profile.ORDERS of the family)")
     p.add_argument("--base", default="", help="train_step.py flags for every variant, e.g. '--attention=cudnn'")

@@ -251,7 +251,7 @@ def from_a_bucket(directory: str, args) -> dict:
 
     with gcs_emulator.running(os.path.join(directory, "..", "gcs-server.log")) as url:
         os.environ.update(gcs_emulator.client_settings(url), BERTJAX_CACHE_DIR=os.path.join(directory, "cache"))
-        from bertjax.data import files as file_layer
+        from bertjax.runtime import files as file_layer
 
         for name in sorted(os.listdir(directory)):
             if os.path.isfile(os.path.join(directory, name)):

@@ -155,7 +155,7 @@ def finetune_command(
 def random_init_flags(pretrained: str) -> list[str]:
     """The pre-trained model's architecture, vocab and casing as config flags, without its weights."""
     from bertjax import models as models_lib
-    from bertjax.models import pretrained as pretrained_lib
+    from bertjax.interop import pretrained as pretrained_lib
 
     architecture = pretrained_lib.architecture_of(pretrained)
     fields = models_lib.of(architecture).config.model_config_fields(architecture)

@@ -77,7 +77,7 @@ def write_shard(path: str, target_bytes: int) -> int:
 
 
 def upload_set(shard: str, prefix: str, count: int) -> None:
-    from bertjax.data import files
+    from bertjax.runtime import files
 
     fs = files.filesystem(prefix)
     names = [f"{prefix}/part-{i:05d}.tfrecord" for i in range(count)]
@@ -240,7 +240,7 @@ def rate(pattern: str, tmp: str, batches: int) -> dict:
     """One host's (process 0 of 4) training pipeline: from the bucket, then from local copies; medians of 3."""
     import statistics
 
-    from bertjax.data import files
+    from bertjax.runtime import files
     from bertjax.data.pretraining import pipeline
 
     local = os.path.join(tmp, "local-copies")

@@ -116,7 +116,8 @@ from bertjax.runtime import xla_flags  # noqa: E402
 xla_flags.apply_gpu_defaults(for_gpu=bool(ARGS.compile_for))
 
 if ARGS.compile_for:  # for a GPU that is not here: this machine's devices stay its own, the CUDA plugin quiet
-    from bertjax.training import aot, gpu_targets  # noqa: E402
+    from bertjax.training import aot  # noqa: E402
+    from bertjax.runtime import gpu_targets
 
     gpu_targets.quiet_cuda_plugin(tpu_here=not aot.no_tpu_here())
 import jax  # noqa: E402  (after XLA_FLAGS)
@@ -377,7 +378,8 @@ def compile_for_gpu(size: str, batch_size: int) -> dict:
     import gzip
 
     import hlo_traffic
-    from bertjax.training import aot, gpu_targets
+    from bertjax.training import aot
+    from bertjax.runtime import gpu_targets
     from bertjax.training import trainer as trainer_lib
 
     gpu = gpu_targets.GPUS[ARGS.compile_for]

@@ -39,8 +39,8 @@ _check_jax()
 
 # Imported on first use, so that `python -m bertjax.prepare` workers do not pay for importing JAX.
 _LAZY = {
-    "from_pretrained": "bertjax.models.pretrained",
-    "save_pretrained": "bertjax.models.pretrained",
+    "from_pretrained": "bertjax.interop.pretrained",
+    "save_pretrained": "bertjax.interop.pretrained",
     "BertConfig": "bertjax.models.bert.config",
     "BertForPreTraining": "bertjax.models.bert.model",
     "BertOutput": "bertjax.models.bert.model",

@@ -228,9 +228,10 @@ def run(main: Callable[[list[str]], Any], known_only: bool = False) -> None:
 def quiet() -> None:
     """Before any JAX backend starts: bertjax's INFO lines on; orbax's, JAX's, TensorFlow's and libtpu's
     start-up and per-step lines off (a first run shows only bertjax's own lines)."""
-    from bertjax.data import bucket_outage
+    from bertjax.runtime import bucket_outage
     from bertjax.runtime import compile_cache, xla_flags
-    from bertjax.training import aot, gpu_targets  # jax, imported here: the data commands never call this
+    from bertjax.training import aot  # jax, imported here: the data commands never call this
+    from bertjax.runtime import gpu_targets
 
     logging.getLogger("bertjax").setLevel(logging.INFO)
     absl_logging.set_verbosity(absl_logging.WARNING)  # orbax and JAX log every step at INFO

@@ -35,7 +35,9 @@ import jax  # noqa: E402
 
 jax.config.update("jax_num_cpu_devices", 8)  # this process's 8 virtual devices, for real meshes; not inherited
 
-from bertjax.training import aot, gpu_targets  # noqa: E402
+from bertjax.training import aot  # noqa: E402
+
+from bertjax.runtime import gpu_targets
 
 aot.quiet_libtpu()  # TPU topology compiles in the tests and in the job processes they start, side by side
 gpu_targets.quiet_cuda_plugin(

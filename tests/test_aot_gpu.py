@@ -12,7 +12,8 @@ import pytest
 import train_setup
 from test_aot import assert_memory_adds_up, state_bytes_unsharded
 from bertjax.config.schema import JobConfig
-from bertjax.training import aot, gpu_targets
+from bertjax.training import aot
+from bertjax.runtime import gpu_targets
 
 TINY = str(train_setup.ROOT / "configs" / "tiny.py")
 

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from bertjax.models import attention
+from bertjax.models import partitioning
 from bertjax.training import metrics as metrics_lib
 from bertjax.models.bert import model as model_lib
 from bertjax.training import sharding as sharding_lib
@@ -174,7 +175,7 @@ def loss_grads_and_output(implementation: str, scan: bool, packed: bool, mesh_sh
     boxed = jax.eval_shape(lambda: model.init(jax.random.PRNGKey(0), **model_lib.dummy_inputs(1, SEQ))["params"])
     params = jax.device_put(params, sharding_lib.logical_shardings(boxed, mesh, RULES))
     b = {k: jax.device_put(v, sharding_lib.batch_sharding(mesh, RULES, v.ndim)) for k, v in b.items()}
-    with sharding_lib.activation_rules(mesh, RULES):
+    with partitioning.activation_rules(mesh, RULES):
         return step(params, b)
 
 

@@ -18,7 +18,7 @@ import bertjax
 from bertjax.jobs import export as exporting
 from bertjax.models.bert import hf
 from bertjax.models.bert import model as model_lib
-from bertjax.models import pretrained
+from bertjax.interop import pretrained
 from bertjax.jobs import main as train
 from bertjax.training import sharding as sharding_lib
 from bertjax.config.schema import JobConfig

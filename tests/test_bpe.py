@@ -175,7 +175,7 @@ def test_a_modernbert_run_on_bpe_exports_a_tokenizer_that_tokenizes_as_it_did(bp
     for text, ids, mask in zip(HELD_OUT, enc["input_ids"], enc["attention_mask"]):
         assert list(np.asarray(ids)[np.asarray(mask) > 0]) == [bpe.cls_id, *bpe.encode(text), bpe.sep_id]
     # Fine-tuning from that export finds its tokenizer.json (no vocab.txt there) and applies it.
-    from bertjax.models import pretrained
+    from bertjax.interop import pretrained
 
     assert pretrained.vocab_of(str(run / "hf"))[0] == str(run / "hf" / "tokenizer.json")
 

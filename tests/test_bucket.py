@@ -1,5 +1,5 @@
 """Object-store paths (gs://) against a real GCS API server on localhost (tests/gcs_emulator.py): bertjax's one
-file layer (data/files.py) reads, lists, moves and removes there, and orbax keeps a checkpoint there, through
+file layer (runtime/files.py) reads, lists, moves and removes there, and orbax keeps a checkpoint there, through
 the clients' standard settings alone. The rest of issue 48 (a whole run in a bucket) builds on these."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import time
 import numpy as np
 import pytest
 
-from bertjax.data import files
+from bertjax.runtime import files
 from bertjax.runtime import lock as lock_lib
 from bertjax.runtime import ownership
 from gcs_emulator import gcs_bucket  # noqa: F401  (the fixture)

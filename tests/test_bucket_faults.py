@@ -18,7 +18,7 @@ import jax
 import numpy as np
 
 import train_setup
-from bertjax.data import files
+from bertjax.runtime import files
 from bertjax.training import checkpoint as checkpoint_lib
 from gcs_emulator import client_settings, gcs_bucket  # noqa: F401  (the fixture)
 from gcs_faults import FaultyProxy

@@ -161,7 +161,7 @@ def test_sequence_classification_learns_and_exports(pretrained_dir, tmp_path):
     # The body came from init_from (the word embeddings still correlate with the pre-trained ones; a fresh
     # initialisation would not); the head is new and the pre-training heads are gone.
     _, params = checkpoint_lib.load_params(str(workdir))
-    _, pre = bertjax.models.pretrained.load(pretrained_dir)
+    _, pre = bertjax.interop.pretrained.load(pretrained_dir)
     emb, pre_emb = (np.ravel(p["bert"]["embeddings"]["word_embeddings"]["embedding"]) for p in (params, pre))
     assert np.corrcoef(emb, pre_emb)[0, 1] > 0.5 and "classifier" in params and "nsp" not in params
     assert_export_matches(workdir, "BertForSequenceClassification")

@@ -23,7 +23,7 @@ import pytest
 from bertjax.training import checkpoint as checkpoint_lib
 from bertjax.jobs import export as exporting, finetune as finetuning, predict as prediction
 from bertjax.finetuning import heads
-from bertjax.models import pretrained
+from bertjax.interop import pretrained
 from bertjax.config.schema import JobConfig
 from bertjax.data.vocab import tokenization
 from bertjax.models.bert import model as bert_lib
@@ -549,7 +549,7 @@ def test_a_modernbert_init_from_of_an_nsp_config_is_one_sentence_before_any_work
 
     import train_setup
     from bertjax.config.schema import JobConfig
-    from bertjax.models import pretrained
+    from bertjax.interop import pretrained
 
     transformers.ModernBertConfig(
         vocab_size=train_setup.VOCAB,

@@ -29,7 +29,7 @@ from bertjax.data.pretraining import instances, records
 from bertjax.data.pretraining import pipeline as pipeline_lib
 from bertjax.data.pretraining import shards as shards_lib
 from bertjax.jobs import prepare as prepare_job
-from bertjax.data.vocab import check as vocab_check
+from bertjax.jobs import vocab_check
 
 SEQ, PRED = 64, 10
 REPO = pathlib.Path(__file__).resolve().parents[1]

@@ -17,7 +17,7 @@ import pytest
 import tensorflow as tf
 
 import train_setup
-from bertjax.data import files
+from bertjax.runtime import files
 from bertjax.training import checkpoint as checkpoint_lib
 from gcs_emulator import gcs_bucket  # noqa: F401  (the fixture)
 from bertjax.jobs import main as train

@@ -15,7 +15,7 @@ import pytest
 
 import bertjax
 from bertjax.models.bert import model as model_lib
-from bertjax.models import sentence_transformers_dir
+from bertjax.interop import sentence_transformers_dir
 
 import train_setup
 

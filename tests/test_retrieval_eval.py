@@ -20,7 +20,7 @@ from bertjax import retrieval as retrieval_cli
 from bertjax.data.corpus import sources
 from bertjax.finetuning import beir, embedding, exact_search, retrieval_eval, retrieval_metrics
 from bertjax.jobs import retrieval as retrieval_job
-from bertjax.models import sentence_transformers_dir as st_dir
+from bertjax.interop import sentence_transformers_dir as st_dir
 from bertjax.models.bert import model as model_lib
 
 import reference

@@ -11,7 +11,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from bertjax.data import bucket_outage, files, stream_window
+from bertjax.data import stream_window
+
+from bertjax.runtime import bucket_outage, files
 from bertjax.data.pretraining import pipeline as pipeline_lib
 from gcs_emulator import gcs_bucket  # noqa: F401  (the fixture)
 

@@ -18,7 +18,7 @@ import transformers
 import bertjax
 from bertjax.jobs import export as exporting
 from bertjax.models.bert import model as model_lib
-from bertjax.models import pretrained
+from bertjax.interop import pretrained
 from bertjax.models.bert import tf1
 
 import reference

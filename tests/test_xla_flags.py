@@ -1,7 +1,7 @@
 """The XLA flags bertjax adds on GPU machines: only there, each once, never over the user's own."""
 
 from bertjax.runtime import xla_flags
-from bertjax.training import gpu_targets
+from bertjax.runtime import gpu_targets
 
 
 def test_on_a_gpu_machine_the_autotune_cache_is_kept_across_runs(monkeypatch, tmp_path):

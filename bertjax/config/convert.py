@@ -23,7 +23,7 @@ class ConfigError(ValueError):
     mistake on its command line, since nothing ran."""
 
 
-def _bad(path: str, value: Any, why: str) -> ValueError:
+def bad_value(path: str, value: Any, why: str) -> ValueError:
     return ConfigError(f"{path}={value!r} {why}")
 
 
@@ -34,7 +34,7 @@ def convert(cls: type, section: Any, path: str) -> Any:
     """A mapping → dataclass `cls`, field by field, by the field's type; errors name `path.key`."""
     given = dict(section.items()) if hasattr(section, "items") else None
     if given is None:
-        raise _bad(path, section, "must be a section of settings (a ConfigDict).")
+        raise bad_value(path, section, "must be a section of settings (a ConfigDict).")
     hints = typing.get_type_hints(cls)
     fields = [f.name for f in dataclasses.fields(cls)]
     for key in given:
@@ -58,7 +58,7 @@ def _coerce(value: Any, kind: Any, path: str) -> Any:
     if kind == Optional[bool]:  # None: the default chosen where the job runs (model.scan_layers)
         if value is None or isinstance(value, bool):
             return value
-        raise _bad(path, value, "must be True, False or None (the platform's choice).")
+        raise bad_value(path, value, "must be True, False or None (the platform's choice).")
     if kind == RateOrSchedule:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return float(value)
@@ -67,34 +67,34 @@ def _coerce(value: Any, kind: Any, path: str) -> Any:
                 return float(value)
             except ValueError:
                 return value.strip()  # a schedule: DataConfig.validate reads it
-        raise _bad(path, value, "must be a number or a schedule such as '0:0.3;9000:0.15'.")
+        raise bad_value(path, value, "must be a number or a schedule such as '0:0.3;9000:0.15'.")
     if kind is bool:
         if isinstance(value, bool):
             return value
-        raise _bad(path, value, "must be True or False.")
+        raise bad_value(path, value, "must be True or False.")
     if kind is int:
         if isinstance(value, int) and not isinstance(value, bool):
             return value
         if isinstance(value, float) and value.is_integer():
             return int(value)
-        raise _bad(path, value, "must be an integer.")
+        raise bad_value(path, value, "must be an integer.")
     if kind is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return float(value)
-        raise _bad(path, value, "must be a number.")
+        raise bad_value(path, value, "must be a number.")
     if kind is str:
         if isinstance(value, str):
             return value
-        raise _bad(path, value, "must be a string.")
+        raise bad_value(path, value, "must be a string.")
     if kind == tuple[int, ...]:
         if isinstance(value, (list, tuple)):
             return tuple(_coerce(v, int, f"{path}[{i}]") for i, v in enumerate(value))
-        raise _bad(path, value, "must be a tuple of integers, e.g. (-1, 1, 1).")
+        raise bad_value(path, value, "must be a tuple of integers, e.g. (-1, 1, 1).")
     if kind == Rules:
         try:
             return tuple((str(name), tuple(axes) if isinstance(axes, (list, tuple)) else axes) for name, axes in value)
         except (TypeError, ValueError):
-            raise _bad(path, value, "must be (logical axis, mesh axis or tuple of them or None) pairs.") from None
+            raise bad_value(path, value, "must be (logical axis, mesh axis or tuple of them or None) pairs.") from None
     raise TypeError(f"{path}: no conversion for the type {kind}")  # a schema bug, not a user error
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from bertjax.config.convert import _bad
+from bertjax.config.convert import bad_value
 from bertjax.config.schema import (
     CheckpointConfig,
     EvalConfig,
@@ -51,18 +51,20 @@ class FinetuneDataConfig:
 
     def validate(self, task: str) -> None:
         if not self.train_file:
-            raise _bad(
+            raise bad_value(
                 "config.data.train_file",
                 self.train_file,
                 "is empty; name the labelled training file "
                 "(TSV/CSV/JSONL, CoNLL or SQuAD JSON; a glob, or tfds:NAME:SPLIT).",
             )
         if self.max_seq_length < 8:
-            raise _bad("config.data.max_seq_length", self.max_seq_length, "must be ≥ 8.")
+            raise bad_value("config.data.max_seq_length", self.max_seq_length, "must be ≥ 8.")
         if self.max_instances_per_row < 0:
-            raise _bad("config.data.max_instances_per_row", self.max_instances_per_row, "must be ≥ 0 (0 = no limit).")
+            raise bad_value(
+                "config.data.max_instances_per_row", self.max_instances_per_row, "must be ≥ 0 (0 = no limit)."
+            )
         if self.eval_dir and not tasks_lib.get(task).embeds:
-            raise _bad("config.data.eval_dir", self.eval_dir, f"is a BEIR set for task retrieval, not {task}.")
+            raise bad_value("config.data.eval_dir", self.eval_dir, f"is a BEIR set for task retrieval, not {task}.")
         tasks_lib.get(task).validate(self)  # what this task refuses of config.data
 
 
@@ -83,24 +85,28 @@ class FinetuneTrainConfig:
 
     def validate(self) -> None:
         if self.num_epochs <= 0 and self.num_train_steps <= 0:
-            raise _bad("config.train.num_epochs", self.num_epochs, "must be > 0 (or set config.train.num_train_steps).")
+            raise bad_value(
+                "config.train.num_epochs", self.num_epochs, "must be > 0 (or set config.train.num_train_steps)."
+            )
         if not 0 <= self.warmup_proportion < 1:
-            raise _bad("config.train.warmup_proportion", self.warmup_proportion, "must be in [0, 1).")
+            raise bad_value("config.train.warmup_proportion", self.warmup_proportion, "must be in [0, 1).")
         if self.global_batch_size < 1 or self.micro_batches < 1 or self.global_batch_size % self.micro_batches:
-            raise _bad(
+            raise bad_value(
                 "config.train.global_batch_size",
                 self.global_batch_size,
                 f"must be ≥ 1 and divide by config.train.micro_batches={self.micro_batches}.",
             )
         if self.on_nonfinite not in NONFINITE_POLICIES:
-            raise _bad("config.train.on_nonfinite", self.on_nonfinite, f"is not one of {list(NONFINITE_POLICIES)}.")
+            raise bad_value(
+                "config.train.on_nonfinite", self.on_nonfinite, f"is not one of {list(NONFINITE_POLICIES)}."
+            )
 
 
 def _floats(path: str, text: str) -> tuple[float, ...]:
     try:
         return tuple(float(v) for v in str(text).split(",") if v.strip())
     except ValueError:
-        raise _bad(path, text, "must be comma-separated numbers, e.g. 2e-5,3e-5,5e-5.") from None
+        raise bad_value(path, text, "must be comma-separated numbers, e.g. 2e-5,3e-5,5e-5.") from None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,7 +125,7 @@ class SweepConfig:
     def seed_values(self) -> tuple[int, ...]:
         values = _floats("config.sweep.seeds", self.seeds)
         if any(v != int(v) for v in values):
-            raise _bad("config.sweep.seeds", self.seeds, "must be comma-separated integers, e.g. 0,1,2.")
+            raise bad_value("config.sweep.seeds", self.seeds, "must be comma-separated integers, e.g. 0,1,2.")
         return tuple(int(v) for v in values)
 
     def validate(self) -> None:
@@ -144,7 +150,7 @@ class FinetuneConfig(Sections):
 
     def validate(self) -> None:
         if self.task not in FINETUNE_TASKS:
-            raise _bad("config.task", self.task, f"is not one of {list(FINETUNE_TASKS)}.")
+            raise bad_value("config.task", self.task, f"is not one of {list(FINETUNE_TASKS)}.")
         for section in (self.model, self.train, self.mesh, self.checkpoint, self.eval, self.sweep):
             section.validate()
         self.data.validate(self.task)

@@ -17,7 +17,7 @@ import math
 from typing import Any, Optional
 
 from bertjax import models as models_lib
-from bertjax.config.convert import ConfigError, RateOrSchedule, Rules, Sections, _bad, convert, parse_arg  # noqa: F401  (parse_arg, convert: the configs' and callers' import)
+from bertjax.config.convert import ConfigError, RateOrSchedule, Rules, Sections, bad_value, convert, parse_arg  # noqa: F401  (parse_arg, convert: the configs' and callers' import)
 from bertjax.models import options
 from bertjax.data.pretraining import instances as instances_lib
 from bertjax.data.pretraining import mixture as mixture_lib
@@ -104,21 +104,23 @@ class ModelConfig:
 
     def validate(self) -> None:
         if self.family not in models_lib.FAMILIES:
-            raise _bad("config.model.family", self.family, f"is not one of {list(models_lib.FAMILIES)}.")
+            raise bad_value("config.model.family", self.family, f"is not one of {list(models_lib.FAMILIES)}.")
         if self.dtype not in options.DTYPE_NAMES:
-            raise _bad("config.model.dtype", self.dtype, f"is not one of {list(options.DTYPE_NAMES)}.")
+            raise bad_value("config.model.dtype", self.dtype, f"is not one of {list(options.DTYPE_NAMES)}.")
         if self.attention not in options.ATTENTION_IMPLEMENTATIONS:
-            raise _bad(
+            raise bad_value(
                 "config.model.attention", self.attention, f"is not one of {list(options.ATTENTION_IMPLEMENTATIONS)}."
             )
         if self.remat_policy not in options.REMAT_POLICY_NAMES:
-            raise _bad(
+            raise bad_value(
                 "config.model.remat_policy", self.remat_policy, f"is not one of {list(options.REMAT_POLICY_NAMES)}."
             )
         if self.scan_unroll < 0:
-            raise _bad("config.model.scan_unroll", self.scan_unroll, "must be 0 (every layer unrolled) or a count.")
+            raise bad_value(
+                "config.model.scan_unroll", self.scan_unroll, "must be 0 (every layer unrolled) or a count."
+            )
         if self.window_block < -1:
-            raise _bad(
+            raise bad_value(
                 "config.model.window_block", self.window_block, "must be -1 (auto), 0 (off) or a positive block size."
             )
         self.architecture  # noqa: B018  (BertConfig validates the architecture and names the field)
@@ -252,32 +254,32 @@ class DataConfig:
             "max_instances_per_row",
         ):
             if getattr(self, name) < 1:
-                raise _bad(f"config.data.{name}", getattr(self, name), "must be ≥ 1.")
+                raise bad_value(f"config.data.{name}", getattr(self, name), "must be ≥ 1.")
         if self.max_predictions_per_row < 0:
-            raise _bad(
+            raise bad_value(
                 "config.data.max_predictions_per_row",
                 self.max_predictions_per_row,
                 "must be ≥ 0 (0 = max_predictions_per_seq + max_instances_per_row).",
             )
         if self.num_workers < 0:
-            raise _bad("config.data.num_workers", self.num_workers, "must be ≥ 0 (0 = one per core).")
+            raise bad_value("config.data.num_workers", self.num_workers, "must be ≥ 0 (0 = one per core).")
         for name in ("pipeline_threads", "stream_window_bytes"):
             if getattr(self, name) < 0:
-                raise _bad(f"config.data.{name}", getattr(self, name), "must be ≥ 0 (0 = chosen for you).")
+                raise bad_value(f"config.data.{name}", getattr(self, name), "must be ≥ 0 (0 = chosen for you).")
         self._validate_schedules()
         try:  # what prepare checks of its flags, named as this config's fields
             self.instance_config().validate(prefix="config.data.")
         except ValueError as e:
             raise ConfigError(str(e)) from None
         if self.corpus_vocab_size <= SPECIAL_TOKENS:
-            raise _bad(
+            raise bad_value(
                 "config.data.corpus_vocab_size",
                 self.corpus_vocab_size,
                 f"leaves no room beside the {SPECIAL_TOKENS} special tokens; ask for more (BERT's vocab has "
                 "30,522, the demo's 4,096).",
             )
         if not 0.0 <= self.eval_masked_lm_prob < 1.0:
-            raise _bad(
+            raise bad_value(
                 "config.data.eval_masked_lm_prob",
                 self.eval_masked_lm_prob,
                 "must be in [0, 1) (0 = config.data.masked_lm_prob).",
@@ -295,7 +297,7 @@ class DataConfig:
             )
         for value in rates.values:
             if not 0.0 < value < 1.0:
-                raise _bad(
+                raise bad_value(
                     "config.data.masked_lm_prob", self.masked_lm_prob, "must be in (0, 1) (BERT 0.15, ModernBERT 0.3)."
                 )
         if not rates.constant and not self.dynamic_masking:
@@ -346,28 +348,30 @@ class TrainConfig:
 
     def validate(self) -> None:
         if self.on_nonfinite not in NONFINITE_POLICIES:
-            raise _bad("config.train.on_nonfinite", self.on_nonfinite, f"is not one of {list(NONFINITE_POLICIES)}.")
+            raise bad_value(
+                "config.train.on_nonfinite", self.on_nonfinite, f"is not one of {list(NONFINITE_POLICIES)}."
+            )
         if self.max_consecutive_nonfinite < 1:
-            raise _bad("config.train.max_consecutive_nonfinite", self.max_consecutive_nonfinite, "must be ≥ 1.")
+            raise bad_value("config.train.max_consecutive_nonfinite", self.max_consecutive_nonfinite, "must be ≥ 1.")
         for name in ("global_batch_size", "micro_batches", "num_train_steps", "log_every_steps"):
             if getattr(self, name) < 1:
-                raise _bad(f"config.train.{name}", getattr(self, name), "must be ≥ 1.")
+                raise bad_value(f"config.train.{name}", getattr(self, name), "must be ≥ 1.")
         if self.global_batch_size % self.micro_batches:
             raise ConfigError(
                 f"config.train.global_batch_size={self.global_batch_size} must divide by "
                 f"config.train.micro_batches={self.micro_batches}."
             )
         if self.phase not in (1, 2):
-            raise _bad("config.train.phase", self.phase, "must be 1 or 2.")
+            raise bad_value("config.train.phase", self.phase, "must be 1 or 2.")
         if self.phase == 2 and not self.init_from:
             raise ConfigError(
                 "config.train.phase=2 continues phase 1: set config.train.init_from to phase 1's "
                 "workdir (e.g. configs/large.py:phase=2,init_from=/ckpt/large-phase1)."
             )
         if self.profile_steps < 0:
-            raise _bad("config.train.profile_steps", self.profile_steps, "must be ≥ 0 (0 = no profile).")
+            raise bad_value("config.train.profile_steps", self.profile_steps, "must be ≥ 0 (0 = no profile).")
         if self.batch_warmup_tokens < 0:
-            raise _bad("config.train.batch_warmup_tokens", self.batch_warmup_tokens, "must be ≥ 0 (0 = off).")
+            raise bad_value("config.train.batch_warmup_tokens", self.batch_warmup_tokens, "must be ≥ 0 (0 = off).")
         if self.batch_warmup_tokens:
             rows = self.global_batch_size // self.micro_batches
             if self.micro_batches < 2:
@@ -416,7 +420,7 @@ class OptimConfig:
         """Raises one clear ValueError naming the first bad field."""
 
         def bad(field: str, why: str) -> ValueError:
-            return _bad(f"config.optim.{field}", getattr(self, field), why)
+            return bad_value(f"config.optim.{field}", getattr(self, field), why)
 
         if self.name not in OPTIMIZERS:
             raise bad("name", f"is not one of {list(OPTIMIZERS)}.")
@@ -489,7 +493,7 @@ class MeshConfig:
 
     def validate(self) -> None:
         if len(self.shape) != len(MESH_AXES):
-            raise _bad(
+            raise bad_value(
                 "config.mesh.shape", self.shape, f"must have {len(MESH_AXES)} entries, one per axis {MESH_AXES}."
             )
         for name, axes in self.logical_axis_rules:
@@ -515,9 +519,9 @@ class CheckpointConfig:
     def validate(self) -> None:
         for name in ("every_steps", "keep"):
             if getattr(self, name) < 1:
-                raise _bad(f"config.checkpoint.{name}", getattr(self, name), "must be ≥ 1.")
+                raise bad_value(f"config.checkpoint.{name}", getattr(self, name), "must be ≥ 1.")
         if self.keep_every < 0:
-            raise _bad("config.checkpoint.keep_every", self.keep_every, "must be ≥ 0 (0 = none).")
+            raise bad_value("config.checkpoint.keep_every", self.keep_every, "must be ≥ 0 (0 = none).")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -531,17 +535,17 @@ class EvalConfig:
 
     def validate(self) -> None:
         if self.every_steps < 1:
-            raise _bad("config.eval.every_steps", self.every_steps, "must be ≥ 1.")
+            raise bad_value("config.eval.every_steps", self.every_steps, "must be ≥ 1.")
         if not 0 <= self.not_learning_after <= 1:
-            raise _bad(
+            raise bad_value(
                 "config.eval.not_learning_after",
                 self.not_learning_after,
                 "must be a share of the run from 0 (never warn) to 1.",
             )
         if self.num_batches < 0:
-            raise _bad("config.eval.num_batches", self.num_batches, "must be ≥ 0 (0 = the whole eval set).")
+            raise bad_value("config.eval.num_batches", self.num_batches, "must be ≥ 0 (0 = the whole eval set).")
         if self.show_predictions < 0:
-            raise _bad("config.eval.show_predictions", self.show_predictions, "must be ≥ 0.")
+            raise bad_value("config.eval.show_predictions", self.show_predictions, "must be ≥ 0.")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -19,7 +19,7 @@ import os
 import posixpath
 
 from bertjax import runtime
-from bertjax.data import files
+from bertjax.runtime import files
 
 log = logging.getLogger(__name__)
 

@@ -40,7 +40,7 @@ from typing import Callable, Iterator, Optional, Sequence
 import google_crc32c
 
 from bertjax import runtime
-from bertjax.data import bucket_outage, files
+from bertjax.runtime import bucket_outage, files
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ from typing import Iterator, Optional
 
 import numpy as np
 
-from bertjax.data import files
+from bertjax.runtime import files
 from bertjax.data.pretraining.pipeline import EXAMPLE_WEIGHT, PipelineMismatch
 
 

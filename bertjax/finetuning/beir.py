@@ -23,7 +23,7 @@ import logging
 import os
 from typing import Iterator
 
-from bertjax.data import files
+from bertjax.runtime import files
 
 log = logging.getLogger(__name__)
 

@@ -29,7 +29,7 @@ import math
 import os
 from typing import Optional
 
-from bertjax.data import files
+from bertjax.runtime import files
 from bertjax.finetuning.readers import Source, TextExample, read_text
 
 log = logging.getLogger(__name__)

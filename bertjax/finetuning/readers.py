@@ -25,7 +25,7 @@ from typing import Any, Optional, Union
 
 import numpy as np
 
-from bertjax.data import files
+from bertjax.runtime import files
 from bertjax.data.corpus.sources import expand_patterns
 from bertjax.data.vocab.tokenization import UNK, Tokenizer
 

@@ -22,7 +22,7 @@ import ml_collections
 from bertjax.jobs import finetune as finetuning
 from bertjax.runtime import ownership
 from bertjax import models as models_lib
-from bertjax.models import pretrained as pretrained_lib
+from bertjax.interop import pretrained as pretrained_lib
 from bertjax.finetuning import pydocs_task
 
 log = logging.getLogger(__name__)

@@ -22,12 +22,13 @@ import posixpath
 from typing import Any, Optional
 
 from bertjax import models as models_lib
-from bertjax.data import files, remote_cache
-from bertjax.data.files import is_remote
+from bertjax.data import remote_cache
+from bertjax.runtime import files
+from bertjax.runtime.files import is_remote
 from bertjax.data.vocab import tokenization
 from bertjax.finetuning import tasks as tasks_lib
-from bertjax.models import sentence_transformers_dir as st_dir
-from bertjax.models import pretrained
+from bertjax.interop import sentence_transformers_dir as st_dir
+from bertjax.interop import pretrained
 from bertjax.runtime import ownership
 from bertjax.training import checkpoint as checkpoint_lib
 

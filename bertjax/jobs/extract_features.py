@@ -28,10 +28,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bertjax.data import files
+from bertjax.runtime import files
 from bertjax.training import checkpoint as checkpoint_lib
 from bertjax import models as models_lib
-from bertjax.models import pretrained
+from bertjax.interop import pretrained
 from bertjax.data.vocab import tokenization
 
 log = logging.getLogger(__name__)

@@ -24,7 +24,7 @@ from typing import Any, Optional
 import jax
 import numpy as np
 
-from bertjax.data import files
+from bertjax.runtime import files
 from bertjax.training import checkpoint as checkpoint_lib
 from bertjax.finetuning import heads
 from bertjax.training import loop as loop_lib
@@ -32,7 +32,7 @@ from bertjax.training import memory_check
 from bertjax.training import metrics as metrics_lib
 from bertjax import models as models_lib
 from bertjax.runtime import ownership
-from bertjax.models import pretrained
+from bertjax.interop import pretrained
 from bertjax.finetuning import scores
 from bertjax.training import trainer as trainer_lib
 from bertjax.config.finetune import FinetuneConfig

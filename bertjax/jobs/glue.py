@@ -24,7 +24,7 @@ from typing import Any, Optional
 import jax
 import numpy as np
 
-from bertjax.data import files
+from bertjax.runtime import files
 from bertjax.jobs import finetune as finetuning
 from bertjax.runtime import ownership
 from bertjax.jobs import predict as prediction

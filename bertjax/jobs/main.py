@@ -16,14 +16,16 @@ from typing import Any
 
 import jax
 
-from bertjax.data import files, remote_cache
+from bertjax.data import remote_cache
+
+from bertjax.runtime import files
 from bertjax.training import batch_warmup
 from bertjax.training import checkpoint as checkpoint_lib
 from bertjax.runtime import lock as lock_lib
 from bertjax.training import loop as loop_lib
 from bertjax.training import memory_check
 from bertjax.training import metrics as metrics_lib
-from bertjax.models import pretrained
+from bertjax.interop import pretrained
 from bertjax.training import trainer as trainer_lib
 from bertjax.config.schema import JobConfig
 from bertjax.data.pretraining import pipeline as pipeline_lib
@@ -231,7 +233,7 @@ def _train_and_evaluate(
 ) -> dict:
     # ===== setup =====
     from bertjax.jobs import stage as stage_lib  # corpus → vocab → records, when the config asks for it
-    from bertjax.data.vocab import check as vocab_check
+    from bertjax.jobs import vocab_check
 
     if not compile_only:  # the batch, the processes and the mesh agree, before minutes of data work
         trainer_lib.check_layout(job)

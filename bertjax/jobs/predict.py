@@ -19,7 +19,7 @@ import jax
 import numpy as np
 
 from bertjax import models as models_lib
-from bertjax.data import files
+from bertjax.runtime import files
 from bertjax.data.vocab import tokenization
 from bertjax.finetuning import tasks
 

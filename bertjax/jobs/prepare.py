@@ -8,7 +8,7 @@ import logging
 import os
 import time
 
-from bertjax.data import files
+from bertjax.runtime import files
 from bertjax.data.corpus import sources as corpus_lib
 from bertjax.data.corpus import table as table_corpus
 from bertjax.data.pretraining import records

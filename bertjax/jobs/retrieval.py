@@ -4,7 +4,7 @@ on the same data beside them.
 
 `--model` is a bertjax workdir (pre-training or fine-tuning: its encoder), a Hugging Face directory (either family),
 a TF1 directory or a sentence-transformers directory. A sentence-transformers directory says how it pools, whether
-it normalises, its similarity, its length and prompts (models/sentence_transformers_dir.py); a fine-tuned workdir
+it normalises, its similarity, its length and prompts (interop/sentence_transformers_dir.py); a fine-tuned workdir
 says its pooling in its config.json (`data.pooling`, `data.normalize`); any other model is scored with mean pooling,
 normalised, cosine (sentence-transformers' defaults), and the log says so. Everything the user gave is read and
 checked (the set, the model's kind, files, lengths) before any weights are read or text embedded.
@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 
 from bertjax import models as models_lib
-from bertjax.data import files
+from bertjax.runtime import files
 from bertjax.data.vocab import tokenization
 from bertjax.finetuning import beir
 from bertjax.finetuning import bm25
@@ -31,8 +31,8 @@ from bertjax.finetuning import embedding
 from bertjax.finetuning import pooling as pooling_lib
 from bertjax.finetuning import retrieval_eval
 from bertjax.models import hf_files
-from bertjax.models import pretrained
-from bertjax.models import sentence_transformers_dir as st_dir
+from bertjax.interop import pretrained
+from bertjax.interop import sentence_transformers_dir as st_dir
 from bertjax.training import checkpoint as checkpoint_lib
 
 log = logging.getLogger(__name__)

@@ -34,8 +34,8 @@ from bertjax.data.pretraining import shards
 from bertjax.jobs import prepare as prepare_job
 from bertjax.data.corpus import table as table_corpus
 from bertjax.data.vocab import tokenization, training as vocab_training
-from bertjax.data import files
-from bertjax.data.files import is_remote
+from bertjax.runtime import files
+from bertjax.runtime.files import is_remote
 
 log = logging.getLogger(__name__)
 DONE = "stage.json"

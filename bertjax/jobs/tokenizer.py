@@ -7,7 +7,7 @@ from __future__ import annotations
 import posixpath
 from collections.abc import Iterator
 
-from bertjax.data import files
+from bertjax.runtime import files
 from bertjax.data.corpus import sources as corpus_lib
 from bertjax.data.corpus import table as table_corpus
 from bertjax.data.vocab import tokenization

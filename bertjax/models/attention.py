@@ -29,7 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from bertjax.models import options
-from bertjax.training import sharding as sharding_lib
+from bertjax.models import partitioning
 
 log = logging.getLogger(__name__)
 IMPLEMENTATIONS = options.ATTENTION_IMPLEMENTATIONS
@@ -193,12 +193,12 @@ def _splash_local(
 
 
 def _splash(q: jax.Array, k: jax.Array, v: jax.Array, segments: jax.Array, window: Optional[int] = None) -> jax.Array:
-    context = sharding_lib.current_mesh_and_rules()
+    context = partitioning.current_mesh_and_rules()
     if context is None:  # eager use or one device outside the trainer
         return _splash_local(q, k, v, segments, jax.default_backend() != "tpu", window)
     mesh, rules = context
-    qkv_spec = sharding_lib.logical_spec(q.shape, ("batch", "length", "heads", "kv"), mesh, rules)
-    segment_spec = sharding_lib.logical_spec(segments.shape, ("batch", "length"), mesh, rules)
+    qkv_spec = partitioning.logical_spec(q.shape, ("batch", "length", "heads", "kv"), mesh, rules)
+    segment_spec = partitioning.logical_spec(segments.shape, ("batch", "length"), mesh, rules)
     if qkv_spec[1] is not None:
         raise ValueError(
             "config.mesh.logical_axis_rules shard 'length', which splash attention needs whole on "

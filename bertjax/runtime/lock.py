@@ -18,7 +18,7 @@ import socket
 import time
 from typing import Optional
 
-from bertjax.data import files
+from bertjax.runtime import files
 
 log = logging.getLogger(__name__)
 LOCK_FILE = "job.lock"

@@ -13,7 +13,7 @@ user added there since are kept.
 Workdirs of earlier bertjax versions, which carry no marker, are recognised by their own files (a job
 config.json, the data stage's record, a GLUE report, or such runs one or two levels down) and adopted.
 
-The same rules hold in an object store (gs://): every check goes through the one file layer (data/files.py),
+The same rules hold in an object store (gs://): every check goes through the one file layer (runtime/files.py),
 where a "directory" is a prefix that holds objects.
 """
 
@@ -24,7 +24,7 @@ import os
 import time
 from typing import Iterable, Optional
 
-from bertjax.data import files
+from bertjax.runtime import files
 
 MARKER = ".bertjax.json"
 # Names a job writes at the top of its workdir (pre-training, fine-tuning, the GLUE suite, the demo); a

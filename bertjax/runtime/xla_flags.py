@@ -43,7 +43,7 @@ def named(environ: Mapping[str, str] = os.environ) -> dict[str, str]:
 def apply_gpu_defaults(environ: MutableMapping[str, str] = os.environ, *, for_gpu: bool = False) -> list[str]:
     """Adds gpu_defaults() to environ["XLA_FLAGS"] on a machine with an NVIDIA GPU (or, `for_gpu`, where a
     program is compiled for one that is not here), except flags it already names; returns the flags added."""
-    from bertjax.training import gpu_targets
+    from bertjax.runtime import gpu_targets
 
     if not (for_gpu or gpu_targets.gpu_here()):
         return []

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 import jax
 
 from bertjax.runtime import xla_flags
-from bertjax.training import gpu_targets
+from bertjax.runtime import gpu_targets
 
 if TYPE_CHECKING:
     from bertjax.config.schema import JobConfig

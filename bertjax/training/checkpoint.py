@@ -37,8 +37,8 @@ import orbax.checkpoint as ocp
 from bertjax import models as models_lib
 from bertjax.config.schema import CheckpointConfig
 from bertjax.data.pretraining import pipeline as pipeline_lib
-from bertjax.data import bucket_outage, files
-from bertjax.data.files import is_remote
+from bertjax.runtime import bucket_outage, files
+from bertjax.runtime.files import is_remote
 from bertjax.training.checkpoint_items import (  # IncompatibleCheckpoint: raised here too; callers catch it here
     IncompatibleCheckpoint,
     NoReadOnlyNotice,

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import orbax.checkpoint as ocp
 from etils import epath
 
-from bertjax.data import bucket_outage, files
+from bertjax.runtime import bucket_outage, files
 
 
 class IncompatibleCheckpoint(ValueError):

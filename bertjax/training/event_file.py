@@ -22,8 +22,8 @@ import time
 from typing import Mapping
 
 from bertjax.data.pretraining.records import masked_crc
-from bertjax.data import files
-from bertjax.data.files import is_remote
+from bertjax.runtime import files
+from bertjax.runtime.files import is_remote
 
 _FILE_VERSION = b"brain.Event:2"
 

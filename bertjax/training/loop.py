@@ -20,7 +20,7 @@ from typing import Any, Callable, Iterator, Optional
 
 import jax
 
-from bertjax.data import bucket_outage
+from bertjax.runtime import bucket_outage
 from bertjax.training import batch_warmup
 from bertjax.training import checkpoint as checkpoint_lib
 from bertjax.runtime import lock as lock_lib

@@ -23,8 +23,8 @@ import optax
 
 from bertjax.training import event_file
 from bertjax import models as models_lib
-from bertjax.data import files
-from bertjax.data.files import is_remote
+from bertjax.runtime import files
+from bertjax.runtime.files import is_remote
 
 log = logging.getLogger(__name__)
 

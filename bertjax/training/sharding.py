@@ -1,4 +1,5 @@
-"""The device mesh, logical-axis rules → shardings, and global batches: the only module that builds specs.
+"""The device mesh, logical-axis rules → shardings of the state, and global batches (the activations' constraints
+are the models' own: models/partitioning.py).
 
 The model names logical axes only (batch, length, embed, heads, kv, mlp, vocab, layers). The config's
 `mesh.shape` over (data, fsdp, tensor) and `mesh.logical_axis_rules` decide where each lands:
@@ -8,11 +9,9 @@ batch), tensor parallelism shards heads, mlp and vocab.
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import logging
 import math
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import flax.linen as nn
 import jax
@@ -21,9 +20,9 @@ import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from bertjax.config.schema import MESH_AXES
+from bertjax.models.partitioning import Rules, divisible_spec
 
 log = logging.getLogger(__name__)
-Rules = Sequence[tuple[str, Any]]
 
 
 def resolve_mesh_shape(shape: Sequence[int], num_devices: int) -> tuple[int, ...]:
@@ -70,16 +69,6 @@ def make_mesh(shape: Sequence[int], devices: Sequence[jax.Device] | None = None)
     return Mesh(grid, MESH_AXES)
 
 
-def _divisible(shape: tuple[int, ...], spec: PartitionSpec, mesh: Mesh) -> PartitionSpec:
-    """Drops mesh axes from dimensions they do not divide (e.g. vocab 30522 over 8 devices)."""
-    out = []
-    for dim, axes in zip(shape, tuple(spec) + (None,) * (len(shape) - len(spec))):
-        names = (axes,) if isinstance(axes, str) else tuple(axes or ())
-        size = math.prod(mesh.shape[a] for a in names)
-        out.append(axes if size == 1 or dim % size == 0 else None)
-    return PartitionSpec(*out)
-
-
 def logical_shardings(boxed_abstract: Any, mesh: Mesh, rules: Rules) -> Any:
     """NamedShardings for a tree of nn.Partitioned abstract values (e.g. `jax.eval_shape(model.init)`)."""
     specs = nn.get_partition_spec(boxed_abstract)
@@ -88,7 +77,7 @@ def logical_shardings(boxed_abstract: Any, mesh: Mesh, rules: Rules) -> Any:
     dropped = []
 
     def shard(path, value, spec):
-        fitted = _divisible(value.shape, spec, mesh)
+        fitted = divisible_spec(value.shape, spec, mesh)
         if fitted != spec:
             dropped.append(f"{jax.tree_util.keystr(path)} {value.shape} {spec}")
         return NamedSharding(mesh, fitted)
@@ -116,42 +105,6 @@ def optimizer_shardings(
         transform_non_params=lambda _: replicated,
         is_leaf=lambda x: isinstance(x, NamedSharding),
     )
-
-
-_ACTIVATION_CONTEXT: contextvars.ContextVar = contextvars.ContextVar("bertjax_activation_rules", default=None)
-
-
-@contextlib.contextmanager
-def activation_rules(mesh: Mesh, rules: Rules) -> Iterator[None]:
-    """While a step is traced: `constrain` pins the model's activations on this mesh by these rules.
-
-    Our own context rather than flax's global mesh: under a global mesh flax also constrains the
-    flattened kernels DenseGeneral builds while checking parameter shapes, which fails."""
-    token = _ACTIVATION_CONTEXT.set((mesh, tuple(rules)))
-    try:
-        yield
-    finally:
-        _ACTIVATION_CONTEXT.reset(token)
-
-
-def current_mesh_and_rules() -> tuple[Mesh, tuple] | None:
-    """(mesh, rules) while a step is traced inside `activation_rules`; None outside it."""
-    return _ACTIVATION_CONTEXT.get()
-
-
-def logical_spec(shape: tuple[int, ...], logical_axes: Sequence[str | None], mesh: Mesh, rules: Rules) -> PartitionSpec:
-    """The PartitionSpec of an array of `shape` whose dimensions carry these logical names."""
-    return _divisible(shape, nn.logical_to_mesh_axes(tuple(logical_axes), rules), mesh)
-
-
-def constrain(x: jax.Array, logical_axes: Sequence[str | None]) -> jax.Array:
-    """Shards an activation by its logical axes (e.g. ("batch", "length", "embed")) inside
-    `activation_rules`; unchanged outside it (init, eager use, single-device apply)."""
-    context = current_mesh_and_rules()
-    if context is None:
-        return x
-    mesh, rules = context
-    return jax.lax.with_sharding_constraint(x, NamedSharding(mesh, logical_spec(x.shape, logical_axes, mesh, rules)))
 
 
 def gathered_for_compute(shardings: Any, axis: str = "fsdp") -> Any:

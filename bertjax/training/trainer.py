@@ -28,6 +28,7 @@ import optax
 from bertjax.runtime import compile_cache
 from bertjax.training import metrics as metrics_lib
 from bertjax import models as models_lib
+from bertjax.models import partitioning
 from bertjax.training import optim as optim_lib
 from bertjax.training import sharding as sharding_lib
 from bertjax.config.schema import JobConfig
@@ -352,10 +353,10 @@ def compile_train_step(
     """Lowers and compiles the jitted step ahead of time; logs the time taken and the memory per device.
 
     Traced under the mesh and the logical-axis rules, so that the model's activation constraints
-    (`sharding.constrain`) pin activations to the batch axes instead of leaving the partitioner to
+    (`partitioning.constrain`) pin activations to the batch axes instead of leaving the partitioner to
     guess from the parameters."""
     start, hits = time.perf_counter(), compile_cache.hits()
-    with sharding_lib.activation_rules(mesh, rules):
+    with partitioning.activation_rules(mesh, rules):
         compiled = jitted.lower(abstract, batch_abstract).compile(compiler_options)
     seconds = time.perf_counter() - start
     if compile_cache.hits() > hits:
@@ -418,14 +419,14 @@ class Trainer:
 
     def eval_step(self, params: Any, batch: Batch) -> metrics_lib.Metrics:
         """(sum, count) metrics of a global batch, without dropout."""
-        with sharding_lib.activation_rules(self.mesh, self.rules):  # the first call traces the step
+        with partitioning.activation_rules(self.mesh, self.rules):  # the first call traces the step
             return self._eval_step(params, batch)
 
     def predict_step(self, params: Any, batch: Batch) -> dict[str, np.ndarray]:
         """`task.predict` of a global batch (every row, on every process), without dropout."""
         if self._predict_step is None:
             raise ValueError("this task has no predict function")
-        with sharding_lib.activation_rules(self.mesh, self.rules):
+        with partitioning.activation_rules(self.mesh, self.rules):
             out = self._predict_step(params, batch)
         # Replicated: every process holds the whole value (device_get refuses arrays spanning processes).
         return jax.tree.map(lambda x: np.asarray(x.addressable_data(0)), out)

@@ -19,8 +19,8 @@ from typing import Any, NamedTuple, Optional
 import sentencex
 
 from bertjax.data.corpus import text_checks
-from bertjax.data import files as file_layer
-from bertjax.data.files import is_remote
+from bertjax.runtime import files as file_layer
+from bertjax.runtime.files import is_remote
 
 Document = list[str]
 
@@ -114,7 +114,7 @@ class FileRange(NamedTuple):
 def expand_patterns(patterns: str | Iterable[str], what: str = "--input_file") -> list[str]:
     """Comma-separated globs (or a list of them) → files, each glob's matches sorted, duplicates dropped.
 
-    Local paths are globbed by Python; `gs://` URLs by the file layer (data/files.py, gcsfs).
+    Local paths are globbed by Python; `gs://` URLs by the file layer (runtime/files.py, gcsfs).
     A glob that matches nothing or a path that does not exist is one clear error naming it.
     """
     if isinstance(patterns, str):
@@ -208,11 +208,11 @@ class Source(abc.ABC):
             yield from text_checks.cut_sentences(sentence, self.max_sentence_chars)[0]
 
 
-def _file_size(path: str) -> int:
+def file_size(path: str) -> int:
     return file_layer.filesystem(path).size(path) if is_remote(path) else os.path.getsize(path)
 
 
-def _open_binary(path: str, offset: int) -> Any:
+def open_binary(path: str, offset: int) -> Any:
     """A buffered binary stream positioned at `offset` (an object's read in 8 MB ranges; io.BufferedReader
     gives it the readline(limit) that fsspec's files lack)."""
     if not is_remote(path):

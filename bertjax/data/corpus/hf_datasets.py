@@ -27,7 +27,7 @@ import re
 from typing import Any
 
 from bertjax.data.corpus import table as table_corpus
-from bertjax.data.files import is_remote
+from bertjax.runtime.files import is_remote
 
 log = logging.getLogger(__name__)
 

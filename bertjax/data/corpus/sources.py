@@ -41,8 +41,8 @@ from bertjax.data.corpus.base import (  # noqa: F401
     Document,
     FileRange,
     Source,
-    _file_size,
-    _open_binary,
+    file_size,
+    open_binary,
     expand_patterns,
     shard_units,
     split_sentences,
@@ -87,7 +87,7 @@ class TextSource(Source):
     def split(self, num_shards: int) -> list[list[Any]]:
         """The files as one byte stream cut into `num_shards` equal spans: shard k reads the ranges
         of the files in its span. A `.gz` or empty file goes whole to the span holding its middle."""
-        sizes = [_file_size(f) for f in self._files]
+        sizes = [file_size(f) for f in self._files]
         total = sum(sizes)
         bounds = [total * k // num_shards for k in range(num_shards + 1)]
         work: list[list[Any]] = [[] for _ in range(num_shards)]
@@ -120,9 +120,9 @@ class TextSource(Source):
     def _read_range(self, part: FileRange, stats: CorpusStats) -> Iterator[Document]:
         if part.start == 0:  # once per file: one range of each file starts at byte 0
             gz = part.path.endswith(".gz")
-            with _open_binary(part.path, 0) as raw, gzip.GzipFile(fileobj=raw, mode="rb") if gz else raw as f:
+            with open_binary(part.path, 0) as raw, gzip.GzipFile(fileobj=raw, mode="rb") if gz else raw as f:
                 text_checks.check_text_head(part.path, f.read(text_checks.SNIFF_BYTES), decompressed=gz)
-        with _open_binary(part.path, part.start - 1 if part.start else 0) as raw:
+        with open_binary(part.path, part.start - 1 if part.start else 0) as raw:
             if part.path.endswith(".gz"):
                 if part.start or part.end is not None:
                     raise ValueError(f"{part.path}: a gzip file can only be read whole, not from byte {part.start}.")

@@ -35,8 +35,8 @@ from bertjax.data.corpus.base import (
     split_sentences,
 )
 from bertjax.data.corpus import table_files
-from bertjax.data import files as file_layer
-from bertjax.data.files import is_remote
+from bertjax.runtime import files as file_layer
+from bertjax.runtime.files import is_remote
 
 log = logging.getLogger(__name__)
 

@@ -9,9 +9,9 @@ import zlib
 from collections.abc import Iterator
 from typing import Any
 
-from bertjax.data.corpus.base import _open_binary
-from bertjax.data import files
-from bertjax.data.files import is_remote
+from bertjax.data.corpus.base import open_binary
+from bertjax.runtime import files
+from bertjax.runtime.files import is_remote
 
 CHUNK = 1 << 20
 # zstd input is fed 64 KiB at a time: one call's output is the input times the compression ratio (20x and
@@ -71,7 +71,7 @@ def json_lines(path: str, offset: int = 0) -> Iterator[bytes]:
     """The lines of a JSON Lines file (newline kept off), decompressed as its extension says, streamed; from
     byte `offset` of an uncompressed file (a line's start)."""
     name = path.lower()
-    with _open_binary(path, offset) as raw:
+    with open_binary(path, offset) as raw:
         if name.endswith(".gz"):
             chunks = gzip_chunks(raw, path)
         elif name.endswith(".zst"):

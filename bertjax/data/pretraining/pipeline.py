@@ -25,7 +25,7 @@ from typing import Iterator, Optional
 
 import numpy as np
 
-from bertjax.data import files
+from bertjax.runtime import files
 from bertjax.data.pretraining import instances, mixing, mixture, packing, record_sets, record_stream, records
 
 log = logging.getLogger(__name__)

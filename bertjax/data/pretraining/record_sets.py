@@ -12,7 +12,7 @@ from typing import Optional, Sequence
 
 import google_crc32c
 
-from bertjax.data import files as file_layer
+from bertjax.runtime import files as file_layer
 from bertjax.data.corpus.sources import expand_patterns
 from bertjax.data.pretraining.records import METADATA_NAME, STAGING_NAME, masked_crc, metadata_in
 

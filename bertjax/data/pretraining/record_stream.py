@@ -15,7 +15,9 @@ from typing import Any, Optional
 
 import numpy as np
 
-from bertjax.data import files, stream_window
+from bertjax.data import stream_window
+
+from bertjax.runtime import files
 from bertjax.data.pretraining import record_sets, records
 
 log = logging.getLogger(__name__)

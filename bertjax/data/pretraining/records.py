@@ -20,8 +20,8 @@ from typing import Mapping, Optional, Sequence
 import google_crc32c
 import numpy as np
 
-from bertjax.data import files
-from bertjax.data import files as file_io  # infer_schema: its parameter `files` shadows the module
+from bertjax.runtime import files
+from bertjax.runtime import files as file_io  # infer_schema: its parameter `files` shadows the module
 
 # Feature name → (dtype, length key). Lengths come from the schema: "seq" or "pred" or 1.
 FEATURES: dict[str, tuple[str, str | int]] = {

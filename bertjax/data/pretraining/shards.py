@@ -29,7 +29,7 @@ from typing import Any, Callable, Iterator, Optional
 import numpy as np
 
 from bertjax.data.corpus import sources as corpus_lib
-from bertjax.data import files
+from bertjax.runtime import files
 from bertjax.data.pretraining import instances as instances_lib
 from bertjax.data.pretraining import packing as packing_lib
 from bertjax.data.pretraining import records

@@ -29,7 +29,7 @@ import sentencepiece as spm
 import tokenizers
 from tokenizers import Regex, decoders, normalizers, pre_tokenizers, processors
 
-from bertjax.data import files
+from bertjax.runtime import files
 
 log = logging.getLogger(__name__)
 

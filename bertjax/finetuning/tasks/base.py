@@ -14,8 +14,8 @@ from typing import Any, Optional
 
 import numpy as np
 
-from bertjax.config.convert import _bad
-from bertjax.data import files
+from bertjax.config.convert import bad_value
+from bertjax.runtime import files
 from bertjax.finetuning import readers
 
 
@@ -28,7 +28,7 @@ class TaskKind(abc.ABC):
     def validate(self, data: Any) -> None:
         """Refuses, in one sentence naming the field, a config.data setting that does not apply to this task."""
         if data.regression:
-            raise _bad("config.data.regression", True, f"is for sequence_classification, not {self.name}.")
+            raise bad_value("config.data.regression", True, f"is for sequence_classification, not {self.name}.")
 
     @abc.abstractmethod
     def primary_metric(self, regression: bool) -> str:

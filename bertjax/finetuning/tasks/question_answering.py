@@ -8,7 +8,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from bertjax.config.convert import _bad
+from bertjax.config.convert import bad_value
 from bertjax.finetuning import readers, scores, squad
 from bertjax.finetuning.tasks.base import TaskKind, correct, cross_entropy
 
@@ -23,7 +23,7 @@ class QuestionAnswering(TaskKind):
         super().validate(data)
         room = data.max_seq_length - data.max_query_length - 3
         if not 0 < data.doc_stride < room:
-            raise _bad(
+            raise bad_value(
                 "config.data.doc_stride",
                 data.doc_stride,
                 f"must be > 0 and leave room for the question: below max_seq_length - max_query_length - 3 = {room}.",

@@ -17,8 +17,8 @@ from typing import Any, Optional
 
 import numpy as np
 
-from bertjax.config.convert import _bad
-from bertjax.data import files
+from bertjax.config.convert import bad_value
+from bertjax.runtime import files
 from bertjax.finetuning import readers
 from bertjax.finetuning.tasks.base import TaskKind, text_lines
 
@@ -114,11 +114,15 @@ class Retrieval(TaskKind):
     def validate(self, data: Any) -> None:
         super().validate(data)
         if data.pooling not in POOLING_MODES:
-            raise _bad("config.data.pooling", data.pooling, f"is not one of {list(POOLING_MODES)}.")
+            raise bad_value("config.data.pooling", data.pooling, f"is not one of {list(POOLING_MODES)}.")
         if data.similarity_scale <= 0:
-            raise _bad("config.data.similarity_scale", data.similarity_scale, "must be > 0 (20: temperature 0.05).")
+            raise bad_value(
+                "config.data.similarity_scale", data.similarity_scale, "must be > 0 (20: temperature 0.05)."
+            )
         if data.max_query_length < 3:
-            raise _bad("config.data.max_query_length", data.max_query_length, "must be ≥ 3 ([CLS], a token, [SEP]).")
+            raise bad_value(
+                "config.data.max_query_length", data.max_query_length, "must be ≥ 3 ([CLS], a token, [SEP])."
+            )
 
     def primary_metric(self, regression: bool) -> str:
         return "ndcg_at_10"

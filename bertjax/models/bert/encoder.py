@@ -15,34 +15,36 @@ import numpy as np
 from bertjax.models import attention as attention_lib
 from bertjax.models.bert.config import BertConfig
 from bertjax.models.layers import ACTIVATIONS, REMAT_POLICIES, DenseActivation, Dropout
-from bertjax.training import sharding as sharding_lib
+from bertjax.models import partitioning
 
 Array = jax.Array
 Dtype = Any
 
 
-def _init(config: BertConfig, names: tuple[Optional[str], ...]):
+def weight_init(config: BertConfig, names: tuple[Optional[str], ...]):
     return nn.with_logical_partitioning(nn.initializers.truncated_normal(config.initializer_range), names)
 
 
-def _zeros(names: tuple[Optional[str], ...]):
+def bias_zeros(names: tuple[Optional[str], ...]):
     return nn.with_logical_partitioning(nn.initializers.zeros_init(), names)
 
 
-def _layer_norm(config: BertConfig, dtype: Dtype, name: str) -> nn.LayerNorm:
+def make_layer_norm(config: BertConfig, dtype: Dtype, name: str) -> nn.LayerNorm:
     # use_fast_variance=False: E[(x-mean)^2], as PyTorch computes it, for reference-exact outputs.
     return nn.LayerNorm(
         epsilon=config.layer_norm_eps,
         dtype=dtype,
         use_fast_variance=False,
         scale_init=nn.with_logical_partitioning(nn.initializers.ones_init(), ("embed",)),
-        bias_init=_zeros(("embed",)),
+        bias_init=bias_zeros(("embed",)),
         name=name,
     )
 
 
-def _dense(config: BertConfig, features: int, names: tuple[str, str], dtype: Dtype, name: str) -> nn.Dense:
-    return nn.Dense(features, dtype=dtype, kernel_init=_init(config, names), bias_init=_zeros(names[1:]), name=name)
+def make_dense(config: BertConfig, features: int, names: tuple[str, str], dtype: Dtype, name: str) -> nn.Dense:
+    return nn.Dense(
+        features, dtype=dtype, kernel_init=weight_init(config, names), bias_init=bias_zeros(names[1:]), name=name
+    )
 
 
 class _HeadsProjection(nn.Module):
@@ -56,9 +58,9 @@ class _HeadsProjection(nn.Module):
     def __call__(self) -> tuple[Array, Array]:
         cfg = self.config
         shape = (cfg.hidden_size, cfg.num_attention_heads, cfg.head_dim)
-        init = _init(cfg, ("embed", "heads", "kv"))
+        init = weight_init(cfg, ("embed", "heads", "kv"))
         kernel = self.param("kernel", lambda rng, s: _reshape_boxed(init(rng, (s[0], s[1] * s[2])), s), shape)
-        bias = self.param("bias", _zeros(("heads", "kv")), shape[1:])
+        bias = self.param("bias", bias_zeros(("heads", "kv")), shape[1:])
         return kernel, bias
 
 
@@ -99,7 +101,7 @@ class BertLayer(nn.Module):
         attention = self.attention
         if rows is None:
             qkv = jnp.einsum("bsm,mthd->bsthd", x.astype(self.dtype), kernel) + bias
-            q, k, v = (sharding_lib.constrain(qkv[:, :, i], ("batch", "length", "heads", "kv")) for i in range(3))
+            q, k, v = (partitioning.constrain(qkv[:, :, i], ("batch", "length", "heads", "kv")) for i in range(3))
         else:
             kv = jnp.einsum("bsm,mthd->bsthd", x.astype(self.dtype), kernel[:, 1:]) + bias[1:]
             k, v = kv[:, :, 0], kv[:, :, 1]
@@ -126,27 +128,27 @@ class BertLayer(nn.Module):
             axis=(-2, -1),
             dtype=self.dtype,
             name="attention_output",
-            kernel_init=_init(cfg, ("heads", "kv", "embed")),
-            bias_init=_zeros(("embed",)),
+            kernel_init=weight_init(cfg, ("heads", "kv", "embed")),
+            bias_init=bias_zeros(("embed",)),
         )(context)
         # Named: the masks of these two must not depend on whether the kernel above has a dropout module.
         attn = Dropout(cfg.hidden_dropout_prob, name="attention_dropout")(attn, deterministic=self.deterministic)
-        x = _layer_norm(cfg, self.dtype, "attention_layer_norm")(x + attn)
+        x = make_layer_norm(cfg, self.dtype, "attention_layer_norm")(x + attn)
 
         h = DenseActivation(
             cfg.intermediate_size,
             dtype=self.dtype,
-            kernel_init=_init(cfg, ("embed", "mlp")),
-            bias_init=_zeros(("mlp",)),
+            kernel_init=weight_init(cfg, ("embed", "mlp")),
+            bias_init=bias_zeros(("mlp",)),
             activation=act,
             recompute=self.recompute_activation,
             name="intermediate",
         )(x)
-        h = sharding_lib.constrain(h, ("batch", "length", "mlp"))
-        h = _dense(cfg, cfg.hidden_size, ("mlp", "embed"), self.dtype, "output")(h)
+        h = partitioning.constrain(h, ("batch", "length", "mlp"))
+        h = make_dense(cfg, cfg.hidden_size, ("mlp", "embed"), self.dtype, "output")(h)
         h = Dropout(cfg.hidden_dropout_prob, name="output_dropout")(h, deterministic=self.deterministic)
-        x = _layer_norm(cfg, self.dtype, "output_layer_norm")(x + h)
-        x = sharding_lib.constrain(x, ("batch", "length", "embed"))
+        x = make_layer_norm(cfg, self.dtype, "output_layer_norm")(x + h)
+        x = partitioning.constrain(x, ("batch", "length", "embed"))
         return x, (x if self.emit_output else None)
 
 

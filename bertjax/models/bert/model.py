@@ -2,7 +2,7 @@
 
 Post-LayerNorm encoder, absolute learned positions, exact (erf) GELU, MLM decoder tied to the word
 embeddings. Every parameter carries logical axis names (batch, length, embed, heads, kv, mlp, vocab,
-layers); only `sharding.py` decides how those map onto a device mesh.
+layers); only the trainer decides how those map onto a device mesh (models/partitioning.py, training/sharding.py).
 
 Implementation choices that leave fp32 numerics unchanged are constructor arguments, not config:
 layers as a Python loop or `nn.scan`, rematerialisation policy, compute dtype.
@@ -29,7 +29,7 @@ import jax
 import jax.numpy as jnp
 
 from bertjax.models import attention as attention_lib
-from bertjax.training import sharding as sharding_lib
+from bertjax.models import partitioning
 from bertjax.models.bert.config import (  # noqa: F401  (re-exported: model.BertConfig, model.SIZES, ...)
     CONFIG_FIELDS,
     FIXED_HF_FIELDS,
@@ -41,10 +41,10 @@ from bertjax.models.bert.config import (  # noqa: F401  (re-exported: model.Bert
 from bertjax.models.bert.encoder import (  # noqa: F401  (re-exported: model.BertLayer, ...)
     BertEncoder,
     BertLayer,
-    _dense,
-    _init,
-    _layer_norm,
-    _zeros,
+    make_dense,
+    weight_init,
+    make_layer_norm,
+    bias_zeros,
 )
 from bertjax.models.layers import (  # noqa: F401  (re-exported: model.Dropout, model.DTYPES, ...)
     ACTIVATIONS,
@@ -79,10 +79,10 @@ class BertEmbeddings(nn.Module):
     def setup(self):
         cfg = self.config
         embed = functools.partial(Embed, features=cfg.hidden_size, dtype=self.dtype)
-        self.word_embeddings = embed(cfg.vocab_size, embedding_init=_init(cfg, ("vocab", "embed")))
-        self.position_embeddings = embed(cfg.max_position_embeddings, embedding_init=_init(cfg, (None, "embed")))
-        self.token_type_embeddings = embed(cfg.type_vocab_size, embedding_init=_init(cfg, (None, "embed")))
-        self.layer_norm = _layer_norm(cfg, self.dtype, "LayerNorm")
+        self.word_embeddings = embed(cfg.vocab_size, embedding_init=weight_init(cfg, ("vocab", "embed")))
+        self.position_embeddings = embed(cfg.max_position_embeddings, embedding_init=weight_init(cfg, (None, "embed")))
+        self.token_type_embeddings = embed(cfg.type_vocab_size, embedding_init=weight_init(cfg, (None, "embed")))
+        self.layer_norm = make_layer_norm(cfg, self.dtype, "LayerNorm")
         self.dropout = Dropout(cfg.hidden_dropout_prob)
 
     def __call__(
@@ -92,7 +92,7 @@ class BertEmbeddings(nn.Module):
         x = self.word_embeddings(input_ids) + self.position_embeddings(positions)
         x = x + self.token_type_embeddings(segment_ids)
         x = self.layer_norm(x)
-        x = sharding_lib.constrain(x, ("batch", "length", "embed"))
+        x = partitioning.constrain(x, ("batch", "length", "embed"))
         return self.dropout(x, deterministic=deterministic)
 
 
@@ -121,7 +121,7 @@ class BertModel(nn.Module):
         cfg = self.config
         self.embeddings = BertEmbeddings(cfg, self.dtype)
         self.encoder = BertEncoder(cfg, **compute_fields(self))
-        self.pooler = _dense(cfg, cfg.hidden_size, ("embed", "mlp"), self.dtype, "pooler")
+        self.pooler = make_dense(cfg, cfg.hidden_size, ("embed", "mlp"), self.dtype, "pooler")
 
     def __call__(
         self,
@@ -182,10 +182,10 @@ class BertForPreTraining(nn.Module):
         if self.attention not in attention_lib.IMPLEMENTATIONS or self.attention == "auto":
             raise ValueError(f"attention={self.attention!r} is not one of xla, splash, cudnn.")
         self.bert = BertModel(cfg, **compute_fields(self))
-        self.transform = _dense(cfg, cfg.hidden_size, ("embed", "mlp"), self.dtype, "transform")
-        self.transform_layer_norm = _layer_norm(cfg, self.dtype, "transform_layer_norm")
-        self.mlm_bias = self.param("mlm_bias", _zeros(("vocab",)), (cfg.vocab_size,))
-        self.nsp = _dense(cfg, 2, ("embed", None), self.dtype, "nsp")
+        self.transform = make_dense(cfg, cfg.hidden_size, ("embed", "mlp"), self.dtype, "transform")
+        self.transform_layer_norm = make_layer_norm(cfg, self.dtype, "transform_layer_norm")
+        self.mlm_bias = self.param("mlm_bias", bias_zeros(("vocab",)), (cfg.vocab_size,))
+        self.nsp = make_dense(cfg, 2, ("embed", None), self.dtype, "nsp")
 
     def __call__(
         self,

@@ -12,7 +12,7 @@ import jax.numpy as jnp
 from bertjax.models import attention as attention_lib
 from bertjax.models import layers
 from bertjax.models.modernbert.config import ModernBertConfig
-from bertjax.models.modernbert.model import _init, _init_std, _norm, encoder_of, head_dense
+from bertjax.models.modernbert.model import weight_init, init_stds, make_norm, encoder_of, head_dense
 
 Array = jax.Array
 Dtype = Any
@@ -42,17 +42,17 @@ class ModernBertForFinetuning(nn.Module):
 
     def setup(self):
         cfg = self.config
-        std, cut = _init_std(cfg), cfg.initializer_cutoff_factor
+        std, cut = init_stds(cfg), cfg.initializer_cutoff_factor
         self.model = encoder_of(self)
         if not self.num_labels:  # an embedder (contrastive retrieval): the encoder's normed hidden states
             return
         self.head_dense = head_dense(cfg, self.dtype)
-        self.head_norm = _norm(cfg, self.dtype, "head_norm")
+        self.head_norm = make_norm(cfg, self.dtype, "head_norm")
         self.dropout = layers.Dropout(cfg.classifier_dropout)
         self.classifier = nn.Dense(
             self.num_labels,
             dtype=self.dtype,
-            kernel_init=_init(std["final_out"], cut, ("embed", None)),
+            kernel_init=weight_init(std["final_out"], cut, ("embed", None)),
             bias_init=nn.with_logical_partitioning(nn.initializers.zeros_init(), (None,)),
         )
 

@@ -8,7 +8,7 @@ to the token embeddings, with its own bias.
 Packed rows: `input_mask` holds per token 0 for padding, else its instance's number (1..k), as for BERT
 (attention.py); pass each token's position within its instance as `position_ids`, and rotary positions restart
 there while attention never crosses instances. Parameters carry logical axis names (embed, heads, kv, mlp,
-vocab) for sharding.py.
+vocab) for the trainer's shardings (training/sharding.py).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import jax.numpy as jnp
 
 from bertjax.models import attention as attention_lib
 from bertjax.models import layers
-from bertjax.training import sharding as sharding_lib
+from bertjax.models import partitioning
 from bertjax.models.modernbert.config import ModernBertConfig
 
 Array = jax.Array
@@ -37,12 +37,12 @@ class ModernBertOutput:
     hidden_states: Optional[tuple[Array, ...]] = None
 
 
-def _init(std: float, cutoff: float, names: tuple[Optional[str], ...]):
+def weight_init(std: float, cutoff: float, names: tuple[Optional[str], ...]):
     # transformers' trunc_normal_(std, a=-cutoff·std, b=cutoff·std)
     return nn.with_logical_partitioning(nn.initializers.truncated_normal(std, lower=-cutoff, upper=cutoff), names)
 
 
-def _init_std(config: ModernBertConfig) -> dict[str, float]:
+def init_stds(config: ModernBertConfig) -> dict[str, float]:
     """transformers' ModernBertPreTrainedModel._init_weights: inputs, outputs (scaled by depth), embeddings."""
     r = config.initializer_range
     return {
@@ -53,7 +53,7 @@ def _init_std(config: ModernBertConfig) -> dict[str, float]:
     }
 
 
-def _norm(config: ModernBertConfig, dtype: Dtype, name: str) -> nn.LayerNorm:
+def make_norm(config: ModernBertConfig, dtype: Dtype, name: str) -> nn.LayerNorm:
     settings = dict(
         epsilon=config.norm_eps,
         use_bias=config.norm_bias,
@@ -67,12 +67,12 @@ def _norm(config: ModernBertConfig, dtype: Dtype, name: str) -> nn.LayerNorm:
 
 def head_dense(config: ModernBertConfig, dtype: Dtype) -> nn.Dense:
     """The prediction head's dense layer (transformers' head.dense): the masked LM's and every fine-tuning head's."""
-    std, cut = _init_std(config), config.initializer_cutoff_factor
+    std, cut = init_stds(config), config.initializer_cutoff_factor
     return nn.Dense(
         config.hidden_size,
         use_bias=config.classifier_bias,
         dtype=dtype,
-        kernel_init=_init(std["out"], cut, ("embed", "mlp")),
+        kernel_init=weight_init(std["out"], cut, ("embed", "mlp")),
         bias_init=nn.with_logical_partitioning(nn.initializers.zeros_init(), ("mlp",)),
     )
 
@@ -128,14 +128,14 @@ class ModernBertLayer(nn.Module):
     @nn.compact
     def __call__(self, x: Array, bias: Optional[Array], input_mask: Array, cos: Array, sin: Array) -> Array:
         cfg = self.config
-        std, cut = _init_std(cfg), cfg.initializer_cutoff_factor
+        std, cut = init_stds(cfg), cfg.initializer_cutoff_factor
         heads, head_dim = cfg.num_attention_heads, cfg.head_dim
-        h = x if self.layer == 0 else _norm(cfg, self.dtype, "attn_norm")(x)
+        h = x if self.layer == 0 else make_norm(cfg, self.dtype, "attn_norm")(x)
         qkv = nn.DenseGeneral(
             (3, heads, head_dim),
             use_bias=cfg.attention_bias,
             dtype=self.dtype,
-            kernel_init=_init(std["in"], cut, ("embed", None, "heads", "kv")),
+            kernel_init=weight_init(std["in"], cut, ("embed", None, "heads", "kv")),
             bias_init=nn.with_logical_partitioning(nn.initializers.zeros_init(), (None, "heads", "kv")),
             name="Wqkv",
         )(h)
@@ -161,21 +161,21 @@ class ModernBertLayer(nn.Module):
             axis=(-2, -1),
             use_bias=cfg.attention_bias,
             dtype=self.dtype,
-            kernel_init=_init(std["out"], cut, ("heads", "kv", "embed")),
+            kernel_init=weight_init(std["out"], cut, ("heads", "kv", "embed")),
             bias_init=nn.with_logical_partitioning(nn.initializers.zeros_init(), ("embed",)),
             name="Wo_attn",
         )(context)
         x = x + layers.Dropout(cfg.attention_dropout)(out, deterministic=self.deterministic)
-        x = sharding_lib.constrain(x, ("batch", "length", "embed"))
+        x = partitioning.constrain(x, ("batch", "length", "embed"))
         # GeGLU: Wi's two halves are the input and the gate (transformers' chunk(2)).
         h = nn.DenseGeneral(
             (2, cfg.intermediate_size),
             use_bias=cfg.mlp_bias,
             dtype=self.dtype,
-            kernel_init=_init(std["in"], cut, ("embed", None, "mlp")),
+            kernel_init=weight_init(std["in"], cut, ("embed", None, "mlp")),
             bias_init=nn.with_logical_partitioning(nn.initializers.zeros_init(), (None, "mlp")),
             name="Wi",
-        )(_norm(cfg, self.dtype, "mlp_norm")(x))
+        )(make_norm(cfg, self.dtype, "mlp_norm")(x))
 
         def geglu(h: Array) -> Array:
             return layers.ACTIVATIONS[cfg.hidden_activation](h[:, :, 0]) * h[:, :, 1]
@@ -186,11 +186,11 @@ class ModernBertLayer(nn.Module):
             cfg.hidden_size,
             use_bias=cfg.mlp_bias,
             dtype=self.dtype,
-            kernel_init=_init(std["out"], cut, ("mlp", "embed")),
+            kernel_init=weight_init(std["out"], cut, ("mlp", "embed")),
             bias_init=nn.with_logical_partitioning(nn.initializers.zeros_init(), ("embed",)),
             name="Wo_mlp",
         )(h)
-        return _gradient_barrier(sharding_lib.constrain(x + out, ("batch", "length", "embed")))
+        return _gradient_barrier(partitioning.constrain(x + out, ("batch", "length", "embed")))
 
 
 class ModernBertModel(nn.Module):
@@ -214,15 +214,15 @@ class ModernBertModel(nn.Module):
         output_hidden_states: bool = False,
     ) -> tuple[Array, Optional[tuple[Array, ...]]]:
         cfg = self.config
-        std, cut = _init_std(cfg), cfg.initializer_cutoff_factor
+        std, cut = init_stds(cfg), cfg.initializer_cutoff_factor
         embed = layers.Embed(
             cfg.vocab_size,
             cfg.hidden_size,
             dtype=self.dtype,
             name="tok_embeddings",
-            embedding_init=_init(std["embedding"], cut, ("vocab", "embed")),
+            embedding_init=weight_init(std["embedding"], cut, ("vocab", "embed")),
         )
-        x = _norm(cfg, self.dtype, "embeddings_norm")(embed(input_ids))
+        x = make_norm(cfg, self.dtype, "embeddings_norm")(embed(input_ids))
         x = layers.Dropout(cfg.embedding_dropout)(x, deterministic=deterministic)
         if position_ids is None:
             position_ids = jnp.broadcast_to(jnp.arange(input_ids.shape[-1]), input_ids.shape)
@@ -257,7 +257,7 @@ class ModernBertModel(nn.Module):
             )(x, biases[kind], input_mask, *rope[kind])
             if hidden is not None:
                 hidden.append(x)
-        x = _norm(cfg, self.dtype, "final_norm")(x)
+        x = make_norm(cfg, self.dtype, "final_norm")(x)
         return x, tuple(hidden) if hidden is not None else None
 
 
@@ -290,7 +290,7 @@ class ModernBertForMaskedLM(nn.Module):
         cfg = self.config
         self.model = encoder_of(self)
         self.head_dense = head_dense(cfg, self.dtype)
-        self.head_norm = _norm(cfg, self.dtype, "head_norm")
+        self.head_norm = make_norm(cfg, self.dtype, "head_norm")
         if cfg.decoder_bias:
             self.decoder_bias = self.param(
                 "decoder_bias",

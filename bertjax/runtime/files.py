@@ -17,7 +17,7 @@ import threading
 from collections.abc import Iterator
 from typing import IO, Any
 
-from bertjax.data import bucket_outage
+from bertjax.runtime import bucket_outage
 
 
 def is_remote(path: str) -> bool:

@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 
 from bertjax import models
-from bertjax.data import files
+from bertjax.runtime import files
 from bertjax.models import hf_files
 from bertjax.models.bert import tf1
 from bertjax.training import checkpoint as checkpoint_lib

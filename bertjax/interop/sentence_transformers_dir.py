@@ -20,7 +20,7 @@ import json
 import os
 from typing import Any, Optional
 
-from bertjax.data import files
+from bertjax.runtime import files
 
 MODULES = "modules.json"
 POOLING_DIR = "1_Pooling"
