@@ -127,7 +127,7 @@ def jax_job():
     batch, sequence length and schedule."""
     import runpy
 
-    from bertjax.config.finetune import FinetuneConfig
+    from bertjax.finetuning.config import FinetuneConfig
 
     path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs", "finetune.py")
     c = runpy.run_path(path)["get_config"](f"size={ARGS.model}")

@@ -29,6 +29,7 @@ from absl import logging as absl_logging
 
 from bertjax.config import convert as config_convert
 from bertjax.runtime import tf_import
+from bertjax.runtime import stopped_early
 
 PACKAGED_CONFIGS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs")
 USAGE_EXIT = 2  # as argparse: the command line was wrong, nothing ran
@@ -287,8 +288,7 @@ def run_job(
         result = job(*args)
     except errors as e:
         exit_with_sentence(e, command)
-    loop = sys.modules.get("bertjax.training.loop")
-    if loop is not None and loop.stopped_before_training():
+    if stopped_early.before_training():
         # The SIGTERM's exception unwound whatever ran, a compile included; the interpreter's shutdown then
         # crashed (a segfault, rc 139, in 2 of 2 fine-tuning kills). Nothing was trained or is being saved:
         # the process ends here, rc 0.

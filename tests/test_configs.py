@@ -11,7 +11,7 @@ from ml_collections import config_flags
 
 from bertjax.models.bert import model as model_lib
 from bertjax.config import schema as config_lib
-from bertjax.config.finetune import FinetuneConfig
+from bertjax.finetuning.config import FinetuneConfig
 from bertjax.config.schema import JobConfig
 
 CONFIGS = pathlib.Path(__file__).resolve().parents[1] / "configs"

@@ -545,3 +545,36 @@ def test_no_module_takes_another_modules_private_names():
         "y = encoder.__name__\n"
     )
     assert private_imports(planted) == ["1: _bad", "3: encoder._dense"]
+
+
+# The floors, bottom to top (docs/layout.md "Floors"): a module imports only modules of its own floor or below.
+FLOORS = ("runtime", "data", "models", "config", "training", "finetuning", "interop", "jobs", "commands")
+
+
+def floor(module: str) -> str:
+    """A module's floor: its role folder; the commands, cli.py and the public API at the top are one floor."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 2 or (len(parts) == 2 and parts[1] in ROLES) else "commands"
+
+
+def imports_up(graph: dict[str, set[str]]) -> list[str]:
+    """`a -> b` for each import of a module on a higher floor than the importer's."""
+    level = {name: i for i, name in enumerate(FLOORS)}
+    return sorted(f"{a} -> {b}" for a, targets in graph.items() for b in targets if level[floor(b)] > level[floor(a)])
+
+
+def test_every_module_imports_only_its_own_floor_and_those_below():
+    graph = import_graph()
+    assert {floor(m) for m in graph} == set(FLOORS)  # every floor has modules, and no module is outside them
+    assert imports_up(graph) == []
+    planted = {  # the breaches this house once had: the models importing the trainer's sharding, config the tasks
+        "bertjax.models.attention": {"bertjax.training.sharding", "bertjax.models.partitioning"},
+        "bertjax.config.schema": {"bertjax.finetuning.tasks"},
+        "bertjax.runtime.lock": {"bertjax.runtime.files"},
+        "bertjax.jobs.main": {"bertjax.training.loop"},
+        "bertjax.cli": {"bertjax.jobs.main"},
+    }
+    assert imports_up(planted) == [
+        "bertjax.config.schema -> bertjax.finetuning.tasks",
+        "bertjax.models.attention -> bertjax.training.sharding",
+    ]

@@ -516,7 +516,7 @@ def test_resuming_a_workdir_of_the_other_family_is_one_sentence(workdir):
 def test_a_run_saved_before_the_family_fields_reads_as_bert():
     """A fine-tuned workdir's config.json written before config.model.family existed still loads (predict,
     GLUE read it back): the settings added since take their defaults."""
-    from bertjax.config.finetune import FinetuneConfig
+    from bertjax.finetuning.config import FinetuneConfig
 
     saved = FinetuneConfig().to_dict()
     for name in (

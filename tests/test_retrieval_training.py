@@ -306,7 +306,7 @@ def check_sentence_transformers_export(workdir: pathlib.Path, out: pathlib.Path,
     from sentence_transformers import SentenceTransformer
 
     from bertjax import models as models_lib
-    from bertjax.config.finetune import FinetuneConfig
+    from bertjax.finetuning.config import FinetuneConfig
     from bertjax.data.vocab import tokenization
     from bertjax.finetuning import retrieval_task
     from bertjax.training import checkpoint as checkpoint_lib

@@ -12,7 +12,7 @@ comparisons); with init_from the architecture, weights, vocab and casing are the
 config.model only says how to compute (dtype, scan_layers, remat_policy, attention).
 
 Argument: `configs/finetune.py:size=tiny` picks the architecture for random initialisation.
-The schema (types, checks) is bertjax/config/finetune.py (`FinetuneConfig`).
+The schema (types, checks) is bertjax/finetuning/config.py (`FinetuneConfig`).
 """
 
 import pathlib

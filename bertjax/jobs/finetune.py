@@ -35,7 +35,7 @@ from bertjax.runtime import ownership
 from bertjax.interop import pretrained
 from bertjax.finetuning import scores
 from bertjax.training import trainer as trainer_lib
-from bertjax.config.finetune import FinetuneConfig
+from bertjax.finetuning.config import FinetuneConfig
 from bertjax.finetuning import arrays as arrays_lib
 from bertjax.finetuning import example_packing
 from bertjax.finetuning import beir

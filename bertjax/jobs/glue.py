@@ -29,7 +29,7 @@ from bertjax.jobs import finetune as finetuning
 from bertjax.runtime import ownership
 from bertjax.jobs import predict as prediction
 from bertjax.finetuning import scores as scores_lib
-from bertjax.config.finetune import FinetuneConfig, SweepConfig
+from bertjax.finetuning.config import FinetuneConfig, SweepConfig
 from bertjax.finetuning import glue_data
 from bertjax.finetuning.glue_data import AX, GlueTask, TaskData
 from bertjax.finetuning.readers import LabelMap

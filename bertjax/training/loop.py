@@ -24,6 +24,7 @@ from bertjax.runtime import bucket_outage
 from bertjax.training import batch_warmup
 from bertjax.training import checkpoint as checkpoint_lib
 from bertjax.runtime import lock as lock_lib
+from bertjax.runtime import stopped_early
 from bertjax.training import metrics as metrics_lib
 from bertjax.runtime import ownership
 from bertjax.training import trainer as trainer_lib
@@ -200,16 +201,6 @@ class NotLearningWatch:
         )
 
 
-_stopped_before_training = False
-_unwound: Optional[BaseException] = None  # see run_job
-
-
-def stopped_before_training() -> bool:
-    """Whether a job of this process was stopped by a signal before its first step (cli.run_job ends the
-    process at once then)."""
-    return _stopped_before_training
-
-
 def next_batch(batches: Iterator[Any], in_flight: Any) -> tuple[Any, float]:
     """The next batch and how long it held the device up. Steps are dispatched asynchronously, so the batch is
     fetched while the step `in_flight` (an array it produces) still runs: that time costs nothing and is not
@@ -241,11 +232,7 @@ def _locked(workdir: str, body: Callable[[StopRequest, lock_lib.WorkdirLock], di
         try:
             return body(stop, lock)
         except StoppedBeforeTraining as e:
-            global _stopped_before_training, _unwound
-            _stopped_before_training = True
-            # What the signal unwound (a compile, half built) is kept, never freed: freeing it crashed in XLA's
-            # destructors (a segfault here, 1 of 7 fine-tuning stops under load); cli.run_job ends the process.
-            _unwound = e
+            stopped_early.mark(e)  # cli.run_job ends the process at once, keeping what the signal unwound
             log.info(
                 "stopped on request before training started: no step had been taken, so nothing was lost; "
                 "rerun the same command to go on"

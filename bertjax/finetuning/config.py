@@ -1,6 +1,8 @@
 """The fine-tuning config's schema (configs/finetune.py, `python -m bertjax.finetune`, the GLUE suite): the
-task, its data, training from pre-trained weights and sweeps, with pre-training's sections (schema.py) for the
-model's computation, the optimizer, the mesh, checkpoints and evals. No JAX is imported here."""
+task, its data, training from pre-trained weights and sweeps, with pre-training's sections (config/schema.py) for
+the model's computation, the optimizer, the mesh, checkpoints and evals. No JAX is imported here. It lives with
+fine-tuning, a floor above config/, because it names the tasks of finetuning/tasks/ and asks each to check its
+data."""
 
 from __future__ import annotations
 
