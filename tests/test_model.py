@@ -321,7 +321,7 @@ def test_bfloat16_compute_keeps_float32_params_and_logits():
 def test_bfloat16_layer_norm_keeps_float32_statistics():
     # Rows far from zero mean: bf16 sums of 64 values near 100 lose whole units, fp32 ones do not.
     x = (100 + jax.random.normal(jax.random.PRNGKey(0), (4, 64))).astype(jnp.bfloat16)
-    norm = model_lib._layer_norm(CONFIG, jnp.bfloat16, "LayerNorm")
+    norm = model_lib.make_layer_norm(CONFIG, jnp.bfloat16, "LayerNorm")
     params = norm.init(jax.random.PRNGKey(1), x)
     out = norm.apply(params, x)
     exact = np.asarray(x, np.float64)
@@ -365,6 +365,45 @@ def test_bfloat16_per_op_tolerances_against_float32():
         # (the key bias: softmax ignores what it adds to every score of a query).
         error = float(np.linalg.norm(g16 - g32)) / max(float(np.linalg.norm(g32)), 1e-3 * scale)
         assert error < 0.03, (jax.tree_util.keystr(path), error)  # measured: ≤ 1.4%
+
+
+def test_bf16_weight_matmuls_accumulate_in_float32_forward_and_backward_in_the_form_xla_cpu_runs_natively():
+    """layers.dot_general inside bf16_dots_accumulate_f32(True) (what the trainer traces CPU steps under): a bf16
+    weight matmul is bf16 × bf16 → float32, cast to bf16, and so are both gradient matmuls, whose float32
+    gradient is cast to bf16 first, as PyTorch's autocast does. Outside the context, and for float32, it is
+    lax.dot_general itself. XLA:CPU then multiplies bf16 operands (no float32 copy of them in the program)."""
+    from bertjax.models import layers
+
+    x = jax.random.normal(jax.random.PRNGKey(0), (2, 5, 3, 8)).astype(jnp.bfloat16)
+    k = jax.random.normal(jax.random.PRNGKey(1), (3, 8, 6)).astype(jnp.bfloat16)
+    dims = (((2, 3), (0, 1)), ((), ()))  # nn.DenseGeneral(axis=(-2, -1)): the attention output's form
+    f32 = functools.partial(jax.lax.dot_general, dimension_numbers=dims, preferred_element_type=jnp.float32)
+
+    def loss(f, x, k):
+        return jnp.sum(f(x, k).astype(jnp.float32) ** 2)
+
+    with layers.bf16_dots_accumulate_f32(True):
+        y = layers.dot_general(x, k, dims)
+        gx, gk = jax.grad(functools.partial(loss, lambda a, b: layers.dot_general(a, b, dims)), (0, 1))(x, k)
+        text = jax.jit(lambda a, b: layers.dot_general(a, b, dims)).lower(x, k).compile().as_text()
+    assert y.dtype == jnp.bfloat16 and gx.dtype == jnp.bfloat16 and gk.dtype == jnp.bfloat16
+    np.testing.assert_array_equal(np.asarray(y, np.float32), np.asarray(f32(x, k).astype(jnp.bfloat16), np.float32))
+    g = (2 * f32(x, k).astype(jnp.bfloat16).astype(jnp.float32)).astype(jnp.bfloat16)  # d(sum y²)/dy, in bf16
+    g2, x2, k2 = g.reshape(10, 6), x.reshape(10, 24), k.reshape(24, 6)
+    want_x = jax.lax.dot(g2, k2.T, preferred_element_type=jnp.float32).astype(jnp.bfloat16).reshape(x.shape)
+    want_k = jax.lax.dot(x2.T, g2, preferred_element_type=jnp.float32).astype(jnp.bfloat16).reshape(k.shape)
+    np.testing.assert_array_equal(np.asarray(gx, np.float32), np.asarray(want_x, np.float32))
+    np.testing.assert_array_equal(np.asarray(gk, np.float32), np.asarray(want_k, np.float32))
+    if jax.default_backend() == "cpu":  # the operands reach the matmul as bf16; a plain bf16 dot copies them to f32
+        plain_text = jax.jit(lambda a, b: layers.dot_general(a, b, dims)).lower(x, k).compile().as_text()
+        assert "f32[10,24]" in plain_text and "f32[24,6]" in plain_text
+        assert "f32[10,24]" not in text and "f32[24,6]" not in text, text[-2000:]
+    # Off (the default: GPUs, TPUs), and in float32: lax.dot_general to the bit.
+    plain = jax.lax.dot_general(x, k, dims)
+    np.testing.assert_array_equal(np.asarray(layers.dot_general(x, k, dims), np.float32), np.asarray(plain, np.float32))
+    x32, k32 = x.astype(jnp.float32), k.astype(jnp.float32)
+    with layers.bf16_dots_accumulate_f32(True):
+        np.testing.assert_array_equal(layers.dot_general(x32, k32, dims), jax.lax.dot_general(x32, k32, dims))
 
 
 def test_bfloat16_embedding_gradients_accumulate_in_float32():

@@ -12,11 +12,12 @@ one device. The train step is compiled ahead of time with donated state and its 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import logging
 import time
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 import flax
 import flax.linen as nn
@@ -28,7 +29,7 @@ import optax
 from bertjax.runtime import compile_cache
 from bertjax.training import metrics as metrics_lib
 from bertjax import models as models_lib
-from bertjax.models import partitioning
+from bertjax.models import layers, partitioning
 from bertjax.training import optim as optim_lib
 from bertjax.training import sharding as sharding_lib
 from bertjax.config.schema import JobConfig
@@ -342,6 +343,15 @@ def memory_bytes(compiled: Any) -> Optional[dict[str, int]]:
     return out
 
 
+@contextlib.contextmanager
+def tracing(mesh: jax.sharding.Mesh, rules: sharding_lib.Rules) -> Iterator[None]:
+    """What a step is traced under: the mesh's activation rules, and on CPUs bf16 weight matmuls that accumulate in
+    float32 (the form XLA:CPU runs natively: layers.bf16_dots_accumulate_f32)."""
+    cpu = mesh.devices.flat[0].platform == "cpu"
+    with partitioning.activation_rules(mesh, rules), layers.bf16_dots_accumulate_f32(cpu):
+        yield
+
+
 def compile_train_step(
     jitted: Any,
     abstract: TrainState,
@@ -356,7 +366,7 @@ def compile_train_step(
     (`partitioning.constrain`) pin activations to the batch axes instead of leaving the partitioner to
     guess from the parameters."""
     start, hits = time.perf_counter(), compile_cache.hits()
-    with partitioning.activation_rules(mesh, rules):
+    with tracing(mesh, rules):
         compiled = jitted.lower(abstract, batch_abstract).compile(compiler_options)
     seconds = time.perf_counter() - start
     if compile_cache.hits() > hits:
@@ -419,14 +429,14 @@ class Trainer:
 
     def eval_step(self, params: Any, batch: Batch) -> metrics_lib.Metrics:
         """(sum, count) metrics of a global batch, without dropout."""
-        with partitioning.activation_rules(self.mesh, self.rules):  # the first call traces the step
+        with tracing(self.mesh, self.rules):  # the first call traces the step
             return self._eval_step(params, batch)
 
     def predict_step(self, params: Any, batch: Batch) -> dict[str, np.ndarray]:
         """`task.predict` of a global batch (every row, on every process), without dropout."""
         if self._predict_step is None:
             raise ValueError("this task has no predict function")
-        with partitioning.activation_rules(self.mesh, self.rules):
+        with tracing(self.mesh, self.rules):
             out = self._predict_step(params, batch)
         # Replicated: every process holds the whole value (device_get refuses arrays spanning processes).
         return jax.tree.map(lambda x: np.asarray(x.addressable_data(0)), out)

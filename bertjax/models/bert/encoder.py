@@ -15,6 +15,7 @@ import numpy as np
 from bertjax.models import attention as attention_lib
 from bertjax.models.bert.config import BertConfig
 from bertjax.models.layers import ACTIVATIONS, REMAT_POLICIES, DenseActivation, Dropout
+from bertjax.models import layers
 from bertjax.models import partitioning
 
 Array = jax.Array
@@ -43,7 +44,12 @@ def make_layer_norm(config: BertConfig, dtype: Dtype, name: str) -> nn.LayerNorm
 
 def make_dense(config: BertConfig, features: int, names: tuple[str, str], dtype: Dtype, name: str) -> nn.Dense:
     return nn.Dense(
-        features, dtype=dtype, kernel_init=weight_init(config, names), bias_init=bias_zeros(names[1:]), name=name
+        features,
+        dtype=dtype,
+        kernel_init=weight_init(config, names),
+        bias_init=bias_zeros(names[1:]),
+        name=name,
+        dot_general=layers.dot_general,
     )
 
 
@@ -100,13 +106,13 @@ class BertLayer(nn.Module):
         bias = jnp.stack([b for _, b in projections]).astype(self.dtype)  # [3, heads, kv]
         attention = self.attention
         if rows is None:
-            qkv = jnp.einsum("bsm,mthd->bsthd", x.astype(self.dtype), kernel) + bias
+            qkv = layers.dot_general(x.astype(self.dtype), kernel, (((2,), (0,)), ((), ()))) + bias
             q, k, v = (partitioning.constrain(qkv[:, :, i], ("batch", "length", "heads", "kv")) for i in range(3))
         else:
-            kv = jnp.einsum("bsm,mthd->bsthd", x.astype(self.dtype), kernel[:, 1:]) + bias[1:]
+            kv = layers.dot_general(x.astype(self.dtype), kernel[:, 1:], (((2,), (0,)), ((), ()))) + bias[1:]
             k, v = kv[:, :, 0], kv[:, :, 1]
             x = jnp.take_along_axis(x, rows[..., None].astype(jnp.int32), axis=1)  # the residual: those rows
-            q = jnp.einsum("bsm,mhd->bshd", x.astype(self.dtype), kernel[:, 0]) + bias[0]
+            q = layers.dot_general(x.astype(self.dtype), kernel[:, 0], (((2,), (0,)), ((), ()))) + bias[0]
             attention = "xla"  # a few query rows: the plain einsums; fused kernels want whole blocks
             if attention_bias is None:
                 attention_bias = attention_lib.xla_bias(input_mask, self.packed)
@@ -130,6 +136,7 @@ class BertLayer(nn.Module):
             name="attention_output",
             kernel_init=weight_init(cfg, ("heads", "kv", "embed")),
             bias_init=bias_zeros(("embed",)),
+            dot_general=layers.dot_general,
         )(context)
         # Named: the masks of these two must not depend on whether the kernel above has a dropout module.
         attn = Dropout(cfg.hidden_dropout_prob, name="attention_dropout")(attn, deterministic=self.deterministic)

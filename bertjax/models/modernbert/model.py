@@ -138,6 +138,7 @@ class ModernBertLayer(nn.Module):
             kernel_init=weight_init(std["in"], cut, ("embed", None, "heads", "kv")),
             bias_init=nn.with_logical_partitioning(nn.initializers.zeros_init(), (None, "heads", "kv")),
             name="Wqkv",
+            dot_general=layers.dot_general,
         )(h)
         q, k, v = (qkv[:, :, i] for i in range(3))
         q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
@@ -164,6 +165,7 @@ class ModernBertLayer(nn.Module):
             kernel_init=weight_init(std["out"], cut, ("heads", "kv", "embed")),
             bias_init=nn.with_logical_partitioning(nn.initializers.zeros_init(), ("embed",)),
             name="Wo_attn",
+            dot_general=layers.dot_general,
         )(context)
         x = x + layers.Dropout(cfg.attention_dropout)(out, deterministic=self.deterministic)
         x = partitioning.constrain(x, ("batch", "length", "embed"))
@@ -175,6 +177,7 @@ class ModernBertLayer(nn.Module):
             kernel_init=weight_init(std["in"], cut, ("embed", None, "mlp")),
             bias_init=nn.with_logical_partitioning(nn.initializers.zeros_init(), (None, "mlp")),
             name="Wi",
+            dot_general=layers.dot_general,
         )(make_norm(cfg, self.dtype, "mlp_norm")(x))
 
         def geglu(h: Array) -> Array:
@@ -189,6 +192,7 @@ class ModernBertLayer(nn.Module):
             kernel_init=weight_init(std["out"], cut, ("mlp", "embed")),
             bias_init=nn.with_logical_partitioning(nn.initializers.zeros_init(), ("embed",)),
             name="Wo_mlp",
+            dot_general=layers.dot_general,
         )(h)
         return _gradient_barrier(partitioning.constrain(x + out, ("batch", "length", "embed")))
 
