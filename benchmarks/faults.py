@@ -97,10 +97,12 @@ EVERY = 5  # checkpoint every EVERY steps
 def parse_args():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--trials", type=int, default=8)
+    p.add_argument("--faults", default=",".join(FAULTS), help=f"the job's faults the trials cycle through, of {FAULTS}")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--prepare_trials", type=int, default=4)
     p.add_argument("--compile_stop_trials", type=int, default=4)
+    p.add_argument("--compile_faults", default=",".join(COMPILE_FAULTS), help=f"of {COMPILE_FAULTS}")
     p.add_argument("--bucket_trials", type=int, default=2, help="the workdir in a misbehaving bucket")
     p.add_argument("--bucket_outage_trials", type=int, default=1, help="the bucket down for --bucket_outage_s")
     p.add_argument("--bucket_outage_s", type=float, default=120.0, help="how long the bucket is down")
@@ -359,6 +361,14 @@ def trial(
 # --- Stops while fine-tuning compiles --------------------------------------------------------------------
 
 
+def chosen(given: str, known: tuple[str, ...], flag: str) -> list[str]:
+    names = [name.strip() for name in given.split(",") if name.strip()]
+    unknown = [name for name in names if name not in known]
+    if unknown or not names:
+        raise SystemExit(f"faults: {flag}={given!r} names {unknown or 'nothing'}; choose among {', '.join(known)}.")
+    return names
+
+
 def main() -> None:
     args = parse_args()
     if args.steps < 3 * EVERY:
@@ -381,8 +391,10 @@ def main() -> None:
     checkpoint_bytes = sum(os.path.getsize(f) for f in _files(os.path.join(checkpoints(reference), str(EVERY))))
     rng = random.Random(args.seed)
     results = []
+    faults = chosen(args.faults, FAULTS, "--faults")
+    compile_faults = chosen(args.compile_faults, COMPILE_FAULTS, "--compile_faults")
     for i in range(args.trials):
-        fault = FAULTS[i % len(FAULTS)]
+        fault = faults[i % len(faults)]
         directory = os.path.join(base, f"trial-{i}-{fault}")
         os.makedirs(directory)
         result = trial(fault, rng, config_file, args.steps, directory, checkpoint_bytes, data)
@@ -405,7 +417,7 @@ def main() -> None:
             )
     compile_results = []
     for i in range(args.compile_stop_trials):
-        fault = COMPILE_FAULTS[i % len(COMPILE_FAULTS)]
+        fault = compile_faults[i % len(compile_faults)]
         directory = os.path.join(base, f"compile-{i}-{fault}")
         os.makedirs(directory)
         compile_results.append(compile_stop_trial(fault, rng, reference, directory))

@@ -9,7 +9,7 @@ both frameworks (rows of S/2..S real tokens with padding, two segments, random l
 fp32 on the CPU; bf16 elsewhere (`--dtype`), PyTorch then under `torch.autocast(bfloat16)`.
 
 - JAX: bertjax's own fine-tuning step as `python -m bertjax.finetune` builds it: configs/finetune.py
-  (`size=--model`) with `heads.task(heads.from_config(...), regression=False, seq_len)` handed to
+  (`size=--model`) with `heads.task(heads.from_config(...), task, regression=False, seq_len)` handed to
   `trainer.setup` (compiled ahead of time, donated state) on a one-device mesh; its optimizer is the
   job's: BERT's AdamW (weight-decay mask), global-norm clipping at 1.0, linear warmup + decay, and the
   non-finite guard. Its head reads only [CLS], so the last layer computes only that row (BertModel's
@@ -155,7 +155,7 @@ def jax_runner(job, batch_np: dict):
         model = heads.from_config(
             job.model, job.model.architecture, "sequence_classification", ARGS.num_labels, platform_name
         )
-        return heads.task(model, False, ARGS.seq_len)
+        return heads.task(model, "sequence_classification", False, ARGS.seq_len)
 
     t = time.perf_counter()
     trainer = trainer_lib.setup(job, jax.devices()[:1], task=make_task)

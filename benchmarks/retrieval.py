@@ -74,6 +74,12 @@ def parse_args(argv=None) -> argparse.Namespace:
         help="sweep: (a) against (b) under other settings, LR:EPOCHS[:POOLING] a comma each",
     )
     p.add_argument("--speed_seq_len", type=int, default=128)
+    p.add_argument(
+        "--speed_dtype",
+        default="float32",
+        choices=("float32", "bfloat16"),
+        help="speed: both trainers' compute dtype (bertjax's config.model.dtype, sentence-transformers' bf16=True)",
+    )
     p.add_argument("--speed_repeats", type=int, default=1, help="runs of each trainer, in ABBA order")
     p.add_argument("--search_documents", type=int, default=1_000_000)
     p.add_argument("--search_queries", type=int, default=1000)
@@ -273,6 +279,7 @@ def speed(work: pathlib.Path, pairs: pathlib.Path, beir_dir: pathlib.Path, count
         loads.append(round(os.getloadavg()[0], 2))
         if who == "bertjax":
             command = finetune_command(out, pairs, minilm, args, args.speed_seq_len, args.speed_seq_len)
+            command.append(f"--config.model.dtype={args.speed_dtype}")
         else:
             command = [
                 sys.executable,
@@ -285,7 +292,7 @@ def speed(work: pathlib.Path, pairs: pathlib.Path, beir_dir: pathlib.Path, count
                 f"--learning_rate={args.learning_rate}",
                 f"--warmup_steps={warmup}",
                 f"--max_seq_length={args.speed_seq_len}",
-            ]
+            ] + (["--bf16"] if args.speed_dtype == "bfloat16" else [])
         seconds[who].append(round(run(command, work / f"speed_{who}_{n}.log"), 1))
     last = {who: max(i for i, w in enumerate(order) if w == who) for who in seconds}
     models = {"bertjax": work / f"speed_bertjax_{last['bertjax']}"}
@@ -315,6 +322,7 @@ def speed(work: pathlib.Path, pairs: pathlib.Path, beir_dir: pathlib.Path, count
         "steps": steps,
         "warmup_steps": warmup,
         "seq_len": args.speed_seq_len,
+        "dtype": args.speed_dtype,
         "order": order,
         "loadavg_1m_before": loads,
         "seconds": seconds,

@@ -31,6 +31,7 @@ def main(argv=None) -> None:
     p.add_argument("--warmup_steps", type=int, default=0)
     p.add_argument("--max_seq_length", type=int, default=128)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--bf16", action="store_true", help="torch.autocast(bfloat16) on the CPU (the trainer's bf16=True)")
     args = p.parse_args(argv)
 
     import datasets
@@ -68,6 +69,7 @@ def main(argv=None) -> None:
         logging_steps=50,
         disable_tqdm=True,
         use_cpu=True,
+        bf16=args.bf16,
     )
     trainer = SentenceTransformerTrainer(
         model=model, args=training, train_dataset=train, loss=MultipleNegativesRankingLoss(model, scale=20.0)

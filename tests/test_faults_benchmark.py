@@ -1,10 +1,13 @@
-"""benchmarks/faults.py, short: one trial of each fault (kill -9, a damaged checkpoint, a full disk, SIGTERM, a
-moved workdir) against the real job, where every rerun must finish with the uninterrupted run's params, losing
-nothing; and one of each of prepare's (kill -9, a full disk), after which training is refused or complete, never
-partial, no worker is left, and the same prepare command writes the reference's bytes; and a SIGTERM while
-finetune and glue compile, which must exit 0 (no crash) before the same command trains to the end; and the bucket's
-two hard cases, small: an outage longer than the clients retry (45 s, the jobs' retry budget 10 s), which must
-end the run in one sentence with no traceback and resume from the named step, and a damaged final step."""
+"""benchmarks/faults.py, short: its harness on one fault of the job (a full disk), whose rerun must finish with the
+uninterrupted run's params, losing nothing; one of each of prepare's (kill -9, a full disk), after which training is
+refused or complete, never partial, no worker is left, and the same prepare command writes the reference's bytes;
+a SIGTERM while glue compiles, which must exit 0 (no crash) before the same command trains to the end; and the
+bucket's hardest case, small: an outage longer than the clients retry (45 s, the jobs' retry budget 10 s), which
+must end the run in one sentence with no traceback and resume from the named step.
+
+The job's other faults each have their own test, so the benchmark's full count stays in the benchmark: kill -9 and
+SIGTERM (tests/test_resume_and_hosts.py), a damaged newest step, a full disk and a moved workdir, and a SIGTERM
+while fine-tuning compiles (tests/test_faults.py), a damaged final step in a bucket (tests/test_bucket.py)."""
 
 import json
 import re
@@ -19,10 +22,12 @@ def test_every_fault_is_survived_bitwise_with_nothing_lost(tmp_path):
         [
             sys.executable,
             "benchmarks/faults.py",
-            "--trials=5",
+            "--trials=1",
+            "--faults=disk_full",
             "--steps=15",
             "--prepare_trials=2",
-            "--compile_stop_trials=2",
+            "--compile_stop_trials=1",
+            "--compile_faults=glue_compile",
             "--bucket_trials=0",  # ~1.5 min each (the clients' backoffs): tests/test_bucket_faults.py has one
             "--bucket_outage_trials=1",
             "--bucket_outage_s=45",  # past gcsfs's own retries (~31-36 s)
@@ -37,20 +42,19 @@ def test_every_fault_is_survived_bitwise_with_nothing_lost(tmp_path):
     )
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
-    assert set(result["by_fault"]) == {"kill", "damage", "disk_full", "sigterm", "moved"}, result
-    assert (result["trials"], result["survived"], result["bitwise_identical"]) == (5, 5, 5), result
+    assert set(result["by_fault"]) == {"disk_full"}, result
+    assert (result["trials"], result["survived"], result["bitwise_identical"]) == (1, 1, 1), result
     assert result["steps_lost"] == 0 and result["items_lost"] == 0, result
     full = result["by_fault"]["disk_full"]["runs"][0]
     assert full["first_exit"] == 1 and full["said"].startswith("bertjax: no space left on device for "), full
-    assert result["by_fault"]["kill"]["runs"][0]["first_exit"] == -9
     prepare = result["prepare"]
     assert [r["fault"] for r in prepare["runs"]] == ["prepare_kill", "prepare_disk_full"], prepare
     assert prepare["partial"] == 0 and prepare["workers_left"] == 0 and prepare["rerun_identical"] == 2, prepare
     assert prepare["runs"][0]["workers_seen"] > 0, prepare  # the kill found workers to outlive it
     assert prepare["runs"][1]["exit"] == 1 and "no space left on the device writing" in prepare["runs"][1]["said"][0]
     stops = result["compile_stops"]
-    assert [r["fault"] for r in stops["runs"]] == ["finetune_compile", "glue_compile"], stops
-    assert (stops["clean_exits"], stops["crashes"], stops["reruns_finished"]) == (2, 0, 2), stops
+    assert [r["fault"] for r in stops["runs"]] == ["glue_compile"], stops
+    assert (stops["clean_exits"], stops["crashes"], stops["reruns_finished"]) == (1, 0, 1), stops
     assert all(r["stopped_before_training"] for r in stops["runs"]), stops
     outage = result["bucket_outage"]
     assert (outage["trials"], outage["survived"], outage["bitwise_identical"]) == (1, 1, 1), outage

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import bertjax
+from bertjax.finetuning import tasks
 from bertjax.training import checkpoint as checkpoint_lib
 from bertjax.jobs import export as exporting, finetune as finetuning, predict as prediction
 from bertjax.models.bert import model as model_lib
@@ -115,8 +116,7 @@ def assert_export_matches(workdir: pathlib.Path, hf_class: str) -> None:
         assert hf_model.config.id2label == dict(enumerate(labels))
     model = bert_heads.BertForFinetuning(
         model_lib.BertConfig(**fingerprint["model"]),
-        fingerprint["task"],
-        1 if fingerprint["regression"] else len(labels or [0, 0]),
+        tasks.get(fingerprint["task"]).head(1 if fingerprint["regression"] else len(labels or [0, 0])),
     )
     rng = np.random.default_rng(0)
     ids = rng.integers(5, len(VOCAB), (2, 16))

@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from bertjax.finetuning import tasks
 from bertjax.jobs import finetune as finetuning, predict as prediction
 from bertjax.finetuning import heads
 from bertjax.models.bert import model as model_lib
@@ -69,8 +70,8 @@ def test_a_packed_batch_gives_each_example_its_padded_loss_and_gradients(task, r
     seq, n = 32, 12
     arrays = padded_examples(n, seq, task, regression=regression)
     labels = 1 if regression else 3
-    padded_model = bert_heads.BertForFinetuning(CONFIG, task, labels)
-    packed_model = bert_heads.BertForFinetuning(CONFIG, task, labels, packed=True)
+    padded_model = bert_heads.BertForFinetuning(CONFIG, tasks.get(task).head(labels))
+    packed_model = bert_heads.BertForFinetuning(CONFIG, tasks.get(task).head(labels), packed=True)
     params = padded_model.init(
         jax.random.PRNGKey(0), arrays["input_ids"][:1], arrays["segment_ids"][:1], arrays["input_mask"][:1]
     )["params"]
@@ -83,7 +84,7 @@ def test_a_packed_batch_gives_each_example_its_padded_loss_and_gradients(task, r
     packed = example_packing.pack(arrays, np.arange(n), groups, layout, lengths)
 
     expected, got = (
-        jax.value_and_grad(_loss, argnums=1, has_aux=True)(model, params, batch, regression, seq)
+        jax.value_and_grad(_loss, argnums=1, has_aux=True)(model, params, batch, task, regression, seq)
         for model, batch in ((padded_model, padded), (packed_model, packed))
     )
     (expected_loss, expected_sums), expected_grads = expected
@@ -117,9 +118,9 @@ def test_a_packed_batch_gives_each_example_its_padded_loss_and_gradients(task, r
             start += lengths[i]
 
 
-def _loss(model, params, batch, regression, seq):
+def _loss(model, params, batch, task, regression, seq):
     """The job's loss of one batch (heads.task: the weighted sums over the batch's denominators)."""
-    t = heads.task(model, regression, seq)
+    t = heads.task(model, task, regression, seq)
     sums = t.forward_sums(params, {k: jnp.asarray(v) for k, v in batch.items()}, None)
     return t.loss(sums, t.loss_denominators(batch)), sums
 

@@ -9,6 +9,7 @@ import numpy as np
 import optax
 import pytest
 
+from bertjax.finetuning import tasks
 from bertjax.models.bert import model as model_lib
 from bertjax.models.bert import heads as bert_heads
 
@@ -482,7 +483,7 @@ def test_heads_initialised_alone_equal_a_full_init(scan_layers):
     assert set(alone) == set(full) - {"bert"}
     jax.tree.map(np.testing.assert_array_equal, alone, {k: full[k] for k in alone})
     for task in ("sequence_classification", "token_classification", "question_answering"):
-        head_model = bert_heads.BertForFinetuning(CONFIG, task, 3, scan_layers=scan_layers)
+        head_model = bert_heads.BertForFinetuning(CONFIG, tasks.get(task).head(3), scan_layers=scan_layers)
         full = nn.meta.unbox(head_model.init(rng, **model_lib.dummy_inputs(1, 8))["params"])
         alone = head_model.fresh_head(rng)
         assert set(alone) == set(full) - {"bert"} and alone

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import bertjax
+from bertjax.finetuning import tasks
 from bertjax.models import attention as attention_lib
 from bertjax.models.modernbert import model as modernbert, config as modernbert_config, hf as modernbert_hf
 from bertjax.models.modernbert import heads as modernbert_heads
@@ -333,14 +334,14 @@ def test_finetuning_heads_export_to_their_transformers_class(tmp_path, task, poo
         max_position_embeddings=64,
         classifier_pooling=pooling,
     )
-    model = modernbert_heads.ModernBertForFinetuning(config, task, num_labels=3)
+    model = modernbert_heads.ModernBertForFinetuning(config, tasks.get(task).head(3))
     ids, mask = inputs(16, pad=6)
     params = nn.meta.unbox(model.init(jax.random.PRNGKey(5), jnp.asarray(ids), jnp.asarray(mask))["params"])
     params = jax.tree.map(
         lambda x: x + 0.05 * jax.random.normal(jax.random.PRNGKey(6), x.shape), jax.device_get(params)
     )  # biases and norms off their init values
     labels = ["neg", "neu", "pos"]
-    modernbert_hf.save_finetuned(str(tmp_path), config, params, task, labels)
+    modernbert_hf.save_finetuned(str(tmp_path), config, params, tasks.get(task).head(3), labels)
     ref, info = getattr(transformers, hf_class).from_pretrained(
         str(tmp_path), output_loading_info=True, attn_implementation="eager"
     )

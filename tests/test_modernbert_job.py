@@ -20,6 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from bertjax.finetuning import tasks
 from bertjax.training import checkpoint as checkpoint_lib
 from bertjax.jobs import export as exporting, finetune as finetuning, predict as prediction
 from bertjax.finetuning import heads
@@ -254,8 +255,8 @@ def test_summary_counts_what_transformers_counts_and_its_formula_what_xla_compil
 def test_packed_rows_classify_each_example_as_padded_rows_do(pooling):
     """Fine-tuning packs short examples into rows: per example, the logits equal those of its own padded row."""
     config = modernbert_config.ModernBertConfig(**ARCH, classifier_pooling=pooling)
-    padded = modernbert_heads.ModernBertForFinetuning(config, "sequence_classification", 3)
-    packed = modernbert_heads.ModernBertForFinetuning(config, "sequence_classification", 3, packed=True)
+    padded = modernbert_heads.ModernBertForFinetuning(config, tasks.get("sequence_classification").head(3))
+    packed = modernbert_heads.ModernBertForFinetuning(config, tasks.get("sequence_classification").head(3), packed=True)
     rng = np.random.default_rng(0)
     lengths = [5, 9, 4]
     examples = [rng.integers(4, 40, n) for n in lengths]

@@ -14,7 +14,9 @@ from bertjax.training import metrics as metrics_lib
 from bertjax.models.bert import model as model_lib
 from bertjax.data.pretraining import instances as instances_lib
 from bertjax.data.pretraining import packing
-from bertjax.models.modernbert import model as modernbert, config as modernbert_config
+from bertjax.models.modernbert import model as modernbert
+
+import train_setup
 
 SEQ, PRED, VOCAB, N = 64, 10, 300, 14
 
@@ -194,19 +196,8 @@ def modernbert_per_instance_losses(implementation: str, packed: bool, arrays: di
     """ModernBERT (MLM only, a window of 8 tokens a side): loss and gradients as the trainer computes them
     (its `pretraining_inputs` hands a packed row's positions to rotary), and each instance's summed MLM
     cross-entropy."""
-    config = modernbert_config.ModernBertConfig(
-        vocab_size=VOCAB,
-        hidden_size=32,
-        intermediate_size=48,
-        num_hidden_layers=3,
-        num_attention_heads=2,
-        local_attention=16,
-        max_position_embeddings=SEQ,
-        pad_token_id=0,
-        bos_token_id=2,
-        eos_token_id=3,
-        cls_token_id=2,
-        sep_token_id=3,
+    config = train_setup.tiny_modernbert(
+        vocab_size=VOCAB, num_attention_heads=2, local_attention=16, max_position_embeddings=SEQ
     )
     model = modernbert.ModernBertForMaskedLM(config, attention=implementation, packed=packed)
     params = modernbert.init_params(modernbert.ModernBertForMaskedLM(config), jax.random.PRNGKey(0))

@@ -16,6 +16,7 @@ import transformers
 from absl import flags
 
 import bertjax
+import train_setup
 from bertjax import retrieval as retrieval_cli
 from bertjax.data.corpus import sources
 from bertjax.finetuning import beir, embedding, exact_search, retrieval_eval, retrieval_metrics
@@ -329,19 +330,15 @@ def test_minilm_directory_scores_as_sentence_transformers(beir_dir, minilm_dir, 
 @pytest.fixture(scope="module")
 def tiny_modernbert_dir(tmp_path_factory, minilm_dir) -> pathlib.Path:
     """A random tiny ModernBERT (global and sliding-window layers) with the same BERT vocab files."""
-    from bertjax.models.modernbert import config as modernbert_config
     from bertjax.models.modernbert import model as modernbert
 
     path = tmp_path_factory.mktemp("tiny") / "modernbert"
-    config = modernbert_config.ModernBertConfig(
+    config = train_setup.tiny_modernbert(
         vocab_size=30522,
-        hidden_size=32,
         intermediate_size=40,
-        num_hidden_layers=3,
         num_attention_heads=2,
         local_attention=8,
         max_position_embeddings=128,
-        pad_token_id=0,
         cls_token_id=101,
         sep_token_id=102,
         bos_token_id=101,

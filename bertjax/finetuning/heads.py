@@ -34,15 +34,17 @@ Array = jax.Array
 
 
 def model_for(architecture: Any, task: str, num_labels: int, **compute: Any) -> nn.Module:
-    """The fine-tuning module of `architecture`'s family (BertForFinetuning, ModernBertForFinetuning), in the
-    loop layout unless `compute` says otherwise (dtype, scan_layers, remat_policy, attention, packed, window_block, ...)."""
+    """The fine-tuning module of `architecture`'s family (BertForFinetuning, ModernBertForFinetuning) with the
+    head config.task supplies (none: the encoder alone), in the loop layout unless `compute` says otherwise
+    (dtype, scan_layers, remat_policy, attention, packed, window_block, ...)."""
     family = models_lib.of(architecture)
-    if num_labels and task not in family.heads.FINETUNING_TASKS:  # num_labels=0: the encoder alone, in every family
+    head = tasks_lib.get(task).head(num_labels)
+    if head is not None and head.hf_class not in family.heads.HEADS:
         raise ValueError(
-            f"config.task={task!r} has no {family.name} head (transformers has none either); "
-            f"{family.name} fine-tunes for {', '.join(family.heads.FINETUNING_TASKS)}."
+            f"config.task={task!r} has no {family.name} head ({family.name} builds "
+            f"{', '.join(family.heads.HEADS)}); fine-tune a BERT model for it."
         )
-    return family.heads.finetuning_model(architecture, task, num_labels, **compute)
+    return family.heads.finetuning_model(architecture, head, **compute)
 
 
 def from_config(
@@ -106,7 +108,7 @@ def _example_weights(batch: trainer_lib.Batch) -> Array:
 
 
 def _sums(
-    model: nn.Module, regression: bool, params: Any, batch: trainer_lib.Batch, rng: Optional[Array]
+    model: nn.Module, name: str, regression: bool, params: Any, batch: trainer_lib.Batch, rng: Optional[Array]
 ) -> metrics_lib.Metrics:
     """The task's weighted loss and accuracy sums of one batch (dropout on when rng is given)."""
     logits = model.apply(
@@ -121,7 +123,7 @@ def _sums(
     weight = batch[pipeline_lib.EXAMPLE_WEIGHT]
     examples = _example_weights(batch)
     rows = jnp.sum(examples)
-    sums = tasks_lib.get(model.task).sums(logits, batch, regression, examples, weight)
+    sums = tasks_lib.get(name).sums(logits, batch, regression, examples, weight)
     return dict(sums, **trainer_lib.row_counts(batch, rows if "cls_weights" in batch else None))
 
 
@@ -146,17 +148,20 @@ def _predict(model: nn.Module, params: Any, batch: trainer_lib.Batch) -> dict[st
     }
 
 
-def task(model: nn.Module, regression: bool, seq_len: int, packed_rows: int = 0, slots: int = 0) -> trainer_lib.Task:
-    """The `trainer.Task` that fine-tunes `model` on batches of `batch_shapes`: padded rows, one example each,
-    or (`packed_rows` > 0) that many packed rows of up to `slots` examples for every global batch."""
+def task(
+    model: nn.Module, name: str, regression: bool, seq_len: int, packed_rows: int = 0, slots: int = 0
+) -> trainer_lib.Task:
+    """The `trainer.Task` that fine-tunes `model` for config.task `name` on batches of `batch_shapes`: padded rows,
+    one example each, or (`packed_rows` > 0) that many packed rows of up to `slots` examples for every global
+    batch."""
 
     def shapes(global_batch: int) -> dict:
-        return batch_shapes(model.task, regression, packed_rows or global_batch, seq_len, slots)
+        return batch_shapes(name, regression, packed_rows or global_batch, seq_len, slots)
 
     return trainer_lib.Task(
         model=model,
-        forward_sums=functools.partial(_sums, model, regression),
-        loss_denominators=functools.partial(_denominator, model.task),
+        forward_sums=functools.partial(_sums, model, name, regression),
+        loss_denominators=functools.partial(_denominator, name),
         loss=_loss,
         batch_shapes=shapes,
         seq_len=seq_len,

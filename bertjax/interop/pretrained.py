@@ -20,7 +20,6 @@ import jax.numpy as jnp
 from bertjax import models
 from bertjax.runtime import files
 from bertjax.models import hf_files
-from bertjax.models.bert import tf1
 from bertjax.training import checkpoint as checkpoint_lib
 
 log = logging.getLogger(__name__)
@@ -52,6 +51,7 @@ def is_tf1_dir(path: str) -> bool:
     return tf1.is_tf1_dir(path)
 
 
+tf1 = models.tf1_checkpoints()  # BERT's alone; reached through the registry, as every family module
 TF1_LAYOUT = tf1.LAYOUT  # what a TF1 directory holds, for the sentences that ask for one
 
 

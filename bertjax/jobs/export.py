@@ -158,12 +158,14 @@ def _save(
             max_seq_length=data["max_seq_length"],
         )
     elif "task" in fingerprint:  # a fine-tuned run (bertjax.finetune): the transformers class of its task
+        labels = fingerprint.get("labels")
+        head = tasks_lib.get(fingerprint["task"]).head(1 if fingerprint.get("regression") else len(labels or [0, 0]))
         family.hf.save_finetuned(
             output_dir,
             config,
             params,
-            fingerprint["task"],
-            fingerprint.get("labels"),
+            head,
+            labels,
             fingerprint.get("regression", False),
             vocab_file=vocab_file,
             do_lower_case=do_lower_case,

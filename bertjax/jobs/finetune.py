@@ -351,7 +351,9 @@ def _finetune(
             rows, slots = (
                 (train_batches.layout.rows * jax.process_count(), train_batches.layout.slots) if packed else (0, 0)
             )  # padded: one example a row
-            return heads.task(model, job.data.regression, job.data.max_seq_length, packed_rows=rows, slots=slots)
+            return heads.task(
+                model, job.task, job.data.regression, job.data.max_seq_length, packed_rows=rows, slots=slots
+            )
 
         return trainer_lib.setup(job, task=make_task)
 

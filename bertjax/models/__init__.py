@@ -6,11 +6,11 @@ name, and that no code outside models/ names a family):
 
     config.py   the architecture dataclass, its sizes, `from_model_config(config.model)` (no JAX)
     model.py    the Flax modules; building, initialising, FLOPs, layer stacking
-    heads.py    the fine-tuning heads: which tasks, and the module for one
+    heads.py    the fine-tuning heads: which Heads it builds (models/head.py), and the module for one
     hf.py       transformers directories both ways: `load`, `save_pretrained`, `save_finetuned`
 
-What they share is in layers.py (activations, dtypes, remat, dropout), options.py (the option names) and
-hf_files.py (config.json and safetensors). The trainer, checkpoints, export, fine-tuning, the summary and
+What they share is in layers.py (activations, dtypes, remat, dropout), options.py (the option names),
+head.py (a task's output layer, described without the task) and hf_files.py (config.json and safetensors). The trainer, checkpoints, export, fine-tuning, the summary and
 the AOT report ask `get(name)`, `of(architecture)` or `of_fingerprint(fingerprint)` and never branch on the
 family. Adding a family: its folder, and its name in FAMILIES. The registry imports no JAX: a family's
 modules are imported when asked for.
@@ -53,14 +53,14 @@ CONTRACT = {
         "ENCODER",  # what fine-tuning takes from a pre-trained model
     ),
     "heads": (
-        "FINETUNING_TASKS",  # the tasks it has heads for (finetuning/tasks/ names)
-        "finetuning_model",  # the body and a task's output layer
+        "HEADS",  # the heads (models/head.py: their transformers class suffixes) it builds; no task names
+        "finetuning_model",  # the body and a task's Head (None: the encoder alone)
     ),
     "hf": (
         "load",  # a transformers directory → (architecture, params)
         "load_config",  # its config.json → the architecture
         "save_pretrained",  # the pre-training model → a transformers directory
-        "save_finetuned",  # a fine-tuned model → its task's transformers class
+        "save_finetuned",  # a fine-tuned model → the transformers class of its Head
     ),
 }
 
@@ -91,6 +91,12 @@ class Family:
     def hf(self) -> ModuleType:
         """transformers directories."""
         return self._module("hf")
+
+
+def tf1_checkpoints() -> ModuleType:
+    """google-research/bert's TF1 checkpoints, which only BERT has (models/bert/tf1.py): `is_tf1_dir`, `load`,
+    `vocab`, `LAYOUT`."""
+    return importlib.import_module(f"bertjax.models.{DEFAULT_FAMILY}.tf1")
 
 
 def get(name: str) -> Family:

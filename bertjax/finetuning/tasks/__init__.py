@@ -3,9 +3,10 @@
 A task kind is one module of this folder holding a `TaskKind` (base.py: the contract) as `KIND`: how its
 examples are read, turned into rows and batched, its loss and accuracy sums, predictions, scores, and what
 `python -m bertjax.predict` reads and writes. The job, the GLUE suite, predict and the fine-tuning heads ask
-`get(config.task)` and never compare task names (tests/test_house.py checks it). The model side of a task —
-each family's head module and its transformers class — lives with the family (models/<name>/model.py
-`finetuning_model`, hf.py `save_finetuned`), which lists the tasks it has heads for (`FINETUNING_TASKS`).
+`get(config.task)` and never compare task names (tests/test_contracts.py checks it). The model side of a task
+is its `head()`: a models/head.py `Head` (what the output layer reads, its outputs, transformers' class), which
+each family builds (models/<name>/heads.py `finetuning_model`) and exports (hf.py `save_finetuned`) without knowing
+the task.
 
 Adding a task: its module here, and one line in TASKS. The registry and the task modules import no JAX
 (losses import it when a step is traced), so the config schema can validate a task name and its settings.

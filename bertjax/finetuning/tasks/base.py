@@ -17,6 +17,7 @@ import numpy as np
 from bertjax.config.convert import bad_value
 from bertjax.runtime import files
 from bertjax.finetuning import readers
+from bertjax.models.head import Head
 
 
 class TaskKind(abc.ABC):
@@ -29,6 +30,11 @@ class TaskKind(abc.ABC):
         """Refuses, in one sentence naming the field, a config.data setting that does not apply to this task."""
         if data.regression:
             raise bad_value("config.data.regression", True, f"is for sequence_classification, not {self.name}.")
+
+    @abc.abstractmethod
+    def head(self, num_labels: int) -> Optional[Head]:
+        """The output layer this task puts on the encoder (what it reads, its outputs, transformers' class), which
+        every family builds without knowing the task; None: the encoder alone (an embedder)."""
 
     @abc.abstractmethod
     def primary_metric(self, regression: bool) -> str:

@@ -10,6 +10,7 @@ import numpy as np
 
 from bertjax.config.convert import bad_value
 from bertjax.finetuning import readers, scores, squad
+from bertjax.models.head import Head
 from bertjax.finetuning.tasks.base import TaskKind, correct, cross_entropy
 
 log = logging.getLogger(__name__)
@@ -28,6 +29,10 @@ class QuestionAnswering(TaskKind):
                 data.doc_stride,
                 f"must be > 0 and leave room for the question: below max_seq_length - max_query_length - 3 = {room}.",
             )
+
+    def head(self, num_labels: int) -> Head:
+        del num_labels  # a span's start and end, whatever the labels
+        return Head("tokens", 2, "QuestionAnswering", name="qa_outputs", dropout=False)  # as BERT's run_squad.py
 
     def primary_metric(self, regression: bool) -> str:
         return "f1"

@@ -124,6 +124,10 @@ class Retrieval(TaskKind):
                 "config.data.max_query_length", data.max_query_length, "must be ≥ 3 ([CLS], a token, [SEP])."
             )
 
+    def head(self, num_labels: int) -> None:
+        del num_labels
+        return None  # the encoder alone: its pooled states are the embeddings
+
     def primary_metric(self, regression: bool) -> str:
         return "ndcg_at_10"
 

@@ -7,6 +7,7 @@ from typing import Any, Optional
 import numpy as np
 
 from bertjax.finetuning import readers, scores
+from bertjax.models.head import Head
 from bertjax.finetuning.tasks.base import TaskKind, correct, cross_entropy, text_lines
 
 
@@ -15,6 +16,9 @@ class SequenceClassification(TaskKind):
 
     def validate(self, data: Any) -> None:
         pass  # regression is this task's
+
+    def head(self, num_labels: int) -> Head:
+        return Head("pooled", num_labels, "SequenceClassification")  # one output for a regression
 
     def primary_metric(self, regression: bool) -> str:
         return "pearson" if regression else "accuracy"

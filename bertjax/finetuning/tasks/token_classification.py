@@ -7,12 +7,16 @@ from typing import Any, Optional
 import numpy as np
 
 from bertjax.finetuning import readers, scores
+from bertjax.models.head import Head
 from bertjax.finetuning.tasks.base import TaskKind, correct, cross_entropy, text_lines
 
 
 class TokenClassification(TaskKind):
     name = "token_classification"
     per_token = True
+
+    def head(self, num_labels: int) -> Head:
+        return Head("tokens", num_labels, "TokenClassification")
 
     def primary_metric(self, regression: bool) -> str:
         return "f1"

@@ -11,11 +11,13 @@ import jax.numpy as jnp
 
 from bertjax.models.bert.config import BertConfig
 from bertjax.models.bert.model import BertModel, compute_fields
+from bertjax.models.head import Head
 from bertjax.models.layers import Dropout
 
 Array = jax.Array
 
-FINETUNING_TASKS = ("sequence_classification", "token_classification", "question_answering")
+# transformers' BertFor<...> classes: BERT builds every head a task can ask for.
+HEADS = ("SequenceClassification", "TokenClassification", "QuestionAnswering")
 
 
 def _head(config: BertConfig, features: int, dtype: Any, name: str) -> nn.Dense:
@@ -30,13 +32,11 @@ def _head(config: BertConfig, features: int, dtype: Any, name: str) -> nn.Dense:
 
 
 class BertForFinetuning(nn.Module):
-    """The pre-trained body and one output layer for `task`; returns float32 logits: [batch, num_labels]
-    (sequence_classification), [batch, length, num_labels] (token_classification), or
-    [batch, length, 2] (question_answering: start, end)."""
+    """The pre-trained body and the `head` a task asks for; returns float32 logits: [batch, outputs] (a pooled
+    head) or [batch, length, outputs] (a tokens head). Without a head, the body's hidden states (an embedder)."""
 
     config: BertConfig
-    task: str
-    num_labels: int
+    head: Optional[Head]
     dtype: Any = jnp.float32
     scan_layers: bool = False
     remat_policy: str = "none"
@@ -49,12 +49,9 @@ class BertForFinetuning(nn.Module):
         cfg = self.config
         self.bert = BertModel(cfg, **compute_fields(self))
         self.dropout = Dropout(cfg.hidden_dropout_prob)
-        if not self.num_labels:  # an embedder (contrastive retrieval): the body's hidden states, no output layer
+        if self.head is None:  # an embedder (contrastive retrieval): the body's hidden states, no output layer
             return
-        if self.task == "question_answering":
-            self.qa_outputs = _head(cfg, 2, self.dtype, "qa_outputs")
-        else:
-            self.classifier = _head(cfg, self.num_labels, self.dtype, "classifier")
+        self.output_layer = _head(cfg, self.head.outputs, self.dtype, self.head.name)
 
     def __call__(
         self,
@@ -66,9 +63,9 @@ class BertForFinetuning(nn.Module):
         cls_positions: Optional[Array] = None,
     ) -> Array:
         """Packed rows pass each token's position within its example (`position_ids`) and each example's
-        [CLS] (`cls_positions` [batch, k]): sequence classification then gives [batch, k, num_labels]. Without
-        labels (num_labels=0) the last layer's hidden states [batch, length, hidden], float32."""
-        # Sequence classification reads only [CLS]: its last layer computes those rows alone.
+        [CLS] (`cls_positions` [batch, k]): a pooled head then gives [batch, k, outputs]. Without a head the last
+        layer's hidden states [batch, length, hidden], float32."""
+        # A pooled head reads only [CLS]: the last layer computes those rows alone.
         sequence, pooled = self.bert(
             input_ids,
             segment_ids,
@@ -76,31 +73,31 @@ class BertForFinetuning(nn.Module):
             deterministic,
             position_ids=position_ids,
             cls_positions=cls_positions,
-            pooled_only=self.num_labels > 0 and self.task == "sequence_classification",
+            pooled_only=self.head is not None and self.head.reads == "pooled",
         )
-        if not self.num_labels:
+        if self.head is None:
             return sequence.astype(jnp.float32)
-        if self.task == "question_answering":  # no dropout before qa_outputs, as BERT's run_squad.py
-            return self.qa_outputs(sequence).astype(jnp.float32)
-        hidden = pooled if self.task == "sequence_classification" else sequence
-        return self.classifier(self.dropout(hidden, deterministic=deterministic)).astype(jnp.float32)
+        hidden = pooled if self.head.reads == "pooled" else sequence
+        if self.head.dropout:
+            hidden = self.dropout(hidden, deterministic=deterministic)
+        return self.output_layer(hidden).astype(jnp.float32)
 
     def init_head(self, hidden: Array) -> Array:
         """The output layer alone: `init` with this method creates its params and no encoder's, with the
         values a full init gives it (Flax derives each submodule's key from its name); the body comes from
         init_from, and a full init of a BERT-Base body costs seconds on a CPU."""
-        return self.qa_outputs(hidden) if self.task == "question_answering" else self.classifier(hidden)
+        return self.output_layer(hidden)
 
     def fresh_head(self, rng: Array) -> dict:
         """Unboxed initial params of the output layer (`init_head`), on the host; none for an embedder."""
-        if not self.num_labels:
+        if self.head is None:
             return {}
         hidden = jnp.zeros((1, self.config.hidden_size), jnp.float32)
         return jax.device_get(nn.meta.unbox(self.init(rng, hidden, method=BertForFinetuning.init_head)["params"]))
 
 
 def finetuning_model(
-    architecture: BertConfig, task: str, num_labels: int, window_block: int = -1, **compute: Any
+    architecture: BertConfig, head: Optional[Head], window_block: int = -1, **compute: Any
 ) -> BertForFinetuning:
     del window_block  # ModernBERT's sliding-window layers; BERT attends globally
-    return BertForFinetuning(architecture, task, num_labels, **compute)
+    return BertForFinetuning(architecture, head, **compute)

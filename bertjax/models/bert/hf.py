@@ -18,6 +18,7 @@ import numpy as np
 from safetensors.numpy import save_file
 
 from bertjax.models.bert import model as model_lib
+from bertjax.models.head import Head
 from bertjax.models import hf_files
 from bertjax.models.hf_files import get_path as _get, set_path as _set
 
@@ -214,47 +215,42 @@ def save_encoder(
     _write(path, config_dict, tensors, config.max_position_embeddings, vocab_file, do_lower_case)
 
 
-# --- Fine-tuned heads (heads.py) → BertForSequenceClassification / TokenClassification / QuestionAnswering
-
-_HEADS = {  # task → (HF class, its output layer's name, whether its BertModel has the pooler)
-    "sequence_classification": ("BertForSequenceClassification", "classifier", True),
-    "token_classification": ("BertForTokenClassification", "classifier", False),
-    "question_answering": ("BertForQuestionAnswering", "qa_outputs", False),
-}
+# --- Fine-tuned heads (heads.py) → BertFor<the head's class>: SequenceClassification, TokenClassification, ...
 
 
 def save_finetuned(
     path: str,
     config: model_lib.BertConfig,
     params: dict,
-    task: str,
+    head: Head,
     labels: Optional[list[str]],
     regression: bool = False,
     vocab_file: Optional[str] = None,
     do_lower_case: bool = True,
 ) -> None:
-    """Writes a fine-tuned model (BertForFinetuning's params) as the transformers class of its task,
-    with id2label/label2id, loading with no missing or unexpected keys."""
+    """Writes a fine-tuned model (BertForFinetuning's params) as transformers' BertFor<head.hf_class>, with
+    id2label/label2id, loading with no missing or unexpected keys. Its BertModel has the pooler when the head reads
+    the pooled output (transformers' sequence classification), none when it reads the tokens."""
     hf_files.new_directory(path)
-    architecture, head, pooler = _HEADS[task]
+    pooler = head.reads == "pooled"
     params = model_lib.unstack_layers(jax.device_get(params))
     tensors = to_hf_state_dict(
         config, params, lambda name: name.startswith("bert.") and (pooler or not name.startswith("bert.pooler."))
     )
-    tensors[f"{head}.weight"] = np.ascontiguousarray(np.asarray(params[head]["kernel"], np.float32).T)
-    tensors[f"{head}.bias"] = np.asarray(params[head]["bias"], np.float32)
-    config_dict = dict(hf_config_dict(config), architectures=[architecture])
-    if task == "question_answering":
-        config_dict["num_labels"] = 2
-    elif regression:
+    tensors[f"{head.name}.weight"] = np.ascontiguousarray(np.asarray(params[head.name]["kernel"], np.float32).T)
+    tensors[f"{head.name}.bias"] = np.asarray(params[head.name]["bias"], np.float32)
+    config_dict = dict(hf_config_dict(config), architectures=[f"BertFor{head.hf_class}"])
+    if regression:
         config_dict.update(num_labels=1, problem_type="regression")
-    else:
+    elif labels:
         config_dict.update(
             id2label={str(i): label for i, label in enumerate(labels)},
             label2id={label: i for i, label in enumerate(labels)},
-            problem_type="single_label_classification" if task == "sequence_classification" else None,
+            problem_type="single_label_classification" if pooler else None,
         )
         config_dict = {k: v for k, v in config_dict.items() if v is not None}
+    else:  # outputs that are no labels (a span's start and end)
+        config_dict["num_labels"] = head.outputs
     _write(path, config_dict, tensors, config.max_position_embeddings, vocab_file, do_lower_case)
 
 

@@ -11,28 +11,29 @@ import jax.numpy as jnp
 
 from bertjax.models import attention as attention_lib
 from bertjax.models import layers
+from bertjax.models.head import Head
 from bertjax.models.modernbert.config import ModernBertConfig
 from bertjax.models.modernbert.model import weight_init, init_stds, make_norm, encoder_of, head_dense
 
 Array = jax.Array
 Dtype = Any
 
-FINETUNING_TASKS = ("sequence_classification", "token_classification")  # transformers' ModernBERT task classes
+# The transformers ModernBertFor<...> classes ported here (not yet its QuestionAnswering).
+HEADS = ("SequenceClassification", "TokenClassification")
 
 
 class ModernBertForFinetuning(nn.Module):
     """The encoder with transformers' task head: the prediction head (dense → activation → norm, the MLM
     head's own weights when fine-tuning starts from a masked-LM checkpoint, as transformers loads them), dropout
-    and a classifier. sequence_classification pools by `config.classifier_pooling`: the first token (cls) or
-    the mean over real tokens (mean); token_classification classifies every token.
+    and a classifier. A pooled head pools by `config.classifier_pooling`: the first token (cls) or the mean over
+    real tokens (mean); a tokens head classifies every token. Without a head, the encoder's states (an embedder).
 
     Packed rows (heads.py) pass each token's position within its example (`position_ids`) and each example's
-    first token (`cls_positions` [batch, k]): sequence classification then gives [batch, k, num_labels], each
+    first token (`cls_positions` [batch, k]): a pooled head then gives [batch, k, outputs], each
     example pooled over its own tokens (input_mask numbers them)."""
 
     config: ModernBertConfig
-    task: str  # sequence_classification | token_classification
-    num_labels: int
+    head: Optional[Head]
     dtype: Dtype = jnp.float32
     attention: str = "xla"
     packed: bool = False
@@ -44,13 +45,13 @@ class ModernBertForFinetuning(nn.Module):
         cfg = self.config
         std, cut = init_stds(cfg), cfg.initializer_cutoff_factor
         self.model = encoder_of(self)
-        if not self.num_labels:  # an embedder (contrastive retrieval): the encoder's normed hidden states
+        if self.head is None:  # an embedder (contrastive retrieval): the encoder's normed hidden states
             return
         self.head_dense = head_dense(cfg, self.dtype)
         self.head_norm = make_norm(cfg, self.dtype, "head_norm")
         self.dropout = layers.Dropout(cfg.classifier_dropout)
         self.classifier = nn.Dense(
-            self.num_labels,
+            self.head.outputs,
             dtype=self.dtype,
             kernel_init=weight_init(std["final_out"], cut, ("embed", None)),
             bias_init=nn.with_logical_partitioning(nn.initializers.zeros_init(), (None,)),
@@ -84,19 +85,21 @@ class ModernBertForFinetuning(nn.Module):
         if input_mask is None:
             input_mask = jnp.ones_like(input_ids)
         x, _ = self.model(input_ids, input_mask, deterministic, position_ids)
-        if not self.num_labels:  # transformers' last_hidden_state
+        if self.head is None:  # transformers' last_hidden_state
             return x.astype(jnp.float32)
-        if self.task == "sequence_classification":
+        if self.head.reads == "pooled":
             x = self._pool(x, input_mask, cls_positions)
         x = self.head_norm(layers.ACTIVATIONS[self.config.classifier_activation](self.head_dense(x)))
-        return self.classifier(self.dropout(x, deterministic=deterministic)).astype(jnp.float32)
+        if self.head.dropout:
+            x = self.dropout(x, deterministic=deterministic)
+        return self.classifier(x).astype(jnp.float32)
 
     def init_head(self, hidden: Array) -> Array:
         """The classifier alone (its values those of a full init): the rest comes from the pre-trained model."""
         return self.classifier(hidden)
 
     def fresh_head(self, rng: Array) -> dict:
-        if not self.num_labels:
+        if self.head is None:
             return {}
         hidden = jnp.zeros((1, self.config.hidden_size), jnp.float32)
         return jax.device_get(nn.meta.unbox(self.init(rng, hidden, method=ModernBertForFinetuning.init_head)["params"]))
@@ -104,11 +107,12 @@ class ModernBertForFinetuning(nn.Module):
 
 def finetuning_model(
     architecture: ModernBertConfig,
-    task: str,
-    num_labels: int,
+    head: Optional[Head],
     scan_layers: bool = False,
     scan_unroll: int = 0,
     **compute: Any,
 ) -> ModernBertForFinetuning:
     del scan_layers, scan_unroll  # BERT's; ModernBERT's layers alternate kinds and run as a loop
-    return ModernBertForFinetuning(architecture, task, num_labels, **compute)
+    if head is not None and (head.hf_class not in HEADS or head.name != "classifier"):
+        raise ValueError(f"bertjax's ModernBERT has no {head.hf_class} head yet (it has {', '.join(HEADS)}).")
+    return ModernBertForFinetuning(architecture, head, **compute)

@@ -19,6 +19,7 @@ import numpy as np
 from bertjax.models import hf_files
 from bertjax.models.modernbert import model as modernbert_lib
 from bertjax.models.modernbert import config as config_lib
+from bertjax.models.head import Head
 from bertjax.models.modernbert.config import ModernBertConfig
 
 log = logging.getLogger(__name__)
@@ -103,7 +104,7 @@ def name_table(c: ModernBertConfig) -> list[tuple[str, tuple[str, ...], tuple[Ca
 
 
 def task_table(c: ModernBertConfig) -> list[tuple[str, tuple[str, ...], tuple[Callable, Callable]]]:
-    """The name table of ModernBertForSequenceClassification / ModernBertForTokenClassification: the encoder and
+    """The name table of ModernBertFor<a head's class> (sequence or token classification): the encoder and
     prediction head as the masked LM's, then the classifier."""
     rows = [row for row in name_table(c) if not row[0].startswith("decoder.")]
     return rows + [
@@ -112,30 +113,22 @@ def task_table(c: ModernBertConfig) -> list[tuple[str, tuple[str, ...], tuple[Ca
     ]
 
 
-TASK_CLASSES = {
-    "sequence_classification": "ModernBertForSequenceClassification",
-    "token_classification": "ModernBertForTokenClassification",
-}
-
-
 def save_finetuned(
     path: str,
     config: ModernBertConfig,
     params: dict,
-    task: str,
+    head: Head,
     labels: Optional[list[str]],
     regression: bool = False,
     vocab_file: Optional[str] = None,
     do_lower_case: bool = True,
     tokenizer_dir: Optional[str] = None,
 ) -> None:
-    """A fine-tuned ModernBERT (ModernBertForFinetuning's params) as transformers' class of its task, with
-    id2label/label2id, loading with no missing or unexpected keys."""
-    if task not in TASK_CLASSES:
-        raise ValueError(f"task {task!r}: transformers has ModernBERT classes for {sorted(TASK_CLASSES)} only.")
+    """A fine-tuned ModernBERT (ModernBertForFinetuning's params) as transformers' ModernBertFor<head.hf_class>,
+    with id2label/label2id, loading with no missing or unexpected keys."""
     num_labels = 1 if regression else len(labels or [0, 0])
     names = labels if labels else [f"LABEL_{i}" for i in range(num_labels)]
-    d = config_lib.to_hf_dict(config, (TASK_CLASSES[task],))
+    d = config_lib.to_hf_dict(config, (f"ModernBertFor{head.hf_class}",))
     d.update(
         num_labels=num_labels,
         id2label={str(i): n for i, n in enumerate(names)},
