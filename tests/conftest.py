@@ -58,6 +58,12 @@ def minilm_dir() -> pathlib.Path:
 
 
 @pytest.fixture(scope="session")
+def vocab_file(minilm_dir) -> pathlib.Path:
+    """all-MiniLM-L6-v2's vocab.txt: BERT's uncased WordPiece vocab, 30,522 pieces."""
+    return minilm_dir / "vocab.txt"
+
+
+@pytest.fixture(scope="session")
 def pydocs_data(tmp_path_factory) -> str:
     """Vocab and train/held-out records made once from builtin:pydocs by the job's own data stage."""
     from bertjax.config.schema import JobConfig

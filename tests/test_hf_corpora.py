@@ -23,23 +23,16 @@ from bertjax.data.pretraining import instances  # noqa: E402
 from bertjax.data.pretraining import shards as shards_lib  # noqa: E402
 from bertjax.jobs import prepare as prepare_job
 
+from train_setup import vocab_words  # noqa: E402
+
 REPO = pathlib.Path(__file__).resolve().parents[1]
 datasets.disable_progress_bars()
 
 
 @pytest.fixture(scope="module")
-def vocab_file(minilm_dir) -> pathlib.Path:
-    return minilm_dir / "vocab.txt"
-
-
-@pytest.fixture(scope="module")
 def texts(vocab_file) -> list[str]:
     """80 documents of 2-9 sentences of random vocab words."""
-    words = [
-        w
-        for w in vocab_file.read_text(encoding="utf-8").splitlines()
-        if w.isascii() and w.isalpha() and w.islower() and len(w) >= 3
-    ]
+    words = vocab_words(vocab_file)
     rng = random.Random(1)
     sentence = lambda: " ".join(rng.choice(words) for _ in range(rng.randint(4, 12))).capitalize() + "."  # noqa: E731
     return [" ".join(sentence() for _ in range(rng.randint(2, 9))) for _ in range(80)]

@@ -25,6 +25,8 @@ from bertjax.data.pretraining import shards as shards_lib
 from bertjax.jobs import prepare as prepare_job
 from bertjax.data.vocab import tokenization
 
+from train_setup import vocab_words  # noqa: E402
+
 REPO = pathlib.Path(__file__).resolve().parents[1]
 SEQ, PRED = 64, 10
 PAD, CLS, SEP, MASK = 0, 101, 102, 103  # BERT's uncased vocab.txt
@@ -118,19 +120,10 @@ class TokenRuns:
 
 # --- Corpus and the records made from it ----------------------------------------------------------
 @pytest.fixture(scope="module")
-def vocab_file(minilm_dir) -> pathlib.Path:
-    return minilm_dir / "vocab.txt"
-
-
-@pytest.fixture(scope="module")
 def corpus(tmp_path_factory, vocab_file):
     """200 documents of 2-30 sentences of 4-12 random vocab words; a fifth of the words are two glued together,
     which WordPiece cuts into pieces (for whole-word masking). Returns the file, the documents and their tokens."""
-    words = [
-        w
-        for w in vocab_file.read_text(encoding="utf-8").splitlines()
-        if w.isascii() and w.isalpha() and w.islower() and len(w) >= 3
-    ]
+    words = vocab_words(vocab_file)
     rng = random.Random(0)
     word = lambda: rng.choice(words) + (rng.choice(words) if rng.random() < 0.2 else "")  # noqa: E731
     docs = [

@@ -36,11 +36,6 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
-def vocab_file(minilm_dir) -> pathlib.Path:
-    return minilm_dir / "vocab.txt"
-
-
-@pytest.fixture(scope="module")
 def corpus(tmp_path_factory, vocab_file) -> pathlib.Path:
     words = [w for w in vocab_file.read_text(encoding="utf-8").splitlines() if w.isascii() and w.isalpha()][2000:6000]
     lines, k = [], 0

@@ -23,22 +23,15 @@ from bertjax.data.pretraining import shards as shards_lib  # noqa: E402
 from bertjax.jobs import prepare as prepare_job
 from bertjax.data.corpus import table as table_corpus  # noqa: E402
 
+from train_setup import vocab_words  # noqa: E402
+
 REPO = pathlib.Path(__file__).resolve().parents[1]
-
-
-@pytest.fixture(scope="module")
-def vocab_file(minilm_dir) -> pathlib.Path:
-    return minilm_dir / "vocab.txt"
 
 
 @pytest.fixture(scope="module")
 def texts(vocab_file) -> list[str]:
     """60 documents of 2-12 sentences of random vocab words; paragraphs split by blank lines in some."""
-    words = [
-        w
-        for w in vocab_file.read_text(encoding="utf-8").splitlines()
-        if w.isascii() and w.isalpha() and w.islower() and len(w) >= 3
-    ]
+    words = vocab_words(vocab_file)
     rng = random.Random(0)
     sentence = lambda: " ".join(rng.choice(words) for _ in range(rng.randint(4, 12))).capitalize() + "."  # noqa: E731
     docs = []

@@ -66,11 +66,6 @@ class Reference:
 
 
 @pytest.fixture(scope="module")
-def vocab_file(minilm_dir: pathlib.Path) -> pathlib.Path:
-    return minilm_dir / "vocab.txt"
-
-
-@pytest.fixture(scope="module")
 def docstrings() -> list[str]:
     """Real English prose with code, punctuation and the odd non-ASCII character: stdlib docstrings."""
     docs = []

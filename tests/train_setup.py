@@ -109,3 +109,12 @@ def tiny_modernbert(**fields):
         eos_token_id=3,
     )
     return ModernBertConfig(**{**base, **fields})
+
+
+def vocab_words(vocab_file: pathlib.Path) -> list[str]:
+    """The vocab's whole lower-case ASCII words of three letters or more: what the corpus tests make text of."""
+    return [
+        w
+        for w in vocab_file.read_text(encoding="utf-8").splitlines()
+        if w.isascii() and w.isalpha() and w.islower() and len(w) >= 3
+    ]
