@@ -102,6 +102,15 @@ def test_ties_are_ranked_as_trec_eval_ranks_them():
 # --- The blocked search against a brute force ---------------------------------------------------------------------
 
 
+def test_a_block_is_no_larger_than_the_corpus_needs():
+    """A small corpus: one block of its documents rounded up to whole batches (it was 65,536 rows, all scored);
+    a large one: the score budget's rows, whole batches."""
+    assert exact_search.block_rows(31, 64, num_documents=61) == 64
+    assert exact_search.block_rows(31, 64, num_documents=130) == 192
+    assert exact_search.block_rows(31, 64) == exact_search.block_rows(31, 64, num_documents=10**7) == 65536
+    assert exact_search.block_rows(1000, 1024, num_documents=10**6) == 21504  # the million-document benchmark's
+
+
 @pytest.mark.parametrize("docs,k,block,batch", [(300, 20, 64, 24), (10, 20, 4, 3), (257, 5, 257, 257)])
 def test_blocked_top_k_equals_brute_force(docs, k, block, batch):
     rng = np.random.default_rng(docs)

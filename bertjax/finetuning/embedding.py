@@ -65,6 +65,12 @@ class Encoder:
             object.__setattr__(self, "_embed_fn", fn)
         return fn
 
+    def with_params(self, params: Any) -> "Encoder":
+        """The same encoder with other parameters, sharing its compiled embedding (a training run's evals)."""
+        other = dataclasses.replace(self, params=params)
+        object.__setattr__(other, "_embed_fn", self.embed_fn)
+        return other
+
 
 def buckets(max_seq_length: int) -> list[int]:
     """The padded lengths: powers of two from MIN_BUCKET, and max_seq_length itself."""

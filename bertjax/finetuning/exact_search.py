@@ -11,7 +11,7 @@ million-by-anything matrix anywhere, and the device holds one block's scores. On
 from __future__ import annotations
 
 import functools
-from typing import Iterable
+from typing import Iterable, Optional
 
 import jax
 import jax.numpy as jnp
@@ -22,10 +22,15 @@ SCORE_BYTES_BUDGET = 256 * 2**20  # a block's [queries, block] float32 scores an
 MIN_BLOCK, MAX_BLOCK = 1024, 65536
 
 
-def block_rows(num_queries: int, batch_size: int, budget: int = SCORE_BYTES_BUDGET) -> int:
+def block_rows(
+    num_queries: int, batch_size: int, budget: int = SCORE_BYTES_BUDGET, num_documents: Optional[int] = None
+) -> int:
     """Rows a block: as many as keep its scores (three [queries, rows] float32 arrays at once) within `budget`,
-    a multiple of the batch size (so batches never straddle blocks)."""
+    a multiple of the batch size (so batches never straddle blocks), and no more than the corpus needs (a corpus
+    of 61 documents was padded to a block of 65,536 rows, all scored)."""
     rows = max(MIN_BLOCK, min(MAX_BLOCK, budget // max(12 * num_queries, 1)))
+    if num_documents is not None:
+        rows = min(rows, -(-max(num_documents, 1) // batch_size) * batch_size)
     return max(batch_size, rows // batch_size * batch_size)
 
 

@@ -57,7 +57,7 @@ def search(
     order = np.concatenate([i for i, _ in parts])
     # embedded longest first: put back in the queries' own order, on the device
     queries = jnp.concatenate([e[: len(i)] for i, e in parts], axis=0)[np.argsort(order)]
-    block = block_size or exact_search.block_rows(data.num_queries, batch_size)
+    block = block_size or exact_search.block_rows(data.num_queries, batch_size, num_documents=data.num_documents)
     batches = embedding.embed_batches(encoder, data.doc_texts, batch_size, encoder.document_prompt, "documents")
     scores, indices = exact_search.search(queries, batches, k + 1, block)
     return run_of(data, scores, indices, k)

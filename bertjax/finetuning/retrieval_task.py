@@ -190,6 +190,9 @@ def evaluate(trainer: Any, params: Any, batches: Any, examples: list) -> dict[st
     }
 
 
+_EVAL_ENCODERS: dict = {}
+
+
 def evaluate_beir(job: Any, source: Any, tokenizer: Any, params: Any, data: Any) -> dict[str, float]:
     """The model being trained scored on a BEIR set (config.data.eval_dir) as `python -m bertjax.retrieval` scores
     it (retrieval_eval.py: exact search on the device, trec_eval's metrics); params gathered to every process."""
@@ -199,12 +202,17 @@ def evaluate_beir(job: Any, source: Any, tokenizer: Any, params: Any, data: Any)
         from jax.experimental import multihost_utils
 
         params = multihost_utils.process_allgather(params, tiled=True)
-    module = model(job.model, source.architecture)
+    key = (job.model, source.architecture, job.data.pooling, job.data.normalize, job.data.max_seq_length, id(tokenizer))
+    encoder = _EVAL_ENCODERS.get(key)
+    if encoder is None:  # built once a run: every eval after the first reuses its compiled embedding
+        module = model(job.model, source.architecture)
 
-    def hidden_states(p: Any, ids: Array, mask: Array) -> Array:
-        return module.apply({"params": p}, input_ids=ids, segment_ids=jnp.zeros_like(ids), input_mask=mask)
+        def hidden_states(p: Any, ids: Array, mask: Array) -> Array:
+            return module.apply({"params": p}, input_ids=ids, segment_ids=jnp.zeros_like(ids), input_mask=mask)
 
-    settings = pooling.Pooling(mode=job.data.pooling, normalize=job.data.normalize)
-    encoder = embedding.Encoder(hidden_states, params, tokenizer, settings, job.data.max_seq_length)
-    scores = retrieval_eval.evaluate(encoder, data)
+        settings = pooling.Pooling(mode=job.data.pooling, normalize=job.data.normalize)
+        encoder = embedding.Encoder(hidden_states, None, tokenizer, settings, job.data.max_seq_length)
+        _EVAL_ENCODERS.clear()  # one run's at a time
+        _EVAL_ENCODERS[key] = encoder
+    scores = retrieval_eval.evaluate(encoder.with_params(params), data)
     return {k: float(v) for k, v in scores.items() if k != "seconds"}
