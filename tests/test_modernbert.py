@@ -12,6 +12,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import train_setup
+
 import bertjax
 from bertjax.finetuning import tasks
 from bertjax.models import attention as attention_lib
@@ -323,17 +325,7 @@ def test_a_bare_modernbert_model_directory_loads_with_a_fresh_head(tmp_path, cap
     ],
 )
 def test_finetuning_heads_export_to_their_transformers_class(tmp_path, task, pooling, hf_class):
-    config = modernbert_config.ModernBertConfig(
-        **SPECIAL,
-        vocab_size=VOCAB,
-        hidden_size=32,
-        intermediate_size=48,
-        num_hidden_layers=3,
-        num_attention_heads=4,
-        local_attention=6,
-        max_position_embeddings=64,
-        classifier_pooling=pooling,
-    )
+    config = train_setup.tiny_modernbert(**SPECIAL, vocab_size=VOCAB, classifier_pooling=pooling)
     model = modernbert_heads.ModernBertForFinetuning(config, tasks.get(task).head(3))
     ids, mask = inputs(16, pad=6)
     params = nn.meta.unbox(model.init(jax.random.PRNGKey(5), jnp.asarray(ids), jnp.asarray(mask))["params"])

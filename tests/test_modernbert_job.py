@@ -20,6 +20,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import train_setup
+
 from bertjax.finetuning import tasks
 from bertjax.training import checkpoint as checkpoint_lib
 from bertjax.jobs import export as exporting, finetune as finetuning, predict as prediction
@@ -37,20 +39,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-ARCH = dict(
-    vocab_size=40,
-    hidden_size=32,
-    intermediate_size=48,
-    num_hidden_layers=3,
-    num_attention_heads=4,
-    local_attention=6,
-    max_position_embeddings=64,
-    pad_token_id=0,
-    cls_token_id=2,
-    bos_token_id=2,
-    sep_token_id=3,
-    eos_token_id=3,
-)
+ARCH = train_setup.TINY_MODERNBERT
 
 
 def modernbert_job_config(arg: str = "size=tiny,runlocal"):
@@ -547,8 +536,6 @@ def test_a_modernbert_init_from_of_an_nsp_config_is_one_sentence_before_any_work
     """A BERT config (next-sentence prediction on) continuing a ModernBERT checkpoint: refused before any data
     work, naming the setting (it once ended in an AttributeError on nsp_logits after the data stage)."""
     import transformers
-
-    import train_setup
     from bertjax.config.schema import JobConfig
     from bertjax.interop import pretrained
 

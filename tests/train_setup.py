@@ -89,26 +89,29 @@ def write_config(c: ml_collections.ConfigDict, path: pathlib.Path) -> str:
     return str(path)
 
 
+# A ModernBERT that compiles in seconds, its special ids inside a small vocab (the family's defaults point at ids
+# 50,281-50,283): config.model fields as much as the architecture's.
+TINY_MODERNBERT = dict(
+    vocab_size=40,
+    hidden_size=32,
+    intermediate_size=48,
+    num_hidden_layers=3,
+    num_attention_heads=4,
+    local_attention=6,
+    max_position_embeddings=64,
+    pad_token_id=0,
+    cls_token_id=2,
+    bos_token_id=2,
+    sep_token_id=3,
+    eos_token_id=3,
+)
+
+
 def tiny_modernbert(**fields):
-    """A ModernBERT that compiles in seconds, its special ids inside a small vocab (the family's defaults point at
-    ids 50,281-50,283); `fields` override any of them."""
+    """TINY_MODERNBERT's architecture; `fields` override any of it."""
     from bertjax.models.modernbert.config import ModernBertConfig
 
-    base = dict(
-        vocab_size=40,
-        hidden_size=32,
-        intermediate_size=48,
-        num_hidden_layers=3,
-        num_attention_heads=4,
-        local_attention=6,
-        max_position_embeddings=64,
-        pad_token_id=0,
-        cls_token_id=2,
-        bos_token_id=2,
-        sep_token_id=3,
-        eos_token_id=3,
-    )
-    return ModernBertConfig(**{**base, **fields})
+    return ModernBertConfig(**{**TINY_MODERNBERT, **fields})
 
 
 def vocab_words(vocab_file: pathlib.Path) -> list[str]:
