@@ -320,7 +320,12 @@ def from_hf_state_dict(
         )
     if initialised:
         heads = sorted({n.rsplit(".", 1)[0] for n in initialised})
-        log.warning("%s: initialised fresh (not in the checkpoint): %s", source, ", ".join(heads))
+        log.warning(
+            "%s: initialised fresh (not in the checkpoint): %s; masked-word and next-sentence predictions need "
+            "them trained, while fine-tuning, embeddings and features use the encoder alone",
+            source,
+            ", ".join(heads),
+        )
     return params
 
 
