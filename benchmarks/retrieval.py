@@ -297,11 +297,6 @@ def speed(work: pathlib.Path, pairs: pathlib.Path, beir_dir: pathlib.Path, count
     last = {who: max(i for i, w in enumerate(order) if w == who) for who in seconds}
     models = {"bertjax": work / f"speed_bertjax_{last['bertjax']}"}
     models["sentence_transformers"] = work / f"speed_sentence_transformers_{last['sentence_transformers']}" / "model"
-    # sentence-transformers 6 saves tokenizer.json alone, and bertjax's reading of a tokenizer.json keeps its
-    # padding (its [PAD]s become text) and misreads its template: the same vocab.txt it was trained with is read
-    # instead (bertjax prefers vocab.txt in a directory), as for the model it started from.
-    if not (models["sentence_transformers"] / "vocab.txt").exists():
-        shutil.copy(pathlib.Path(minilm) / "vocab.txt", models["sentence_transformers"] / "vocab.txt")
     with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
         scores = dict(
             zip(
