@@ -90,8 +90,11 @@ def test_two_processes_train_in_step_stop_together_on_sigterm_and_the_requeued_j
     assert stopped[0] == stopped[1] < STEPS, stopped
     assert losses(logs[0]) == losses(logs[1]) and len(losses(logs[0])) == stopped[0]  # in step, all the way
 
+    # The requeued job ends 3 steps after the stop (the flag passed through the script as a user's would be), not
+    # at STEPS: the ~190 steps between, on two processes, were a third of this test's CPU and showed nothing more.
+    end = stopped[0] + 3
     requeued = subprocess.run(
-        command,
+        [*command, f"--config.train.num_train_steps={end}"],
         env=dict(env, SLURM_RESTART_COUNT="1"),
         cwd=train_setup.ROOT,
         capture_output=True,
@@ -102,5 +105,5 @@ def test_two_processes_train_in_step_stop_together_on_sigterm_and_the_requeued_j
     assert requeued.returncode == 0, requeued.stdout + logs[0][-3000:]
     assert "(restart 1)" in requeued.stdout
     assert re.search(rf"resumed from {workdir}/checkpoints/{stopped[0]}\b", logs[0]), logs[0][-3000:]
-    assert losses(logs[0]) == losses(logs[1]) and max(losses(logs[0])) == STEPS
-    assert str(STEPS) in os.listdir(workdir / "checkpoints")
+    assert losses(logs[0]) == losses(logs[1]) and max(losses(logs[0])) == end
+    assert str(end) in os.listdir(workdir / "checkpoints")
