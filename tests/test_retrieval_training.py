@@ -217,7 +217,7 @@ def test_an_empty_pairs_file_is_refused(tmp_path):
 
 def finetune_job(pairs, minilm_dir, workdir, devices: int, *flags: str) -> subprocess.Popen:
     """python -m bertjax.finetune --config=configs/retrieval.py on the pydocs pairs, a tiny BERT without dropout
-    (so that runs laid out differently compute the same function), 20 steps of 32 pairs in 2 GradCache chunks."""
+    (so that runs laid out differently compute the same function), 8 steps of 32 pairs in 2 GradCache chunks."""
     command = [
         sys.executable,
         "-m",
@@ -233,11 +233,11 @@ def finetune_job(pairs, minilm_dir, workdir, devices: int, *flags: str) -> subpr
         "--config.model.attention_probs_dropout_prob=0",
         "--config.train.global_batch_size=32",
         "--config.train.micro_batches=2",
-        "--config.train.num_train_steps=20",
-        "--config.train.log_every_steps=5",
-        "--config.eval.every_steps=20",
+        "--config.train.num_train_steps=8",
+        "--config.train.log_every_steps=2",
+        "--config.eval.every_steps=8",
         "--config.optim.learning_rate=1e-3",
-        "--config.checkpoint.every_steps=20",
+        "--config.checkpoint.every_steps=8",
         *flags,
     ]
     env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=train_setup.job_xla_flags(devices))
