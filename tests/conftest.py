@@ -90,9 +90,16 @@ def pydocs_data(tmp_path_factory) -> str:
 gc.set_threshold(10_000, 10, 10)
 
 
+# XLA_FLAGS as the suite set it, restored after each test: compiling for a GPU in this process (training/aot.py)
+# adds the GPU defaults to it (runtime/xla_flags.py), which then reached the processes later tests of the worker
+# started, and test_compile_cache failed or passed by which tests its worker had run before it.
+SUITE_XLA_FLAGS = os.environ["XLA_FLAGS"]
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_teardown(item, nextitem):
     yield
+    os.environ["XLA_FLAGS"] = SUITE_XLA_FLAGS
     gc.collect()  # walks only what is not frozen: what this test made
     gc.freeze()
 

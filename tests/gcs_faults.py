@@ -36,6 +36,7 @@ class FaultyProxy:
         self._delay = 0.0
         self._forbidden = False
         self._outage_until = 0.0
+        self._outage_drops = 0  # an outage also lasts until it has dropped this many connections
         self._count = itertools.count(1)
         self._failure = itertools.cycle(FAILURES)
         self._lock = threading.Lock()
@@ -112,20 +113,26 @@ class FaultyProxy:
         """Answer every request `seconds` late."""
         self._delay = seconds
 
-    def outage(self, seconds: float) -> None:
-        """Drop every connection unanswered for the next `seconds`."""
-        self._outage_until = time.monotonic() + seconds
+    def outage(self, seconds: float, until_dropped: int = 0) -> None:
+        """Drop every connection unanswered for the next `seconds`, and past them until `until_dropped` connections
+        were dropped: a client busy computing (a loaded CI machine) may make no request in a short outage."""
+        with self._lock:
+            self._outage_until = time.monotonic() + seconds
+            self._outage_drops = self.dropped + until_dropped
+
+    def _in_outage(self) -> bool:
+        return time.monotonic() < self._outage_until or self.dropped < self._outage_drops
 
     def wait_for_outage_end(self) -> None:
         """Returns once the outage (if any) is over: the bucket answers again."""
-        while time.monotonic() < self._outage_until:
+        while self._in_outage():
             time.sleep(0.1)
 
     def _verdict(self, agent: str):
         with self._lock:
             if self._forbidden:
                 return (403, "Forbidden", "forbidden")
-            if time.monotonic() < self._outage_until:
+            if self._in_outage():
                 self.dropped += 1
                 return "drop"
             if self._every and next(self._count) % self._every == 0:

@@ -67,7 +67,8 @@ def test_a_run_rides_out_503s_429s_and_an_outage_of_its_bucket(pydocs_data, gcs_
             assert job.poll() is None, job.stdout.read()[-3000:]
             assert time.monotonic() < deadline
             time.sleep(0.05)
-        proxy.outage(2.0)  # mid-run, around the step-3 checkpoint's save
+        # Mid-run, around the step-3 checkpoint's save, and until a request met it (a CI run once made none in 2 s).
+        proxy.outage(2.0, until_dropped=1)
         out, _ = job.communicate(timeout=600)
         reruns = 0
         while job.returncode != 0 and reruns < 2:  # stopped with one sentence: the same command resumes

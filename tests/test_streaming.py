@@ -186,7 +186,7 @@ def test_503s_429s_and_an_outage_are_ridden_out_with_the_same_batches(bucket_set
             streamed = make(remote, tmp_path / "b", monkeypatch, stream_window_bytes=1)  # every piece refetched
             got = take(streamed, 5)
             proxy.fail_every(4)
-            proxy.outage(2.0)
+            proxy.outage(2.0, until_dropped=1)
             got += take(streamed, 25)
         finally:
             gcsfs.GCSFileSystem.clear_instance_cache()
