@@ -60,7 +60,7 @@ test: $(VENV)/.test-installed
 
 # The inner loop's tier: the test files that each took at most a few seconds (tests/file_seconds.json).
 test-quick: $(VENV)/.test-installed
-	@echo "make: the quick tier, about 2 minutes on a 2-core AMD EPYC (make test runs everything)"
+	@echo "make: the quick tier, about 2.5 minutes on a 2-core AMD EPYC (make test runs everything)"
 	$(PYTEST) --quick tests
 
 # The code's layout, as make test checks it (tests/test_house.py: ruff format --check, the pinned ruff).
