@@ -54,7 +54,7 @@ demo: $(VENV)/.base-installed
 PYTEST_WORKERS ?= 3
 PYTEST := $(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=15
 test: $(VENV)/.test-installed
-	@echo "make: the test suite in $(PYTEST_WORKERS) worker processes (about 17 minutes on a 2-core AMD EPYC from a fresh clone: 16:46 and 16:40 under CI=true .ci/run, 2026-11-29)"
+	@echo "make: the test suite in $(PYTEST_WORKERS) worker processes (about 17 minutes on a 2-core AMD EPYC from a fresh clone: 16:40 and 17:50 under CI=true .ci/run, 2026-11-29)"
 	@$(DISK_CHECK) "$${TMPDIR:-/tmp}" 2 "the suite (the corpora, records and checkpoints its tests write)"
 	$(PYTEST) tests
 
