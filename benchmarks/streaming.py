@@ -85,27 +85,17 @@ def upload_set(shard: str, prefix: str, count: int) -> None:
         fs.put([shard] * len(names[start : start + 16]), names[start : start + 16])
 
 
-def folder_bytes(path: str) -> int:
-    total = 0
-    for root, _, names in os.walk(path):
-        for n in names:
-            try:
-                total += os.path.getsize(os.path.join(root, n))
-            except OSError:
-                pass  # deleted while walked
-    return total
-
-
 # --- One host: a process of its own (--_host) -------------------------------------------------------------
 def host_main(args) -> None:
     """Reads one epoch of this host's share through its window, polling its cache; JSON on stdout."""
+    import train_setup
     from bertjax.data.pretraining import pipeline
 
     cache, peak, stop = os.environ["BERTJAX_CACHE_DIR"], [0], threading.Event()
 
     def poll() -> None:
         while not stop.is_set():
-            peak[0] = max(peak[0], folder_bytes(cache))
+            peak[0] = max(peak[0], train_setup.folder_bytes(cache))
             time.sleep(0.02)
 
     threading.Thread(target=poll, daemon=True).start()

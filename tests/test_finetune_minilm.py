@@ -173,7 +173,7 @@ def start_bertjax(minilm_dir: pathlib.Path, train_file: str, dev_file: str, work
         "--config.optim.bias_correction=true",  # torch's AdamW, as the transformers side runs it
         f"--config.sweep.seeds={','.join(str(s) for s in SEEDS)}",
     ]
-    env = dict(os.environ, XLA_FLAGS=train_setup.job_xla_flags(1, optimized=True))  # 108 steps of MiniLM
+    env = dict(os.environ, XLA_FLAGS=train_setup.job_xla_flags(1, optimized=True))  # 72 steps of MiniLM
     return subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 

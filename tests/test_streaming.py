@@ -17,6 +17,7 @@ from bertjax.runtime import bucket_outage, files
 from bertjax.data.pretraining import pipeline as pipeline_lib
 from gcs_emulator import gcs_bucket  # noqa: F401  (the fixture)
 
+import train_setup  # noqa: E402
 from train_setup import PRED, SEQ  # noqa: E402  # train_setup.small_config's records
 
 
@@ -65,16 +66,9 @@ def same(a, b):
 
 
 def window_bytes(cache) -> int:
-    """Bytes in the stream's window now; a piece the window drops between the listing and its size counts 0 (the
-    window's own thread evicts while this runs: a CI run once met a file listed and gone)."""
-
-    def size(path: str) -> int:
-        try:
-            return os.path.getsize(path) if os.path.isfile(path) else 0
-        except FileNotFoundError:
-            return 0
-
-    return sum(size(f) for f in glob.glob(f"{cache}/stream/**/*", recursive=True))
+    """Bytes in the stream's window now (its own thread evicts while this runs: a CI run once met a file listed and
+    gone, which train_setup.folder_bytes counts as 0)."""
+    return train_setup.folder_bytes(f"{cache}/stream")
 
 
 @pytest.mark.parametrize("process", [0, 1])
@@ -240,7 +234,6 @@ def test_a_job_whose_shard_is_deleted_stops_naming_it_and_the_step_and_the_rerun
     import json
     import re
 
-    import train_setup
     from test_resume_and_hosts import finish, start, wait_for_step
 
     local, _ = bucket_set

@@ -89,6 +89,18 @@ def write_config(c: ml_collections.ConfigDict, path: pathlib.Path) -> str:
     return str(path)
 
 
+def folder_bytes(path) -> int:
+    """Bytes in the files under `path` now; a file deleted while walked (a stream window evicting) counts 0."""
+    total = 0
+    for root, _, names in os.walk(path):
+        for name in names:
+            try:
+                total += os.path.getsize(os.path.join(root, name))
+            except OSError:
+                pass
+    return total
+
+
 # A ModernBERT that compiles in seconds, its special ids inside a small vocab (the family's defaults point at ids
 # 50,281-50,283): config.model fields as much as the architecture's.
 TINY_MODERNBERT = dict(
