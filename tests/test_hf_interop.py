@@ -10,6 +10,7 @@ import transformers
 from safetensors.numpy import load_file, save_file
 
 import bertjax
+from bertjax.interop import pretrained
 from bertjax.models.bert import model as model_lib
 
 import reference
@@ -40,6 +41,30 @@ def test_real_checkpoint_matches_transformers(minilm_dir, caplog):
         expected = reference_model(**{k: torch.tensor(v) for k, v in enc.items()})
     np.testing.assert_allclose(out.sequence_output, expected.last_hidden_state.numpy(), atol=1e-4, rtol=0)
     np.testing.assert_allclose(out.pooled_output, expected.pooler_output.numpy(), atol=1e-4, rtol=0)
+
+
+def test_an_encoder_for_fine_tuning_initialises_and_warns_of_no_heads(minilm_dir, saved, caplog):
+    """Fine-tuning, features and retrieval take the encoder alone (encoder_only): a bare BertModel's missing
+    pre-training heads are neither initialised nor warned of, and the encoder is the full load's. A missing
+    pooler (part of the encoder) still is, with the reason that fits."""
+    with caplog.at_level(logging.WARNING, logger="bertjax.models.bert.hf"):
+        _, encoder = pretrained.load(str(minilm_dir), encoder_only=True)
+    assert not [r for r in caplog.records if "initialised fresh" in r.getMessage()], caplog.text
+    _, full = pretrained.load(str(minilm_dir))
+    assert list(encoder) == ["bert"] and set(full) > {"bert"}  # the full load has its heads
+    for a, b in zip(jax_leaves(encoder["bert"]), jax_leaves(full["bert"])):
+        np.testing.assert_array_equal(a, b)
+
+    tensors = load_file(str(saved / "model.safetensors"))
+    save_file(
+        {k: v for k, v in tensors.items() if not k.startswith(("cls.", "bert.pooler."))}, saved / "model.safetensors"
+    )
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="bertjax.models.bert.hf"):
+        _, encoder = pretrained.load(str(saved), encoder_only=True)
+    fresh = [r.getMessage() for r in caplog.records if "initialised fresh" in r.getMessage()]
+    assert len(fresh) == 1 and "bert.pooler.dense" in fresh[0] and "cls." not in fresh[0], fresh
+    assert "classification head trains them" in fresh[0] and "pooler" in encoder["bert"]
 
 
 def test_round_trip_with_vocab(minilm_dir, tmp_path):

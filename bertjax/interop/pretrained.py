@@ -79,10 +79,14 @@ def load(path: str, seed: int = 0, encoder_only: bool = False) -> tuple[Any, dic
             fresh = jax.device_get(family.model.init_params(model, jax.random.PRNGKey(seed)))
             params = dict(fresh, **{family.model.BODY: params[family.model.BODY]})
         return config, params
+    # encoder_only: the family's ENCODER alone, so heads a bare encoder directory lacks are neither initialised
+    # nor warned of (a sentence-transformers model's BertModel has no pre-training heads).
     if tf1.is_tf1_dir(path):
-        config, params = tf1.load(path, seed)
+        keep = models.get(models.DEFAULT_FAMILY).model.ENCODER if encoder_only else None  # TF1 is BERT's
+        config, params = tf1.load(path, seed, keep=keep)
     else:
-        config, params = _hf_family(path).hf.load(path, seed)
+        family = _hf_family(path)
+        config, params = family.hf.load(path, seed, keep=family.model.ENCODER if encoder_only else None)
     return config, {name: params[name] for name in models.of(config).model.ENCODER} if encoder_only else params
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -276,13 +276,16 @@ def from_hf_state_dict(
     rng: jax.Array,
     source: str = "the checkpoint",
     origin: Optional[dict[str, str]] = None,
+    keep: Optional[Sequence[str]] = None,
 ) -> dict:
-    """HF tensors → bertjax params (loop layout). Heads missing from the checkpoint are initialised fresh."""
+    """HF tensors → bertjax params (loop layout). Heads missing from the checkpoint are initialised fresh.
+    `keep`: only these top-level parts (pretrained.load's encoder_only: `bert`), and nothing initialised, nor
+    said, of the heads a fine-tuning job drops (a bare BertModel directory lacks them)."""
     tensors = _canonical_names(tensors)
     origin = _canonical_names(origin) if origin else {}
     model = model_lib.BertForPreTraining(config)
     shapes = jax.eval_shape(lambda: model_lib.init_params(model, rng))
-    table = _expand_table(config)
+    table = [row for row in _expand_table(config) if keep is None or row[1][0] in keep]
     absent = [name for name, _, _ in table if name not in tensors]
     # An init costs seconds on large models: only when something must be initialised, and only the heads
     # when the encoder is all there (a fine-tuning source, which drops them anyway).
@@ -310,7 +313,8 @@ def from_hf_state_dict(
             f"checkpoint with num_hidden_layers={config.num_hidden_layers}."
         )
     _check_tied_decoder(tensors, params, source)
-    unexpected = sorted(set(tensors) - used - set(_REDUNDANT))
+    dropped = {name for name, path, _ in _expand_table(config) if keep is not None and path[0] not in keep}
+    unexpected = sorted(set(tensors) - used - dropped - set(_REDUNDANT))
     if unexpected:
         log.warning(
             "%s: ignored %d tensor(s) that BertForPreTraining has no place for: %s",
@@ -320,12 +324,13 @@ def from_hf_state_dict(
         )
     if initialised:
         heads = sorted({n.rsplit(".", 1)[0] for n in initialised})
-        log.warning(
-            "%s: initialised fresh (not in the checkpoint): %s; masked-word and next-sentence predictions need "
-            "them trained, while fine-tuning, embeddings and features use the encoder alone",
-            source,
-            ", ".join(heads),
+        why = (
+            "masked-word and next-sentence predictions need them trained, while fine-tuning, embeddings and "
+            "features use the encoder alone"
+            if keep is None
+            else "a classification head trains them; embeddings do not use them"
         )
+        log.warning("%s: initialised fresh (not in the checkpoint): %s; %s", source, ", ".join(heads), why)
     return params
 
 
@@ -350,9 +355,10 @@ def load_config(path: str) -> model_lib.BertConfig:
     return model_lib.BertConfig.from_json_file(config_file)
 
 
-def load(path: str, seed: int = 0) -> tuple[model_lib.BertConfig, dict]:
+def load(path: str, seed: int = 0, keep: Optional[Sequence[str]] = None) -> tuple[model_lib.BertConfig, dict]:
     """(architecture, params in the loop layout) of a Hugging Face BERT directory (safetensors); heads the
-    directory lacks are initialised from `seed`. `bertjax.from_pretrained` also takes bertjax workdirs."""
+    directory lacks are initialised from `seed`; `keep`: only these top-level parts (from_hf_state_dict).
+    `bertjax.from_pretrained` also takes bertjax workdirs."""
     if not os.path.isdir(path):
         hint = (
             f"it is a file: pass the directory that holds it, {os.path.dirname(os.path.abspath(path))}"
@@ -367,4 +373,4 @@ def load(path: str, seed: int = 0) -> tuple[model_lib.BertConfig, dict]:
     files = hf_files.weight_files(path)
     hf_files.check_header(files, config, path)
     tensors, origin = hf_files.read_safetensors(files)
-    return config, from_hf_state_dict(config, tensors, jax.random.PRNGKey(seed), source=path, origin=origin)
+    return config, from_hf_state_dict(config, tensors, jax.random.PRNGKey(seed), source=path, origin=origin, keep=keep)

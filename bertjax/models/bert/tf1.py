@@ -12,7 +12,7 @@ import glob
 import json
 import logging
 import os
-from typing import Optional
+from typing import Optional, Sequence
 
 import jax
 import numpy as np
@@ -178,9 +178,10 @@ def _read(prefix: str, config: model_lib.BertConfig, config_file: str) -> dict[s
     return tensors
 
 
-def load(path: str, seed: int = 0) -> tuple[model_lib.BertConfig, dict]:
+def load(path: str, seed: int = 0, keep: Optional[Sequence[str]] = None) -> tuple[model_lib.BertConfig, dict]:
     """(architecture, params in the loop layout) of a google-research/bert directory; the pooler and
-    pre-training heads it lacks are initialised from `seed`."""
+    pre-training heads it lacks are initialised from `seed`; `keep`: only these top-level parts
+    (hf.from_hf_state_dict)."""
     if not os.path.isdir(path):
         hint = "it is a file: pass the directory that holds it" if os.path.exists(path) else "nothing is there"
         raise FileNotFoundError(f"{path} is not a directory ({hint}); a TF1 BERT directory holds {LAYOUT}.")
@@ -190,7 +191,9 @@ def load(path: str, seed: int = 0) -> tuple[model_lib.BertConfig, dict]:
     tensors = _read(prefix, config, config_file)
     origin = {hf_name: f"{prefix} ({tf_name})" for tf_name, (hf_name, _) in _expand_table(config).items()}
     try:
-        params = hf.from_hf_state_dict(config, tensors, jax.random.PRNGKey(seed), source=prefix, origin=origin)
+        params = hf.from_hf_state_dict(
+            config, tensors, jax.random.PRNGKey(seed), source=prefix, origin=origin, keep=keep
+        )
     except ValueError as e:  # hf.py speaks of HF's config.json; here the shapes come from bert_config.json
         raise ValueError(str(e).replace(" config.json ", f" {CONFIG_NAME} ")) from None
     log.info("loaded TF1 checkpoint %s", prefix)

@@ -11,7 +11,7 @@ import json
 import logging
 import os
 import shutil
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 import jax
 import numpy as np
@@ -200,15 +200,21 @@ def to_state_dict(config: ModernBertConfig, params: dict, table: Optional[list] 
 
 
 def from_state_dict(
-    config: ModernBertConfig, tensors: dict[str, np.ndarray], seed: int = 0, source: str = "the checkpoint"
+    config: ModernBertConfig,
+    tensors: dict[str, np.ndarray],
+    seed: int = 0,
+    source: str = "the checkpoint",
+    keep: Optional[Sequence[str]] = None,
 ) -> dict:
-    """transformers tensors (ModernBertForMaskedLM's, or a bare ModernBertModel's) → bertjax params."""
+    """transformers tensors (ModernBertForMaskedLM's, or a bare ModernBertModel's) → bertjax params; `keep`: only
+    these top-level parts (pretrained.load's encoder_only), nothing initialised or said of the rest."""
     if not any(k.startswith("model.") for k in tensors):  # a bare ModernBertModel: names without "model."
         tensors = {k if k.startswith(HEAD_PREFIXES) else f"model.{k}": v for k, v in tensors.items()}
     model = modernbert_lib.ModernBertForMaskedLM(config)
     rng = jax.random.PRNGKey(seed)
     shapes = jax.eval_shape(lambda: modernbert_lib.init_params(model, rng))
-    table = name_table(config)
+    every = name_table(config)
+    table = [row for row in every if keep is None or row[1].split("/")[0] in keep]
     absent = [name for name, _, _ in table if name not in tensors]
     missing = [n for n in absent if not n.startswith(HEAD_PREFIXES)]
     if missing:
@@ -236,7 +242,7 @@ def from_state_dict(
             f"{source}: decoder.weight differs from the token embeddings; bertjax ties them as "
             "ModernBERT does, so an untied checkpoint cannot be loaded faithfully."
         )
-    unexpected = sorted(set(tensors) - {n for n, _, _ in table} - set(_REDUNDANT))
+    unexpected = sorted(set(tensors) - {n for n, _, _ in every} - set(_REDUNDANT))
     if unexpected:
         log.warning(
             "%s: ignored %d tensor(s) ModernBertForMaskedLM has no place for: %s",
@@ -257,13 +263,13 @@ def load_config(path: str) -> ModernBertConfig:
     return config_lib.from_json_file(os.path.join(path, hf_files.CONFIG_NAME))
 
 
-def load(path: str, seed: int = 0) -> tuple[ModernBertConfig, dict]:
-    """(config, params) of a transformers ModernBERT directory (safetensors only)."""
+def load(path: str, seed: int = 0, keep: Optional[Sequence[str]] = None) -> tuple[ModernBertConfig, dict]:
+    """(config, params) of a transformers ModernBERT directory (safetensors only); `keep`: from_state_dict's."""
     config = load_config(path)
     files = hf_files.weight_files(path, "ModernBertForMaskedLM")
     hf_files.check_header(files, config, path)
     tensors, _ = hf_files.read_safetensors(files)
-    return config, from_state_dict(config, tensors, seed, source=path)
+    return config, from_state_dict(config, tensors, seed, source=path, keep=keep)
 
 
 def save_pretrained(
