@@ -2,7 +2,7 @@
 compares with sentence-transformers' own trainer, and how fast exact search is at a million documents.
 
     python benchmarks/retrieval.py [--pretrained=workdir/demo] [--parts=compare,sweep,speed,search]
-        [--search_documents=1000000] [--quick]
+        [--search_documents=1000000] [--set_dir=DIR] [--quick]
 
 - The set (benchmarks/manpage_set.py): this machine's English manual pages; a query is a page's NAME summary
   ("change user password"), its relevant document the page's DESCRIPTION; train pairs and test queries come from
@@ -16,10 +16,14 @@ compares with sentence-transformers' own trainer, and how fast exact search is a
 - `speed`: from all-MiniLM-L6-v2, MultipleNegativesRankingLoss, batch 32, one epoch, length 128: the whole
   `python -m bertjax.finetune` process against the whole sentence-transformers trainer process
   (benchmarks/st_contrastive.py, the same schedule), in turns (`--speed_repeats` each, ABBA order); then both
-  models scored on the test set.
+  models scored on the test set. `--speed_micro_batches=M` caches the gradient on both sides (bertjax's
+  `train.micro_batches`, sentence-transformers' CachedMultipleNegativesRankingLoss in mini-batches of batch / M):
+  the large-batch comparison on a GPU (`bash benchmarks/gpu_loan.sh retrieval`).
 - `search`: `bertjax.finetuning.exact_search` over `--search_documents` random unit vectors of 384 dims against
   `--search_queries` queries, top 100: documents/s, the host's peak RSS and the device memory the search holds,
   and the first queries' top 100 checked against numpy.
+
+`--set_dir`: a set manpage_set.py built before (on a machine with the pages; a GPU machine has none), used as it is.
 
 Prints one JSON line; writes it to --results, a markdown table to --table and the figure to --plot.
 `--quick` makes everything tiny (the test runs it): 150 pages, a few steps, one sweep setting, 20,000 search
@@ -36,6 +40,7 @@ import math
 import os
 import pathlib
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -81,6 +86,13 @@ def parse_args(argv=None) -> argparse.Namespace:
         help="speed: both trainers' compute dtype (bertjax's config.model.dtype, sentence-transformers' bf16=True)",
     )
     p.add_argument("--speed_repeats", type=int, default=1, help="runs of each trainer, in ABBA order")
+    p.add_argument(
+        "--speed_micro_batches",
+        type=int,
+        default=0,
+        help="speed: > 1 caches the gradient in this many chunks a batch, on both sides (0: --quick's 2, else 1)",
+    )
+    p.add_argument("--set_dir", default="", help="a set manpage_set.py built (set.json, train.jsonl, beir/)")
     p.add_argument("--search_documents", type=int, default=1_000_000)
     p.add_argument("--search_queries", type=int, default=1000)
     p.add_argument("--search_dim", type=int, default=384)
@@ -99,6 +111,10 @@ def parse_args(argv=None) -> argparse.Namespace:
         args.search_documents, args.search_queries = min(args.search_documents, 20_000), min(args.search_queries, 50)
         args.jobs = max(args.jobs, 3)
         args.sweep = "1e-3:1"
+    # --quick runs the cached loss on both sides (the GPU row's code paths); compare's runs take bertjax's plain one.
+    args.speed_micro_batches = args.speed_micro_batches or (2 if args.quick else 1)
+    if args.batch_size % args.speed_micro_batches:
+        p.error(f"--speed_micro_batches={args.speed_micro_batches} must divide --batch_size={args.batch_size}.")
     return args
 
 
@@ -269,6 +285,7 @@ def speed(work: pathlib.Path, pairs: pathlib.Path, beir_dir: pathlib.Path, count
     steps = math.ceil(args.epochs * count / args.batch_size)
     warmup = int(0.1 * steps)  # as bertjax counts it (train.warmup_proportion 0.1)
     seconds: dict[str, list[float]] = {"bertjax": [], "sentence_transformers": []}
+    devices: dict[str, str] = {}
     order = (["bertjax", "sentence_transformers", "sentence_transformers", "bertjax"] * args.speed_repeats)[
         : 2 * args.speed_repeats
     ]  # ABBA: a load that drifts during the run falls on both
@@ -280,6 +297,7 @@ def speed(work: pathlib.Path, pairs: pathlib.Path, beir_dir: pathlib.Path, count
         if who == "bertjax":
             command = finetune_command(out, pairs, minilm, args, args.speed_seq_len, args.speed_seq_len)
             command.append(f"--config.model.dtype={args.speed_dtype}")
+            command.append(f"--config.train.micro_batches={args.speed_micro_batches}")
         else:
             command = [
                 sys.executable,
@@ -293,7 +311,10 @@ def speed(work: pathlib.Path, pairs: pathlib.Path, beir_dir: pathlib.Path, count
                 f"--warmup_steps={warmup}",
                 f"--max_seq_length={args.speed_seq_len}",
             ] + (["--bf16"] if args.speed_dtype == "bfloat16" else [])
+            if args.speed_micro_batches > 1:
+                command.append(f"--cached_mini_batch={args.batch_size // args.speed_micro_batches}")
         seconds[who].append(round(run(command, work / f"speed_{who}_{n}.log"), 1))
+        devices[who] = device_of(who, work / f"speed_{who}_{n}.log")
     last = {who: max(i for i, w in enumerate(order) if w == who) for who in seconds}
     models = {"bertjax": work / f"speed_bertjax_{last['bertjax']}"}
     models["sentence_transformers"] = work / f"speed_sentence_transformers_{last['sentence_transformers']}" / "model"
@@ -318,6 +339,10 @@ def speed(work: pathlib.Path, pairs: pathlib.Path, beir_dir: pathlib.Path, count
         "warmup_steps": warmup,
         "seq_len": args.speed_seq_len,
         "dtype": args.speed_dtype,
+        "batch_size": args.batch_size,
+        "epochs": args.epochs,
+        "micro_batches": args.speed_micro_batches,
+        "devices": devices,
         "order": order,
         "loadavg_1m_before": loads,
         "seconds": seconds,
@@ -327,6 +352,24 @@ def speed(work: pathlib.Path, pairs: pathlib.Path, beir_dir: pathlib.Path, count
             quality["bertjax"]["ndcg_at_10"] - quality["sentence_transformers"]["ndcg_at_10"], 4
         ),
     }
+
+
+def device_of(who: str, log: pathlib.Path) -> str:
+    """What a speed run computed on, from its own log: st_contrastive.py's JSON line, bertjax's attention line
+    ("attention: auto chose xla on gpu")."""
+    text = log.read_text(errors="replace")
+    if who == "sentence_transformers":
+        rows = [json.loads(line) for line in text.splitlines() if line.startswith('{"')]
+        return rows[-1].get("device", "?") if rows else "?"
+    found = re.search(r"attention: .* on (\w+)", text)
+    return found.group(1) if found else "?"
+
+
+def batch_label(speed_part: dict) -> str:
+    """ "batch 256 cached in 4 chunks" (runs recorded before these fields: batch 32, one chunk)."""
+    label = f"batch {speed_part.get('batch_size', 32)}"
+    chunks = speed_part.get("micro_batches", 1)
+    return label + (f" cached in {chunks} chunks" if chunks > 1 else "")
 
 
 # --- search -----------------------------------------------------------------------------------------------
@@ -361,7 +404,9 @@ def table(result: dict) -> str:
         for who, row in speed_part["quality"].items():
             seconds = ", ".join(f"{s:.0f} s" for s in speed_part["seconds"][who])
             name = "bertjax.finetune" if who == "bertjax" else "sentence-transformers' trainer"
-            label = f"all-MiniLM-L6-v2 + {name}, length {speed_part['seq_len']} ({seconds})"
+            where = speed_part.get("devices", {}).get(who, "cpu")
+            label = f"all-MiniLM-L6-v2 + {name}, {batch_label(speed_part)}, length {speed_part['seq_len']}, {where}"
+            label += f" ({seconds})"
             lines.append(f"| {label} | " + " | ".join(f"{row[m]:.4f}" for m in METRICS) + " |")
     if result.get("sweep"):
         lines += ["", "| lr | epochs | pooling | (a) pre-trained nDCG@10 | (b) random init nDCG@10 | (a) − (b) |"]
@@ -440,11 +485,16 @@ def plot(result: dict, path: str) -> None:
                     va="bottom",
                     fontsize=9,
                 )
+            batch = batch_label(s)
+            where = s.get("devices", {}).get("bertjax", "cpu")
+            cores = result.get("machine", {}).get("cores", "?")
+            where = f"{cores}-core CPU, shared" if where == "cpu" else where.upper()
             ax.set_ylim(0, max(seconds) * 1.25)
             ax.set_ylabel("whole process, seconds (median)")
             ax.set_title(
-                f"Fine-tuning all-MiniLM-L6-v2: {s['pairs']} pairs, batch 32, 1 epoch, length {s['seq_len']}\n"
-                f"sentence-transformers' time / bertjax's: {s['speedup']:.2f}x (2-core CPU, shared)",
+                f"Fine-tuning all-MiniLM-L6-v2: {s['pairs']} pairs, {batch}, {s.get('epochs', 1):g} epoch(s), "
+                f"length {s['seq_len']}\n"
+                f"sentence-transformers' time / bertjax's: {s['speedup']:.2f}x ({where})",
                 fontsize=9,
             )
     fig.tight_layout()
@@ -474,10 +524,16 @@ def main(argv=None) -> dict:
         "machine": machine(),
     }
     if {"compare", "sweep", "speed"} & set(args.parts):
-        info = manpage_set.build(work / "set", args.test_queries, args.max_pages)
+        set_dir = pathlib.Path(args.set_dir) if args.set_dir else work / "set"
+        if args.set_dir:
+            if not (set_dir / "set.json").is_file():
+                raise SystemExit(f"--set_dir={args.set_dir} holds no set.json: build one with manpage_set.py --out.")
+            info = json.loads((set_dir / "set.json").read_text(encoding="utf-8"))
+        else:
+            info = manpage_set.build(set_dir, args.test_queries, args.max_pages)
         result["set"] = {k: v for k, v in info.items() if k not in ("train_pages", "test_pages")}
         pairs = work / "pairs.jsonl"
-        count = first_pairs(work / "set" / "train.jsonl", pairs, args.batch_size)
+        count = first_pairs(set_dir / "train.jsonl", pairs, args.batch_size)
         result["settings"] = {
             "pairs": count,
             "batch_size": args.batch_size,
@@ -487,11 +543,11 @@ def main(argv=None) -> dict:
             "query_len": args.query_len,
         }
         if "compare" in args.parts:
-            result["compare"] = compare(work, pairs, work / "set" / "beir", args)
+            result["compare"] = compare(work, pairs, set_dir / "beir", args)
         if "sweep" in args.parts:
-            result["sweep"] = sweep(work, pairs, work / "set" / "beir", args)
+            result["sweep"] = sweep(work, pairs, set_dir / "beir", args)
         if "speed" in args.parts:
-            result["speed"] = speed(work, pairs, work / "set" / "beir", count, args)
+            result["speed"] = speed(work, pairs, set_dir / "beir", count, args)
     if "search" in args.parts:
         result["search"] = search(args)
     result["seconds"] = round(time.monotonic() - started, 1)

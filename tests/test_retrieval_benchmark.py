@@ -54,6 +54,16 @@ def test_the_benchmark_runs_every_part_and_its_set_is_sound(tmp_path, tiny_st_di
     # sentence-transformers' trainer needs accelerate (not in the test extra): without it, the speed part is left out.
     parts = "compare,sweep,speed,search" if importlib.util.find_spec("accelerate") else "compare,sweep,search"
     work = tmp_path / "work"
+    # The set built first, as for a GPU machine (which has no manual pages), and taken as it is (--set_dir).
+    set_dir = tmp_path / "set"
+    built = subprocess.run(
+        [sys.executable, "benchmarks/manpage_set.py", f"--out={set_dir}", "--max_pages=150", "--test_queries=20"],
+        cwd=train_setup.ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert built.returncode == 0, built.stderr[-3000:]
     done = subprocess.run(
         [
             sys.executable,
@@ -61,10 +71,9 @@ def test_the_benchmark_runs_every_part_and_its_set_is_sound(tmp_path, tiny_st_di
             "--quick",
             f"--parts={parts}",
             f"--work_dir={work}",
+            f"--set_dir={set_dir}",
             f"--pretrained={tiny_st_dir}",
             f"--minilm={tiny_st_dir}",
-            "--max_pages=150",
-            "--test_queries=20",
             "--search_documents=5000",
         ],
         cwd=train_setup.ROOT,
@@ -80,13 +89,13 @@ def test_the_benchmark_runs_every_part_and_its_set_is_sound(tmp_path, tiny_st_di
 
     # The set: disjoint pages; a query is a NAME summary, a document a DESCRIPTION; each query's one relevant
     # document is its own page's.
-    info = json.loads((work / "set" / "set.json").read_text())
+    info = json.loads((set_dir / "set.json").read_text())
     train_pages, test_pages = set(info["train_pages"]), set(info["test_pages"])
     assert train_pages and test_pages and not train_pages & test_pages
-    beir = work / "set" / "beir"
+    beir = set_dir / "beir"
     corpus = {r["_id"]: r for r in map(json.loads, (beir / "corpus.jsonl").read_text().splitlines())}
     queries = {r["_id"]: r["text"] for r in map(json.loads, (beir / "queries.jsonl").read_text().splitlines())}
-    pairs = [json.loads(line) for line in (work / "set" / "train.jsonl").read_text().splitlines()]
+    pairs = [json.loads(line) for line in (set_dir / "train.jsonl").read_text().splitlines()]
     assert set(corpus) == train_pages | test_pages and len(queries) == len(test_pages) == 20
     qrels = [line.split("\t") for line in (beir / "qrels" / "test.tsv").read_text().splitlines()[1:]]
     assert {(q, d) for q, d, _ in qrels} == {(f"q:{p}", p) for p in test_pages}
@@ -120,6 +129,12 @@ def test_the_benchmark_runs_every_part_and_its_set_is_sound(tmp_path, tiny_st_di
         assert speed["pairs"] == result["settings"]["pairs"] and speed["seq_len"] == 128
         assert all(s > 0 for who in ("bertjax", "sentence_transformers") for s in speed["seconds"][who])
         assert speed["speedup"] > 0
+        # --quick caches the gradient on both sides (the GPU row's paths): bertjax's micro-batches, CachedMNRL.
+        assert (speed["batch_size"], speed["micro_batches"]) == (32, 2)
+        assert speed["devices"] == {"bertjax": "cpu", "sentence_transformers": "cpu"}, speed["devices"]
+        log = (work / "speed_sentence_transformers_1.log").read_text().splitlines()
+        peer = json.loads([line for line in log if line.startswith('{"')][-1])
+        assert peer["loss"] == "CachedMultipleNegativesRankingLoss" and peer["steps"] == speed["steps"]
         for row in speed["quality"].values():
             assert set(row) == METRICS and all(0.0 <= v <= 1.0 for v in row.values()), row
 
