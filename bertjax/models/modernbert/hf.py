@@ -214,7 +214,7 @@ def from_state_dict(
     rng = jax.random.PRNGKey(seed)
     shapes = jax.eval_shape(lambda: modernbert_lib.init_params(model, rng))
     every = name_table(config)
-    table = [row for row in every if keep is None or row[1].split("/")[0] in keep]
+    table = [row for row in every if keep is None or row[1][0] in keep]
     absent = [name for name, _, _ in table if name not in tensors]
     missing = [n for n in absent if not n.startswith(HEAD_PREFIXES)]
     if missing:
