@@ -61,7 +61,7 @@ def load(path: str, seed: int = 0, encoder_only: bool = False) -> tuple[Any, dic
 
     A fine-tuned workdir (bertjax.finetune) gives its encoder with fresh pre-training heads, as a Hugging
     Face BertFor<Task> directory does; its task head is left out. `encoder_only`: only what fine-tuning takes
-    (the family's `ENCODER`: BERT's `bert/`), and nothing initialised for heads a workdir lacks."""
+    (the family's `ENCODER`: BERT's `bert/`), and nothing initialised, nor warned of, for heads the source lacks."""
     path = local_dir(path)
     if checkpoint_lib.is_workdir(path):
         fingerprint, params = checkpoint_lib.load_params(path)
@@ -79,8 +79,7 @@ def load(path: str, seed: int = 0, encoder_only: bool = False) -> tuple[Any, dic
             fresh = jax.device_get(family.model.init_params(model, jax.random.PRNGKey(seed)))
             params = dict(fresh, **{family.model.BODY: params[family.model.BODY]})
         return config, params
-    # encoder_only: the family's ENCODER alone, so heads a bare encoder directory lacks are neither initialised
-    # nor warned of (a sentence-transformers model's BertModel has no pre-training heads).
+    # A sentence-transformers model's BertModel has no pre-training heads: with encoder_only, none are built.
     if tf1.is_tf1_dir(path):
         keep = models.get(models.DEFAULT_FAMILY).model.ENCODER if encoder_only else None  # TF1 is BERT's
         config, params = tf1.load(path, seed, keep=keep)
