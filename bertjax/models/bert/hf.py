@@ -285,7 +285,8 @@ def from_hf_state_dict(
     origin = _canonical_names(origin) if origin else {}
     model = model_lib.BertForPreTraining(config)
     shapes = jax.eval_shape(lambda: model_lib.init_params(model, rng))
-    table = [row for row in _expand_table(config) if keep is None or row[1][0] in keep]
+    every = _expand_table(config)
+    table = [row for row in every if keep is None or row[1][0] in keep]
     absent = [name for name, _, _ in table if name not in tensors]
     # An init costs seconds on large models: only when something must be initialised, and only the heads
     # when the encoder is all there (a fine-tuning source, which drops them anyway).
@@ -313,7 +314,7 @@ def from_hf_state_dict(
             f"checkpoint with num_hidden_layers={config.num_hidden_layers}."
         )
     _check_tied_decoder(tensors, params, source)
-    dropped = {name for name, path, _ in _expand_table(config) if keep is not None and path[0] not in keep}
+    dropped = {name for name, _, _ in every} - {name for name, _, _ in table}  # outside `keep`: not unexpected
     unexpected = sorted(set(tensors) - used - dropped - set(_REDUNDANT))
     if unexpected:
         log.warning(
